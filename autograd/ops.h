@@ -1,0 +1,56 @@
+// The differentiable ops. Each takes and returns Variables, computes its forward with the kernels of
+// tensor/kernels.h, and records a Node whose backward sits next to the forward in autograd/ops/<family>.cpp.
+// Shapes follow the kernels: see tensor/kernels.h for the exact contracts.
+#pragma once
+#include <cstdint>
+
+#include "autograd/variable.h"
+
+namespace lt {
+
+// ---- elementwise (autograd/ops/elementwise.cpp): b broadcasts over the leading dims of a ----------
+Variable add(const Variable& a, const Variable& b);
+Variable sub(const Variable& a, const Variable& b);
+Variable mul(const Variable& a, const Variable& b);
+Variable scale(const Variable& x, double alpha);
+
+// ---- shape and reductions (autograd/ops/reduce.cpp) ----------------------------------------------
+Variable reshape(const Variable& x, const Shape& shape);  // a view; the gradient is reshaped back
+Variable sum(const Variable& x);                          // scalar [1]
+Variable mean(const Variable& x);                         // scalar [1]
+
+// ---- matmul (autograd/ops/matmul.cpp) -------------------------------------------------------------
+Variable matmul(const Variable& a, const Variable& b, bool trans_a = false, bool trans_b = false);
+
+// ---- activations (autograd/ops/activation.cpp) ----------------------------------------------------
+Variable silu(const Variable& x);
+Variable swiglu(const Variable& gate, const Variable& up);  // silu(gate) * up
+
+// ---- normalisation (autograd/ops/norm.cpp) --------------------------------------------------------
+Variable rmsnorm(const Variable& x, const Variable& weight, double eps);
+
+// ---- softmax and losses (autograd/ops/softmax.cpp) ------------------------------------------------
+Variable softmax(const Variable& x);      // over the last dim
+Variable log_softmax(const Variable& x);  // over the last dim
+// Mean cross-entropy of logits [N, V] against targets [N] (i32/i64) over the targets that are not
+// ignore_index; scalar [1]. 0 when every target is ignored.
+Variable cross_entropy(const Variable& logits, const Tensor& targets, int64_t ignore_index = -100);
+
+// ---- position and attention (autograd/ops/rope.cpp, autograd/ops/attention.cpp) -------------------
+Variable rope(const Variable& x, double theta, int64_t pos_offset = 0);  // x [B, T, H, D]
+// Causal grouped-query attention, q [B, T, Hq, D], k and v [B, T, Hkv, D] -> [B, T, Hq, D],
+// scores scaled by 1/sqrt(D).
+Variable attention(const Variable& q, const Variable& k, const Variable& v);
+
+// ---- indexing (autograd/ops/index.cpp) -------------------------------------------------------------
+Variable embedding(const Variable& table, const Tensor& ids);  // table [V, C], ids any shape -> ids.shape + [C]
+Variable gather_rows(const Variable& x, const Tensor& idx);    // x [R, C], idx [N] -> [N, C]
+Variable scatter_add_rows(const Variable& src, const Tensor& idx, int64_t rows);  // -> [rows, C]
+Variable gather_cols(const Variable& x, const Tensor& idx);    // x [N, E], idx [N, K] i32 -> [N, K]
+struct TopK {
+  Variable values;  // [N, k], differentiable (a gather of x)
+  Tensor indices;   // [N, k] i32
+};
+TopK topk(const Variable& x, int64_t k);
+
+}  // namespace lt

@@ -1,0 +1,49 @@
+// reshape, sum and mean: forward and backward.
+#include "autograd/ops.h"
+#include "tensor/kernels.h"
+
+namespace lt {
+namespace {
+
+struct ReshapeNode : Node {
+  Shape input_shape;
+  const char* name() const override { return "reshape"; }
+  std::vector<Tensor> backward(const Tensor& g) override { return {g.reshape(input_shape)}; }
+};
+
+// sum and mean: every input element receives the (scaled) incoming scalar gradient.
+struct SumNode : Node {
+  Shape input_shape;
+  double factor;  // 1 for sum, 1/n for mean
+  const char* name() const override { return factor == 1.0 ? "sum" : "mean"; }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    return {Tensor::full(input_shape, g.item() * factor, g.dtype(), g.device())};
+  }
+};
+
+Variable reduce_all(const Variable& x, double factor) {
+  Tensor total = Tensor::empty({1}, x.value().dtype(), x.value().device());
+  kernels::sum(x.value(), total);
+  if (factor != 1.0) kernels::scale(total, factor, total);
+  auto node = std::make_shared<SumNode>();
+  node->input_shape = x.shape();
+  node->factor = factor;
+  return make_result(total, node, {x});
+}
+
+}  // namespace
+
+Variable reshape(const Variable& x, const Shape& shape) {
+  auto node = std::make_shared<ReshapeNode>();
+  node->input_shape = x.shape();
+  return make_result(x.value().reshape(shape), node, {x});
+}
+
+Variable sum(const Variable& x) { return reduce_all(x, 1.0); }
+
+Variable mean(const Variable& x) {
+  LT_CHECK(x.value().numel() > 0, "mean of an empty tensor");
+  return reduce_all(x, 1.0 / static_cast<double>(x.value().numel()));
+}
+
+}  // namespace lt

@@ -1,0 +1,106 @@
+// The kernel interface: every numeric routine the layers above call, device-dispatched.
+//
+// Each function checks its operands (shapes, dtypes, devices) and runs the kernel of the operands'
+// device: the CPU kernels in tensor/cpu/<family>.cc (Highway, dynamic dispatch, f32 and f64), the CUDA
+// kernels in tensor/cuda/<family>.cu where one exists. Outputs are passed in, already allocated, so
+// callers decide where memory comes from. Forward and backward of a family sit side by side.
+//
+// Determinism: for a given thread count, every kernel returns bit-identical results run after run
+// (work is split by lt::parallel_for, reductions combine chunk results in chunk order, no atomics).
+#pragma once
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace lt::kernels {
+
+// ---- elementwise (tensor/cpu/elementwise.cc) ---------------------------------------------------
+// Binary ops broadcast `b` over the leading dimensions of `a`: b's shape must equal a trailing part
+// of a's shape (b = [C] against a = [B, T, C], or b the same shape as a). out has a's shape.
+void add(const Tensor& a, const Tensor& b, Tensor& out);
+void sub(const Tensor& a, const Tensor& b, Tensor& out);
+void mul(const Tensor& a, const Tensor& b, Tensor& out);
+void scale(const Tensor& x, double alpha, Tensor& out);  // out = alpha * x (out may be x)
+void axpy(double alpha, const Tensor& x, Tensor& y);     // y += alpha * x, same shapes
+// Sums `x` over its leading dimensions down to out's shape (a trailing part of x's shape): the
+// backward of broadcasting.
+void sum_to(const Tensor& x, Tensor& out);
+
+// ---- reductions (tensor/cpu/reduce.cc) ----------------------------------------------------------
+void sum(const Tensor& x, Tensor& out);           // all elements -> out of one element
+void sum_last_dim(const Tensor& x, Tensor& out);  // [..., N] -> [...]
+
+// ---- matrix multiply (tensor/cpu/gemm.cc) --------------------------------------------------------
+// c = alpha * op(a) @ op(b) + beta * c, op = transpose when the flag is set (of the last two dims).
+// a: [M, K] ([K, M] transposed) or batched [G, M, K]; b: [K, N] ([N, K] transposed) or [G, K, N];
+// c: [M, N] or [G, M, N]. A 2-D b against a batched a applies b to every batch. A 3-D a with a 2-D b
+// and no transpose of a is one [G*M, K] GEMM.
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha = 1.0,
+            double beta = 0.0);
+
+// ---- activations (tensor/cpu/activation.cc) ------------------------------------------------------
+void silu(const Tensor& x, Tensor& y);                                  // x * sigmoid(x)
+void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
+// SwiGLU: y = silu(gate) * up, same shapes.
+void swiglu(const Tensor& gate, const Tensor& up, Tensor& y);
+void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup);
+
+// ---- normalisation (tensor/cpu/norm.cc) ----------------------------------------------------------
+// RMSNorm over the last dim C: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps), kept for backward.
+// x, y: [N, C] (any leading shape), w: [C], rstd: [N] (leading shape).
+void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
+// dw is accumulated into (+=), so micro-batches or shared weights can add up; zero it first.
+void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
+                      Tensor& dw);
+
+// ---- softmax and cross-entropy (tensor/cpu/softmax.cc) -------------------------------------------
+// Over the last dimension.
+void softmax(const Tensor& x, Tensor& y);
+void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
+void log_softmax(const Tensor& x, Tensor& y);
+void log_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
+// Per-row cross-entropy of logits [N, V] against integer targets [N] (i32 or i64):
+// loss[n] = logsumexp(logits[n]) - logits[n, target[n]], 0 where target == ignore_index. lse [N] is kept
+// for backward. Targets outside [0, V) that are not ignore_index are an error.
+void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& loss,
+                   Tensor& lse);
+// dlogits[n] = dloss[n] * (softmax(logits[n]) - onehot(target[n])), zero rows for ignored targets.
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                            const Tensor& lse, const Tensor& dloss, Tensor& dlogits);
+
+// ---- rotary position embedding (tensor/cpu/rope.cc) ----------------------------------------------
+// x: [B, T, H, D] with D even, rotate-half (NeoX) convention: element i < D/2 pairs with i + D/2 at
+// frequency theta^(-2i/D), position = pos_offset + t. inverse = true rotates by -angle (the backward).
+void rope(const Tensor& x, double theta, int64_t pos_offset, bool inverse, Tensor& y);
+
+// ---- attention (tensor/cpu/attention.cc) ---------------------------------------------------------
+// Causal scaled-dot-product attention with grouped-query heads.
+// q: [B, T, Hq, D], k and v: [B, T, Hkv, D], Hq a multiple of Hkv (query head h reads kv head
+// h / (Hq / Hkv)). out: [B, T, Hq, D]; lse: [B, Hq, T] f32/f64 log-sum-exp of each score row, kept
+// for backward. scale multiplies the scores (1/sqrt(D) in Ling).
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse);
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& dout, double scale, Tensor& dq, Tensor& dk,
+                        Tensor& dv);
+
+// ---- indexing (tensor/cpu/index.cc) --------------------------------------------------------------
+// out[n, :] = table[idx[n], :]; table [R, C], idx [N] i32/i64 (any leading shape), out [N, C]
+// (idx's shape + [C]). An index outside [0, R) is an error naming the index and R.
+void gather_rows(const Tensor& table, const Tensor& idx, Tensor& out);
+// out[idx[n], :] += src[n, :], deterministic (rows are summed in n order). The backward of gather_rows
+// and of the embedding lookup.
+void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& out);
+// The k largest values of each row of x [N, E] and their column indices (i32), in descending order;
+// ties go to the lower index. Not differentiable itself: gradients flow through gather of values.
+void topk(const Tensor& x, int64_t k, Tensor& values, Tensor& indices);
+// out[n, j] = x[n, idx[n, j]] for x [N, E], idx [N, K] i32 -> out [N, K]; and its backward,
+// dx[n, idx[n, j]] += dout[n, j] (dx must be zeroed by the caller).
+void gather_cols(const Tensor& x, const Tensor& idx, Tensor& out);
+void scatter_add_cols(const Tensor& dout, const Tensor& idx, Tensor& dx);
+
+}  // namespace lt::kernels
+
+namespace lt {
+// The Highway target the CPU kernels dispatch to on this machine ("AVX3_DL", "AVX2", ...).
+const char* cpu_kernel_target();
+}  // namespace lt

@@ -1,0 +1,80 @@
+// A small, fast, serialisable random generator (xoshiro256** seeded by splitmix64). Everything random
+// in lingtrain (init, dropout-free noise for routing warmup, shuffling, sampling) draws from one of
+// these, so a seed fixes a run and a checkpoint can store the exact state.
+#pragma once
+#include <array>
+#include <cmath>
+#include <cstdint>
+
+namespace lt {
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed = 0) { reseed(seed); }
+
+  void reseed(uint64_t seed) {
+    uint64_t x = seed;
+    for (auto& word : state_) {
+      x += 0x9E3779B97F4A7C15ull;
+      uint64_t z = x;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      word = z ^ (z >> 31);
+    }
+    has_spare_normal_ = false;
+  }
+
+  uint64_t next_u64() {
+    const uint64_t result = rotl(state_[1] * 5, 7) * 9;
+    const uint64_t t = state_[1] << 17;
+    state_[2] ^= state_[0];
+    state_[3] ^= state_[1];
+    state_[1] ^= state_[2];
+    state_[0] ^= state_[3];
+    state_[2] ^= t;
+    state_[3] = rotl(state_[3], 45);
+    return result;
+  }
+
+  // Uniform in [0, 1) with 53 random bits.
+  double uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+  // Uniform integer in [0, n).
+  uint64_t below(uint64_t n) { return static_cast<uint64_t>(uniform() * static_cast<double>(n)); }
+
+  // Standard normal by Box-Muller; the second value of each pair is kept for the next call.
+  double normal() {
+    if (has_spare_normal_) {
+      has_spare_normal_ = false;
+      return spare_normal_;
+    }
+    double u1 = uniform();
+    while (u1 <= 0.0) u1 = uniform();
+    const double u2 = uniform();
+    const double radius = std::sqrt(-2.0 * std::log(u1));
+    const double angle = 6.283185307179586 * u2;
+    spare_normal_ = radius * std::sin(angle);
+    has_spare_normal_ = true;
+    return radius * std::cos(angle);
+  }
+
+  // The full state, for checkpoints.
+  struct State {
+    std::array<uint64_t, 4> words;
+    bool has_spare_normal;
+    double spare_normal;
+  };
+  State state() const { return {state_, has_spare_normal_, spare_normal_}; }
+  void set_state(const State& s) {
+    state_ = s.words;
+    has_spare_normal_ = s.has_spare_normal;
+    spare_normal_ = s.spare_normal;
+  }
+
+ private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  std::array<uint64_t, 4> state_{};
+  bool has_spare_normal_ = false;
+  double spare_normal_ = 0.0;
+};
+
+}  // namespace lt
