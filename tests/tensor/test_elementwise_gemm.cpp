@@ -1,0 +1,150 @@
+// Forward checks of the elementwise, reduction and GEMM kernels against plain scalar loops, on every
+// Highway target of this machine.
+#include <gtest/gtest.h>
+
+#include "tensor/kernels.h"
+#include "tests/test_util.h"
+
+namespace lt {
+namespace {
+
+using test::expect_close;
+using test::for_each_cpu_target;
+using test::random_tensor;
+
+template <class T>
+void check_binary(DType dtype) {
+  for (const auto& [a_shape, b_shape] : std::vector<std::pair<Shape, Shape>>{
+           {{1}, {1}}, {{3, 17}, {17}}, {{129}, {129}}, {{5, 3, 129}, {3, 129}}, {{2, 1000}, {1000}}}) {
+    const Tensor a = random_tensor(a_shape, 1, dtype), b = random_tensor(b_shape, 2, dtype);
+    const std::vector<T> av = a.to_vector<T>(), bv = b.to_vector<T>();
+    const size_t inner = bv.size();
+    std::vector<T> want_add(av.size()), want_sub(av.size()), want_mul(av.size());
+    for (size_t i = 0; i < av.size(); ++i) {
+      want_add[i] = av[i] + bv[i % inner];
+      want_sub[i] = av[i] - bv[i % inner];
+      want_mul[i] = av[i] * bv[i % inner];
+    }
+    Tensor out = Tensor::empty_like(a);
+    kernels::add(a, b, out);
+    expect_close(out.to_vector<T>(), want_add, 0, 0, "add " + shape_str(a_shape));
+    kernels::sub(a, b, out);
+    expect_close(out.to_vector<T>(), want_sub, 0, 0, "sub " + shape_str(a_shape));
+    kernels::mul(a, b, out);
+    expect_close(out.to_vector<T>(), want_mul, 0, 0, "mul " + shape_str(a_shape));
+
+    Tensor reduced = Tensor::empty(b_shape, dtype);
+    kernels::sum_to(a, reduced);
+    std::vector<T> want_reduced(inner, T(0));
+    for (size_t i = 0; i < av.size(); ++i) want_reduced[i % inner] += av[i];
+    expect_close(reduced.to_vector<T>(), want_reduced, 1e-6, 1e-6, "sum_to " + shape_str(a_shape));
+  }
+}
+
+TEST(ElementwiseKernels, MatchScalarLoopsOnEveryTarget) {
+  for_each_cpu_target([] {
+    check_binary<float>(DType::F32);
+    check_binary<double>(DType::F64);
+  });
+}
+
+TEST(ElementwiseKernels, ScaleAndAxpy) {
+  for_each_cpu_target([] {
+    const Tensor x = random_tensor({3, 129}, 3), y0 = random_tensor({3, 129}, 4);
+    const std::vector<float> xv = x.to_vector<float>(), yv = y0.to_vector<float>();
+    Tensor y = y0.clone(), s = Tensor::empty_like(x);
+    kernels::axpy(0.5, x, y);
+    kernels::scale(x, -2.0, s);
+    std::vector<float> want_y(xv.size()), want_s(xv.size());
+    for (size_t i = 0; i < xv.size(); ++i) {
+      want_y[i] = 0.5f * xv[i] + yv[i];
+      want_s[i] = -2.0f * xv[i];
+    }
+    expect_close(y.to_vector<float>(), want_y, 1e-6);
+    expect_close(s.to_vector<float>(), want_s, 0);
+  });
+}
+
+TEST(ReduceKernels, SumAndSumLastDim) {
+  for_each_cpu_target([] {
+    for (int64_t n : {1, 3, 17, 129, 100000}) {
+      const Tensor x = random_tensor({n}, 5, DType::F64);
+      double want = 0;
+      for (double v : x.to_vector<double>()) want += v;
+      Tensor out = Tensor::empty({1}, DType::F64);
+      kernels::sum(x, out);
+      EXPECT_NEAR(out.item(), want, 1e-9 * std::max(1.0, std::fabs(want))) << "n=" << n;
+    }
+    const Tensor x = random_tensor({17, 129}, 6);
+    Tensor out = Tensor::empty({17});
+    kernels::sum_last_dim(x, out);
+    const std::vector<float> xv = x.to_vector<float>();
+    std::vector<float> want(17, 0.f);
+    for (int r = 0; r < 17; ++r)
+      for (int c = 0; c < 129; ++c) want[r] += xv[r * 129 + c];
+    expect_close(out.to_vector<float>(), want, 1e-5, 1e-5);
+  });
+}
+
+// Reference: c = alpha * op(a) op(b) + beta * c, one batch.
+template <class T>
+std::vector<T> reference_gemm(const std::vector<T>& a, bool ta, const std::vector<T>& b, bool tb, const std::vector<T>& c0,
+                              int64_t M, int64_t N, int64_t K, double alpha, double beta) {
+  std::vector<T> c(M * N);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += double(ta ? a[k * M + i] : a[i * K + k]) * double(tb ? b[j * K + k] : b[k * N + j]);
+      c[i * N + j] = T(alpha * acc + (beta == 0 ? 0.0 : beta * double(c0[i * N + j])));
+    }
+  return c;
+}
+
+TEST(GemmKernel, EveryTransposeAndTailMatchesScalarLoops) {
+  for_each_cpu_target([] {
+    for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {3, 17, 129}, {17, 129, 3}, {129, 33, 64}, {5, 64, 1}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (double beta : {0.0, 0.5}) {
+            const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 7);
+            const Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 8);
+            Tensor c = random_tensor({M, N}, 9);
+            const std::vector<float> c0 = c.to_vector<float>();
+            kernels::matmul(a, ta, b, tb, c, 1.5, beta);
+            const auto want = reference_gemm(a.to_vector<float>(), ta, b.to_vector<float>(), tb, c0, M, N, K, 1.5, beta);
+            expect_close(c.to_vector<float>(), want, 1e-4, 1e-4,
+                         "gemm M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                             (ta ? " Ta" : "") + (tb ? " Tb" : ""));
+          }
+  });
+}
+
+TEST(GemmKernel, BatchedAndSharedOperand) {
+  const int64_t G = 3, M = 5, N = 17, K = 9;
+  const Tensor a = random_tensor({G, M, K}, 10, DType::F64), b3 = random_tensor({G, K, N}, 11, DType::F64);
+  const Tensor b2 = random_tensor({K, N}, 12, DType::F64);
+  Tensor c3 = Tensor::empty({G, M, N}, DType::F64), c2 = Tensor::empty({G, M, N}, DType::F64);
+  kernels::matmul(a, false, b3, false, c3);
+  kernels::matmul(a, false, b2, false, c2);
+  const auto av = a.to_vector<double>(), b3v = b3.to_vector<double>(), b2v = b2.to_vector<double>();
+  std::vector<double> want3, want2;
+  for (int64_t g = 0; g < G; ++g) {
+    std::vector<double> ag(av.begin() + g * M * K, av.begin() + (g + 1) * M * K);
+    std::vector<double> bg(b3v.begin() + g * K * N, b3v.begin() + (g + 1) * K * N);
+    auto r3 = reference_gemm(ag, false, bg, false, {}, M, N, K, 1.0, 0.0);
+    auto r2 = reference_gemm(ag, false, b2v, false, {}, M, N, K, 1.0, 0.0);
+    want3.insert(want3.end(), r3.begin(), r3.end());
+    want2.insert(want2.end(), r2.begin(), r2.end());
+  }
+  expect_close(c3.to_vector<double>(), want3, 1e-12, 1e-12);
+  expect_close(c2.to_vector<double>(), want2, 1e-12, 1e-12);
+}
+
+TEST(GemmKernel, RejectsMismatchedShapes) {
+  const Tensor a = Tensor::zeros({3, 4}), b = Tensor::zeros({5, 6});
+  Tensor c = Tensor::zeros({3, 6});
+  EXPECT_THROW(kernels::matmul(a, false, b, false, c), Error);
+}
+
+}  // namespace
+}  // namespace lt
