@@ -16,6 +16,8 @@ Variable scale(const Variable& x, double alpha);
 
 // ---- shape and reductions (autograd/ops/reduce.cpp) ----------------------------------------------
 Variable reshape(const Variable& x, const Shape& shape);  // a view; the gradient is reshaped back
+// Columns [start, start + width) of the last dimension (a copy; backward adds into those columns).
+Variable slice_cols(const Variable& x, int64_t start, int64_t width);
 Variable sum(const Variable& x);                          // scalar [1]
 Variable mean(const Variable& x);                         // scalar [1]
 

@@ -81,13 +81,17 @@ void Variable::backward(const Tensor& seed_grad) const {
     stack.pop_back();
   }
 
-  std::unordered_map<VariableImpl*, Tensor> pending;  // gradients of non-leaf values
-  pending[impl_.get()] = seed_grad;
+  // Gradients of non-leaf values. Each entry also holds its Variable: once the nodes that used a value
+  // have run and been freed, the entry may be the last owner of that value, and it must stay alive
+  // until its own node has run (`order` holds only raw pointers).
+  std::unordered_map<VariableImpl*, std::pair<Variable, Tensor>> pending;
+  pending[impl_.get()] = {*this, seed_grad};
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     VariableImpl* var = *it;
     auto found = pending.find(var);
     if (found == pending.end()) continue;  // reached no gradient (e.g. only through integer paths)
-    Tensor grad = std::move(found->second);
+    const Variable owner = std::move(found->second.first);
+    Tensor grad = std::move(found->second.second);
     pending.erase(found);
     if (var->grad_fn == nullptr) {  // a leaf
       accumulate_leaf(var->grad, grad);
@@ -102,8 +106,13 @@ void Variable::backward(const Tensor& seed_grad) const {
       if (!in->requires_grad || !input_grads[i].defined()) continue;
       LT_CHECK(input_grads[i].shape() == in->value.shape(), node->name(), " backward: gradient ",
                input_grads[i].str(), " for input ", i, " of shape ", shape_str(in->value.shape()));
-      if (in->grad_fn == nullptr) accumulate_leaf(in->grad, input_grads[i]);
-      else accumulate_pending(pending[in], input_grads[i]);
+      if (in->grad_fn == nullptr) {
+        accumulate_leaf(in->grad, input_grads[i]);
+        continue;
+      }
+      auto& [in_owner, in_grad] = pending[in];
+      in_owner = node->inputs[i];
+      accumulate_pending(in_grad, input_grads[i]);
     }
   }
 }

@@ -29,6 +29,7 @@ void sum_to(const Tensor& x, Tensor& out);
 // ---- reductions (tensor/cpu/reduce.cc) ----------------------------------------------------------
 void sum(const Tensor& x, Tensor& out);           // all elements -> out of one element
 void sum_last_dim(const Tensor& x, Tensor& out);  // [..., N] -> [...]
+void sum_squares(const Tensor& x, Tensor& out);   // sum of x^2 -> one element (gradient norms)
 
 // ---- matrix multiply (tensor/cpu/gemm.cc) --------------------------------------------------------
 // c = alpha * op(a) @ op(b) + beta * c, op = transpose when the flag is set (of the last two dims).
@@ -83,6 +84,11 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& lse, const Tensor& dout, double scale, Tensor& dq, Tensor& dk,
                         Tensor& dv);
 
+// Inference with a KV cache: q [B, Tq, Hq, D] holds the newest Tq positions of a sequence whose keys
+// and values (cache included) are the first Tk positions of k, v [B, capacity, Hkv, D] (Tk <= capacity,
+// Tk >= Tq). Query i sits at position Tk - Tq + i and attends keys 0 .. Tk - Tq + i. No backward.
+void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Tk, double scale, Tensor& out);
+
 // ---- indexing (tensor/cpu/index.cc) --------------------------------------------------------------
 // out[n, :] = table[idx[n], :]; table [R, C], idx [N] i32/i64 (any leading shape), out [N, C]
 // (idx's shape + [C]). An index outside [0, R) is an error naming the index and R.
@@ -97,6 +103,34 @@ void topk(const Tensor& x, int64_t k, Tensor& values, Tensor& indices);
 // dx[n, idx[n, j]] += dout[n, j] (dx must be zeroed by the caller).
 void gather_cols(const Tensor& x, const Tensor& idx, Tensor& out);
 void scatter_add_cols(const Tensor& dout, const Tensor& idx, Tensor& dx);
+
+// ---- MoE routing helpers (tensor/cpu/moe.cc) ------------------------------------------------------
+// Row normalisation of the top-k router weights: w[n, j] = v[n, j] / sums[n], sums[n] = sum_j v[n, j].
+void normalize_rows(const Tensor& v, Tensor& w, Tensor& sums);
+// dv[n, j] = (dw[n, j] - sum_i dw[n, i] w[n, i]) / sums[n].
+void normalize_rows_backward(const Tensor& w, const Tensor& sums, const Tensor& dw, Tensor& dv);
+// lse[n] = log sum_j exp(x[n, j]) for x [N, E] (max-subtracted).
+void row_logsumexp(const Tensor& x, Tensor& lse);
+// out[m, :] = x[m, :] * w[m] for x [M, C], w [M]; the backward gives dx = g * w and
+// dw[m] = dot(g[m, :], x[m, :]).
+void scale_rows(const Tensor& x, const Tensor& w, Tensor& out);
+void scale_rows_backward(const Tensor& x, const Tensor& w, const Tensor& g, Tensor& dx, Tensor& dw);
+
+// ---- optimiser (tensor/cpu/adamw.cc) -------------------------------------------------------------
+// One AdamW step over a flat parameter, in place (PyTorch's formulation, decoupled weight decay):
+//   p *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+//   p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
+struct AdamWStep {
+  double lr, beta1, beta2, eps, weight_decay;
+  int64_t t;  // 1-based step count for the bias corrections
+};
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step);
+
+// ---- column slices (tensor/cpu/slice.cc) ---------------------------------------------------------
+// dst [N, W] = src[:, start : start + W] for src [N, C]; and dst[:, start : start + W] += src, its
+// backward. Used to split a fused projection (QKV) without general strides.
+void copy_cols(const Tensor& src, int64_t start, Tensor& dst);
+void add_to_cols(const Tensor& src, int64_t start, Tensor& dst);
 
 }  // namespace lt::kernels
 

@@ -8,6 +8,7 @@
 
 #ifdef LINGTRAIN_CUDA
 #include "tensor/cuda/cuda_runtime.h"
+#include "tensor/cuda/kernels.h"
 #endif
 
 namespace lt {
@@ -214,8 +215,12 @@ double Tensor::item() const {
 
 void Tensor::fill_(double value) {
   if (!is_cpu()) {
-    copy_from(full(shape_, value, dtype_));
+#ifdef LINGTRAIN_CUDA
+    cuda::fill(*this, value);
     return;
+#else
+    fail("fill_: CUDA tensors in a build without CUDA");
+#endif
   }
   const int64_t n = numel();
   if (value == 0.0) {

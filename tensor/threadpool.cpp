@@ -46,9 +46,11 @@ class ThreadPool {
   }
 
  private:
+  // Called with no workers running. New workers start at the current generation: a job that ran
+  // before they existed is finished, not theirs to pick up (its pointer is already gone).
   void start(int threads) {
     quit_ = false;
-    for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+    for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w, seen = generation_] { worker_loop(w, seen); });
   }
 
   void stop() {
@@ -72,8 +74,7 @@ class ThreadPool {
     in_parallel_region = false;
   }
 
-  void worker_loop(int w) {
-    uint64_t seen = 0;
+  void worker_loop(int w, uint64_t seen) {
     for (;;) {
       const std::function<void(int64_t)>* job;
       {

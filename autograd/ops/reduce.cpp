@@ -1,4 +1,4 @@
-// reshape, sum and mean: forward and backward.
+// reshape, slice_cols, sum and mean: forward and backward.
 #include "autograd/ops.h"
 #include "tensor/kernels.h"
 
@@ -9,6 +9,17 @@ struct ReshapeNode : Node {
   Shape input_shape;
   const char* name() const override { return "reshape"; }
   std::vector<Tensor> backward(const Tensor& g) override { return {g.reshape(input_shape)}; }
+};
+
+struct SliceColsNode : Node {
+  Shape input_shape;
+  int64_t start;
+  const char* name() const override { return "slice_cols"; }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    Tensor dx = Tensor::zeros(input_shape, g.dtype(), g.device());
+    kernels::add_to_cols(g, start, dx);
+    return {dx};
+  }
 };
 
 // sum and mean: every input element receives the (scaled) incoming scalar gradient.
@@ -37,6 +48,18 @@ Variable reshape(const Variable& x, const Shape& shape) {
   auto node = std::make_shared<ReshapeNode>();
   node->input_shape = x.shape();
   return make_result(x.value().reshape(shape), node, {x});
+}
+
+Variable slice_cols(const Variable& x, int64_t start, int64_t width) {
+  Shape out_shape = x.shape();
+  LT_CHECK(!out_shape.empty(), "slice_cols: x has no last dimension");
+  out_shape.back() = width;
+  Tensor out = Tensor::empty(out_shape, x.value().dtype(), x.value().device());
+  kernels::copy_cols(x.value(), start, out);
+  auto node = std::make_shared<SliceColsNode>();
+  node->input_shape = x.shape();
+  node->start = start;
+  return make_result(out, node, {x});
 }
 
 Variable sum(const Variable& x) { return reduce_all(x, 1.0); }

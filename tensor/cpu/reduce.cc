@@ -50,6 +50,40 @@ void SumAllKernel(DType dtype, const void* x, void* out, int64_t n) {
 }
 
 template <class T>
+HWY_INLINE T SumSquaresSpan(const T* x, int64_t n) {
+  const hn::ScalableTag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  auto acc = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto v = hn::LoadU(d, x + i);
+    acc = hn::MulAdd(v, v, acc);
+  }
+  T total = hn::GetLane(hn::SumOfLanes(d, acc));
+  for (; i < n; ++i) total += x[i] * x[i];
+  return total;
+}
+
+// Partial sums in f64 per chunk (gradient norms of millions of f32 values), combined in chunk order.
+template <class T>
+void SumSquaresT(const T* x, T* out, int64_t n) {
+  const int64_t grain = 1 << 15;
+  std::vector<double> partial(static_cast<size_t>(std::max<int64_t>(num_chunks(n, grain), 1)), 0.0);
+  parallel_for_chunks(n, grain, [&](int64_t chunk, int64_t begin, int64_t end) {
+    double total = 0;
+    for (int64_t i = begin; i < end; i += 4096) total += SumSquaresSpan(x + i, std::min<int64_t>(4096, end - i));
+    partial[static_cast<size_t>(chunk)] = total;
+  });
+  double total = 0;
+  for (double p : partial) total += p;
+  *out = static_cast<T>(total);
+}
+
+void SumSquaresKernel(DType dtype, const void* x, void* out, int64_t n) {
+  LT_FLOAT_SWITCH(dtype, T, SumSquaresT<T>(static_cast<const T*>(x), static_cast<T*>(out), n));
+}
+
+template <class T>
 void SumLastDimT(const T* x, T* out, int64_t rows, int64_t n) {
   parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(n, 1)), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) out[r] = SumSpan(x + r * n, n);
@@ -67,6 +101,7 @@ HWY_AFTER_NAMESPACE();
 namespace lt::kernels {
 HWY_EXPORT(SumAllKernel);
 HWY_EXPORT(SumLastDimKernel);
+HWY_EXPORT(SumSquaresKernel);
 
 void sum(const Tensor& x, Tensor& out) {
   check_float(x, "sum", "x");
@@ -74,6 +109,14 @@ void sum(const Tensor& x, Tensor& out) {
   LT_CHECK(out.numel() == 1, "sum: out must hold one element, got ", out.str());
   require_cpu(x, "sum");
   HWY_DYNAMIC_DISPATCH(SumAllKernel)(x.dtype(), x.raw_data(), out.raw_data(), x.numel());
+}
+
+void sum_squares(const Tensor& x, Tensor& out) {
+  check_float(x, "sum_squares", "x");
+  check_like(out, x, "sum_squares", "out");
+  LT_CHECK(out.numel() == 1, "sum_squares: out must hold one element, got ", out.str());
+  require_cpu(x, "sum_squares");
+  HWY_DYNAMIC_DISPATCH(SumSquaresKernel)(x.dtype(), x.raw_data(), out.raw_data(), x.numel());
 }
 
 void sum_last_dim(const Tensor& x, Tensor& out) {

@@ -1,7 +1,7 @@
 // Every gradient-check case of the table, as its own GoogleTest test.
 #include <gtest/gtest.h>
 
-#include "autograd/gradcheck.h"
+#include "model/gradcheck_cases.h"
 
 namespace lt {
 namespace {
@@ -21,7 +21,7 @@ std::string case_name(const ::testing::TestParamInfo<GradCase>& info) {
   return name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Core, GradCheck, ::testing::ValuesIn(core_gradcheck_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Core, GradCheck, ::testing::ValuesIn(all_gradcheck_cases()), case_name);
 
 }  // namespace
 }  // namespace lt

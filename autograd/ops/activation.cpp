@@ -1,0 +1,50 @@
+// silu and swiglu: forward and backward. Each backward is one fused kernel pass (tensor/cpu/activation.cc).
+#include "autograd/ops.h"
+#include "tensor/kernels.h"
+
+namespace lt {
+namespace {
+
+struct SiluNode : Node {
+  Tensor x;
+  const char* name() const override { return "silu"; }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    Tensor dx = Tensor::empty_like(x);
+    kernels::silu_backward(x, g, dx);
+    return {dx};
+  }
+};
+
+struct SwigluNode : Node {
+  Tensor gate, up;
+  const char* name() const override { return "swiglu"; }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    // One pass yields both gradients; the one no input needs is dropped.
+    Tensor dgate = Tensor::empty_like(gate), dup = Tensor::empty_like(up);
+    kernels::swiglu_backward(gate, up, g, dgate, dup);
+    return {needs_grad(0) ? dgate : Tensor(), needs_grad(1) ? dup : Tensor()};
+  }
+};
+
+}  // namespace
+
+Variable silu(const Variable& x) {
+  Tensor y = Tensor::empty_like(x.value());
+  kernels::silu(x.value(), y);
+  auto node = std::make_shared<SiluNode>();
+  if (grad_enabled()) node->x = x.value();
+  return make_result(y, node, {x});
+}
+
+Variable swiglu(const Variable& gate, const Variable& up) {
+  Tensor y = Tensor::empty_like(gate.value());
+  kernels::swiglu(gate.value(), up.value(), y);
+  auto node = std::make_shared<SwigluNode>();
+  if (grad_enabled()) {
+    node->gate = gate.value();
+    node->up = up.value();
+  }
+  return make_result(y, node, {gate, up});
+}
+
+}  // namespace lt

@@ -1,0 +1,175 @@
+// Activations: SiLU and SwiGLU (silu(gate) * up), forward and backward, each one pass over memory.
+//
+// sigmoid(x) is computed from e = exp(-|x|), which lies in (0, 1] for every x: sigmoid = 1 / (1 + e)
+// for x >= 0 and e / (1 + e) otherwise. exp never overflows, so large |x| saturates cleanly to 0 or 1
+// instead of producing inf / inf.
+//
+// The last partial vector of a range is copied into a zero-padded buffer and run through the same
+// vector code as the rest, so every element gets bit-identical arithmetic wherever the chunk bounds
+// of parallel_for fall.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "tensor/cpu/activation.cc"
+#include <algorithm>
+#include <array>
+
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"  // header-only (templates): no extra library to link
+#include "tensor/cpu/kernel_util.h"
+#include "tensor/kernels.h"
+#include "tensor/threadpool.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace lt::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V Sigmoid(D d, V x) {
+  const V one = hn::Set(d, hn::TFromD<D>(1));
+  const V e = hn::Exp(d, hn::Neg(hn::Abs(x)));
+  return hn::Div(hn::IfThenElse(hn::Ge(x, hn::Zero(d)), one, e), hn::Add(one, e));
+}
+
+// Runs `body` (kIn input vectors -> kOut output vectors) over n elements, split across threads.
+template <size_t kIn, size_t kOut, class T, class Body>
+void MapVectors(const std::array<const T*, kIn>& in, const std::array<T*, kOut>& out, int64_t n, const Body& body) {
+  parallel_for(n, 1 << 14, [&](int64_t begin, int64_t end) {
+    const hn::ScalableTag<T> d;
+    using V = hn::Vec<decltype(d)>;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    std::array<V, kIn> args;
+    int64_t i = begin;
+    for (; i + lanes <= end; i += lanes) {
+      for (size_t k = 0; k < kIn; ++k) args[k] = hn::LoadU(d, in[k] + i);
+      const std::array<V, kOut> results = body(d, args);
+      for (size_t k = 0; k < kOut; ++k) hn::StoreU(results[k], d, out[k] + i);
+    }
+    if (i == end) return;
+    const int64_t count = end - i;
+    T padded[HWY_LANES(T)];
+    for (size_t k = 0; k < kIn; ++k) {
+      std::fill(padded, padded + lanes, T(0));
+      std::copy(in[k] + i, in[k] + end, padded);
+      args[k] = hn::LoadU(d, padded);
+    }
+    const std::array<V, kOut> results = body(d, args);
+    for (size_t k = 0; k < kOut; ++k) {
+      hn::StoreU(results[k], d, padded);
+      std::copy(padded, padded + count, out[k] + i);
+    }
+  });
+}
+
+template <class T>
+void SiluT(const T* x, T* y, int64_t n) {
+  MapVectors<1, 1, T>({x}, {y}, n, [](auto d, const auto& v) {
+    return std::array{hn::Mul(v[0], Sigmoid(d, v[0]))};
+  });
+}
+
+// d silu(x) / dx = s + x s (1 - s) = s (1 + x (1 - s)), s = sigmoid(x).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V SiluDerivative(D d, V x, V s) {
+  const V one = hn::Set(d, hn::TFromD<D>(1));
+  return hn::Mul(s, hn::MulAdd(x, hn::Sub(one, s), one));
+}
+
+template <class T>
+void SiluBackwardT(const T* x, const T* dy, T* dx, int64_t n) {
+  MapVectors<2, 1, T>({x, dy}, {dx}, n, [](auto d, const auto& v) {
+    return std::array{hn::Mul(v[1], SiluDerivative(d, v[0], Sigmoid(d, v[0])))};
+  });
+}
+
+template <class T>
+void SwigluT(const T* gate, const T* up, T* y, int64_t n) {
+  MapVectors<2, 1, T>({gate, up}, {y}, n, [](auto d, const auto& v) {
+    return std::array{hn::Mul(hn::Mul(v[0], Sigmoid(d, v[0])), v[1])};
+  });
+}
+
+// y = silu(g) u: dgate = dy u silu'(g), dup = dy silu(g).
+template <class T>
+void SwigluBackwardT(const T* gate, const T* up, const T* dy, T* dgate, T* dup, int64_t n) {
+  MapVectors<3, 2, T>({gate, up, dy}, {dgate, dup}, n, [](auto d, const auto& v) {
+    const auto s = Sigmoid(d, v[0]);
+    return std::array{hn::Mul(hn::Mul(v[2], v[1]), SiluDerivative(d, v[0], s)),
+                      hn::Mul(v[2], hn::Mul(v[0], s))};
+  });
+}
+
+void SiluKernel(DType dtype, const void* x, void* y, int64_t n) {
+  LT_FLOAT_SWITCH(dtype, T, SiluT<T>(static_cast<const T*>(x), static_cast<T*>(y), n));
+}
+
+void SiluBackwardKernel(DType dtype, const void* x, const void* dy, void* dx, int64_t n) {
+  LT_FLOAT_SWITCH(dtype, T,
+                  SiluBackwardT<T>(static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), n));
+}
+
+void SwigluKernel(DType dtype, const void* gate, const void* up, void* y, int64_t n) {
+  LT_FLOAT_SWITCH(dtype, T,
+                  SwigluT<T>(static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(y), n));
+}
+
+void SwigluBackwardKernel(DType dtype, const void* gate, const void* up, const void* dy, void* dgate, void* dup,
+                          int64_t n) {
+  LT_FLOAT_SWITCH(dtype, T,
+                  SwigluBackwardT<T>(static_cast<const T*>(gate), static_cast<const T*>(up),
+                                     static_cast<const T*>(dy), static_cast<T*>(dgate), static_cast<T*>(dup), n));
+}
+
+}  // namespace lt::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace lt::kernels {
+HWY_EXPORT(SiluKernel);
+HWY_EXPORT(SiluBackwardKernel);
+HWY_EXPORT(SwigluKernel);
+HWY_EXPORT(SwigluBackwardKernel);
+
+namespace {
+// t is a float tensor of ref's dtype, device and shape.
+void check_same(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
+  check_like(t, ref, op, what);
+  check_shape(t, ref.shape(), op, what);
+}
+}  // namespace
+
+void silu(const Tensor& x, Tensor& y) {
+  check_float(x, "silu", "x");
+  check_same(y, x, "silu", "y");
+  require_cpu(x, "silu");
+  HWY_DYNAMIC_DISPATCH(SiluKernel)(x.dtype(), x.raw_data(), y.raw_data(), x.numel());
+}
+
+void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  check_float(x, "silu_backward", "x");
+  check_same(dy, x, "silu_backward", "dy");
+  check_same(dx, x, "silu_backward", "dx");
+  require_cpu(x, "silu_backward");
+  HWY_DYNAMIC_DISPATCH(SiluBackwardKernel)(x.dtype(), x.raw_data(), dy.raw_data(), dx.raw_data(), x.numel());
+}
+
+void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
+  check_float(gate, "swiglu", "gate");
+  check_same(up, gate, "swiglu", "up");
+  check_same(y, gate, "swiglu", "y");
+  require_cpu(gate, "swiglu");
+  HWY_DYNAMIC_DISPATCH(SwigluKernel)(gate.dtype(), gate.raw_data(), up.raw_data(), y.raw_data(), gate.numel());
+}
+
+void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup) {
+  check_float(gate, "swiglu_backward", "gate");
+  check_same(up, gate, "swiglu_backward", "up");
+  check_same(dy, gate, "swiglu_backward", "dy");
+  check_same(dgate, gate, "swiglu_backward", "dgate");
+  check_same(dup, gate, "swiglu_backward", "dup");
+  require_cpu(gate, "swiglu_backward");
+  HWY_DYNAMIC_DISPATCH(SwigluBackwardKernel)(gate.dtype(), gate.raw_data(), up.raw_data(), dy.raw_data(),
+                                             dgate.raw_data(), dup.raw_data(), gate.numel());
+}
+
+}  // namespace lt::kernels
+#endif  // HWY_ONCE

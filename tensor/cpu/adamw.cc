@@ -1,0 +1,74 @@
+// The fused AdamW update: one pass over parameter, gradient and both moments.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "tensor/cpu/adamw.cc"
+#include <cmath>
+
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "tensor/cpu/kernel_util.h"
+#include "tensor/kernels.h"
+#include "tensor/threadpool.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace lt::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+template <class T>
+void AdamWT(T* p, const T* g, T* m, T* v, int64_t n, const AdamWStep& s) {
+  // Bias corrections folded into two scalars: p -= step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps).
+  const T decay = T(1.0 - s.lr * s.weight_decay);
+  const T b1 = T(s.beta1), b2 = T(s.beta2), one_minus_b1 = T(1.0 - s.beta1), one_minus_b2 = T(1.0 - s.beta2);
+  const T step_size = T(s.lr / (1.0 - std::pow(s.beta1, static_cast<double>(s.t))));
+  const T inv_sqrt_bc2 = T(1.0 / std::sqrt(1.0 - std::pow(s.beta2, static_cast<double>(s.t))));
+  const T eps = T(s.eps);
+  parallel_for(n, 1 << 14, [&](int64_t begin, int64_t end) {
+    const hn::ScalableTag<T> d;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    const auto vdecay = hn::Set(d, decay), vb1 = hn::Set(d, b1), vb2 = hn::Set(d, b2);
+    const auto v1mb1 = hn::Set(d, one_minus_b1), v1mb2 = hn::Set(d, one_minus_b2);
+    const auto vstep = hn::Set(d, step_size), vbc2 = hn::Set(d, inv_sqrt_bc2), veps = hn::Set(d, eps);
+    int64_t i = begin;
+    for (; i + lanes <= end; i += lanes) {
+      const auto gi = hn::LoadU(d, g + i);
+      const auto mi = hn::MulAdd(vb1, hn::LoadU(d, m + i), hn::Mul(v1mb1, gi));
+      const auto vi = hn::MulAdd(vb2, hn::LoadU(d, v + i), hn::Mul(v1mb2, hn::Mul(gi, gi)));
+      const auto denom = hn::MulAdd(hn::Sqrt(vi), vbc2, veps);
+      const auto pi = hn::Mul(hn::LoadU(d, p + i), vdecay);
+      hn::StoreU(mi, d, m + i);
+      hn::StoreU(vi, d, v + i);
+      hn::StoreU(hn::Sub(pi, hn::Div(hn::Mul(vstep, mi), denom)), d, p + i);
+    }
+    for (; i < end; ++i) {
+      m[i] = b1 * m[i] + one_minus_b1 * g[i];
+      v[i] = b2 * v[i] + one_minus_b2 * g[i] * g[i];
+      p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+    }
+  });
+}
+
+void AdamWKernel(DType dtype, void* p, const void* g, void* m, void* v, int64_t n, const AdamWStep& s) {
+  LT_FLOAT_SWITCH(dtype, T,
+                  AdamWT<T>(static_cast<T*>(p), static_cast<const T*>(g), static_cast<T*>(m), static_cast<T*>(v), n, s));
+}
+
+}  // namespace lt::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace lt::kernels {
+HWY_EXPORT(AdamWKernel);
+
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step) {
+  check_float(param, "adamw_step", "param");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&grad, &m, &v}) {
+    check_like(*t, param, "adamw_step", "state");
+    check_shape(*t, param.shape(), "adamw_step", "state");
+  }
+  LT_CHECK(step.t >= 1, "adamw_step: step count must start at 1");
+  require_cpu(param, "adamw_step");
+  HWY_DYNAMIC_DISPATCH(AdamWKernel)(param.dtype(), param.raw_data(), grad.raw_data(), m.raw_data(), v.raw_data(),
+                                    param.numel(), step);
+}
+
+}  // namespace lt::kernels
+#endif  // HWY_ONCE

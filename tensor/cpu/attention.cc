@@ -1,0 +1,430 @@
+// Causal grouped-query attention, flash-style: forward and backward.
+//
+// Layout [B, T, H, D] row-major: the row of (b, t, h) starts at ((b * T + t) * H + h) * D, so the rows
+// of one head are H * D apart. Query head h reads kv head h / (Hq / Hkv).
+//
+// Forward: one task per (batch, query head, block of kBlock query rows) streams over the key blocks up
+// to the diagonal. Per query row it keeps the running maximum m of the scores seen so far and the sum l
+// of exp(s - m) (the online softmax); when a new block raises m, the sum and the output accumulator are
+// rescaled by exp(m_old - m_new). Only a kBlock x kBlock tile of scores exists at any time, never the
+// T x T matrix. out = acc / l, and lse = m + log(l) is kept for the backward.
+//
+// Backward (FlashAttention-2): the probabilities are recomputed from lse, P = exp(s - lse), and with
+// D_i = rowsum(dout_i * out_i):
+//   dv += P^T dout,   dP = dout v^T,   dS = P * (dP - D_i),   dq += scale dS k,   dk += scale dS^T q.
+// Determinism: one task per (batch, kv head) owns dk and dv of that kv head and dq of every query head
+// that reads it, and adds into them in a fixed order (key block, query head, query block). No element is
+// written by two tasks and there are no atomics, so the gradients are bit-identical run after run and do
+// not even depend on the thread count. The price is parallelism limited to B * Hkv tasks.
+//
+// The block products are small GEMMs vectorised along the rows of their right operand (BlockGemm). Its
+// left operand is read through two strides, so a transposed P or dS costs nothing. The right operands
+// are gathered into contiguous blocks first (rows of one head in [B, T, H, D] sit H * D apart, which maps
+// them to few cache sets when H * D is a large power of two); k, which the score product needs as
+// [D, keys], is packed transposed: once per call in the forward, once per key block in the backward.
+//
+// Numerics: scores, running max and sums are kept in the tensor's dtype (f32 in training), as
+// FlashAttention does; exp is Highway's vectorised Exp (about 1 ulp).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "tensor/cpu/attention.cc"
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "tensor/cpu/kernel_util.h"
+#include "tensor/kernels.h"
+#include "tensor/threadpool.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace lt::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Query rows and key rows per block. 64 keeps a score tile (16 KiB in f32) and the packed k and v blocks
+// in L1/L2 for head dims up to 128, and is a multiple of every vector length, so a row of a tile can be
+// walked in whole vectors (the last one masked) without leaving the tile.
+constexpr int64_t kBlock = 64;
+static_assert(kBlock % HWY_LANES(float) == 0, "a tile row must hold whole vectors");
+
+// Scratch buffers grow to the largest size seen and are reused, so steady-state steps allocate nothing.
+template <class T>
+T* scratch(std::vector<T>& buffer, int64_t n) {
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
+}
+
+// ---- block GEMM ------------------------------------------------------------------------------------
+// c[M, N] = alpha * A @ b (+ c when accumulate), where A[m, k] = a[m * a_row + k * a_col] (a transposed
+// operand is the same matrix with its strides swapped), b is row-major [K, N] with leading dimension
+// ldb, and c has leading dimension ldc. A tile of kRows rows x kVecs vectors of c stays in registers
+// while k streams; every element is summed over k in order.
+template <int kRows, int kVecs, class D, class T = hn::TFromD<D>>
+HWY_INLINE void GemmTile(D d, int64_t K, T alpha, const T* a, int64_t a_row, int64_t a_col, const T* b, int64_t ldb,
+                         bool accumulate, T* c, int64_t ldc) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  using V = hn::Vec<D>;
+  V acc[kRows][kVecs];
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = hn::Zero(d);
+  for (int64_t k = 0; k < K; ++k) {
+    V b_k[kVecs];
+    for (int v = 0; v < kVecs; ++v) b_k[v] = hn::LoadU(d, b + k * ldb + v * lanes);
+    for (int r = 0; r < kRows; ++r) {
+      const V a_rk = hn::Set(d, a[r * a_row + k * a_col]);
+      for (int v = 0; v < kVecs; ++v) acc[r][v] = hn::MulAdd(a_rk, b_k[v], acc[r][v]);
+    }
+  }
+  const V valpha = hn::Set(d, alpha);
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kVecs; ++v) {
+      T* c_rv = c + r * ldc + v * lanes;
+      V result = hn::Mul(valpha, acc[r][v]);
+      if (accumulate) result = hn::Add(result, hn::LoadU(d, c_rv));
+      hn::StoreU(result, d, c_rv);
+    }
+}
+
+// kRows rows of c, all N columns: two-vector tiles, then one vector, then single columns.
+template <int kRows, class T>
+void GemmRows(int64_t N, int64_t K, T alpha, const T* a, int64_t a_row, int64_t a_col, const T* b, int64_t ldb,
+              bool accumulate, T* c, int64_t ldc) {
+  const hn::ScalableTag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t n = 0;
+  for (; n + 2 * lanes <= N; n += 2 * lanes)
+    GemmTile<kRows, 2>(d, K, alpha, a, a_row, a_col, b + n, ldb, accumulate, c + n, ldc);
+  for (; n + lanes <= N; n += lanes)
+    GemmTile<kRows, 1>(d, K, alpha, a, a_row, a_col, b + n, ldb, accumulate, c + n, ldc);
+  for (; n < N; ++n)
+    for (int r = 0; r < kRows; ++r) {
+      T sum = 0;
+      for (int64_t k = 0; k < K; ++k) sum += a[r * a_row + k * a_col] * b[k * ldb + n];
+      T& out = c[r * ldc + n];
+      out = accumulate ? out + alpha * sum : alpha * sum;
+    }
+}
+
+template <class T>
+void BlockGemm(int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t a_row, int64_t a_col, const T* b,
+               int64_t ldb, bool accumulate, T* c, int64_t ldc) {
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4)
+    GemmRows<4>(N, K, alpha, a + m * a_row, a_row, a_col, b, ldb, accumulate, c + m * ldc, ldc);
+  const T* a_m = a + m * a_row;
+  T* c_m = c + m * ldc;
+  switch (M - m) {
+    case 3: GemmRows<3>(N, K, alpha, a_m, a_row, a_col, b, ldb, accumulate, c_m, ldc); break;
+    case 2: GemmRows<2>(N, K, alpha, a_m, a_row, a_col, b, ldb, accumulate, c_m, ldc); break;
+    case 1: GemmRows<1>(N, K, alpha, a_m, a_row, a_col, b, ldb, accumulate, c_m, ldc); break;
+    default: break;
+  }
+}
+
+// dst[d * kBlock + c] = src[c * ld + d] for the `rows` rows of one head of k or v: [rows, D] -> [D, rows].
+template <class T>
+void PackTransposed(const T* src, int64_t ld, int64_t rows, int64_t D, T* dst) {
+  for (int64_t c = 0; c < rows; ++c)
+    for (int64_t i = 0; i < D; ++i) dst[i * kBlock + c] = src[c * ld + i];
+}
+
+// dst[c * D + i] = src[c * ld + i]: `rows` rows of one head gathered into a contiguous block.
+template <class T>
+void CopyRows(const T* src, int64_t ld, int64_t rows, int64_t D, T* dst) {
+  for (int64_t c = 0; c < rows; ++c) std::copy_n(src + c * ld, D, dst + c * D);
+}
+
+// ---- row helpers ----------------------------------------------------------------------------------
+template <class T>
+T Dot(const T* x, const T* y, int64_t n) {
+  const hn::ScalableTag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  auto acc = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) acc = hn::MulAdd(hn::LoadU(d, x + i), hn::LoadU(d, y + i), acc);
+  T sum = hn::GetLane(hn::SumOfLanes(d, acc));
+  for (; i < n; ++i) sum += x[i] * y[i];
+  return sum;
+}
+
+// y[i] = alpha * x[i]; y may be x.
+template <class T>
+void ScaleRow(T alpha, const T* x, T* y, int64_t n) {
+  const hn::ScalableTag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto valpha = hn::Set(d, alpha);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::Mul(valpha, hn::LoadU(d, x + i)), d, y + i);
+  for (; i < n; ++i) y[i] = alpha * x[i];
+}
+
+// The number of keys of key block jb that query row r of query block ib may see: all of them below the
+// diagonal; on it (the blocks start at the same position) keys 0..r.
+inline int64_t VisibleKeys(int64_t ib, int64_t jb, int64_t r, int64_t keys) {
+  return jb < ib ? keys : std::min(keys, r + 1);
+}
+
+// Tile rows are walked in whole vectors over [0, keys) rounded up; the lanes past `visible` keys are
+// masked to 0, so the products that read the tile with K = keys see exact zeros there.
+template <class D>
+HWY_INLINE hn::Mask<D> FirstLanes(D d, int64_t count) {
+  return hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(count, 0)));
+}
+
+// The largest of row[0, visible).
+template <class T>
+T RowMax(const T* row, int64_t visible) {
+  const hn::ScalableTag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
+  auto vmax = neg_inf;
+  for (int64_t c = 0; c < visible; c += lanes)
+    vmax = hn::Max(vmax, hn::IfThenElse(FirstLanes(d, visible - c), hn::LoadU(d, row + c), neg_inf));
+  return hn::GetLane(hn::MaxOfLanes(d, vmax));
+}
+
+// row[c] = exp(row[c] - shift) for c < visible, 0 for visible <= c < keys; returns the sum.
+template <class T>
+T ExpRow(T* row, int64_t visible, int64_t keys, T shift) {
+  const hn::ScalableTag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto vshift = hn::Set(d, shift);
+  auto sum = hn::Zero(d);
+  for (int64_t c = 0; c < keys; c += lanes) {
+    const auto p = hn::IfThenElseZero(FirstLanes(d, visible - c), hn::Exp(d, hn::Sub(hn::LoadU(d, row + c), vshift)));
+    hn::StoreU(p, d, row + c);
+    sum = hn::Add(sum, p);
+  }
+  return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
+// dS = P * (dP - D_i) over the row, in place in dP (P is 0 past the visible keys, so dS is too).
+template <class T>
+void ScoreGradRow(const T* p_row, T* dp_row, int64_t keys, T d_i) {
+  const hn::ScalableTag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto vd_i = hn::Set(d, d_i);
+  for (int64_t c = 0; c < keys; c += lanes) {
+    const auto ds = hn::Mul(hn::LoadU(d, p_row + c), hn::Sub(hn::LoadU(d, dp_row + c), vd_i));
+    hn::StoreU(hn::IfThenElseZero(FirstLanes(d, keys - c), ds), d, dp_row + c);
+  }
+}
+
+struct AttentionShape {
+  int64_t B, T, Hq, Hkv, D;
+  int64_t blocks() const { return (T + kBlock - 1) / kBlock; }
+  int64_t group() const { return Hq / Hkv; }
+  // Offsets of the first row of (b, t, h) in q-shaped and kv-shaped tensors, and of lse[b, h, t].
+  int64_t q_row(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * Hq + h) * D; }
+  int64_t kv_row(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * Hkv + h) * D; }
+  int64_t lse_at(int64_t b, int64_t h, int64_t t) const { return (b * Hq + h) * T + t; }
+};
+
+// ---- forward ----------------------------------------------------------------------------------------
+template <class T>
+void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T* v, T scale, T* out, T* lse) {
+  const int64_t D = s.D, q_ld = s.Hq * D, kv_ld = s.Hkv * D, blocks = s.blocks();
+  // Every query head of a group reads the same k and v blocks: pack them once per call rather than once
+  // per task, k transposed block by block [B, Hkv, blocks, D, kBlock] and v contiguous [B, Hkv, T, D].
+  // The storage comes from the caching allocator, so steady-state steps allocate nothing.
+  const Tensor packed = Tensor::empty({s.B * s.Hkv * (blocks * D * kBlock + s.T * D)}, dtype_of<T>());
+  T* k_blocks = packed.data<T>();
+  T* v_rows = k_blocks + s.B * s.Hkv * blocks * D * kBlock;
+  auto k_block_at = [&](int64_t b, int64_t kv, int64_t jb) {
+    return k_blocks + ((b * s.Hkv + kv) * blocks + jb) * D * kBlock;
+  };
+  auto v_row_at = [&](int64_t b, int64_t kv, int64_t t) { return v_rows + ((b * s.Hkv + kv) * s.T + t) * D; };
+  parallel_for(s.B * s.Hkv * blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t jb = task % blocks, kv = task / blocks % s.Hkv, b = task / (blocks * s.Hkv);
+      const int64_t j0 = jb * kBlock, keys = std::min(kBlock, s.T - j0);
+      PackTransposed(k + s.kv_row(b, j0, kv), kv_ld, keys, D, k_block_at(b, kv, jb));
+      CopyRows(v + s.kv_row(b, j0, kv), kv_ld, keys, D, v_row_at(b, kv, j0));
+    }
+  });
+
+  parallel_for(s.B * s.Hq * blocks, 1, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<T> buffer;
+    T* scores = scratch(buffer, kBlock * kBlock + kBlock * D + 2 * kBlock);
+    T* acc = scores + kBlock * kBlock;  // [kBlock, D]: unnormalised output rows
+    T* row_max = acc + kBlock * D;      // m per query row
+    T* row_sum = row_max + kBlock;      // l per query row
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t ib = task % blocks, h = task / blocks % s.Hq, b = task / (blocks * s.Hq);
+      const int64_t kv = h / s.group();
+      const int64_t i0 = ib * kBlock, rows = std::min(kBlock, s.T - i0);
+      const T* q_i = q + s.q_row(b, i0, h);
+      std::fill(acc, acc + rows * D, T(0));
+      std::fill(row_max, row_max + rows, -std::numeric_limits<T>::infinity());
+      std::fill(row_sum, row_sum + rows, T(0));
+      for (int64_t jb = 0; jb <= ib; ++jb) {
+        const int64_t j0 = jb * kBlock, keys = std::min(kBlock, s.T - j0);
+        BlockGemm(rows, keys, D, scale, q_i, q_ld, 1, k_block_at(b, kv, jb), kBlock, false, scores, kBlock);
+        for (int64_t r = 0; r < rows; ++r) {
+          T* row = scores + r * kBlock;
+          const int64_t visible = VisibleKeys(ib, jb, r, keys);
+          const T new_max = std::max(row_max[r], RowMax(row, visible));
+          const T block_sum = ExpRow(row, visible, keys, new_max);
+          const T rescale = std::exp(row_max[r] - new_max);  // 0 on the first block (m = -inf)
+          row_sum[r] = row_sum[r] * rescale + block_sum;
+          row_max[r] = new_max;
+          if (rescale != T(1)) ScaleRow(rescale, acc + r * D, acc + r * D, D);
+        }
+        BlockGemm(rows, D, keys, T(1), scores, kBlock, 1, v_row_at(b, kv, j0), D, true, acc, D);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        ScaleRow(T(1) / row_sum[r], acc + r * D, out + s.q_row(b, i0 + r, h), D);
+        lse[s.lse_at(b, h, i0 + r)] = row_max[r] + std::log(row_sum[r]);
+      }
+    }
+  });
+}
+
+// ---- backward ---------------------------------------------------------------------------------------
+template <class T>
+void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T* v, const T* out, const T* lse,
+                        const T* dout, T scale, T* dq, T* dk, T* dv) {
+  const int64_t D = s.D, q_ld = s.Hq * D, kv_ld = s.Hkv * D, blocks = s.blocks(), group = s.group();
+  parallel_for(s.B * s.Hkv, 1, [&](int64_t begin, int64_t end) {
+    // Operands are gathered into contiguous blocks, and dk, dv of a key block (which only the iterations
+    // of that block touch) are summed in a block buffer and stored once.
+    thread_local std::vector<T> buffer;
+    T* probs = scratch(buffer, 2 * kBlock * kBlock + 7 * kBlock * D + group * s.T);
+    T* dprobs = probs + kBlock * kBlock;  // dP, then dS in place
+    T* k_t = dprobs + kBlock * kBlock;    // [D, kBlock]: the key block transposed
+    T* v_t = k_t + kBlock * D;            // [D, kBlock]
+    T* k_j = v_t + kBlock * D;            // [kBlock, D]: the key block
+    T* dk_j = k_j + kBlock * D;           // [kBlock, D]
+    T* dv_j = dk_j + kBlock * D;          // [kBlock, D]
+    T* q_i = dv_j + kBlock * D;           // [kBlock, D]: the query block
+    T* dout_i = q_i + kBlock * D;         // [kBlock, D]
+    T* row_dot = dout_i + kBlock * D;     // D_i = rowsum(dout * out), [group, T]
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / s.Hkv, kv = task % s.Hkv;
+      const int64_t h_first = kv * group;
+      for (int64_t t = 0; t < s.T; ++t)
+        for (int64_t g = 0; g < group; ++g) {
+          const int64_t at = s.q_row(b, t, h_first + g);
+          std::fill_n(dq + at, D, T(0));
+          row_dot[g * s.T + t] = Dot(dout + at, out + at, D);
+        }
+      for (int64_t jb = 0; jb < blocks; ++jb) {
+        const int64_t j0 = jb * kBlock, keys = std::min(kBlock, s.T - j0);
+        PackTransposed(k + s.kv_row(b, j0, kv), kv_ld, keys, D, k_t);
+        PackTransposed(v + s.kv_row(b, j0, kv), kv_ld, keys, D, v_t);
+        CopyRows(k + s.kv_row(b, j0, kv), kv_ld, keys, D, k_j);
+        std::fill_n(dk_j, keys * D, T(0));
+        std::fill_n(dv_j, keys * D, T(0));
+        for (int64_t g = 0; g < group; ++g) {
+          const int64_t h = h_first + g;
+          for (int64_t ib = jb; ib < blocks; ++ib) {
+            const int64_t i0 = ib * kBlock, rows = std::min(kBlock, s.T - i0);
+            CopyRows(q + s.q_row(b, i0, h), q_ld, rows, D, q_i);
+            CopyRows(dout + s.q_row(b, i0, h), q_ld, rows, D, dout_i);
+            BlockGemm(rows, keys, D, scale, q_i, D, 1, k_t, kBlock, false, probs, kBlock);  // S = scale q k^T
+            for (int64_t r = 0; r < rows; ++r)
+              ExpRow(probs + r * kBlock, VisibleKeys(ib, jb, r, keys), keys, lse[s.lse_at(b, h, i0 + r)]);
+            BlockGemm(keys, D, rows, T(1), probs, 1, kBlock, dout_i, D, true, dv_j, D);           // dv += P^T dout
+            BlockGemm(rows, keys, D, T(1), dout_i, D, 1, v_t, kBlock, false, dprobs, kBlock);  // dP = dout v^T
+            for (int64_t r = 0; r < rows; ++r)
+              ScoreGradRow(probs + r * kBlock, dprobs + r * kBlock, keys, row_dot[g * s.T + i0 + r]);
+            BlockGemm(rows, D, keys, scale, dprobs, kBlock, 1, k_j, D, true, dq + s.q_row(b, i0, h), q_ld);  // dq
+            BlockGemm(keys, D, rows, scale, dprobs, 1, kBlock, q_i, D, true, dk_j, D);  // dk += scale dS^T q
+          }
+        }
+        for (int64_t c = 0; c < keys; ++c) {
+          std::copy_n(dk_j + c * D, D, dk + s.kv_row(b, j0 + c, kv));
+          std::copy_n(dv_j + c * D, D, dv + s.kv_row(b, j0 + c, kv));
+        }
+      }
+    }
+  });
+}
+
+// The sequence length is `seq` here, since T names the element type in the kernels above.
+void AttentionKernel(DType dtype, int64_t B, int64_t seq, int64_t Hq, int64_t Hkv, int64_t D, const void* q,
+                     const void* k, const void* v, double scale, void* out, void* lse) {
+  const AttentionShape s{B, seq, Hq, Hkv, D};
+  LT_FLOAT_SWITCH(dtype, T,
+                  AttentionForwardT<T>(s, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+                                       T(scale), static_cast<T*>(out), static_cast<T*>(lse)));
+}
+
+void AttentionBackwardKernel(DType dtype, int64_t B, int64_t seq, int64_t Hq, int64_t Hkv, int64_t D, const void* q,
+                             const void* k, const void* v, const void* out, const void* lse, const void* dout,
+                             double scale, void* dq, void* dk, void* dv) {
+  const AttentionShape s{B, seq, Hq, Hkv, D};
+  LT_FLOAT_SWITCH(dtype, T,
+                  AttentionBackwardT<T>(s, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+                                        static_cast<const T*>(out), static_cast<const T*>(lse),
+                                        static_cast<const T*>(dout), T(scale), static_cast<T*>(dq),
+                                        static_cast<T*>(dk), static_cast<T*>(dv)));
+}
+
+}  // namespace lt::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace lt::kernels {
+HWY_EXPORT(AttentionKernel);
+HWY_EXPORT(AttentionBackwardKernel);
+
+namespace {
+
+struct AttentionSizes {
+  int64_t B, T, Hq, Hkv, D;
+};
+
+// Checks the operands shared by forward and backward and returns the sizes.
+AttentionSizes check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                               const Tensor& lse) {
+  check_float(q, op, "q");
+  check_like(k, q, op, "k");
+  check_like(v, q, op, "v");
+  check_like(out, q, op, "out");
+  check_like(lse, q, op, "lse");
+  LT_CHECK(q.ndim() == 4, op, ": q must be [B, T, Hq, D], got ", q.str());
+  LT_CHECK(k.ndim() == 4, op, ": k must be [B, T, Hkv, D], got ", k.str());
+  const int64_t B = q.dim(0), T = q.dim(1), Hq = q.dim(2), D = q.dim(3), Hkv = k.dim(2);
+  LT_CHECK(k.dim(0) == B && k.dim(1) == T && k.dim(3) == D, op, ": k ", k.str(), " differs from q ", q.str(),
+           " in batch, length or head dim");
+  LT_CHECK(Hkv > 0 && Hq % Hkv == 0, op, ": query heads (", Hq, ") must be a multiple of kv heads (", Hkv, ")");
+  LT_CHECK(D > 0, op, ": head dim must be positive, got ", q.str());
+  check_shape(v, k.shape(), op, "v");
+  check_shape(out, q.shape(), op, "out");
+  check_shape(lse, {B, Hq, T}, op, "lse");
+  require_cpu(q, op);
+  return {B, T, Hq, Hkv, D};
+}
+
+}  // namespace
+
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse) {
+  const AttentionSizes n = check_attention("attention", q, k, v, out, lse);
+  if (q.numel() == 0) return;
+  HWY_DYNAMIC_DISPATCH(AttentionKernel)(q.dtype(), n.B, n.T, n.Hq, n.Hkv, n.D, q.raw_data(), k.raw_data(),
+                                        v.raw_data(), scale, out.raw_data(), lse.raw_data());
+}
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        const Tensor& dout, double scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const char* op = "attention_backward";
+  const AttentionSizes n = check_attention(op, q, k, v, out, lse);
+  check_like(dout, q, op, "dout");
+  check_like(dq, q, op, "dq");
+  check_like(dk, q, op, "dk");
+  check_like(dv, q, op, "dv");
+  check_shape(dout, q.shape(), op, "dout");
+  check_shape(dq, q.shape(), op, "dq");
+  check_shape(dk, k.shape(), op, "dk");
+  check_shape(dv, k.shape(), op, "dv");
+  if (q.numel() == 0 && k.numel() == 0) return;
+  HWY_DYNAMIC_DISPATCH(AttentionBackwardKernel)(q.dtype(), n.B, n.T, n.Hq, n.Hkv, n.D, q.raw_data(), k.raw_data(),
+                                                v.raw_data(), out.raw_data(), lse.raw_data(), dout.raw_data(), scale,
+                                                dq.raw_data(), dk.raw_data(), dv.raw_data());
+}
+
+}  // namespace lt::kernels
+#endif  // HWY_ONCE

@@ -1,0 +1,205 @@
+// RMSNorm over the last dimension: y = (x * rstd) * w, rstd = 1 / sqrt(mean(x^2) + eps).
+//
+// Numerics: the row statistics (sum of squares, and the dot product of the backward) are accumulated
+// in f64 whatever the input dtype, so long rows lose no precision and f32 values up to ~1e38 square
+// without overflow. x * rstd is formed in the input dtype before the weight multiplies it, the order
+// of the Hugging Face reference.
+//
+// Backward, per row with g = w * dy:
+//   dx = rstd * g - x * rstd^3 * mean(g * x)
+//   dw += sum over rows of dy * (x * rstd)
+// Rows are split across threads; each chunk of rows sums its dw contribution into its own partial
+// buffer, and the partials are added in chunk order, so dw is bit-identical run after run.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "tensor/cpu/norm.cc"
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "tensor/cpu/kernel_util.h"
+#include "tensor/kernels.h"
+#include "tensor/threadpool.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace lt::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Rows per chunk: enough elements per chunk that the threading overhead stays small.
+static int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)); }
+
+// Loads as many T values as dd has f64 lanes, widened to f64.
+template <class DD, class T>
+HWY_INLINE hn::Vec<DD> LoadAsF64(DD dd, const T* p) {
+  if constexpr (std::is_same_v<T, double>) {
+    return hn::LoadU(dd, p);
+  } else {
+    const hn::Rebind<T, DD> dt;
+    return hn::PromoteTo(dd, hn::LoadU(dt, p));
+  }
+}
+
+// sum of x[i]^2 over [0, n), in f64. Lanes accumulate independently and are reduced at the end: the
+// order depends only on n and the vector width.
+template <class T>
+HWY_INLINE double SumSquaresF64(const T* x, int64_t n) {
+  const hn::ScalableTag<double> dd;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(dd));
+  auto acc0 = hn::Zero(dd), acc1 = hn::Zero(dd);
+  int64_t i = 0;
+  for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    const auto v0 = LoadAsF64(dd, x + i), v1 = LoadAsF64(dd, x + i + lanes);
+    acc0 = hn::MulAdd(v0, v0, acc0);
+    acc1 = hn::MulAdd(v1, v1, acc1);
+  }
+  for (; i + lanes <= n; i += lanes) {
+    const auto v = LoadAsF64(dd, x + i);
+    acc0 = hn::MulAdd(v, v, acc0);
+  }
+  double total = hn::GetLane(hn::SumOfLanes(dd, hn::Add(acc0, acc1)));
+  for (; i < n; ++i) total += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return total;
+}
+
+// sum of a[i] * b[i] * c[i] over [0, n), in f64.
+template <class T>
+HWY_INLINE double TripleDotF64(const T* a, const T* b, const T* c, int64_t n) {
+  const hn::ScalableTag<double> dd;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(dd));
+  auto acc = hn::Zero(dd);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes)
+    acc = hn::MulAdd(hn::Mul(LoadAsF64(dd, a + i), LoadAsF64(dd, b + i)), LoadAsF64(dd, c + i), acc);
+  double total = hn::GetLane(hn::SumOfLanes(dd, acc));
+  for (; i < n; ++i) total += static_cast<double>(a[i]) * static_cast<double>(b[i]) * static_cast<double>(c[i]);
+  return total;
+}
+
+template <class T>
+void RmsNormT(const T* x_NC, const T* w_C, double eps, T* y_NC, T* rstd_N, int64_t N, int64_t C) {
+  parallel_for(N, row_grain(C), [&](int64_t begin, int64_t end) {
+    const hn::ScalableTag<T> d;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    for (int64_t n = begin; n < end; ++n) {
+      const T* x = x_NC + n * C;
+      T* y = y_NC + n * C;
+      const T r = static_cast<T>(1.0 / std::sqrt(SumSquaresF64(x, C) / static_cast<double>(C) + eps));
+      rstd_N[n] = r;
+      const auto rv = hn::Set(d, r);
+      int64_t j = 0;
+      for (; j + lanes <= C; j += lanes)
+        hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, x + j), rv), hn::LoadU(d, w_C + j)), d, y + j);
+      for (; j < C; ++j) y[j] = (x[j] * r) * w_C[j];
+    }
+  });
+}
+
+template <class T>
+void RmsNormBackwardT(const T* x_NC, const T* w_C, const T* rstd_N, const T* dy_NC, T* dx_NC, T* dw_C, int64_t N,
+                      int64_t C) {
+  // Per-chunk dw partials, kept between calls so steady-state steps allocate nothing.
+  static thread_local std::vector<T> partial_dw;
+  const int64_t grain = row_grain(C);
+  const int64_t chunks = num_chunks(N, grain);
+  partial_dw.assign(static_cast<size_t>(chunks * C), T(0));
+  T* partials = partial_dw.data();
+
+  parallel_for_chunks(N, grain, [&](int64_t chunk, int64_t begin, int64_t end) {
+    const hn::ScalableTag<T> d;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    T* dw_part = partials + chunk * C;
+    for (int64_t n = begin; n < end; ++n) {
+      const T* x = x_NC + n * C;
+      const T* dy = dy_NC + n * C;
+      T* dx = dx_NC + n * C;
+      const double r = static_cast<double>(rstd_N[n]);
+      const double mean_gx = TripleDotF64(w_C, dy, x, C) / static_cast<double>(C);
+      const T rt = static_cast<T>(r);
+      const T coef = static_cast<T>(r * r * r * mean_gx);
+      const auto rv = hn::Set(d, rt), coefv = hn::Set(d, coef);
+      int64_t j = 0;
+      for (; j + lanes <= C; j += lanes) {
+        const auto xv = hn::LoadU(d, x + j), dyv = hn::LoadU(d, dy + j);
+        const auto g = hn::Mul(hn::LoadU(d, w_C + j), dyv);
+        hn::StoreU(hn::NegMulAdd(coefv, xv, hn::Mul(rv, g)), d, dx + j);
+        hn::StoreU(hn::MulAdd(dyv, hn::Mul(xv, rv), hn::LoadU(d, dw_part + j)), d, dw_part + j);
+      }
+      for (; j < C; ++j) {
+        dx[j] = rt * (w_C[j] * dy[j]) - coef * x[j];
+        dw_part[j] += dy[j] * (x[j] * rt);
+      }
+    }
+  });
+
+  for (int64_t j = 0; j < C; ++j) {
+    T total = 0;
+    for (int64_t c = 0; c < chunks; ++c) total += partials[c * C + j];
+    dw_C[j] += total;
+  }
+}
+
+void RmsNormKernel(DType dtype, const void* x, const void* w, double eps, void* y, void* rstd, int64_t N, int64_t C) {
+  LT_FLOAT_SWITCH(dtype, T,
+                  RmsNormT<T>(static_cast<const T*>(x), static_cast<const T*>(w), eps, static_cast<T*>(y),
+                              static_cast<T*>(rstd), N, C));
+}
+
+void RmsNormBackwardKernel(DType dtype, const void* x, const void* w, const void* rstd, const void* dy, void* dx,
+                           void* dw, int64_t N, int64_t C) {
+  LT_FLOAT_SWITCH(dtype, T,
+                  RmsNormBackwardT<T>(static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(rstd),
+                                      static_cast<const T*>(dy), static_cast<T*>(dx), static_cast<T*>(dw), N, C));
+}
+
+}  // namespace lt::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace lt::kernels {
+HWY_EXPORT(RmsNormKernel);
+HWY_EXPORT(RmsNormBackwardKernel);
+
+namespace {
+// Checks x [..., C] and w [C]; returns the leading shape (the shape of rstd).
+Shape check_rmsnorm_operands(const Tensor& x, const Tensor& w, const char* op) {
+  check_float(x, op, "x");
+  LT_CHECK(x.ndim() >= 1 && x.dim(-1) > 0, op, ": x must have a non-empty last dimension, got ", x.str());
+  check_like(w, x, op, "w");
+  check_shape(w, {x.dim(-1)}, op, "w");
+  require_cpu(x, op);
+  return Shape(x.shape().begin(), x.shape().end() - 1);
+}
+}  // namespace
+
+void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) {
+  const Shape lead = check_rmsnorm_operands(x, w, "rmsnorm");
+  LT_CHECK(eps >= 0, "rmsnorm: eps must be >= 0, got ", eps);
+  check_like(y, x, "rmsnorm", "y");
+  check_shape(y, x.shape(), "rmsnorm", "y");
+  check_like(rstd, x, "rmsnorm", "rstd");
+  check_shape(rstd, lead, "rmsnorm", "rstd");
+  const int64_t C = x.dim(-1);
+  HWY_DYNAMIC_DISPATCH(RmsNormKernel)(x.dtype(), x.raw_data(), w.raw_data(), eps, y.raw_data(), rstd.raw_data(),
+                                      x.numel() / C, C);
+}
+
+void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
+                      Tensor& dw) {
+  const Shape lead = check_rmsnorm_operands(x, w, "rmsnorm_backward");
+  check_like(rstd, x, "rmsnorm_backward", "rstd");
+  check_shape(rstd, lead, "rmsnorm_backward", "rstd");
+  check_like(dy, x, "rmsnorm_backward", "dy");
+  check_shape(dy, x.shape(), "rmsnorm_backward", "dy");
+  check_like(dx, x, "rmsnorm_backward", "dx");
+  check_shape(dx, x.shape(), "rmsnorm_backward", "dx");
+  check_like(dw, x, "rmsnorm_backward", "dw");
+  check_shape(dw, w.shape(), "rmsnorm_backward", "dw");
+  const int64_t C = x.dim(-1);
+  HWY_DYNAMIC_DISPATCH(RmsNormBackwardKernel)(x.dtype(), x.raw_data(), w.raw_data(), rstd.raw_data(), dy.raw_data(),
+                                              dx.raw_data(), dw.raw_data(), x.numel() / C, C);
+}
+
+}  // namespace lt::kernels
+#endif  // HWY_ONCE

@@ -1,0 +1,158 @@
+// Device discovery, per-device allocators and cuBLAS handles, copies and error reporting.
+// CMake globs every .cpp under tensor/ into the library, CUDA or not, hence the guard.
+#ifdef LINGTRAIN_CUDA
+#include "tensor/cuda/cuda_runtime.h"
+
+#include <array>
+#include <cstring>
+#include <mutex>
+#include <utility>
+
+#include "tensor/allocator.h"
+#include "tensor/device.h"
+#include "tensor/error.h"
+
+namespace lt::cuda {
+
+void fail_cuda(cudaError_t status, const char* call, const char* file, int line) {
+  // A failed call is also recorded as the thread's last error; clear it so that a later, unrelated
+  // cudaGetLastError() check does not report this failure a second time.
+  cudaGetLastError();
+  fail("CUDA error at ", file, ":", line, ": ", call, " failed: ", cudaGetErrorString(status), " (",
+       cudaGetErrorName(status), ")");
+}
+
+void fail_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
+  fail("cuBLAS error at ", file, ":", line, ": ", call, " failed: ", cublasGetStatusString(status), " (",
+       cublasGetStatusName(status), ")");
+}
+
+int device_count() {
+  static const int count = [] {
+    int n = 0;
+    // Without a driver this returns error 35 (insufficient driver) and leaves n untouched; the error
+    // also sticks as the last error, which would then surface in the next unrelated check.
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+DeviceGuard::DeviceGuard(int index) {
+  LT_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != index) {
+    LT_CUDA_CHECK(cudaSetDevice(index));
+    switched_ = true;
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  // A destructor must not throw; switching back to a device that was current a moment ago only fails
+  // when the driver itself is gone, and then the next checked call reports it.
+  if (switched_) cudaSetDevice(previous_);
+}
+
+namespace {
+
+// CachingAllocator takes plain function pointers with no context, so each device gets its own
+// instantiation of these, up to a fixed number of devices per process.
+constexpr int kMaxDevices = 16;
+
+void check_device_index(int index) {
+  const int count = device_count();
+  LT_CHECK(index >= 0 && index < count, "cuda:", index, " is not a usable device: this machine has ", count,
+           " CUDA device(s)");
+  LT_CHECK(index < kMaxDevices, "cuda:", index, ": lingtrain supports at most ", kMaxDevices,
+           " devices per process");
+}
+
+template <int kDevice>
+void* device_malloc(size_t bytes) {
+  const DeviceGuard guard(kDevice);
+  void* ptr = nullptr;
+  const cudaError_t status = cudaMalloc(&ptr, bytes);
+  if (status == cudaErrorMemoryAllocation) {
+    // Not fatal: the caching allocator frees its cache and tries once more.
+    cudaGetLastError();
+    return nullptr;
+  }
+  LT_CUDA_CHECK(status);
+  return ptr;
+}
+
+template <int kDevice>
+void device_free(void* ptr) {
+  const DeviceGuard guard(kDevice);
+  LT_CUDA_CHECK(cudaFree(ptr));
+}
+
+template <int... kDevices>
+CachingAllocator* make_allocator(int index, std::integer_sequence<int, kDevices...>) {
+  constexpr std::array<CachingAllocator::RawAlloc, sizeof...(kDevices)> allocs{&device_malloc<kDevices>...};
+  constexpr std::array<CachingAllocator::RawFree, sizeof...(kDevices)> frees{&device_free<kDevices>...};
+  return new CachingAllocator(allocs[index], frees[index]);
+}
+
+}  // namespace
+
+CachingAllocator& device_allocator(int index) {
+  check_device_index(index);
+  // Leaked on purpose, like the host allocator: tensors held in other statics may be released after
+  // these would be destroyed, and cudaFree after the runtime has shut down fails.
+  static std::mutex mutex;
+  static std::array<CachingAllocator*, kMaxDevices> allocators{};
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (allocators[index] == nullptr)
+    allocators[index] = make_allocator(index, std::make_integer_sequence<int, kMaxDevices>{});
+  return *allocators[index];
+}
+
+cublasHandle_t cublas_handle(int index) {
+  check_device_index(index);
+  // Leaked on purpose: destroying a handle during static destruction races the runtime's own teardown.
+  // The default math mode keeps f32 GEMMs in full f32 (no TF32), so they match the CPU kernels.
+  static std::mutex mutex;
+  static std::array<cublasHandle_t, kMaxDevices> handles{};
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (handles[index] == nullptr) {
+    const DeviceGuard guard(index);
+    LT_CUBLAS_CHECK(cublasCreate(&handles[index]));
+  }
+  return handles[index];
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
+    check_device_index(dst_device.index);
+    check_device_index(src_device.index);
+    LT_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device.index, src, src_device.index, bytes));
+    // cudaMemcpyPeer is ordered after earlier work on both devices but returns before it completes.
+    const DeviceGuard guard(dst_device.index);
+    LT_CUDA_CHECK(cudaDeviceSynchronize());
+    return;
+  }
+  const Device active = dst_device.is_cuda() ? dst_device : src_device;
+  check_device_index(active.index);
+  const DeviceGuard guard(active.index);
+  if (src_device.is_cpu()) {
+    // Pageable host memory is staged before this returns, so the caller may free `src` at once.
+    LT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  } else if (dst_device.is_cpu()) {
+    LT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  } else {
+    // A device-to-device cudaMemcpy returns before the copy ends; wait, so every copy is synchronous.
+    LT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    LT_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  }
+}
+
+}  // namespace lt::cuda
+#endif  // LINGTRAIN_CUDA

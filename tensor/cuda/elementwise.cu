@@ -1,0 +1,119 @@
+// Elementwise CUDA kernels: add, sub, mul with broadcasting, axpby (scale and axpy), fill.
+//
+// Each is a grid-stride loop: a grid sized to the data up to a cap, where every thread walks the
+// range in steps of the whole grid. One thread owns each output element and nothing is reduced, so
+// results are deterministic and need no atomics. Memory bound: the arithmetic is not the cost.
+#include <algorithm>
+#include <cstdint>
+
+#include "tensor/cuda/cuda_runtime.h"
+#include "tensor/cuda/launch.h"
+#include "tensor/error.h"
+
+namespace lt::cuda {
+namespace {
+
+constexpr int kThreadsPerBlock = 256;
+// Enough blocks to fill the largest GPUs many times over; beyond this, threads loop instead.
+constexpr int64_t kMaxBlocks = 8192;
+
+int blocks_for(int64_t n) {
+  return static_cast<int>(std::min<int64_t>((n + kThreadsPerBlock - 1) / kThreadsPerBlock, kMaxBlocks));
+}
+
+__device__ int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+struct Add {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct Sub {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return a - b; }
+};
+struct Mul {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return a * b; }
+};
+
+// No __restrict__: out may be a or b (in-place updates).
+template <class Op, bool kBroadcast, class T>
+__global__ void binary_kernel(const T* a, const T* b, T* out, int64_t n, int64_t inner) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = Op{}(a[i], b[kBroadcast ? i % inner : i]);
+}
+
+template <class Op, class T>
+void launch_binary(const T* a, const T* b, T* out, int64_t n, int64_t inner) {
+  if (n == 0) return;
+  // Same shapes (the common case) skip the 64-bit modulo, which costs more than the load it indexes.
+  if (inner == n) binary_kernel<Op, false><<<blocks_for(n), kThreadsPerBlock>>>(a, b, out, n, inner);
+  else binary_kernel<Op, true><<<blocks_for(n), kThreadsPerBlock>>>(a, b, out, n, inner);
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+__device__ float fused_multiply_add(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ double fused_multiply_add(double a, double b, double c) { return fma(a, b, c); }
+
+// fma(alpha, x, beta * y) is exactly what the CPU kernel computes (Highway MulAdd), so both devices
+// round the same way; written out so that nvcc's contraction cannot pick the other pairing.
+template <bool kReadY, class T>
+__global__ void axpby_kernel(T alpha, const T* x, T beta, T* y, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    y[i] = kReadY ? fused_multiply_add(alpha, x[i], beta * y[i]) : alpha * x[i];
+}
+
+template <class Word>
+__global__ void fill_kernel(Word* data, int64_t n, Word value) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) data[i] = value;
+}
+
+template <class Word>
+void launch_fill_words(void* data, int64_t n, uint64_t bits) {
+  fill_kernel<<<blocks_for(n), kThreadsPerBlock>>>(static_cast<Word*>(data), n, static_cast<Word>(bits));
+}
+
+}  // namespace
+
+template <class T>
+void launch_add(const T* a, const T* b, T* out, int64_t n, int64_t inner) {
+  launch_binary<Add>(a, b, out, n, inner);
+}
+template <class T>
+void launch_sub(const T* a, const T* b, T* out, int64_t n, int64_t inner) {
+  launch_binary<Sub>(a, b, out, n, inner);
+}
+template <class T>
+void launch_mul(const T* a, const T* b, T* out, int64_t n, int64_t inner) {
+  launch_binary<Mul>(a, b, out, n, inner);
+}
+
+template <class T>
+void launch_axpby(T alpha, const T* x, T beta, T* y, int64_t n) {
+  if (n == 0) return;
+  if (beta == T(0)) axpby_kernel<false><<<blocks_for(n), kThreadsPerBlock>>>(alpha, x, beta, y, n);
+  else axpby_kernel<true><<<blocks_for(n), kThreadsPerBlock>>>(alpha, x, beta, y, n);
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_fill(void* data, int64_t n, size_t elem_bytes, uint64_t bits) {
+  if (n == 0) return;
+  switch (elem_bytes) {
+    case 2: launch_fill_words<uint16_t>(data, n, bits); break;
+    case 4: launch_fill_words<uint32_t>(data, n, bits); break;
+    case 8: launch_fill_words<uint64_t>(data, n, bits); break;
+    default: fail("launch_fill: elements of ", elem_bytes, " bytes; only 2, 4 and 8 are supported");
+  }
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+template void launch_add<float>(const float*, const float*, float*, int64_t, int64_t);
+template void launch_add<double>(const double*, const double*, double*, int64_t, int64_t);
+template void launch_sub<float>(const float*, const float*, float*, int64_t, int64_t);
+template void launch_sub<double>(const double*, const double*, double*, int64_t, int64_t);
+template void launch_mul<float>(const float*, const float*, float*, int64_t, int64_t);
+template void launch_mul<double>(const double*, const double*, double*, int64_t, int64_t);
+template void launch_axpby<float>(float, const float*, float, float*, int64_t);
+template void launch_axpby<double>(double, const double*, double, double*, int64_t);
+
+}  // namespace lt::cuda

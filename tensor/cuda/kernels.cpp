@@ -1,0 +1,132 @@
+// The Tensor-level CUDA kernels: unwrap the operands, select the device, and call the elementwise
+// launchers (tensor/cuda/elementwise.cu) or cuBLAS. Host code only, so it is compiled as C++20 with
+// the rest of the library. CMake globs every .cpp under tensor/ whether or not CUDA is on, hence the guard.
+#ifdef LINGTRAIN_CUDA
+#include "tensor/cuda/kernels.h"
+
+#include <cstring>
+
+#include "tensor/cpu/kernel_util.h"
+#include "tensor/cuda/cuda_runtime.h"
+#include "tensor/cuda/launch.h"
+
+namespace lt::cuda {
+
+void binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, int64_t inner) {
+  const DeviceGuard guard(a.device().index);
+  LT_FLOAT_SWITCH(a.dtype(), T, {
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* po = out.data<T>();
+    switch (op) {
+      case kernels::BinaryOp::Add: launch_add(pa, pb, po, a.numel(), inner); break;
+      case kernels::BinaryOp::Sub: launch_sub(pa, pb, po, a.numel(), inner); break;
+      case kernels::BinaryOp::Mul: launch_mul(pa, pb, po, a.numel(), inner); break;
+    }
+  });
+}
+
+void axpby(double alpha, const Tensor& x, double beta, Tensor& y) {
+  const DeviceGuard guard(x.device().index);
+  LT_FLOAT_SWITCH(x.dtype(), T, launch_axpby(T(alpha), x.data<T>(), T(beta), y.data<T>(), x.numel()));
+}
+
+namespace {
+// The bit pattern of `value` stored as one element of `dtype`, as Tensor::fill_ stores it on the CPU.
+uint64_t element_bits(DType dtype, double value) {
+  uint64_t bits = 0;
+  switch (dtype) {
+    case DType::F32: {
+      const float v = static_cast<float>(value);
+      std::memcpy(&bits, &v, sizeof v);
+      break;
+    }
+    case DType::F64: std::memcpy(&bits, &value, sizeof value); break;
+    case DType::BF16: bits = f32_to_bf16(static_cast<float>(value)); break;
+    case DType::I32: {
+      const int32_t v = static_cast<int32_t>(value);
+      std::memcpy(&bits, &v, sizeof v);
+      break;
+    }
+    case DType::I64: {
+      const int64_t v = static_cast<int64_t>(value);
+      std::memcpy(&bits, &v, sizeof v);
+      break;
+    }
+  }
+  return bits;
+}
+}  // namespace
+
+void fill(Tensor& t, double value) {
+  if (t.numel() == 0) return;
+  const DeviceGuard guard(t.device().index);
+  // Zero is all-zero bytes in every dtype (and -0.0 becomes +0.0, as in the CPU fill_).
+  if (value == 0.0) {
+    LT_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), nullptr));
+    return;
+  }
+  launch_fill(t.raw_data(), t.numel(), dtype_size(t.dtype()), element_bits(t.dtype(), value));
+}
+
+namespace {
+cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t op_first, cublasOperation_t op_second,
+                                    int64_t m, int64_t n, int64_t k, float alpha, const float* first,
+                                    int64_t ld_first, int64_t stride_first, const float* second, int64_t ld_second,
+                                    int64_t stride_second, float beta, float* c, int64_t ldc, int64_t stride_c,
+                                    int64_t batches) {
+  return cublasSgemmStridedBatched_64(handle, op_first, op_second, m, n, k, &alpha, first, ld_first, stride_first,
+                                      second, ld_second, stride_second, &beta, c, ldc, stride_c, batches);
+}
+
+cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t op_first, cublasOperation_t op_second,
+                                    int64_t m, int64_t n, int64_t k, double alpha, const double* first,
+                                    int64_t ld_first, int64_t stride_first, const double* second, int64_t ld_second,
+                                    int64_t stride_second, double beta, double* c, int64_t ldc, int64_t stride_c,
+                                    int64_t batches) {
+  return cublasDgemmStridedBatched_64(handle, op_first, op_second, m, n, k, &alpha, first, ld_first, stride_first,
+                                      second, ld_second, stride_second, &beta, c, ldc, stride_c, batches);
+}
+}  // namespace
+
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta) {
+  const bool batched = a.ndim() == 3;
+  const bool b_shared = b.ndim() == 2;
+  const int64_t G = batched ? a.dim(0) : 1;
+  const int64_t M = trans_a ? a.dim(-1) : a.dim(-2);
+  const int64_t K = trans_a ? a.dim(-2) : a.dim(-1);
+  const int64_t N = trans_b ? b.dim(-2) : b.dim(-1);
+  const int device = a.device().index;
+  const DeviceGuard guard(device);
+
+  // No products to sum: c = beta * c. cuBLAS is not asked, and beta == 0 writes zeros without reading
+  // c, which may hold garbage (0 * NaN would be NaN).
+  if (K == 0) {
+    if (beta == 0.0) LT_CUDA_CHECK(cudaMemsetAsync(c.raw_data(), 0, c.nbytes(), nullptr));
+    else axpby(beta, c, 0.0, c);
+    return;
+  }
+
+  // As on the CPU: a stack of untransposed a against one shared b is a single tall [G*M, K] GEMM.
+  const bool tall = batched && b_shared && !trans_a;
+  const int64_t batches = tall ? 1 : G;
+  const int64_t rows = tall ? G * M : M;
+
+  // cuBLAS is column-major, and a row-major [R, C] matrix is the column-major [C, R] matrix, its
+  // transpose. So the row-major c = op(a) op(b) is computed as the column-major c^T = op(b)^T op(a)^T:
+  // b comes first, a second, and each keeps its own transpose flag. Leading dimensions are the stored
+  // row lengths.
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int64_t ld_b = trans_b ? K : N;
+  const int64_t ld_a = trans_a ? M : K;
+  const int64_t stride_b = b_shared ? 0 : K * N;  // stride 0: every batch reads the same b
+  const cublasHandle_t handle = cublas_handle(device);
+  LT_FLOAT_SWITCH(a.dtype(), T,
+                  LT_CUBLAS_CHECK(gemm_strided_batched(handle, op_b, op_a, N, rows, K, T(alpha), b.data<T>(), ld_b,
+                                                       stride_b, a.data<T>(), ld_a, M * K, T(beta), c.data<T>(), N,
+                                                       M * N, batches)));
+}
+
+}  // namespace lt::cuda
+#endif  // LINGTRAIN_CUDA

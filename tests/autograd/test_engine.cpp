@@ -1,0 +1,181 @@
+// The autograd engine: seeding, accumulation over uses and over backward calls, grad mode, detach,
+// freeing the graph, and a gradient check that catches a wrong backward.
+#include <gtest/gtest.h>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "tests/test_util.h"
+
+namespace lt {
+namespace {
+
+Variable leaf(const std::vector<double>& values, bool requires_grad = true) {
+  return Variable(Tensor::from_vector<double>({static_cast<int64_t>(values.size())}, values), requires_grad);
+}
+
+std::vector<double> grad_of(const Variable& v) { return v.grad().to_vector<double>(); }
+
+TEST(Engine, BackwardFromAScalar) {
+  // L = sum(a * b + a): dL/da = b + 1, dL/db = a.
+  const Variable a = leaf({1, 2, 3}), b = leaf({4, 5, 6});
+  const Variable loss = sum(add(mul(a, b), a));
+  EXPECT_EQ(loss.value().item(), 4 + 10 + 18 + 6);
+  EXPECT_TRUE(loss.requires_grad());
+  EXPECT_FALSE(loss.is_leaf());
+  loss.backward();
+  EXPECT_EQ(grad_of(a), (std::vector<double>{5, 6, 7}));
+  EXPECT_EQ(grad_of(b), (std::vector<double>{1, 2, 3}));
+}
+
+TEST(Engine, ExplicitSeedForNonScalars) {
+  const Variable x = leaf({1, 2, 3});
+  const Variable y = scale(x, 3.0);
+  y.backward(Tensor::from_vector<double>({3}, {1, 10, 100}));
+  EXPECT_EQ(grad_of(x), (std::vector<double>{3, 30, 300}));
+}
+
+TEST(Engine, NonScalarWithoutSeedThrows) {
+  const Variable x = leaf({1, 2, 3});
+  const Variable y = scale(x, 2.0);
+  EXPECT_THROW(y.backward(), Error);
+  EXPECT_THROW(y.backward(Tensor::zeros({2}, DType::F64)), Error);  // seed of the wrong shape
+  const Variable constant = leaf({1}, false);
+  EXPECT_THROW(sum(constant).backward(), Error);  // nothing requires grad
+}
+
+TEST(Engine, AccumulatesOverUsesOfOneVariable) {
+  // x used twice by one op: d(sum(x * x))/dx = 2x, d(sum(x + x))/dx = 2.
+  const Variable x = leaf({1, -2, 3});
+  sum(mul(x, x)).backward();
+  EXPECT_EQ(grad_of(x), (std::vector<double>{2, -4, 6}));
+
+  const Variable y = leaf({1, -2, 3});
+  sum(add(y, y)).backward();
+  EXPECT_EQ(grad_of(y), (std::vector<double>{2, 2, 2}));
+
+  // An intermediate used by two later ops sums both paths before flowing on:
+  // h = 2z, L = sum(h * h) + sum(h) -> dL/dz = 2 * (2h + 1).
+  const Variable z = leaf({1, 2});
+  const Variable h = scale(z, 2.0);
+  add(sum(mul(h, h)), sum(h)).backward();
+  EXPECT_EQ(grad_of(z), (std::vector<double>{2 * (2 * 2 + 1), 2 * (2 * 4 + 1)}));
+}
+
+TEST(Engine, AccumulatesAcrossBackwardCallsOnLeaves) {
+  // Micro-batches: two graphs over the same parameter add their gradients until zero_grad.
+  const Variable w = leaf({1, 2});
+  sum(scale(w, 3.0)).backward();
+  sum(mul(w, w)).backward();
+  EXPECT_EQ(grad_of(w), (std::vector<double>{3 + 2, 3 + 4}));
+  w.value().data<double>()[0] = 100;  // the gradient is the leaf's own storage, not an alias of values
+  EXPECT_EQ(grad_of(w), (std::vector<double>{5, 7}));
+  Variable w_mut = w;
+  w_mut.zero_grad();
+  EXPECT_FALSE(w.grad().defined());
+  sum(w).backward();
+  EXPECT_EQ(grad_of(w), (std::vector<double>{1, 1}));
+}
+
+TEST(Engine, LeafGradIsNotAnAliasOfAnotherGradient) {
+  // add hands its incoming gradient to both inputs; the two leaves must still own separate storage.
+  const Variable a = leaf({1, 2}), b = leaf({3, 4});
+  sum(add(a, b)).backward();
+  EXPECT_FALSE(a.grad().shares_storage(b.grad()));
+  sum(scale(a, 10.0)).backward();
+  EXPECT_EQ(grad_of(a), (std::vector<double>{11, 11}));
+  EXPECT_EQ(grad_of(b), (std::vector<double>{1, 1}));
+}
+
+TEST(Engine, NoGradGuardRecordsNothing) {
+  const Variable x = leaf({1, 2, 3});
+  {
+    NoGradGuard no_grad;
+    EXPECT_FALSE(grad_enabled());
+    const Variable y = sum(mul(x, x));
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_EQ(y.grad_fn(), nullptr);
+    EXPECT_EQ(y.value().item(), 14.0);
+    {
+      NoGradGuard nested;
+      EXPECT_FALSE(grad_enabled());
+    }
+    EXPECT_FALSE(grad_enabled());  // the inner guard restores what it found
+  }
+  EXPECT_TRUE(grad_enabled());
+  const Variable z = sum(x);
+  EXPECT_TRUE(z.requires_grad());
+  EXPECT_NE(z.grad_fn(), nullptr);
+}
+
+TEST(Engine, ResultsOfConstantsRecordNothing) {
+  const Variable a = leaf({1, 2}, false), b = leaf({3, 4}, false);
+  const Variable c = add(a, b);
+  EXPECT_FALSE(c.requires_grad());
+  EXPECT_EQ(c.grad_fn(), nullptr);
+}
+
+TEST(Engine, DetachCutsTheGraph) {
+  // L = sum(x * detach(x)): only the first factor carries a gradient, dL/dx = x.
+  const Variable x = leaf({2, -3});
+  const Variable copy = scale(x, 1.0);
+  const Variable d = copy.detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_TRUE(d.is_leaf());
+  EXPECT_TRUE(d.value().shares_storage(copy.value()));  // the same value, without the history
+  sum(mul(x, d)).backward();
+  EXPECT_EQ(grad_of(x), (std::vector<double>{2, -3}));
+  EXPECT_FALSE(d.grad().defined());
+}
+
+TEST(Engine, GraphIsFreedAfterBackward) {
+  const Variable x = leaf({1, 2, 3});
+  const Variable h1 = scale(x, 2.0);
+  const Variable h2 = mul(h1, h1);
+  const Variable loss = sum(h2);
+  const std::weak_ptr<Node> h1_node = h1.grad_fn(), h2_node = h2.grad_fn(), loss_node = loss.grad_fn();
+  ASSERT_FALSE(h1_node.expired());
+  loss.backward();
+  // The nodes (and the activations they saved) are gone even though the Variables are still alive.
+  EXPECT_TRUE(h1_node.expired());
+  EXPECT_TRUE(h2_node.expired());
+  EXPECT_TRUE(loss_node.expired());
+  EXPECT_EQ(h1.grad_fn(), nullptr);
+  EXPECT_EQ(h2.grad_fn(), nullptr);
+  EXPECT_EQ(grad_of(x), (std::vector<double>{8, 16, 24}));  // d sum((2x)^2) / dx = 8x
+  EXPECT_FALSE(h1.grad().defined());  // intermediates keep no gradient
+}
+
+// y = x with a backward that doubles the gradient: a deliberately wrong op for the checker to catch.
+struct WrongIdentityNode : Node {
+  const char* name() const override { return "wrong_identity"; }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    Tensor doubled = Tensor::empty_like(g);
+    const double* src = g.data<double>();
+    double* dst = doubled.data<double>();
+    for (int64_t i = 0; i < g.numel(); ++i) dst[i] = 2.0 * src[i];
+    return {doubled};
+  }
+};
+
+Variable wrong_identity(const Variable& x) {
+  return make_result(x.value().clone(), std::make_shared<WrongIdentityNode>(), {x});
+}
+
+TEST(Engine, GradcheckDetectsAWrongBackward) {
+  const GradCase wrong{"wrong_identity", "[17]",
+                       [](Rng& rng) { return std::vector<Variable>{grad_input({17}, rng)}; },
+                       [](const std::vector<Variable>& x) { return wrong_identity(x[0]); }};
+  const GradCheckResult result = gradcheck(wrong);
+  EXPECT_FALSE(result.pass);
+  EXPECT_GT(result.checked, 0);
+  EXPECT_NEAR(result.max_rel, 0.5, 1e-6);  // analytic 2g against numeric g: error g, relative to 2g
+
+  // The same case with a correct op passes, so the failure above is the backward's fault.
+  const GradCase right{"scale", "[17] * 1",
+                       [](Rng& rng) { return std::vector<Variable>{grad_input({17}, rng)}; },
+                       [](const std::vector<Variable>& x) { return scale(x[0], 1.0); }};
+  EXPECT_TRUE(gradcheck(right).pass);
+}
+
+}  // namespace
+}  // namespace lt

@@ -1,0 +1,174 @@
+// The thread pool: exact coverage of [0, n), chunk bounds that depend only on (n, grain, threads),
+// exceptions carried back to the caller, and nested calls that run serially.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "tensor/error.h"
+#include "tensor/threadpool.h"
+
+namespace lt {
+namespace {
+
+// Restores the pool size a test found, whatever the test does with it.
+class ThreadCountGuard {
+ public:
+  ThreadCountGuard() : original_(num_threads()) {}
+  ~ThreadCountGuard() { set_num_threads(original_); }
+  ThreadCountGuard(const ThreadCountGuard&) = delete;
+  ThreadCountGuard& operator=(const ThreadCountGuard&) = delete;
+
+ private:
+  int original_;
+};
+
+using Range = std::pair<int64_t, int64_t>;
+
+// The (chunk, begin, end) triples one parallel_for_chunks call ran, in chunk order. Each chunk writes
+// only its own slot, so recording needs no lock.
+std::vector<Range> run_chunks(int64_t n, int64_t grain) {
+  std::vector<Range> ranges(static_cast<size_t>(std::max<int64_t>(num_chunks(n, grain), 0)), Range{-1, -1});
+  parallel_for_chunks(n, grain, [&](int64_t chunk, int64_t begin, int64_t end) {
+    ranges.at(static_cast<size_t>(chunk)) = {begin, end};
+  });
+  return ranges;
+}
+
+TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
+  ThreadCountGuard guard;
+  for (int threads = 1; threads <= 4; ++threads) {
+    set_num_threads(threads);
+    ASSERT_EQ(num_threads(), threads);
+    for (int64_t n : {0, 1, 2, 3, 4, 5, 7, 64, 100, 1000, 12345})
+      for (int64_t grain : {0, 1, 2, 3, 7, 64, 1000, 100000}) {
+        SCOPED_TRACE("threads=" + std::to_string(threads) + " n=" + std::to_string(n) + " grain=" + std::to_string(grain));
+        // Each index counts its visits; a chunk writes only its own range, so overlapping chunks
+        // would show as a count of 2 and a gap as 0.
+        std::vector<int> visits(static_cast<size_t>(n), 0);
+        std::mutex ranges_mutex;
+        std::vector<Range> ranges;
+        parallel_for(n, grain, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) ++visits[static_cast<size_t>(i)];
+          std::lock_guard<std::mutex> lock(ranges_mutex);
+          ranges.push_back({begin, end});
+        });
+        EXPECT_EQ(visits, std::vector<int>(static_cast<size_t>(n), 1));
+        const int64_t by_grain = (n + std::max<int64_t>(grain, 1) - 1) / std::max<int64_t>(grain, 1);
+        EXPECT_EQ(static_cast<int64_t>(ranges.size()), std::min<int64_t>(threads, by_grain));
+        for (const Range& r : ranges) EXPECT_LT(r.first, r.second) << "no empty chunks";
+      }
+  }
+}
+
+TEST(ThreadPool, ChunkBoundsDependOnlyOnSizeGrainAndThreads) {
+  ThreadCountGuard guard;
+  for (int threads = 1; threads <= 4; ++threads) {
+    set_num_threads(threads);
+    for (int64_t n : {1, 5, 17, 1000, 4099})
+      for (int64_t grain : {1, 4, 100}) {
+        SCOPED_TRACE("threads=" + std::to_string(threads) + " n=" + std::to_string(n) + " grain=" + std::to_string(grain));
+        const int64_t chunks = num_chunks(n, grain);
+        const std::vector<Range> first = run_chunks(n, grain);
+        ASSERT_EQ(static_cast<int64_t>(first.size()), chunks);
+        // Contiguous, in chunk order, as chunk_begin says, even split (sizes differ by at most one).
+        int64_t smallest = n, largest = 0;
+        for (int64_t c = 0; c < chunks; ++c) {
+          EXPECT_EQ(first[c].first, chunk_begin(n, chunks, c));
+          EXPECT_EQ(first[c].second, chunk_begin(n, chunks, c + 1));
+          smallest = std::min(smallest, first[c].second - first[c].first);
+          largest = std::max(largest, first[c].second - first[c].first);
+        }
+        EXPECT_EQ(chunk_begin(n, chunks, 0), 0);
+        EXPECT_EQ(chunk_begin(n, chunks, chunks), n);
+        EXPECT_LE(largest - smallest, 1);
+        for (int repeat = 0; repeat < 5; ++repeat) EXPECT_EQ(run_chunks(n, grain), first);
+      }
+  }
+  // The same (n, grain, threads) after changing the pool in between gives the same bounds.
+  set_num_threads(3);
+  const std::vector<Range> before = run_chunks(1000, 7);
+  set_num_threads(1);
+  run_chunks(1000, 7);
+  set_num_threads(3);
+  EXPECT_EQ(run_chunks(1000, 7), before);
+}
+
+TEST(ThreadPool, ResizingBetweenRunsKeepsWorking) {
+  // New workers must not mistake a job that finished before they were started for a new one.
+  ThreadCountGuard guard;
+  for (int round = 0; round < 20; ++round) {
+    for (int threads : {2, 2, 4, 3, 1, 4}) {
+      set_num_threads(threads);
+      std::vector<int> visits(100, 0);
+      parallel_for(100, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) ++visits[static_cast<size_t>(i)];
+      });
+      ASSERT_EQ(visits, std::vector<int>(100, 1)) << "threads=" << threads;
+    }
+  }
+}
+
+TEST(ThreadPool, ExceptionsInAChunkReachTheCaller) {
+  ThreadCountGuard guard;
+  for (int threads = 1; threads <= 4; ++threads) {
+    set_num_threads(threads);
+    for (int64_t failing_index : {int64_t{0}, int64_t{999}}) {  // in the caller's chunk, in the last chunk
+      SCOPED_TRACE("threads=" + std::to_string(threads) + " failing index " + std::to_string(failing_index));
+      try {
+        parallel_for(1000, 1, [&](int64_t begin, int64_t end) {
+          if (begin <= failing_index && failing_index < end) fail("chunk [", begin, ", ", end, ") failed");
+        });
+        ADD_FAILURE() << "expected an lt::Error";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("failed"), std::string::npos) << e.what();
+      }
+    }
+    // Every chunk throwing: one error comes back, and the pool still works afterwards.
+    EXPECT_THROW(parallel_for(1000, 1, [](int64_t, int64_t) { fail("every chunk fails"); }), Error);
+    std::vector<int> visits(1000, 0);
+    parallel_for(1000, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) ++visits[static_cast<size_t>(i)];
+    });
+    EXPECT_EQ(visits, std::vector<int>(1000, 1));
+  }
+}
+
+TEST(ThreadPool, NestedCallsRunSeriallyWithoutDeadlock) {
+  ThreadCountGuard guard;
+  for (int threads = 1; threads <= 4; ++threads) {
+    set_num_threads(threads);
+    const int64_t outer = 64, inner = 1000;
+    std::vector<int> visits(static_cast<size_t>(outer * inner), 0);
+    std::vector<int64_t> inner_chunks(static_cast<size_t>(outer), 0);
+    parallel_for(outer, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) {
+        EXPECT_EQ(num_chunks(inner, 1), 1);  // inside a chunk everything is one chunk
+        parallel_for(inner, 1, [&](int64_t b, int64_t e) {
+          ++inner_chunks[static_cast<size_t>(o)];
+          EXPECT_EQ(b, 0);
+          EXPECT_EQ(e, inner);
+          for (int64_t i = b; i < e; ++i) ++visits[static_cast<size_t>(o * inner + i)];
+        });
+      }
+    });
+    EXPECT_EQ(visits, std::vector<int>(static_cast<size_t>(outer * inner), 1));
+    EXPECT_EQ(inner_chunks, std::vector<int64_t>(static_cast<size_t>(outer), 1));
+    // Outside any chunk again, work is split as before.
+    EXPECT_EQ(num_chunks(inner, 1), threads);
+  }
+}
+
+TEST(ThreadPool, ResizingFromInsideAChunkIsAnError) {
+  ThreadCountGuard guard;
+  set_num_threads(2);
+  EXPECT_THROW(parallel_for(10, 1, [](int64_t, int64_t) { set_num_threads(1); }), Error);
+  EXPECT_THROW(set_num_threads(-1), Error);
+  set_num_threads(0);  // all hardware threads
+  EXPECT_GE(num_threads(), 1);
+}
+
+}  // namespace
+}  // namespace lt
