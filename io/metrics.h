@@ -1,0 +1,25 @@
+// The metrics log: one JSON object per line (JSONL), flushed after every record so a run that dies
+// loses at most the line being written, and `tail -f` shows training as it happens.
+#pragma once
+#include <cstdio>
+#include <string>
+
+#include "io/json.h"
+
+namespace lt {
+
+class MetricsLog {
+ public:
+  // Opens `path` for appending (a resumed run continues the same file); empty path = no log.
+  explicit MetricsLog(const std::string& path);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  void write(const Json& record);
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+}  // namespace lt

@@ -1,0 +1,245 @@
+#include "model/config.h"
+
+#include "tensor/error.h"
+
+namespace lt {
+
+void LingConfig::validate(const std::string& origin) const {
+  auto positive = [&](int64_t v, const char* key) {
+    LT_CHECK(v > 0, origin, ": ", key, " must be > 0, got ", v);
+  };
+  positive(vocab_size, "vocab_size");
+  positive(hidden_size, "hidden_size");
+  positive(num_hidden_layers, "num_hidden_layers");
+  positive(num_attention_heads, "num_attention_heads");
+  positive(num_key_value_heads, "num_key_value_heads");
+  LT_CHECK(num_attention_heads % num_key_value_heads == 0, origin, ": num_attention_heads (", num_attention_heads,
+           ") must be a multiple of num_key_value_heads (", num_key_value_heads, ")");
+  LT_CHECK(head_dim > 0 || hidden_size % num_attention_heads == 0, origin, ": hidden_size (", hidden_size,
+           ") is not a multiple of num_attention_heads (", num_attention_heads, ") and head_dim is not set");
+  LT_CHECK(resolved_head_dim() % 2 == 0, origin, ": head_dim must be even for RoPE, got ", resolved_head_dim());
+  LT_CHECK(num_experts >= 0 && num_shared_experts >= 0, origin, ": expert counts must be >= 0");
+  LT_CHECK(first_k_dense_replace >= 0, origin, ": first_k_dense_replace must be >= 0");
+  if (num_experts > 0) {
+    positive(moe_intermediate_size, "moe_intermediate_size");
+    LT_CHECK(num_experts_per_tok >= 1 && num_experts_per_tok <= num_experts, origin,
+             ": num_experts_per_tok must be in [1, num_experts], got ", num_experts_per_tok);
+  }
+  const bool has_dense = num_experts == 0 || first_k_dense_replace > 0;
+  if (has_dense) positive(intermediate_size, "intermediate_size");
+  LT_CHECK(rms_norm_eps > 0, origin, ": rms_norm_eps must be > 0");
+  LT_CHECK(rope_theta > 0, origin, ": rope_theta must be > 0");
+  LT_CHECK(pad_token_id >= 0 && pad_token_id < vocab_size, origin, ": pad_token_id ", pad_token_id,
+           " is outside the vocabulary of ", vocab_size);
+  LT_CHECK(eos_token_id >= 0 && eos_token_id < vocab_size, origin, ": eos_token_id ", eos_token_id,
+           " is outside the vocabulary of ", vocab_size);
+  LT_CHECK(!use_bias && !use_qkv_bias, origin, ": use_bias / use_qkv_bias are not supported (every released Ling "
+           "config sets them false)");
+  LT_CHECK(!tie_word_embeddings, origin, ": tie_word_embeddings is not supported (Ling unties the head)");
+}
+
+namespace {
+
+LingConfig base(const std::string& name) {
+  LingConfig c;
+  c.name = name;
+  return c;
+}
+
+// The byte-level tokenizer's vocabulary (256 bytes + specials) padded to a multiple of 64.
+constexpr int64_t kByteVocab = 320;
+constexpr int64_t kByteEos = 256;
+
+}  // namespace
+
+LingConfig preset_config(const std::string& name) {
+  LingConfig c = base(name);
+  if (name == "tiny" || name == "small") {
+    const bool tiny = name == "tiny";
+    c.vocab_size = kByteVocab;
+    c.pad_token_id = c.eos_token_id = kByteEos;
+    c.hidden_size = tiny ? 128 : 256;
+    c.num_hidden_layers = tiny ? 4 : 6;
+    c.num_attention_heads = tiny ? 4 : 8;
+    c.num_key_value_heads = tiny ? 2 : 4;
+    c.intermediate_size = tiny ? 384 : 768;
+    c.moe_intermediate_size = tiny ? 64 : 96;
+    c.num_experts = tiny ? 8 : 16;
+    c.num_experts_per_tok = tiny ? 2 : 4;
+    c.num_shared_experts = 1;
+    c.first_k_dense_replace = 1;
+    c.max_position_embeddings = tiny ? 256 : 512;
+    c.rope_theta = 10000.0;
+    c.initializer_range = 0.02;
+    return c;
+  }
+  if (name == "moe-s" || name == "moe-m") {  // bench shapes of shared/peers (spec of issue 4)
+    const bool s = name == "moe-s";
+    c.vocab_size = s ? 4096 : 8192;
+    c.hidden_size = s ? 256 : 512;
+    c.num_hidden_layers = s ? 4 : 8;
+    c.num_attention_heads = c.num_key_value_heads = 8;
+    c.head_dim = s ? 32 : 64;
+    c.intermediate_size = 1024;
+    c.moe_intermediate_size = s ? 128 : 256;
+    c.num_experts = s ? 16 : 32;
+    c.num_experts_per_tok = 4;
+    c.num_shared_experts = 1;
+    c.first_k_dense_replace = s ? 0 : 1;
+    c.max_position_embeddings = s ? 256 : 512;
+    c.initializer_range = 0.02;
+    return c;
+  }
+  if (name == "dense-124m") {  // Ling blocks at the GPT-2 124M shape, all layers dense
+    c.vocab_size = 50257;
+    c.hidden_size = 768;
+    c.num_hidden_layers = 12;
+    c.num_attention_heads = c.num_key_value_heads = 12;
+    c.head_dim = 64;
+    c.intermediate_size = 2048;
+    c.max_position_embeddings = 1024;
+    c.initializer_range = 0.02;
+    return c;
+  }
+  if (name == "ling-lite" || name == "ling-plus") {  // spec/ling.md §2.1, §2.2
+    const bool lite = name == "ling-lite";
+    c.vocab_size = 126464;
+    c.pad_token_id = c.eos_token_id = 126081;
+    c.hidden_size = lite ? 2048 : 5376;
+    c.num_hidden_layers = lite ? 28 : 88;
+    c.num_attention_heads = lite ? 16 : 56;
+    c.num_key_value_heads = lite ? 4 : 8;
+    c.intermediate_size = lite ? 5632 : 12288;
+    c.moe_intermediate_size = lite ? 1408 : 3072;
+    c.num_experts = 64;
+    c.num_shared_experts = lite ? 2 : 1;
+    c.num_experts_per_tok = lite ? 6 : 4;
+    c.first_k_dense_replace = 0;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 600000.0;
+    c.max_position_embeddings = 16384;
+    c.initializer_range = 0.006;
+    return c;
+  }
+  fail("unknown model preset '", name, "' (presets: tiny, small, moe-s, moe-m, dense-124m, ling-lite, ling-plus)");
+}
+
+std::vector<std::string> preset_names() {
+  return {"tiny", "small", "moe-s", "moe-m", "dense-124m", "ling-lite", "ling-plus"};
+}
+
+ParameterCount count_parameters(const LingConfig& c) {
+  const int64_t H = c.hidden_size, hd = c.resolved_head_dim();
+  const int64_t attention = (c.num_attention_heads + 2 * c.num_key_value_heads) * hd * H + H * c.num_attention_heads * hd;
+  const int64_t norms = 2 * H;
+  const int64_t expert = 3 * H * c.moe_intermediate_size;
+  ParameterCount count;
+  count.total = count.active = 2 * c.vocab_size * H + H;  // embedding, lm_head, final norm
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    int64_t total = attention + norms, active = attention + norms;
+    if (c.is_moe_layer(layer)) {
+      const int64_t shared = expert * c.num_shared_experts, router = c.num_experts * H;
+      total += router + shared + c.num_experts * expert;
+      active += router + shared + c.num_experts_per_tok * expert;
+    } else {
+      total += 3 * H * c.intermediate_size;
+      active += 3 * H * c.intermediate_size;
+    }
+    count.total += total;
+    count.active += active;
+  }
+  return count;
+}
+
+}  // namespace lt
+
+namespace lt {
+
+LingConfig config_from_json(const Json& json, const std::string& source) {
+  const JsonObject o(json, source);
+  if (o.has("model_type")) {
+    const std::string type = o.get<std::string>("model_type");
+    LT_CHECK(type == "bailing_moe", source, ": model_type is '", type, "', lingtrain reads 'bailing_moe'");
+  }
+  LingConfig c;
+  c.name = o.get<std::string>("lingtrain_preset", "custom");
+  c.vocab_size = o.get<int64_t>("vocab_size");
+  c.hidden_size = o.get<int64_t>("hidden_size");
+  c.num_hidden_layers = o.get<int64_t>("num_hidden_layers");
+  c.num_attention_heads = o.get<int64_t>("num_attention_heads");
+  c.num_key_value_heads = o.get<int64_t>("num_key_value_heads", c.num_attention_heads);
+  c.head_dim = o.get<int64_t>("head_dim", 0);
+  c.intermediate_size = o.get<int64_t>("intermediate_size", 0);
+  c.moe_intermediate_size = o.get<int64_t>("moe_intermediate_size", 0);
+  c.num_experts = o.get<int64_t>("num_experts", 0);
+  c.num_shared_experts = o.get<int64_t>("num_shared_experts", 0);
+  c.num_experts_per_tok = o.get<int64_t>("num_experts_per_tok", 2);
+  c.norm_topk_prob = o.get<bool>("norm_topk_prob", true);
+  c.first_k_dense_replace = o.get<int64_t>("first_k_dense_replace", 0);
+  c.rms_norm_eps = o.get<double>("rms_norm_eps", 1e-5);
+  c.rope_theta = o.get<double>("rope_theta", 10000.0);
+  c.max_position_embeddings = o.get<int64_t>("max_position_embeddings", 16384);
+  c.norm_head = o.get<bool>("norm_head", false);
+  c.tie_word_embeddings = o.get<bool>("tie_word_embeddings", false);
+  c.use_bias = o.get<bool>("use_bias", false);
+  c.use_qkv_bias = o.get<bool>("use_qkv_bias", false);
+  c.initializer_range = o.get<double>("initializer_range", 0.02);
+  c.pad_token_id = o.get<int64_t>("pad_token_id", 126081);
+  c.eos_token_id = o.get<int64_t>("eos_token_id", c.pad_token_id);
+  c.aux_loss_coef = o.get<double>("aux_loss_coef", 0.015);
+  c.z_loss_coef = o.get<double>("z_loss_coef", 1e-4);
+  const std::string grad = o.get<std::string>("norm_head_grad", "detached");
+  LT_CHECK(grad == "detached" || grad == "full", source, ": norm_head_grad must be 'detached' or 'full', got '",
+           grad, "'");
+  c.norm_head_grad = grad == "full" ? NormHeadGrad::Full : NormHeadGrad::Detached;
+  if (o.has("rope_scaling")) fail(source, ": rope_scaling is not supported yet");
+  c.validate(source);
+  return c;
+}
+
+LingConfig load_config(const std::string& path) { return config_from_json(read_json_file(path), path); }
+
+Json config_to_json(const LingConfig& c) {
+  Json j;
+  j["architectures"] = Json::array({"BailingMoeForCausalLM"});
+  j["model_type"] = "bailing_moe";
+  j["torch_dtype"] = "float32";
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.hidden_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.resolved_head_dim();
+  j["intermediate_size"] = c.intermediate_size;
+  j["moe_intermediate_size"] = c.moe_intermediate_size;
+  j["num_experts"] = c.num_experts;
+  j["num_shared_experts"] = c.num_shared_experts;
+  j["num_experts_per_tok"] = c.num_experts_per_tok;
+  j["norm_topk_prob"] = c.norm_topk_prob;
+  j["first_k_dense_replace"] = c.first_k_dense_replace;
+  j["hidden_act"] = "silu";
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["rope_scaling"] = nullptr;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["norm_head"] = c.norm_head;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["use_bias"] = c.use_bias;
+  j["use_qkv_bias"] = c.use_qkv_bias;
+  j["initializer_range"] = c.initializer_range;
+  j["pad_token_id"] = c.pad_token_id;
+  j["eos_token_id"] = c.eos_token_id;
+  j["aux_loss_coef"] = c.aux_loss_coef;
+  j["z_loss_coef"] = c.z_loss_coef;
+  j["norm_head_grad"] = c.norm_head_grad == NormHeadGrad::Full ? "full" : "detached";
+  j["lingtrain_preset"] = c.name;
+  return j;
+}
+
+LingConfig resolve_config(const std::string& preset_or_path) {
+  for (const std::string& name : preset_names())
+    if (name == preset_or_path) return preset_config(name);
+  return load_config(preset_or_path);
+}
+
+}  // namespace lt

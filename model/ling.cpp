@@ -1,0 +1,124 @@
+#include "model/ling.h"
+
+#include "autograd/ops.h"
+#include "tensor/kernels.h"
+
+namespace lt {
+namespace {
+
+class HeadHolder : public Module {
+ public:
+  HeadHolder(int64_t vocab, int64_t hidden, double std, Rng& rng)
+      : weight(add_parameter("weight", init_normal({vocab, hidden}, std, rng), true)) {}
+  Variable& weight;
+};
+
+}  // namespace
+
+DecoderLayer::DecoderLayer(const LingConfig& c, int64_t index, Rng& rng)
+    : input_layernorm_(add_module("input_layernorm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps))),
+      attention_(add_module("attention", std::make_unique<Attention>(
+                                             AttentionShape{c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
+                                                            c.resolved_head_dim(), c.rope_theta},
+                                             c.initializer_range, rng))),
+      post_attention_layernorm_(
+          add_module("post_attention_layernorm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps))) {
+  if (c.is_moe_layer(index)) {
+    MoESettings s;
+    s.hidden = c.hidden_size;
+    s.intermediate = c.moe_intermediate_size;
+    s.num_experts = c.num_experts;
+    s.top_k = c.num_experts_per_tok;
+    s.num_shared = c.num_shared_experts;
+    s.norm_topk_prob = c.norm_topk_prob;
+    s.aux_loss_coef = c.aux_loss_coef;
+    s.z_loss_coef = c.z_loss_coef;
+    moe_ = &add_module("mlp", std::make_unique<MoEBlock>(s, c.initializer_range, rng));
+  } else {
+    dense_mlp_ = &add_module("mlp", std::make_unique<SwiGLUMLP>(c.hidden_size, c.intermediate_size,
+                                                                c.initializer_range, rng));
+  }
+}
+
+Variable DecoderLayer::forward(const Variable& x, MoEContext& context, int64_t pos_offset, KVCache* cache) {
+  const Variable h = add(x, attention_.forward(input_layernorm_.forward(x), pos_offset, cache));
+  const Variable normed = post_attention_layernorm_.forward(h);
+  return add(h, moe_ ? moe_->forward(normed, context) : dense_mlp_->forward(normed));
+}
+
+LingBackbone::LingBackbone(const LingConfig& c, Rng& rng)
+    : word_embeddings_(add_module("word_embeddings",
+                                  std::make_unique<Embedding>(c.vocab_size, c.hidden_size, c.initializer_range, rng))) {
+  // The Hugging Face _init_weights zeroes the padding_idx row of the embedding.
+  {
+    Tensor& table = word_embeddings_.weight().value();
+    table.narrow(c.pad_token_id, 1).zero_();
+  }
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    layers_.push_back(&add_module("layers." + std::to_string(i), std::make_unique<DecoderLayer>(c, i, rng)));
+  norm_ = &add_module("norm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps));
+}
+
+Variable LingBackbone::forward(const Tensor& ids, MoEContext& context, int64_t pos_offset,
+                               std::vector<KVCache>* caches) {
+  Variable h = word_embeddings_.forward(ids);
+  for (size_t i = 0; i < layers_.size(); ++i)
+    h = layers_[i]->forward(h, context, pos_offset, caches ? &(*caches)[i] : nullptr);
+  return norm_->forward(h);
+}
+
+LingForCausalLM::LingForCausalLM(const LingConfig& config, uint64_t seed) : config_(config) {
+  config_.validate(config.name);
+  Rng rng(seed);
+  model_ = &add_module("model", std::make_unique<LingBackbone>(config_, rng));
+  lm_head_VH_ = &add_module("lm_head", std::make_unique<HeadHolder>(config_.vocab_size, config_.hidden_size,
+                                                                   config_.initializer_range, rng))
+                     .weight;
+}
+
+Variable LingForCausalLM::logits(const Tensor& ids_BT, MoEContext& context, int64_t pos_offset,
+                                 std::vector<KVCache>* caches) {
+  LT_CHECK(ids_BT.ndim() == 2, "model input ids must be [B, T], got ", ids_BT.str());
+  const int64_t B = ids_BT.dim(0), T = ids_BT.dim(1), H = config_.hidden_size;
+  const Variable h = model_->forward(ids_BT, context, pos_offset, caches);
+  const Variable head = config_.norm_head
+                            ? column_normalize(*lm_head_VH_, config_.norm_head_grad == NormHeadGrad::Detached)
+                            : *lm_head_VH_;
+  return reshape(matmul(reshape(h, {B * T, H}), head, false, true), {B, T, config_.vocab_size});
+}
+
+LossBreakdown LingForCausalLM::loss(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context) {
+  LT_CHECK(targets_BT.shape() == ids_BT.shape(), "targets ", targets_BT.str(), " do not match ids ", ids_BT.str());
+  const Variable logits_BTV = logits(ids_BT, context);
+  const int64_t N = ids_BT.numel();
+  LossBreakdown out;
+  out.lm = cross_entropy(reshape(logits_BTV, {N, config_.vocab_size}), targets_BT.reshape({N}), -100);
+  out.total = out.lm;
+  for (const Variable& aux : context.aux_losses) {
+    out.total = add(out.total, aux);
+    out.aux += aux.value().item();
+  }
+  for (const ExpertStats& s : context.stats) {
+    out.balance += s.balance;
+    out.z += s.z;
+  }
+  return out;
+}
+
+std::vector<KVCache> LingForCausalLM::make_kv_caches(int64_t batch, int64_t capacity) const {
+  std::vector<KVCache> caches(static_cast<size_t>(config_.num_hidden_layers));
+  for (KVCache& c : caches) {
+    c.k_BTHD = Tensor::zeros({batch, capacity, config_.num_key_value_heads, config_.resolved_head_dim()});
+    c.v_BTHD = Tensor::zeros({batch, capacity, config_.num_key_value_heads, config_.resolved_head_dim()});
+  }
+  return caches;
+}
+
+std::vector<MoEBlock*> LingForCausalLM::moe_blocks() {
+  std::vector<MoEBlock*> blocks;
+  for (DecoderLayer* layer : model_->layers())
+    if (layer->moe()) blocks.push_back(layer->moe());
+  return blocks;
+}
+
+}  // namespace lt

@@ -1,0 +1,69 @@
+// The Ling decoder (BailingMoeForCausalLM), built from a LingConfig. Module attribute names follow
+// the Hugging Face code, so parameter names are the checkpoint names (spec/ling.md §4), except that
+// routed experts are stored stacked per projection (see model/hf_names.h).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "model/config.h"
+#include "moe/moe_layer.h"
+#include "nn/layers.h"
+
+namespace lt {
+
+class DecoderLayer : public Module {
+ public:
+  DecoderLayer(const LingConfig& config, int64_t index, Rng& rng);
+  // x1 = x + attention(norm(x)); x2 = x1 + mlp(norm(x1)).
+  Variable forward(const Variable& x_BTH, MoEContext& context, int64_t pos_offset, KVCache* cache);
+  MoEBlock* moe() { return moe_; }
+
+ private:
+  RMSNorm& input_layernorm_;
+  Attention& attention_;
+  RMSNorm& post_attention_layernorm_;
+  SwiGLUMLP* dense_mlp_ = nullptr;
+  MoEBlock* moe_ = nullptr;
+};
+
+class LingBackbone : public Module {
+ public:
+  LingBackbone(const LingConfig& config, Rng& rng);
+  Variable forward(const Tensor& ids_BT, MoEContext& context, int64_t pos_offset, std::vector<KVCache>* caches);
+  std::vector<DecoderLayer*>& layers() { return layers_; }
+
+ private:
+  Embedding& word_embeddings_;
+  std::vector<DecoderLayer*> layers_;
+  RMSNorm* norm_ = nullptr;
+};
+
+struct LossBreakdown {
+  Variable total;    // lm + aux, what backward runs on
+  Variable lm;       // mean next-token cross-entropy over the non-ignored targets
+  double aux = 0;    // sum over MoE layers of aux_coef * balance + z_coef * z
+  double balance = 0, z = 0;  // unscaled, summed over layers
+};
+
+class LingForCausalLM : public Module {
+ public:
+  LingForCausalLM(const LingConfig& config, uint64_t seed);
+  const LingConfig& config() const { return config_; }
+
+  // Logits [B, T, V] of ids [B, T]. With caches (one per layer), positions continue from pos_offset.
+  Variable logits(const Tensor& ids_BT, MoEContext& context, int64_t pos_offset = 0,
+                  std::vector<KVCache>* caches = nullptr);
+  // Loss of ids [B, T] against targets [B, T] (ignore_index -100): cross-entropy plus the MoE
+  // auxiliary losses collected in `context`.
+  LossBreakdown loss(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context);
+
+  std::vector<KVCache> make_kv_caches(int64_t batch, int64_t capacity) const;
+  std::vector<MoEBlock*> moe_blocks();
+
+ private:
+  LingConfig config_;
+  LingBackbone* model_;
+  Variable* lm_head_VH_;
+};
+
+}  // namespace lt

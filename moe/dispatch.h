@@ -1,0 +1,20 @@
+// Dropless dispatch: every (token, slot) assignment is kept (no capacity factor, spec/ling.md §10.4)
+// and the assignments are sorted by expert with a stable counting sort, so each expert's tokens form
+// one contiguous segment in token order. The sort is on the host: it touches N*k integers.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace lt {
+
+struct DispatchPlan {
+  Tensor assignment_order;        // [M = N*k] i32: assignment index (token * k + slot), sorted by expert
+  Tensor token_of;                // [M] i32: the token of each sorted assignment
+  std::vector<int64_t> offsets;   // [E + 1]: expert e owns sorted rows [offsets[e], offsets[e+1])
+};
+
+DispatchPlan plan_dispatch(const Tensor& expert_ids_NK, int64_t num_experts);
+
+}  // namespace lt

@@ -1,0 +1,10 @@
+#pragma once
+#include <vector>
+
+#include "autograd/gradcheck.h"
+
+namespace lt {
+// Gradient checks of the MoE ops: router (with and without warmup mixing), both auxiliary losses,
+// top-k renormalisation, permute/unpermute, the grouped expert matmul, the whole MoE block.
+std::vector<GradCase> moe_gradcheck_cases();
+}

@@ -1,0 +1,67 @@
+#include "moe/moe_layer.h"
+
+#include <cmath>
+
+#include "autograd/ops.h"
+#include "moe/dispatch.h"
+#include "moe/ops.h"
+
+namespace lt {
+namespace {
+
+// A module holding one parameter under a given attribute path ("gate" -> "gate.weight").
+class WeightHolder : public Module {
+ public:
+  WeightHolder(const std::string& name, Tensor value) : weight(add_parameter(name, std::move(value), true)) {}
+  Variable& weight;
+};
+
+}  // namespace
+
+MoEBlock::MoEBlock(const MoESettings& s, double init_std, Rng& rng) : settings_(s) {
+  const int64_t E = s.num_experts, H = s.hidden, I = s.intermediate;
+  // The router weight is a bare nn.Parameter in the Hugging Face code and keeps PyTorch's default
+  // kaiming_uniform(a = sqrt(5)) initialisation: Uniform(-1/sqrt(H), 1/sqrt(H)) (spec/ling.md §3.9).
+  const double bound = 1.0 / std::sqrt(static_cast<double>(H));
+  gate_weight_EH_ = &add_module("gate", std::make_unique<WeightHolder>("weight", Tensor::uniform({E, H}, rng, -bound, bound))).weight;
+  // The routed experts are stored stacked, [E, out, in] per projection, so the grouped matmul reads
+  // one tensor; model/hf_names.cpp maps them to the per-expert Hugging Face names.
+  gate_proj_EIH_ = &add_module("experts.gate_proj", std::make_unique<WeightHolder>("weight", init_normal({E, I, H}, init_std, rng))).weight;
+  up_proj_EIH_ = &add_module("experts.up_proj", std::make_unique<WeightHolder>("weight", init_normal({E, I, H}, init_std, rng))).weight;
+  down_proj_EHI_ = &add_module("experts.down_proj", std::make_unique<WeightHolder>("weight", init_normal({E, H, I}, init_std, rng))).weight;
+  if (s.num_shared > 0)
+    shared_experts_ = &add_module("shared_experts", std::make_unique<SwiGLUMLP>(H, I * s.num_shared, init_std, rng));
+}
+
+Variable MoEBlock::forward(const Variable& x_BTH, MoEContext& context) {
+  const int64_t B = x_BTH.dim(0), T = x_BTH.dim(1), H = x_BTH.dim(2), N = B * T, k = settings_.top_k;
+  const Variable x_NH = reshape(x_BTH, {N, H});
+
+  RouterSettings router;
+  router.top_k = k;
+  router.norm_topk_prob = settings_.norm_topk_prob;
+  router.warmup_steps = context.warmup_steps;
+  router.step = context.step;
+  router.training = context.training;
+  LT_CHECK(context.rng != nullptr || !context.training, "MoEBlock: training needs a random generator");
+  Rng no_rng(0);
+  const Routing routing = route(x_NH, *gate_weight_EH_, router, warmup_, context.rng ? *context.rng : no_rng);
+
+  const Variable balance = load_balance_loss(routing.probs, routing.expert_counts, k);
+  const Variable z = router_z_loss(routing.logits);
+  context.aux_losses.push_back(add(scale(balance, settings_.aux_loss_coef), scale(z, settings_.z_loss_coef)));
+  context.stats.push_back(expert_stats(routing, balance.value().item(), z.value().item()));
+
+  const DispatchPlan plan = plan_dispatch(routing.expert_ids, settings_.num_experts);
+  const int64_t M = N * k;
+  const Variable x_MH = gather_rows(x_NH, plan.token_of);
+  const Variable w_M = reshape(gather_rows(reshape(routing.weights, {M, 1}), plan.assignment_order), {M});
+  const Variable h_MI = swiglu(grouped_matmul(x_MH, *gate_proj_EIH_, plan.offsets),
+                               grouped_matmul(x_MH, *up_proj_EIH_, plan.offsets));
+  const Variable y_MH = grouped_matmul(h_MI, *down_proj_EHI_, plan.offsets);
+  Variable out_NH = scatter_add_rows(scale_rows(y_MH, w_M), plan.token_of, N);
+  if (shared_experts_ != nullptr) out_NH = add(out_NH, shared_experts_->forward(x_NH));
+  return reshape(out_NH, {B, T, H});
+}
+
+}  // namespace lt

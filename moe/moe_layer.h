@@ -1,0 +1,49 @@
+// The Ling MoE block (spec/ling.md §3.6-3.7): a softmax router over E fine-grained experts choosing k
+// per token, dropless dispatch, the routed experts as grouped matmuls over contiguous segments, the
+// weighted combine, and the ungated shared expert added on top.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "moe/router.h"
+#include "moe/stats.h"
+#include "nn/layers.h"
+
+namespace lt {
+
+// What one forward pass shares across MoE layers: the step (for the routing warmup), the generator
+// for its noise, and what the layers hand back (the weighted auxiliary losses and router statistics).
+struct MoEContext {
+  int64_t step = 0;
+  bool training = false;
+  int64_t warmup_steps = 0;
+  Rng* rng = nullptr;
+  std::vector<Variable> aux_losses;  // per MoE layer: aux_coef * balance + z_coef * z
+  std::vector<ExpertStats> stats;    // per MoE layer
+};
+
+struct MoESettings {
+  int64_t hidden = 0, intermediate = 0, num_experts = 0, top_k = 1, num_shared = 0;
+  bool norm_topk_prob = true;
+  double aux_loss_coef = 0.015, z_loss_coef = 1e-4;
+};
+
+class MoEBlock : public Module {
+ public:
+  MoEBlock(const MoESettings& settings, double init_std, Rng& rng);
+  Variable forward(const Variable& x_BTH, MoEContext& context);
+
+  const MoESettings& settings() const { return settings_; }
+  RoutingWarmup& warmup() { return warmup_; }
+
+ private:
+  MoESettings settings_;
+  Variable* gate_weight_EH_;
+  Variable* gate_proj_EIH_;
+  Variable* up_proj_EIH_;
+  Variable* down_proj_EHI_;
+  SwiGLUMLP* shared_experts_ = nullptr;
+  RoutingWarmup warmup_;
+};
+
+}  // namespace lt

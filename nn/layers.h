@@ -1,0 +1,84 @@
+// The building blocks of a decoder: Linear, Embedding, RMSNorm, the SwiGLU MLP, grouped-query
+// attention with fused QKV and RoPE, and NormHead. Attribute names are the Hugging Face ones.
+#pragma once
+#include "autograd/ops.h"
+#include "nn/module.h"
+
+namespace lt {
+
+// y = x W^T, W [out, in], no bias (every released Ling config sets use_bias false).
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, double init_std, Rng& rng);
+  Variable forward(const Variable& x) const;  // x [..., in] -> [..., out]
+  Variable& weight() { return weight_; }
+
+ private:
+  Variable& weight_;
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t vocab, int64_t dim, double init_std, Rng& rng);
+  Variable forward(const Tensor& ids) const;  // ids [...] -> [..., dim]
+  Variable& weight() { return weight_; }
+
+ private:
+  Variable& weight_;
+};
+
+class RMSNorm : public Module {
+ public:
+  RMSNorm(int64_t dim, double eps);
+  Variable forward(const Variable& x) const;
+
+ private:
+  Variable& weight_;
+  double eps_;
+};
+
+// down(silu(gate(x)) * up(x)): dense layers, the shared expert.
+class SwiGLUMLP : public Module {
+ public:
+  SwiGLUMLP(int64_t hidden, int64_t intermediate, double init_std, Rng& rng);
+  Variable forward(const Variable& x) const;
+
+ private:
+  Linear& gate_proj_;
+  Linear& up_proj_;
+  Linear& down_proj_;
+};
+
+struct AttentionShape {
+  int64_t hidden, heads, kv_heads, head_dim;
+  double rope_theta;
+};
+
+// Keys and values of earlier positions, for generation one token at a time.
+struct KVCache {
+  Tensor k_BTHD, v_BTHD;  // [B, capacity, Hkv, D]
+  int64_t length = 0;
+};
+
+// Grouped-query attention: fused query_key_value projection whose output rows are [all Q heads |
+// all K heads | all V heads], RoPE on Q and K, causal softmax attention, output projection `dense`.
+class Attention : public Module {
+ public:
+  Attention(const AttentionShape& shape, double init_std, Rng& rng);
+  // x [B, T, hidden]; positions start at pos_offset. With a cache, the new keys and values are
+  // appended and attention covers the cached prefix (inference only).
+  Variable forward(const Variable& x, int64_t pos_offset = 0, KVCache* cache = nullptr) const;
+
+ private:
+  AttentionShape shape_;
+  Linear& query_key_value_;
+  Linear& dense_;
+};
+
+// NormHead (spec/ling.md §5): logits = h (W / ||W||_col)^T, each hidden column of W [V, H] scaled to
+// unit L2 norm over the vocabulary (eps 1e-7). The raw W is the parameter. With `detached` the
+// denominator is a constant in backward (the Hugging Face training path); otherwise the full
+// Jacobian of the normalisation is used.
+Variable column_normalize(const Variable& w_VH, bool detached);
+
+}  // namespace lt

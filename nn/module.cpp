@@ -1,0 +1,29 @@
+#include "nn/module.h"
+
+namespace lt {
+
+Variable& Module::add_parameter(const std::string& name, Tensor value, bool weight_decay) {
+  params_.push_back({name, std::make_unique<Variable>(std::move(value), true), weight_decay});
+  return *params_.back().value;
+}
+
+std::vector<Parameter> Module::parameters(const std::string& prefix) {
+  std::vector<Parameter> out;
+  const std::string dot = prefix.empty() ? "" : prefix + ".";
+  for (auto& p : params_) out.push_back({dot + p.name, p.value.get(), p.weight_decay});
+  for (auto& [name, child] : children_) {
+    std::vector<Parameter> below = child->parameters(dot + name);
+    out.insert(out.end(), below.begin(), below.end());
+  }
+  return out;
+}
+
+int64_t Module::parameter_count() {
+  int64_t n = 0;
+  for (const Parameter& p : parameters()) n += p.value->value().numel();
+  return n;
+}
+
+Tensor init_normal(const Shape& shape, double std, Rng& rng) { return Tensor::randn(shape, rng, std); }
+
+}  // namespace lt

@@ -1,0 +1,54 @@
+// Module: a named tree of parameters and submodules, as in PyTorch. Parameter names are the dotted
+// paths of the tree, so a model built with the Hugging Face attribute names gets the Hugging Face
+// tensor names for free ("model.layers.0.attention.query_key_value.weight").
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/variable.h"
+#include "tensor/random.h"
+
+namespace lt {
+
+struct Parameter {
+  std::string name;   // full dotted name
+  Variable* value;    // the leaf variable (owned by its module)
+  bool weight_decay;  // AdamW decays matrices, never norm weights
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Every parameter below this module, depth first in registration order, names prefixed.
+  std::vector<Parameter> parameters(const std::string& prefix = "");
+  int64_t parameter_count();
+
+ protected:
+  Variable& add_parameter(const std::string& name, Tensor value, bool weight_decay);
+  template <class M>
+  M& add_module(const std::string& name, std::unique_ptr<M> module) {
+    M& ref = *module;
+    children_.emplace_back(name, std::move(module));
+    return ref;
+  }
+
+ private:
+  struct OwnedParameter {
+    std::string name;
+    std::unique_ptr<Variable> value;  // stable address for Parameter::value
+    bool weight_decay;
+  };
+  std::vector<OwnedParameter> params_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+};
+
+// Normal(0, std) initialisation, the Hugging Face _init_weights for Linear and Embedding.
+Tensor init_normal(const Shape& shape, double std, Rng& rng);
+
+}  // namespace lt

@@ -1,0 +1,34 @@
+// Training checkpoints: a folder that is at once a Hugging Face model folder and a resumable state.
+//
+//   config.json             the model config (bailing_moe keys)
+//   model.safetensors       f32 weights under the Hugging Face names
+//   optimizer.safetensors   AdamW moments by lingtrain parameter name
+//   trainer_state.json      step, tokens seen, RNG state, data cursor, routing-warmup statistics, run settings
+//
+// The folder is written atomically (io/atomic_file.h): a run killed at any moment leaves the previous
+// checkpoint complete.
+#pragma once
+#include <string>
+
+#include "io/json.h"
+#include "model/ling.h"
+#include "optim/adamw.h"
+
+namespace lt {
+
+void save_checkpoint(const std::string& dir, LingForCausalLM& model, const AdamW* optimizer,
+                     const Json& trainer_state);
+
+// The folder to read: `dir`, or the previous complete one if a writer died mid-swap. Fails naming dir
+// when no checkpoint exists there.
+std::string checkpoint_folder(const std::string& dir);
+LingConfig load_checkpoint_config(const std::string& dir);
+void load_checkpoint_weights(const std::string& dir, LingForCausalLM& model);
+Json load_trainer_state(const std::string& dir);
+void load_checkpoint_optimizer(const std::string& dir, AdamW& optimizer, int64_t steps_taken);
+
+// Rng and routing-warmup state as JSON (exact: integers as integers, doubles with 17 digits).
+Json rng_to_json(const Rng& rng);
+void rng_from_json(const Json& json, Rng& rng, const std::string& source);
+
+}  // namespace lt
