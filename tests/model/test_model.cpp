@@ -1,0 +1,159 @@
+// The Ling model: parameter counts of the real configs, config.json round trips and errors, Hugging
+// Face names, checkpoint round trips, and KV-cached generation agreeing with the full forward.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "autograd/ops.h"
+#include "model/hf_names.h"
+#include "model/ling.h"
+#include "optim/checkpoint.h"
+
+namespace lt {
+namespace {
+
+LingConfig small_config() {
+  LingConfig c = preset_config("tiny");
+  c.hidden_size = 32;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.intermediate_size = 48;
+  c.moe_intermediate_size = 16;
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  return c;
+}
+
+std::string temp_dir() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "lingtrain-model-XXXXXX").string();
+  return mkdtemp(pattern.data());
+}
+
+TEST(LingConfig, RealModelParameterCountsMatchTheReport) {
+  // spec/ling.md §2.4: Ling-Lite 16.802B total / 2.753B active; Ling-Plus 290.6B / 29.0B.
+  const ParameterCount lite = count_parameters(preset_config("ling-lite"));
+  EXPECT_NEAR(lite.total / 1e9, 16.802, 0.001);
+  EXPECT_NEAR(lite.active / 1e9, 2.753, 0.001);
+  const ParameterCount plus = count_parameters(preset_config("ling-plus"));
+  EXPECT_NEAR(plus.total / 1e9, 290.6, 0.1);
+  EXPECT_NEAR(plus.active / 1e9, 29.0, 0.1);
+}
+
+TEST(LingConfig, CountMatchesTheBuiltModel) {
+  for (const std::string& name : {"tiny", "moe-s"}) {
+    LingForCausalLM model(preset_config(name), 1);
+    EXPECT_EQ(model.parameter_count(), count_parameters(model.config()).total) << name;
+  }
+}
+
+TEST(LingConfig, JsonRoundTripAndErrors) {
+  const LingConfig c = preset_config("small");
+  const LingConfig back = config_from_json(config_to_json(c), "test");
+  EXPECT_EQ(config_to_json(back).dump(), config_to_json(c).dump());
+  Json bad = config_to_json(c);
+  bad["num_key_value_heads"] = 3;
+  EXPECT_THROW(config_from_json(bad, "cfg.json"), Error);
+  bad = config_to_json(c);
+  bad["hidden_size"] = "wide";
+  try {
+    config_from_json(bad, "cfg.json");
+    FAIL() << "a string hidden_size was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cfg.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("hidden_size"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(resolve_config("no-such-preset-or-file"), Error);
+}
+
+TEST(HfNames, ExpertsAreSplitUnderHuggingFaceNames) {
+  LingForCausalLM model(small_config(), 1);
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, t] : hf_state_dict(model)) shapes[name] = t.shape();
+  const LingConfig& c = model.config();
+  EXPECT_EQ(shapes.at("model.word_embeddings.weight"), (Shape{c.vocab_size, 32}));
+  EXPECT_EQ(shapes.at("lm_head.weight"), (Shape{c.vocab_size, 32}));
+  EXPECT_EQ(shapes.at("model.layers.0.attention.query_key_value.weight"), (Shape{(4 + 2 * 2) * 8, 32}));
+  EXPECT_EQ(shapes.at("model.layers.0.mlp.gate_proj.weight"), (Shape{48, 32}));  // first_k_dense_replace = 1
+  EXPECT_EQ(shapes.at("model.layers.1.mlp.gate.weight"), (Shape{4, 32}));
+  EXPECT_EQ(shapes.at("model.layers.1.mlp.experts.3.down_proj.weight"), (Shape{32, 16}));
+  EXPECT_EQ(shapes.at("model.layers.1.mlp.shared_experts.up_proj.weight"), (Shape{16, 32}));
+  EXPECT_EQ(shapes.at("model.norm.weight"), (Shape{32}));
+  EXPECT_EQ(shapes.count("model.layers.1.mlp.experts.gate_proj.weight"), 0u);
+}
+
+TEST(Checkpoint, RoundTripRestoresEveryWeight) {
+  const std::string dir = temp_dir();
+  LingForCausalLM a(small_config(), 1), b(small_config(), 2);
+  save_checkpoint(dir + "/ckpt", a, nullptr, Json{{"step", 0}});
+  load_checkpoint_weights(dir + "/ckpt", b);
+  const auto pa = a.parameters(), pb = b.parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_EQ(pa[i].value->value().to_vector<float>(), pb[i].value->value().to_vector<float>()) << pa[i].name;
+  // A config whose shapes differ is refused with the tensor's name.
+  LingConfig wider = small_config();
+  wider.moe_intermediate_size = 24;
+  LingForCausalLM c(wider, 1);
+  try {
+    load_checkpoint_weights(dir + "/ckpt", c);
+    FAIL() << "mismatched shapes were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shape"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Generation, KVCachedLogitsMatchTheFullForward) {
+  LingForCausalLM model(small_config(), 3);
+  NoGradGuard no_grad;
+  const std::vector<int32_t> ids = {256, 72, 101, 108, 108, 111, 44, 32, 119};
+  const int64_t T = static_cast<int64_t>(ids.size());
+  MoEContext full_context;
+  const std::vector<float> full =
+      model.logits(Tensor::from_vector<int32_t>({1, T}, ids), full_context).value().to_vector<float>();
+  // Prefill 5 tokens, then one at a time.
+  std::vector<KVCache> caches = model.make_kv_caches(1, T);
+  std::vector<float> cached;
+  MoEContext context;
+  const std::vector<int32_t> prefix(ids.begin(), ids.begin() + 5);
+  auto first = model.logits(Tensor::from_vector<int32_t>({1, 5}, prefix), context, 0, &caches).value().to_vector<float>();
+  cached.insert(cached.end(), first.begin(), first.end());
+  for (int64_t t = 5; t < T; ++t) {
+    MoEContext step_context;
+    auto step = model.logits(Tensor::from_vector<int32_t>({1, 1}, {ids[t]}), step_context, t, &caches)
+                    .value()
+                    .to_vector<float>();
+    cached.insert(cached.end(), step.begin(), step.end());
+  }
+  ASSERT_EQ(cached.size(), full.size());
+  for (size_t i = 0; i < full.size(); ++i) EXPECT_NEAR(cached[i], full[i], 1e-4) << "logit " << i;
+}
+
+TEST(Training, TheLossFallsOnARepeatedBatch) {
+  LingForCausalLM model(small_config(), 4);
+  AdamW optimizer(model.parameters(), AdamWSettings{});
+  Rng rng(5);
+  std::vector<int32_t> ids(2 * 17), targets(2 * 17);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(rng.below(200));
+  for (size_t i = 0; i < ids.size(); ++i) targets[i] = i + 1 < ids.size() ? ids[i + 1] : -100;
+  const Tensor x = Tensor::from_vector<int32_t>({2, 17}, ids), y = Tensor::from_vector<int32_t>({2, 17}, targets);
+  double first = 0, last = 0;
+  for (int step = 0; step < 30; ++step) {
+    MoEContext context;
+    context.training = true;
+    context.step = step;
+    context.warmup_steps = 5;
+    context.rng = &rng;
+    const LossBreakdown loss = model.loss(x, y, context);
+    loss.total.backward();
+    optimizer.clip_grad_norm(1.0);
+    optimizer.step(1e-2);
+    optimizer.zero_grad();
+    (step == 0 ? first : last) = loss.lm.value().item();
+  }
+  EXPECT_LT(last, 0.5 * first) << "first " << first << " last " << last;
+}
+
+}  // namespace
+}  // namespace lt
