@@ -5,7 +5,7 @@ JOBS  ?= $(shell nproc)
 NVCC  := $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release $(if $(NVCC),-DCMAKE_CUDA_COMPILER=$(NVCC))
 
-.PHONY: all setup configure build test gradcheck clean
+.PHONY: all setup configure build test gradcheck train clean
 
 all: build
 
@@ -28,3 +28,9 @@ gradcheck: build
 
 clean:
 	rm -rf $(BUILD)
+
+# The main job: pre-train the default (tiny) Ling MoE on the embedded corpus, report train and
+# held-out loss, write the checkpoint to out/tiny/checkpoint and print a sample.
+TRAIN_FLAGS ?=
+train: build
+	$(BUILD)/lingtrain pretrain --model tiny --out out/tiny $(TRAIN_FLAGS)

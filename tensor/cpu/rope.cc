@@ -27,18 +27,18 @@ namespace lt::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // Rotates every row of x [rows, D] into y; row r is at sequence index (r / heads) % seq, whose cos and
-// sin are row t of the tables cos_TH, sin_TH [seq, D/2].
+// sin are row t of the tables cos_table, sin_table [seq, D/2].
 template <bool kInverse, class T>
-void RopeRowsT(const T* x, T* y, int64_t rows, int64_t seq, int64_t heads, int64_t D, const T* cos_TH,
-               const T* sin_TH) {
+void RopeRowsT(const T* x, T* y, int64_t rows, int64_t seq, int64_t heads, int64_t D, const T* cos_table,
+               const T* sin_table) {
   const int64_t half = D / 2;
   parallel_for(rows, std::max<int64_t>(1, 8192 / D), [&](int64_t begin, int64_t end) {
     const hn::ScalableTag<T> d;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
     for (int64_t r = begin; r < end; ++r) {
       const int64_t t = (r / heads) % seq;
-      const T* cos_t = cos_TH + t * half;
-      const T* sin_t = sin_TH + t * half;
+      const T* cos_t = cos_table + t * half;
+      const T* sin_t = sin_table + t * half;
       const T* xa = x + r * D;
       const T* xb = xa + half;
       T* ya = y + r * D;
@@ -65,12 +65,12 @@ void RopeRowsT(const T* x, T* y, int64_t rows, int64_t seq, int64_t heads, int64
 }
 
 void RopeKernel(DType dtype, bool inverse, const void* x, void* y, int64_t rows, int64_t seq, int64_t heads,
-                int64_t D, const void* cos_TH, const void* sin_TH) {
+                int64_t D, const void* cos_table, const void* sin_table) {
   LT_FLOAT_SWITCH(dtype, T, {
     const T* tx = static_cast<const T*>(x);
     T* ty = static_cast<T*>(y);
-    const T* tc = static_cast<const T*>(cos_TH);
-    const T* ts = static_cast<const T*>(sin_TH);
+    const T* tc = static_cast<const T*>(cos_table);
+    const T* ts = static_cast<const T*>(sin_table);
     if (inverse) RopeRowsT<true>(tx, ty, rows, seq, heads, D, tc, ts);
     else RopeRowsT<false>(tx, ty, rows, seq, heads, D, tc, ts);
   });
@@ -91,7 +91,7 @@ struct RopeTable {
   int64_t pos_offset = -1, seq = 0, dim = 0;  // what the tables hold; pos_offset -1: nothing yet
   double theta = 0;
   std::vector<double> inv_freq;  // [D/2]
-  std::vector<T> cos_TH, sin_TH;
+  std::vector<T> cos_table, sin_table;
 };
 
 // The calling thread's table for this range, rebuilt only when the key changes. Thread-local, so two
@@ -104,19 +104,19 @@ const RopeTable<T>& rope_table(int64_t pos_offset, int64_t seq, int64_t D, doubl
   table.inv_freq.resize(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
     table.inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
-  table.cos_TH.resize(static_cast<size_t>(seq * half));
-  table.sin_TH.resize(static_cast<size_t>(seq * half));
+  table.cos_table.resize(static_cast<size_t>(seq * half));
+  table.sin_table.resize(static_cast<size_t>(seq * half));
   // Plain pointers for the workers: inside their chunks the name `table` would mean their own copy.
   const double* inv_freq = table.inv_freq.data();
-  T* cos_TH = table.cos_TH.data();
-  T* sin_TH = table.sin_TH.data();
+  T* cos_table = table.cos_table.data();
+  T* sin_table = table.sin_table.data();
   parallel_for(seq, std::max<int64_t>(1, 1024 / half), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const double position = static_cast<double>(pos_offset + t);
       for (int64_t i = 0; i < half; ++i) {
         const double angle = position * inv_freq[i];
-        cos_TH[t * half + i] = static_cast<T>(std::cos(angle));
-        sin_TH[t * half + i] = static_cast<T>(std::sin(angle));
+        cos_table[t * half + i] = static_cast<T>(std::cos(angle));
+        sin_table[t * half + i] = static_cast<T>(std::sin(angle));
       }
     }
   });
@@ -143,7 +143,7 @@ void rope(const Tensor& x, double theta, int64_t pos_offset, bool inverse, Tenso
   LT_FLOAT_SWITCH(x.dtype(), T, {
     const RopeTable<T>& table = rope_table<T>(pos_offset, seq, D, theta);
     HWY_DYNAMIC_DISPATCH(RopeKernel)(x.dtype(), inverse, x.raw_data(), y.raw_data(), x.numel() / D, seq, heads, D,
-                                     table.cos_TH.data(), table.sin_TH.data());
+                                     table.cos_table.data(), table.sin_table.data());
   });
 }
 

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# End-to-end checks of the lingtrain binary: resume is bit-identical to an uninterrupted run, a
+# checkpoint round-trips through eval, and bad input gives one clear error line and a non-zero exit.
+# Usage: cli_test.sh path/to/lingtrain
+set -u
+bin=$(realpath "$1")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect_error NAME PATTERN CMD...: CMD must exit non-zero with exactly one stderr line matching PATTERN.
+expect_error() {
+  local name=$1 pattern=$2
+  shift 2
+  if "$@" >out.txt 2>err.txt; then fail "$name: exited 0"; return; fi
+  local lines
+  lines=$(wc -l <err.txt)
+  [ "$lines" -eq 1 ] || fail "$name: $lines stderr lines: $(cat err.txt)"
+  grep -q -- "$pattern" err.txt || fail "$name: stderr '$(cat err.txt)' lacks '$pattern'"
+}
+
+# A small text corpus, made into shards by the binary itself.
+for i in $(seq 1 400); do echo "line $i: the quick brown fox $((i * 7 % 13)) jumps over $((i % 5)) lazy dogs."; done >a.txt
+for i in $(seq 1 100); do echo "int f$i(int x) { return x * $i + $((i % 3)); }"; done >b.txt
+"$bin" shards --out data/train a.txt b.txt >/dev/null || fail "shards"
+"$bin" shards --out data/val b.txt >/dev/null || fail "shards val"
+train=data/train_000000.bin
+val=data/val_000000.bin
+common=(--model tiny --data "$train" --val "$val" --batch 2 --seq 32 --threads 2 --sample-prompt "" --eval-every 0
+  --routing-warmup 3 --warmup-steps 2)
+
+# Resume: 6 steps straight vs 3 steps, then resume to 6 (with a checkpoint at 3 in the first run too).
+"$bin" pretrain "${common[@]}" --out full --steps 6 --ckpt-every 3 >/dev/null 2>&1 || fail "pretrain full"
+"$bin" pretrain "${common[@]}" --out part --steps 3 >/dev/null 2>&1 || fail "pretrain part"
+"$bin" pretrain --out part --steps 6 --resume part/checkpoint >/dev/null 2>&1 || fail "pretrain resume"
+cmp -s full/checkpoint/model.safetensors part/checkpoint/model.safetensors || fail "resumed weights differ"
+cmp -s full/checkpoint/optimizer.safetensors part/checkpoint/optimizer.safetensors || fail "resumed optimizer differs"
+# Metrics agree in everything but wall-clock timing.
+strip_timing() { tail -1 "$1" | sed 's/"step_seconds":[^,}]*//; s/"tokens_per_s":[^,}]*//'; }
+[ "$(strip_timing full/metrics.jsonl)" = "$(strip_timing part/metrics.jsonl)" ] || fail "resumed metrics differ"
+
+# Eval of the checkpoint: a JSON line with loss and tokens; every token after the first is predicted once.
+"$bin" eval --ckpt full/checkpoint --data "$val" >eval.txt 2>/dev/null || fail "eval"
+tokens=$(tail -1 eval.txt | sed -n 's/.*"tokens":\([0-9]*\).*/\1/p')
+size=$(stat -c %s "$val")
+expected=$(((size - 1024) / 2 - 1))
+[ "$tokens" = "$expected" ] || fail "eval predicted $tokens tokens, expected $expected"
+grep -q '"loss":' eval.txt || fail "eval prints no loss"
+"$bin" sample --ckpt full/checkpoint --prompt "int f" --tokens 16 >/dev/null 2>&1 || fail "sample"
+
+# Bad input.
+expect_error "unknown flag" "unknown flag --stepz" "$bin" pretrain --stepz 3
+expect_error "unknown command" "unknown command" "$bin" pretrian
+echo '{"model_type": "bailing_moe", "hidden_size": 64,' >bad.json
+expect_error "malformed config" "bad.json" "$bin" pretrain --model bad.json --data "$train"
+echo '{"model_type": "bailing_moe", "vocab_size": 320, "hidden_size": "wide"}' >typed.json
+expect_error "mistyped config" "hidden_size" "$bin" pretrain --model typed.json --data "$train"
+cp -r full/checkpoint trunc
+truncate -s -100 trunc/model.safetensors
+expect_error "truncated safetensors" "model.safetensors" "$bin" eval --ckpt trunc --data "$val"
+cp -r full/checkpoint mismatch
+sed -i 's/"hidden_size": 128/"hidden_size": 96/' mismatch/config.json
+expect_error "shape mismatch" "shape" "$bin" eval --ckpt mismatch --data "$val"
+head -c 1024 "$val" >badheader.bin
+printf 'garbage' >>badheader.bin
+expect_error "bad shard header" "badheader.bin" "$bin" eval --ckpt full/checkpoint --data badheader.bin
+# A valid uint16 shard (magic 20240520, version 1, 3 tokens) holding token 1000 >= vocab 320.
+{ printf '\x88\xd8\x34\x01\x01\x00\x00\x00\x03\x00\x00\x00'; head -c 1012 /dev/zero; printf '\x01\x00\xe8\x03\x02\x00'; } >bigtoken.bin
+expect_error "token >= vocab" "1000" "$bin" eval --ckpt full/checkpoint --data bigtoken.bin
+expect_error "missing checkpoint" "nowhere" "$bin" eval --ckpt nowhere --data "$val"
+
+if [ "$failures" -eq 0 ]; then echo "cli: all checks passed"; else echo "cli: $failures check(s) failed"; exit 1; fi
