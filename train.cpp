@@ -271,7 +271,7 @@ Json layer_metrics(const std::vector<std::vector<int64_t>>& loads, const std::ve
 
 int cmd_pretrain(const std::vector<std::string>& args) {
   Flags flags(args, {{"model", "tiny"},        {"data", ""},          {"val", ""},
-                     {"out", "out/tiny"},      {"steps", "600"},      {"batch", "16"},
+                     {"out", "out/tiny"},      {"steps", "1500"},      {"batch", "16"},
                      {"seq", "128"},           {"lr", "3e-3"},        {"min-lr", "3e-4"},
                      {"lr-schedule", "cosine"}, {"warmup-steps", "30"}, {"halve-at", "0.6"},
                      {"accum", "1"},           {"batch-warmup-start", "0"}, {"batch-warmup-steps", "0"},
@@ -381,9 +381,10 @@ int cmd_pretrain(const std::vector<std::string>& args) {
   const int64_t first_step = step;
   const int64_t eval_every = flags.integer("eval-every"), ckpt_every = flags.integer("ckpt-every");
   const int64_t eval_tokens = flags.integer("eval-tokens");
-  auto heldout_loss = [&]() -> double {
+  // Periodic held-out loss on the first --eval-tokens tokens (all when 0); the whole file at the end.
+  auto heldout_loss = [&](int64_t limit) -> double {
     if (!val_tokens.defined()) return NAN;
-    const int64_t n = eval_tokens > 0 ? std::min(val_tokens.numel(), eval_tokens) : val_tokens.numel();
+    const int64_t n = limit > 0 ? std::min(val_tokens.numel(), limit) : val_tokens.numel();
     return evaluate(model, val_tokens.narrow(0, n), T, B).mean();
   };
 
@@ -432,8 +433,8 @@ int cmd_pretrain(const std::vector<std::string>& args) {
                    {"batch_seqs", micro_batches * B}, {"tokens_per_s", tokens_per_s}, {"step_seconds", seconds}};
     if (!moe.empty()) record["moe_layers"] = layer_metrics(loads, entropy);
     const bool last = step + 1 == steps;
-    if ((eval_every > 0 && (step + 1) % eval_every == 0) || last) {
-      const double val = heldout_loss();
+    if (eval_every > 0 && (step + 1) % eval_every == 0 && !last) {
+      const double val = heldout_loss(eval_tokens);
       if (!std::isnan(val)) record["val_loss"] = val;
     }
     metrics.write(record);
@@ -451,7 +452,8 @@ int cmd_pretrain(const std::vector<std::string>& args) {
     }
   }
   save(step);
-  const double val = heldout_loss();
+  const double val = heldout_loss(0);
+  if (!std::isnan(val)) std::fprintf(stderr, "\nheld-out loss (whole %s): %.4f\n", val_path.c_str(), val);
   double unigram = NAN;
   if (val_tokens.defined()) {
     const std::vector<uint32_t> ids = lt::read_token_shard(val_path);
