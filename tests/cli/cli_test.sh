@@ -60,6 +60,9 @@ expect_error "mistyped config" "hidden_size" "$bin" pretrain --model typed.json 
 cp -r full/checkpoint trunc
 truncate -s -100 trunc/model.safetensors
 expect_error "truncated safetensors" "model.safetensors" "$bin" eval --ckpt trunc --data "$val"
+cp -r full/checkpoint wrongdtype
+perl -0777 -pi -e 's/"dtype":"F32"/"dtype":"I32"/' wrongdtype/model.safetensors
+expect_error "wrong-dtype safetensors" "floating" "$bin" eval --ckpt wrongdtype --data "$val"
 cp -r full/checkpoint mismatch
 sed -i 's/"hidden_size": 128/"hidden_size": 96/' mismatch/config.json
 expect_error "shape mismatch" "shape" "$bin" eval --ckpt mismatch --data "$val"
