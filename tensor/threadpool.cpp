@@ -1,6 +1,8 @@
 #include "tensor/threadpool.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -15,6 +17,25 @@ namespace {
 
 thread_local bool in_parallel_region = false;
 
+using ChunkJob = FunctionRef<void(int64_t)>;
+
+// How long a waiting thread spins before it sleeps: long enough to bridge the serial code between
+// two kernels of a training step, short enough not to matter when the pool is idle.
+constexpr auto kSpinTime = std::chrono::microseconds(100);
+
+// Spins until done() or kSpinTime has passed; returns done().
+template <class Done>
+bool spin_until(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return done();
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
 class ThreadPool {
  public:
   explicit ThreadPool(int threads) { start(threads); }
@@ -28,42 +49,49 @@ class ThreadPool {
   }
 
   // Runs job(c) for c in [0, chunks); chunk 0 on the calling thread, chunk c on worker c - 1.
-  void run(int64_t chunks, const std::function<void(int64_t)>& job) {
+  // Every worker acknowledges every job (those without a chunk too), so when run() returns no worker
+  // is still looking at this job's description.
+  void run(int64_t chunks, ChunkJob job) {
+    job_ = &job;
+    chunks_ = chunks;
+    error_ = nullptr;
+    unfinished_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
     {
+      // Under the lock, so a worker about to sleep cannot miss the new generation.
       std::lock_guard<std::mutex> lock(mutex_);
-      job_ = &job;
-      chunks_ = chunks;
-      pending_ = static_cast<int>(chunks - 1);
-      error_ = nullptr;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     run_chunk(job, 0);
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return pending_ == 0; });
+    auto all_done = [&] { return unfinished_.load(std::memory_order_acquire) == 0; };
+    if (!spin_until(all_done)) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_.wait(lock, all_done);
+    }
     job_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
 
  private:
   // Called with no workers running. New workers start at the current generation: a job that ran
-  // before they existed is finished, not theirs to pick up (its pointer is already gone).
+  // before they existed is finished, not theirs to pick up.
   void start(int threads) {
-    quit_ = false;
-    for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w, seen = generation_] { worker_loop(w, seen); });
+    quit_.store(false);
+    const uint64_t current = generation_.load();
+    for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w, current] { worker_loop(w, current); });
   }
 
   void stop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      quit_ = true;
+      quit_.store(true);
     }
     wake_.notify_all();
     for (auto& t : workers_) t.join();
     workers_.clear();
   }
 
-  void run_chunk(const std::function<void(int64_t)>& job, int64_t c) {
+  void run_chunk(ChunkJob job, int64_t c) {
     in_parallel_region = true;
     try {
       job(c);
@@ -75,30 +103,32 @@ class ThreadPool {
   }
 
   void worker_loop(int w, uint64_t seen) {
+    auto has_news = [&] { return quit_.load() || generation_.load(std::memory_order_acquire) != seen; };
     for (;;) {
-      const std::function<void(int64_t)>* job;
-      {
+      if (!spin_until(has_news)) {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return quit_ || generation_ != seen; });
-        if (quit_) return;
-        seen = generation_;
-        if (w >= chunks_) continue;  // fewer chunks than workers this time
-        job = job_;
+        wake_.wait(lock, has_news);
       }
-      run_chunk(*job, w);
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
+      if (quit_.load()) return;
+      seen = generation_.load(std::memory_order_acquire);
+      if (w < chunks_) run_chunk(*job_, w);
+      if (unfinished_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(mutex_);  // pairs with the caller's predicate check
+        done_.notify_one();
+      }
     }
   }
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_, done_;
-  const std::function<void(int64_t)>* job_ = nullptr;
+  // Written by run() before the generation is published (release) and read by workers after they
+  // see it (acquire).
+  const ChunkJob* job_ = nullptr;
   int64_t chunks_ = 0;
-  int pending_ = 0;
-  uint64_t generation_ = 0;
-  bool quit_ = false;
+  std::atomic<int> unfinished_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> quit_{false};
   std::exception_ptr error_;
 };
 
@@ -132,7 +162,7 @@ int64_t chunk_begin(int64_t n, int64_t chunks, int64_t c) {
   return c * base + std::min(c, extra);
 }
 
-void parallel_for_chunks(int64_t n, int64_t grain, const IndexedChunkFn& fn) {
+void parallel_for_chunks(int64_t n, int64_t grain, IndexedChunkFn fn) {
   const int64_t chunks = num_chunks(n, grain);
   if (chunks == 0) return;
   if (chunks == 1) {
@@ -142,7 +172,7 @@ void parallel_for_chunks(int64_t n, int64_t grain, const IndexedChunkFn& fn) {
   pool().run(chunks, [&](int64_t c) { fn(c, chunk_begin(n, chunks, c), chunk_begin(n, chunks, c + 1)); });
 }
 
-void parallel_for(int64_t n, int64_t grain, const ChunkFn& fn) {
+void parallel_for(int64_t n, int64_t grain, ChunkFn fn) {
   parallel_for_chunks(n, grain, [&](int64_t, int64_t begin, int64_t end) { fn(begin, end); });
 }
 

@@ -4,22 +4,50 @@
 // depend only on n, grain and the thread count, never on timing. A kernel that reduces per chunk and
 // then combines the chunk results in chunk order therefore gives bit-identical results run after run
 // for a given thread count. Calls made from inside a chunk run serially in the calling thread.
+//
+// Waking a sleeping thread costs tens of microseconds on a VM, more than a small kernel takes, so a
+// worker spins for a short while after each job before it sleeps, and so does the caller while it
+// waits for the workers.
 #pragma once
 #include <cstdint>
-#include <functional>
+#include <memory>
+#include <type_traits>
+#include <utility>
 
 namespace lt {
+
+// A non-owning reference to a callable: what parallel_for takes, so that passing a lambda with any
+// number of captures never allocates (std::function would, past its small buffer, on every call of
+// every kernel). The callable must outlive the call it is passed to, as a lambda argument does.
+template <class Signature>
+class FunctionRef;
+template <class R, class... Args>
+class FunctionRef<R(Args...)> {
+ public:
+  template <class F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef>)
+  FunctionRef(F&& f)  // NOLINT(google-explicit-constructor): implicit, like std::function
+      : object_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* object, Args... args) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(object))(std::forward<Args>(args)...);
+        }) {}
+  R operator()(Args... args) const { return call_(object_, std::forward<Args>(args)...); }
+
+ private:
+  void* object_;
+  R (*call_)(void*, Args...);
+};
 
 int num_threads();
 // Sets the pool size (>= 1). 0 means "all hardware threads". Not to be called from inside a chunk.
 void set_num_threads(int threads);
 
-using ChunkFn = std::function<void(int64_t begin, int64_t end)>;
+using ChunkFn = FunctionRef<void(int64_t begin, int64_t end)>;
 // Runs fn over [0, n) in chunks of at least `grain` items (the last may be shorter).
-void parallel_for(int64_t n, int64_t grain, const ChunkFn& fn);
+void parallel_for(int64_t n, int64_t grain, ChunkFn fn);
 // The same, telling fn which chunk it runs (for per-chunk partial results combined in chunk order).
-using IndexedChunkFn = std::function<void(int64_t chunk, int64_t begin, int64_t end)>;
-void parallel_for_chunks(int64_t n, int64_t grain, const IndexedChunkFn& fn);
+using IndexedChunkFn = FunctionRef<void(int64_t chunk, int64_t begin, int64_t end)>;
+void parallel_for_chunks(int64_t n, int64_t grain, IndexedChunkFn fn);
 // The chunk bounds parallel_for would use: chunk c covers [chunk_begin(c), chunk_begin(c + 1)).
 int64_t num_chunks(int64_t n, int64_t grain);
 int64_t chunk_begin(int64_t n, int64_t chunks, int64_t c);
