@@ -1,14 +1,39 @@
 // Matrix multiply: c = alpha * op(a) @ op(b) + beta * c, with every transpose variant the forward and
 // backward passes need, batched or not.
 //
-// The operands are first packed so the inner loop reads both contiguously: op(b) into a [K, N] panel
-// and, when a is transposed, op(a) into [M, K]. The micro-kernel keeps a 4-row x 2-vector tile of c in
-// registers and streams k, so each loaded b vector feeds 4 FMAs. Rows of c are split across threads;
-// every element is summed over k in order, so results do not depend on the thread count.
+// A GotoBLAS/BLIS-style GEMM. C is computed in register tiles of kTileRows rows x kTileVectors vectors
+// (MR x NR elements) by one micro-kernel: per k it loads NR values of op(b) as vectors, broadcasts MR
+// values of op(a) and issues MR x kTileVectors FMAs. Both operands are first repacked into the order
+// the micro-kernel reads them, which also absorbs the transposes:
+//   op(a) -> MR-row panels [k][MR]. From a [K, M] (transposed) the MR values of one k are contiguous;
+//     from a [M, K] a panel is a transpose of MR rows, done with vector shuffles for f32.
+//   op(b) -> NR-column panels [k][NR]. From b [K, N] a copy of row pieces; from b [N, K] (transposed)
+//     a register transpose of Lanes x Lanes blocks.
+// Around the micro-kernel, three cache blocks (BLIS's names; the roles are those of row-major C):
+//   KC (depth): an A micro-panel KC x MR stays in L1 while it meets every B micro-panel of the block;
+//   NC (columns): the packed B block KC x NC stays in L2 while the A micro-panels stream past it;
+//   MC (rows): the packed A block MC x KC is reused for all NC blocks; B is repacked once per MC rows.
+// Threads split C into slabs of whole tiles (along N or M), each thread packing what its slab needs
+// into its own buffers: one fork-join per GEMM, no shared state.
+// Few rows of C (decoding, small expert segments) take cheaper routes: b [K, N] is read in place
+// instead of packed, and against a transposed b [N, K] each element is a dot product of two rows that
+// are contiguous in k, with nothing packed.
+//
+// Numerics and determinism: on the panel path each element of C is one FMA chain over k, in k order,
+// within a KC block, then written back as alpha * acc + beta * c (beta = 1 after the first KC block);
+// the KC blocks depend only on K. On the dot path each element is Lanes partial sums over k, reduced
+// across lanes. Neither the position of a tile, nor packing, nor which thread computes it changes that
+// arithmetic, so for given shapes the result is bit-identical for any thread count (on a given Highway
+// target). Which path runs depends on the shapes only (M and the transposes).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "tensor/cpu/gemm.cc"
-#include <vector>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
 
+#include "hwy/aligned_allocator.h"
+#include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "tensor/cpu/kernel_util.h"
@@ -19,110 +44,509 @@ HWY_BEFORE_NAMESPACE();
 namespace lt::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Packing buffers grow to the largest size seen and are reused, so steady-state steps allocate nothing.
-template <class T>
-T* scratch(std::vector<T>& buffer, int64_t n) {
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
-  return buffer.data();
+// Register budget of the micro-kernel: kTileRows x kTileVectors accumulators, kTileVectors B vectors and
+// one broadcast of A must fit the vector registers. Each k step issues kTileRows x kTileVectors
+// independent FMAs (at least 8 are needed to cover a 4-cycle FMA latency on two FMA ports) for
+// kTileVectors + kTileRows loads. AVX-512 has 32 registers: 6 x 4 = 24 accumulators + 4 + 1; of the
+// 24-accumulator shapes it needs the fewest loads per FMA (10 per 24, against 14 for 12 x 2), and it
+// measured fastest on this Xeon (kernel-only loop, GFLOP/s: 6 x 4 191, 14 x 2 183, 12 x 2 180, 8 x 3 175,
+// 4 x 6 159). The targets with 16 registers (AVX2, SSE4) use 6 x 2 = 12 accumulators + 2 + 1.
+constexpr int kTileRows = 6;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr int kTileVectors = 4;
+#else
+constexpr int kTileVectors = 2;
+#endif
+
+// Cache blocks, in bytes so that f64 keeps the footprint of f32. KC = 256 floats: an A micro-panel is
+// 256 x 6 x 4 = 6 KiB of a 48 KiB L1 (32 KiB on Zen 4), and the C tile is reread once per 256 k's.
+// NC = 1024 floats: the packed B block is 256 x 1024 x 4 = 1 MiB, half of this Xeon's 2 MiB L2 (all of
+// Zen 4's 1 MiB: there it partly spills to L3). MC = 2048 rows: the packed A block is 2 MiB in L2/L3,
+// and each packed B element then feeds 2048 FMAs, so repacking B costs well under 1% of the time.
+constexpr int64_t kDepthBlockBytes = 1024;
+constexpr int64_t kColumnBlockBytes = 4096;
+constexpr int64_t kRowBlock = 2048;
+
+// A thread's share of a GEMM is at least this many FLOPs (~50 us of FMAs on one core): waking a pool
+// worker whose core is idle took 50-120 us on this VM (the vCPU halts; 2 us when the core is busy), so
+// smaller GEMMs run faster on the calling thread alone.
+constexpr double kMinFlopsPerChunk = 1e7;
+
+// The chunk grain for parallel_for: enough units that each chunk does at least kMinFlopsPerChunk.
+int64_t GrainFor(double unit_flops) {
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(kMinFlopsPerChunk / unit_flops)));
 }
 
-// dst [rows, cols] = src^T where src is [cols, rows] with leading dimension ld.
+// Up to this many rows of C, b [K, N] is read in place: each of its elements then meets at most two A
+// micro-panels, too few to pay for copying it. (A transposed b with few rows of C takes the dot-product
+// path below.)
+constexpr int64_t kMaxRowsUnpackedB = 2 * kTileRows;
+
+// Up to this many rows of C against a transposed b [N, K] (x W^T for a handful of tokens: decoding, a
+// small expert segment), C is computed as dot products of rows, which are contiguous in k in both
+// operands, and nothing is packed: the panel path would transpose all of b for a few rows' worth of
+// FMAs. Measured crossover on this Xeon: the panel path wins from about two row panels (12 rows) on.
+constexpr int64_t kMaxRowsDot = 2 * kTileRows;
+
 template <class T>
-void Transpose(const T* src, int64_t ld, int64_t rows, int64_t cols, T* dst) {
-  parallel_for(rows, 64, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r)
-      for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = src[c * ld + r];
-  });
+struct Gemm {
+  int64_t M, N, K;
+  const T* a;
+  int64_t lda;
+  bool trans_a;
+  const T* b;
+  int64_t ldb;
+  bool trans_b;
+  T* c;
+  int64_t ldc;
+  T alpha, beta;
+};
+
+// A per-thread packing buffer (kWhich: 0 for A, 1 for B) that grows to the largest size seen and is
+// then reused, so steady-state calls allocate nothing. Aligned so packed panels start on a cache line.
+template <class T, int kWhich>
+T* PackBuffer(int64_t n) {
+  static thread_local hwy::AlignedFreeUniquePtr<T[]> buffer;
+  static thread_local int64_t capacity = 0;
+  if (capacity < n) {
+    buffer = hwy::AllocateAligned<T>(static_cast<size_t>(n));
+    capacity = n;
+  }
+  return buffer.get();
 }
 
-// c rows [r0, r0 + kRows), columns [j, j + 2 vectors), over all k.
-template <int kRows, class D, class T = hn::TFromD<D>>
-HWY_INLINE void Tile(D d, const T* a, int64_t K, const T* b, int64_t N, T* c, int64_t j, T alpha, T beta) {
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+int64_t CeilDiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
+
+#if HWY_TARGET != HWY_SCALAR
+// panel[k * MR + r] = src[r * lda + k] for the MR = 6 rows of a full panel of a row-major f32 a, for k
+// below depth rounded down to Lanes; returns that depth. A pair of rows zipped is one 64-bit lane per
+// k, and an MR-row panel is then three such lanes interleaved: per Lanes k's, 6 loads, 6 permutes, 6
+// zips and two 3-way interleaved stores, against 6 loads and 6 stores per k for a scalar transpose.
+template <class D>
+int64_t InterleaveSixRows(D d, const float* HWY_RESTRICT src, int64_t lda, int64_t depth, float* HWY_RESTRICT panel) {
+  static_assert(kTileRows == 6, "three pairs of rows");
+  const hn::Repartition<uint64_t, D> d64;
   using V = hn::Vec<D>;
-  V acc0[kRows], acc1[kRows];
-  for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = hn::Zero(d);
-  for (int64_t k = 0; k < K; ++k) {
-    const V b0 = hn::LoadU(d, b + k * N + j);
-    const V b1 = hn::LoadU(d, b + k * N + j + lanes);
-    for (int r = 0; r < kRows; ++r) {
-      const V ar = hn::Set(d, a[r * K + k]);
-      acc0[r] = hn::MulAdd(ar, b0, acc0[r]);
-      acc1[r] = hn::MulAdd(ar, b1, acc1[r]);
-    }
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  // InterleaveLower/Upper zip within 128-bit blocks. Permuting each row first so that block b holds
+  // k = 2b, 2b + 1 and Lanes/2 + 2b, Lanes/2 + 2b + 1 makes the lower zip cover k < Lanes/2 in order
+  // and the upper zip the rest.
+  HWY_ALIGN int32_t order[HWY_MAX_BYTES / sizeof(float)];
+  for (int64_t i = 0; i < lanes; ++i)
+    order[i] = static_cast<int32_t>(i % 4 < 2 ? 2 * (i / 4) + i % 4 : lanes / 2 + 2 * (i / 4) + i % 4 - 2);
+  const auto permute = hn::SetTableIndices(d, order);
+  const int64_t vector_depth = depth / lanes * lanes;
+  for (int64_t k = 0; k < vector_depth; k += lanes) {
+    V row[kTileRows];
+    for (int r = 0; r < kTileRows; ++r) row[r] = hn::TableLookupLanes(hn::LoadU(d, src + r * lda + k), permute);
+    auto* out = reinterpret_cast<uint64_t*>(panel + k * kTileRows);
+    hn::StoreInterleaved3(hn::BitCast(d64, hn::InterleaveLower(d, row[0], row[1])),
+                          hn::BitCast(d64, hn::InterleaveLower(d, row[2], row[3])),
+                          hn::BitCast(d64, hn::InterleaveLower(d, row[4], row[5])), d64, out);
+    hn::StoreInterleaved3(hn::BitCast(d64, hn::InterleaveUpper(d, row[0], row[1])),
+                          hn::BitCast(d64, hn::InterleaveUpper(d, row[2], row[3])),
+                          hn::BitCast(d64, hn::InterleaveUpper(d, row[4], row[5])), d64,
+                          out + lanes / 2 * kTileRows / 2);
   }
-  const V va = hn::Set(d, alpha), vb = hn::Set(d, beta);
-  for (int r = 0; r < kRows; ++r) {
-    T* cr = c + r * N + j;
-    if (beta == T(0)) {
-      hn::StoreU(hn::Mul(va, acc0[r]), d, cr);
-      hn::StoreU(hn::Mul(va, acc1[r]), d, cr + lanes);
-    } else {
-      hn::StoreU(hn::MulAdd(va, acc0[r], hn::Mul(vb, hn::LoadU(d, cr))), d, cr);
-      hn::StoreU(hn::MulAdd(va, acc1[r], hn::Mul(vb, hn::LoadU(d, cr + lanes))), d, cr + lanes);
+  return vector_depth;
+}
+#endif
+
+// Packs op(a)[i0 : i0 + rows, p0 : p0 + depth] into MR-row panels [k][MR]. Rows past `rows` are zero,
+// so the micro-kernel never needs a row count.
+template <class D, class T = hn::TFromD<D>>
+void PackA([[maybe_unused]] D d, const Gemm<T>& g, int64_t i0, int64_t rows, int64_t p0, int64_t depth,
+           T* HWY_RESTRICT dst) {
+  const int64_t panels = CeilDiv(rows, kTileRows), full_panels = rows / kTileRows;
+  if (g.trans_a) {
+    // a is [K, M]: row k of a holds the MR values at k of every panel. k outermost reads a row by row,
+    // sequentially, rather than MR values per row across rows (one cache miss each). The copy of a
+    // full panel has a constant length, so it compiles to two moves, not a call.
+    for (int64_t k = 0; k < depth; ++k) {
+      const T* src = g.a + (p0 + k) * g.lda + i0;
+      for (int64_t p = 0; p < full_panels; ++p)
+        std::memcpy(dst + (p * depth + k) * kTileRows, src + p * kTileRows, kTileRows * sizeof(T));
+      if (full_panels < panels) {
+        T* out = dst + (full_panels * depth + k) * kTileRows;
+        for (int64_t r = 0; r < kTileRows; ++r)
+          out[r] = full_panels * kTileRows + r < rows ? src[full_panels * kTileRows + r] : T(0);
+      }
     }
+    return;
+  }
+  // a is [M, K]: each panel is a transpose of MR rows.
+  for (int64_t p = 0; p < panels; ++p) {
+    T* panel = dst + p * depth * kTileRows;
+    const T* src = g.a + (i0 + p * kTileRows) * g.lda + p0;
+    const int64_t valid = std::min<int64_t>(kTileRows, rows - p * kTileRows);
+    int64_t k = 0;
+#if HWY_TARGET != HWY_SCALAR
+    if constexpr (std::is_same_v<T, float>)
+      if (valid == kTileRows) k = InterleaveSixRows(d, src, g.lda, depth, panel);
+#endif
+    for (; k < depth; ++k)
+      for (int64_t r = 0; r < kTileRows; ++r) panel[k * kTileRows + r] = r < valid ? src[r * g.lda + k] : T(0);
   }
 }
 
-// Columns past the last full 2-vector tile, one element at a time.
-template <class T>
-void TailColumns(const T* a, int64_t rows, int64_t K, const T* b, int64_t N, T* c, int64_t j0, T alpha, T beta) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = j0; j < N; ++j) {
-      T acc = 0;
-      for (int64_t k = 0; k < K; ++k) acc += a[r * K + k] * b[k * N + j];
-      c[r * N + j] = beta == T(0) ? alpha * acc : alpha * acc + beta * c[r * N + j];
+#if HWY_TARGET != HWY_SCALAR
+// dst[t * dst_stride + i] = src[i * src_stride + t] for i, t < Lanes(d): a square transpose in
+// registers by log2(Lanes) rounds of unzipping pairs of rows (ConcatEven / ConcatOdd), one shuffle per
+// row and round: ~0.25 shuffles per element for 16 lanes, against a load and a store per element for
+// a scalar transpose.
+template <class D, class T = hn::TFromD<D>>
+HWY_INLINE void TransposeBlock(D d, const T* HWY_RESTRICT src, int64_t src_stride, T* HWY_RESTRICT dst,
+                               int64_t dst_stride) {
+  // Fully unrolled (16 = f32 lanes of AVX-512) so that the rows stay in registers.
+  constexpr size_t kMaxLanes = hn::MaxLanes(D());
+  const size_t lanes = hn::Lanes(d), half = lanes / 2;
+  hn::Vec<D> rows[kMaxLanes], unzipped[kMaxLanes];
+  HWY_UNROLL(16)
+  for (size_t i = 0; i < lanes; ++i) rows[i] = hn::LoadU(d, src + static_cast<int64_t>(i) * src_stride);
+  for (size_t width = 1; width < lanes; width *= 2) {
+    HWY_UNROLL(16)
+    for (size_t i = 0; i < half; ++i) {
+      unzipped[i] = hn::ConcatEven(d, rows[2 * i + 1], rows[2 * i]);
+      unzipped[i + half] = hn::ConcatOdd(d, rows[2 * i + 1], rows[2 * i]);
     }
+    HWY_UNROLL(16)
+    for (size_t i = 0; i < lanes; ++i) rows[i] = unzipped[i];
+  }
+  HWY_UNROLL(16)
+  for (size_t t = 0; t < lanes; ++t) hn::StoreU(rows[t], d, dst + static_cast<int64_t>(t) * dst_stride);
 }
+#endif
 
-// c [M, N] = alpha * a [M, K] @ b [K, N] + beta * c, all contiguous.
-template <class T>
-void GemmPacked(const T* a, const T* b, T* c, int64_t M, int64_t N, int64_t K, T alpha, T beta) {
-  const hn::ScalableTag<T> d;
-  const int64_t tile_cols = 2 * static_cast<int64_t>(hn::Lanes(d));
-  const int64_t full_cols = N / tile_cols * tile_cols;
-  const int64_t row_blocks = (M + 3) / 4;
-  parallel_for(row_blocks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t block = begin; block < end; ++block) {
-      const int64_t r0 = block * 4;
-      const int64_t rows = std::min<int64_t>(4, M - r0);
-      const T* ar = a + r0 * K;
-      T* cr = c + r0 * N;
-      for (int64_t j = 0; j < full_cols; j += tile_cols) {
-        switch (rows) {
-          case 4: Tile<4>(d, ar, K, b, N, cr, j, alpha, beta); break;
-          case 3: Tile<3>(d, ar, K, b, N, cr, j, alpha, beta); break;
-          case 2: Tile<2>(d, ar, K, b, N, cr, j, alpha, beta); break;
-          default: Tile<1>(d, ar, K, b, N, cr, j, alpha, beta); break;
+// Packs op(b)[p0 : p0 + depth, j0 : j0 + cols] into NR-column panels [k][NR], zero-padding the last.
+template <class D, class T = hn::TFromD<D>>
+void PackB(D d, const Gemm<T>& g, int64_t p0, int64_t depth, int64_t j0, int64_t cols, T* HWY_RESTRICT dst) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t tile_cols = kTileVectors * lanes;
+  const int64_t panels = CeilDiv(cols, tile_cols);
+  if (!g.trans_b) {
+    // b is [K, N]: k outermost reads each row of the block sequentially.
+    for (int64_t k = 0; k < depth; ++k) {
+      const T* src = g.b + (p0 + k) * g.ldb + j0;
+      for (int64_t p = 0; p < panels; ++p) {
+        T* out = dst + (p * depth + k) * tile_cols;
+        const int64_t c0 = p * tile_cols, valid = std::min(tile_cols, cols - c0);
+        if (valid == tile_cols) {
+          for (int64_t col = 0; col < tile_cols; col += lanes) hn::Store(hn::LoadU(d, src + c0 + col), d, out + col);
+        } else {
+          std::memcpy(out, src + c0, static_cast<size_t>(valid) * sizeof(T));
+          for (int64_t col = valid; col < tile_cols; ++col) out[col] = T(0);
         }
       }
-      TailColumns(ar, rows, K, b, N, cr, full_cols, alpha, beta);
     }
+    return;
+  }
+  // b is [N, K]: column j of op(b) is row j of b, contiguous in k. Each panel is transposed in blocks of
+  // Lanes columns x Lanes k's; a partial block of columns (the last panel) or of k's goes element-wise.
+  for (int64_t p = 0; p < panels; ++p) {
+    T* panel = dst + p * depth * tile_cols;
+    for (int64_t first = 0; first < tile_cols; first += lanes) {
+      const int64_t column = p * tile_cols + first;
+      const int64_t valid = std::clamp<int64_t>(cols - column, 0, lanes);
+      const T* src = g.b + (j0 + column) * g.ldb + p0;
+      T* out = panel + first;
+      int64_t k = 0;
+#if HWY_TARGET != HWY_SCALAR
+      if (valid == lanes)
+        for (; k + lanes <= depth; k += lanes) TransposeBlock(d, src + k, g.ldb, out + k * tile_cols, tile_cols);
+#endif
+      for (; k < depth; ++k)
+        for (int64_t i = 0; i < lanes; ++i) out[k * tile_cols + i] = i < valid ? src[i * g.ldb + k] : T(0);
+    }
+  }
+}
+
+// tile [MR][NR] = the product of an A micro-panel [depth][MR] and a B micro-panel of depth rows of NR
+// values b_stride apart (NR when packed, ldb when read in place), in k order. The accumulators stay in
+// registers for the whole k loop (every loop over rows and vectors is unrolled, so every array index is
+// a constant). Not inlined on purpose: with the write-back's alpha and beta (scalars that live in vector
+// registers) in the same function, the compiler runs out of registers and spills the B vectors inside
+// the loop; the call costs a few cycles per tile.
+template <class D, class T = hn::TFromD<D>>
+HWY_NOINLINE void AccumulateTile(D d, int64_t depth, const T* HWY_RESTRICT a_panel, const T* HWY_RESTRICT b_panel,
+                                 int64_t b_stride, T* HWY_RESTRICT tile) {
+  using V = hn::Vec<D>;
+  const size_t lanes = hn::Lanes(d);
+  V acc[kTileRows][kTileVectors];
+  HWY_UNROLL(kTileRows)
+  for (int r = 0; r < kTileRows; ++r) {
+    HWY_UNROLL(kTileVectors)
+    for (int v = 0; v < kTileVectors; ++v) acc[r][v] = hn::Zero(d);
+  }
+  // Unrolled by 4 so that the loop overhead amortises over ~100 FMAs.
+  HWY_UNROLL(4)
+  for (int64_t k = 0; k < depth; ++k) {
+    V b[kTileVectors];
+    HWY_UNROLL(kTileVectors)
+    for (int v = 0; v < kTileVectors; ++v) b[v] = hn::LoadU(d, b_panel + v * lanes);
+    HWY_UNROLL(kTileRows)
+    for (int r = 0; r < kTileRows; ++r) {
+      const V ar = hn::Set(d, a_panel[r]);
+      HWY_UNROLL(kTileVectors)
+      for (int v = 0; v < kTileVectors; ++v) acc[r][v] = hn::MulAdd(ar, b[v], acc[r][v]);
+    }
+    a_panel += kTileRows;
+    b_panel += b_stride;
+  }
+  HWY_UNROLL(kTileRows)
+  for (int r = 0; r < kTileRows; ++r) {
+    HWY_UNROLL(kTileVectors)
+    for (int v = 0; v < kTileVectors; ++v) hn::Store(acc[r][v], d, tile + (r * kTileVectors + v) * lanes);
+  }
+}
+
+// c[r, :] = alpha * tile[r, :] + beta * c[r, :] for the first `rows` rows of a full-width tile (tile rows
+// are NR apart). beta == 0 never reads c (it may hold garbage, as in BLAS).
+template <class D, class T = hn::TFromD<D>>
+HWY_INLINE void WriteRows(D d, const T* HWY_RESTRICT tile, int rows, T* c, int64_t ldc, T alpha, T beta) {
+  const size_t lanes = hn::Lanes(d), tile_cols = kTileVectors * lanes;
+  const auto va = hn::Set(d, alpha), vb = hn::Set(d, beta);
+  for (int r = 0; r < rows; ++r)
+    for (size_t col = 0; col < tile_cols; col += lanes) {
+      const auto acc = hn::Load(d, tile + r * tile_cols + col);
+      T* out = c + r * ldc + col;
+      if (beta == T(0)) hn::StoreU(hn::Mul(va, acc), d, out);
+      else hn::StoreU(hn::MulAdd(va, acc, hn::Mul(vb, hn::LoadU(d, out))), d, out);
+    }
+}
+
+// One MR x NR tile of C over one KC block, written back with alpha and beta. rows/cols < MR/NR at the
+// edges of C: those tiles go through a scratch tile so that their arithmetic is exactly that of a full
+// tile.
+template <class D, class T = hn::TFromD<D>>
+HWY_INLINE void MicroKernel(D d, int64_t depth, const T* a_panel, const T* b_panel,
+                            int64_t b_stride, T* c, int64_t ldc, int rows, int cols, T alpha, T beta) {
+  constexpr size_t kMaxTile = kTileRows * kTileVectors * HWY_MAX_BYTES / sizeof(T);
+  HWY_ALIGN T tile[kMaxTile];
+  const size_t tile_cols = kTileVectors * hn::Lanes(d);
+  // C is read (beta) and written only after the k loop: fetching it now hides a miss to L3 or DRAM
+  // behind the ~KC x 12 cycles of FMAs.
+  for (int r = 0; r < rows; ++r)
+    for (int col = 0; col < cols; col += static_cast<int>(64 / sizeof(T))) hwy::Prefetch(c + r * ldc + col);
+  AccumulateTile(d, depth, a_panel, b_panel, b_stride, tile);
+  if (cols == static_cast<int>(tile_cols)) {
+    WriteRows(d, tile, rows, c, ldc, alpha, beta);
+    return;
+  }
+  HWY_ALIGN T edge[kMaxTile] = {};
+  const size_t row_bytes = static_cast<size_t>(cols) * sizeof(T);
+  if (beta != T(0))
+    for (int r = 0; r < rows; ++r) std::memcpy(edge + r * tile_cols, c + r * ldc, row_bytes);
+  WriteRows(d, tile, rows, edge, static_cast<int64_t>(tile_cols), alpha, beta);
+  for (int r = 0; r < rows; ++r) std::memcpy(c + r * ldc, edge + r * tile_cols, row_bytes);
+}
+
+// Where the micro-kernel finds B's panels for one block: panel p < at_base starts at base + p *
+// panel_stride, its rows k_stride apart; the panel after them (the partial last one when B is read in
+// place) is packed at tail.
+template <class T>
+struct BPanels {
+  const T* base;
+  int64_t k_stride, panel_stride, at_base;
+  const T* tail;
+};
+
+// C[i0 : i0 + rows, j0 : j0 + cols] over one KC block, from the packed A block and B's panels. The A
+// micro-panel is the outer loop so that it stays in L1 while the B panels stream from L2.
+template <class D, class T = hn::TFromD<D>>
+void MacroKernel(D d, const Gemm<T>& g, int64_t i0, int64_t rows, int64_t j0, int64_t cols, int64_t depth,
+                 const T* a_packed, const BPanels<T>& b, T beta) {
+  const int64_t tile_cols = kTileVectors * static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
+    const T* a_panel = a_packed + r0 * depth;
+    const int tile_rows = static_cast<int>(std::min<int64_t>(kTileRows, rows - r0));
+    T* c_rows = g.c + (i0 + r0) * g.ldc + j0;
+    for (int64_t p = 0, c0 = 0; c0 < cols; ++p, c0 += tile_cols) {
+      const int tile_width = static_cast<int>(std::min(tile_cols, cols - c0));
+      const bool at_base = p < b.at_base;
+      MicroKernel(d, depth, a_panel, at_base ? b.base + p * b.panel_stride : b.tail,
+                  at_base ? b.k_stride : tile_cols, c_rows + c0, g.ldc, tile_rows, tile_width, g.alpha, beta);
+    }
+  }
+}
+
+// The blocked GEMM of C[m0:m1, n0:n1], run by one thread with its own packing buffers.
+template <class T>
+void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  const hn::ScalableTag<T> d;
+  const int64_t tile_cols = kTileVectors * static_cast<int64_t>(hn::Lanes(d));
+  // KC blocks of (nearly) equal size, a function of K alone: the rounding points of the sum over k.
+  const int64_t depth_blocks = std::max<int64_t>(1, CeilDiv(g.K, kDepthBlockBytes / int64_t(sizeof(T))));
+  const int64_t depth_step = std::max<int64_t>(1, CeilDiv(g.K, depth_blocks));
+  const int64_t column_block = std::max(tile_cols, kColumnBlockBytes / int64_t(sizeof(T)) / tile_cols * tile_cols);
+  const int64_t row_block = kRowBlock / kTileRows * kTileRows;
+  const bool b_in_place = !g.trans_b && g.M <= kMaxRowsUnpackedB;
+
+  T* a_packed = PackBuffer<T, 0>(CeilDiv(std::min(row_block, m1 - m0), kTileRows) * kTileRows * depth_step);
+  T* b_packed = PackBuffer<T, 1>(
+      (b_in_place ? 1 : CeilDiv(std::min(column_block, n1 - n0), tile_cols)) * tile_cols * depth_step);
+
+  for (int64_t p0 = 0, block = 0; block < depth_blocks; ++block, p0 += depth_step) {
+    const int64_t depth = std::min(depth_step, g.K - p0);
+    const T beta = block == 0 ? g.beta : T(1);
+    for (int64_t i0 = m0; i0 < m1; i0 += row_block) {
+      const int64_t rows = std::min(row_block, m1 - i0);
+      PackA(d, g, i0, rows, p0, depth, a_packed);
+      for (int64_t j0 = n0; j0 < n1; j0 += column_block) {
+        const int64_t cols = std::min(column_block, n1 - j0);
+        BPanels<T> panels;
+        if (b_in_place) {
+          const int64_t full_panels = cols / tile_cols;
+          if (cols % tile_cols) PackB(d, g, p0, depth, j0 + full_panels * tile_cols, cols % tile_cols, b_packed);
+          panels = {g.b + p0 * g.ldb + j0, g.ldb, tile_cols, full_panels, b_packed};
+        } else {
+          PackB(d, g, p0, depth, j0, cols, b_packed);
+          panels = {b_packed, tile_cols, depth * tile_cols, CeilDiv(cols, tile_cols), b_packed};
+        }
+        MacroKernel(d, g, i0, rows, j0, cols, depth, a_packed, panels, beta);
+      }
+    }
+  }
+}
+
+// Dot products for few rows against a transposed b [N, K]: C[i0 + r, j] for r < kRows and j in [n0, n1),
+// each a dot product of two rows contiguous in k, summed in Lanes partial sums (k in steps of Lanes),
+// reduced across lanes, then the k's of the last partial vector added in order. Tiles of kRows x
+// kColumns accumulators, kRows x kColumns = kDotAccumulators: enough independent FMA chains to cover
+// the FMA latency even for one row (a single chain per element would wait 4 cycles per FMA), with
+// each loaded vector of a feeding kColumns FMAs and each of b kRows. AVX-512 has registers for 16
+// accumulators plus the loads; the targets with 16 registers for 8.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr int kDotAccumulators = 16;
+#else
+constexpr int kDotAccumulators = 8;
+#endif
+constexpr int kDotRows = kDotAccumulators / 4;
+
+template <int kRows, class D, class T = hn::TFromD<D>>
+HWY_NOINLINE void DotRows(D d, const Gemm<T>& g, const T* a_rows, int64_t a_row_stride, int64_t i0, int64_t n0,
+                          int64_t n1) {
+  constexpr int kColumns = kDotAccumulators / kRows;
+  using V = hn::Vec<D>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t vector_depth = g.K / lanes * lanes;
+  const T* a_row[kRows];
+  for (int r = 0; r < kRows; ++r) a_row[r] = a_rows + (i0 + r) * a_row_stride;
+  for (int64_t j0 = n0; j0 < n1; j0 += kColumns) {
+    // A partial tile repeats its last column, so every load stays inside b; the copies are not stored.
+    const T* b_rows[kColumns];
+    for (int col = 0; col < kColumns; ++col) b_rows[col] = g.b + std::min(j0 + col, n1 - 1) * g.ldb;
+    V acc[kRows][kColumns];
+    HWY_UNROLL(kDotAccumulators)
+    for (int r = 0; r < kRows; ++r) {
+      HWY_UNROLL(kDotAccumulators)
+      for (int col = 0; col < kColumns; ++col) acc[r][col] = hn::Zero(d);
+    }
+    for (int64_t k = 0; k < vector_depth; k += lanes) {
+      V va[kRows];
+      HWY_UNROLL(kDotAccumulators)
+      for (int r = 0; r < kRows; ++r) va[r] = hn::LoadU(d, a_row[r] + k);
+      HWY_UNROLL(kDotAccumulators)
+      for (int col = 0; col < kColumns; ++col) {
+        const V vb = hn::LoadU(d, b_rows[col] + k);
+        HWY_UNROLL(kDotAccumulators)
+        for (int r = 0; r < kRows; ++r) acc[r][col] = hn::MulAdd(va[r], vb, acc[r][col]);
+      }
+    }
+    for (int r = 0; r < kRows; ++r) {
+      T* c_row = g.c + (i0 + r) * g.ldc;
+      for (int col = 0; col < kColumns && j0 + col < n1; ++col) {
+        T sum = hn::GetLane(hn::SumOfLanes(d, acc[r][col]));
+        for (int64_t k = vector_depth; k < g.K; ++k) sum += a_row[r][k] * b_rows[col][k];
+        T& out = c_row[j0 + col];
+        out = g.beta == T(0) ? g.alpha * sum : g.alpha * sum + g.beta * out;
+      }
+    }
+  }
+}
+
+// C[:, n0:n1] for few rows against a transposed b; a_rows holds the rows of op(a). Columns go in chunks
+// so that a chunk of b (kDotChunk rows of b, 64 KiB for K = 256) stays in L2 while every row group
+// passes over it.
+template <class T>
+void GemmDotRows(const Gemm<T>& g, const T* a_rows, int64_t a_row_stride, int64_t n0, int64_t n1) {
+  constexpr int64_t kDotChunk = 64;
+  const hn::ScalableTag<T> d;
+  for (int64_t j0 = n0; j0 < n1; j0 += kDotChunk) {
+    const int64_t j1 = std::min(n1, j0 + kDotChunk);
+    for (int64_t i0 = 0; i0 < g.M; i0 += kDotRows) {
+      switch (std::min<int64_t>(kDotRows, g.M - i0)) {
+        case 4: DotRows<4>(d, g, a_rows, a_row_stride, i0, j0, j1); break;
+        case 3: DotRows<3>(d, g, a_rows, a_row_stride, i0, j0, j1); break;
+        case 2: DotRows<2>(d, g, a_rows, a_row_stride, i0, j0, j1); break;
+        default: DotRows<1>(d, g, a_rows, a_row_stride, i0, j0, j1); break;
+      }
+    }
+  }
+}
+
+// The dot-product path (few rows against a transposed b): threads split the columns of C. Each element
+// is computed the same way whichever tile or thread it falls in.
+template <class T>
+void GemmDot(const Gemm<T>& g) {
+  struct Job {
+    const Gemm<T>* g;
+    const T* a_rows;
+    int64_t a_row_stride;
+  } job{&g, g.a, g.lda};
+  if (g.trans_a) {  // rows of a [K, M] are gathered once, so both operands are read contiguously
+    T* gathered = PackBuffer<T, 0>(g.M * g.K);
+    for (int64_t k = 0; k < g.K; ++k)
+      for (int64_t i = 0; i < g.M; ++i) gathered[i * g.K + k] = g.a[k * g.lda + i];
+    job.a_rows = gathered;
+    job.a_row_stride = g.K;
+  }
+  const double column_flops = 2.0 * static_cast<double>(g.M) * static_cast<double>(g.K + 1);
+  const int64_t grain = GrainFor(column_flops);
+  // Capturing one reference keeps the closure inside std::function's small buffer: no allocation.
+  parallel_for(g.N, grain, [&job](int64_t begin, int64_t end) {
+    GemmDotRows(*job.g, job.a_rows, job.a_row_stride, begin, end);
+  });
+}
+
+// The panel path: threads split C into slabs of whole tiles, along N when N >= M (each thread then packs
+// all of A, the smaller operand, and its own part of B) and along M otherwise. Every thread runs the
+// same K blocking, so how C is split changes nothing in the result.
+template <class T>
+void GemmPanels(const Gemm<T>& g) {
+  const hn::ScalableTag<T> d;
+  const int64_t tile_cols = kTileVectors * static_cast<int64_t>(hn::Lanes(d));
+  const int64_t row_panels = CeilDiv(g.M, kTileRows), col_panels = CeilDiv(g.N, tile_cols);
+  const int64_t threads = num_threads();
+  bool split_cols = g.N >= g.M;
+  if (split_cols && col_panels < threads && row_panels > col_panels) split_cols = false;
+  if (!split_cols && row_panels < threads && col_panels > row_panels) split_cols = true;
+  const double panel_flops = 2.0 * static_cast<double>(g.K + 1) *
+                             static_cast<double>(split_cols ? tile_cols * g.M : kTileRows * g.N);
+  const int64_t grain = GrainFor(panel_flops);
+  const struct Job {
+    const Gemm<T>* g;
+    bool split_cols;
+    int64_t tile_cols;
+  } job{&g, split_cols, tile_cols};
+  parallel_for(split_cols ? col_panels : row_panels, grain, [&job](int64_t begin, int64_t end) {
+    const Gemm<T>& gemm = *job.g;
+    if (job.split_cols) GemmBlock(gemm, 0, gemm.M, begin * job.tile_cols, std::min(gemm.N, end * job.tile_cols));
+    else GemmBlock(gemm, begin * kTileRows, std::min(gemm.M, end * kTileRows), 0, gemm.N);
   });
 }
 
 template <class T>
-void GemmT(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* a, const T* b, T beta,
-           T* c) {
-  static thread_local std::vector<T> a_pack, b_pack;
-  if (trans_a) {
-    T* packed = scratch(a_pack, M * K);
-    Transpose(a, M, M, K, packed);  // a is [K, M]
-    a = packed;
-  }
-  if (trans_b) {
-    T* packed = scratch(b_pack, K * N);
-    Transpose(b, K, K, N, packed);  // b is [N, K]
-    b = packed;
-  }
-  GemmPacked(a, b, c, M, N, K, alpha, beta);
+void GemmT(const Gemm<T>& g) {
+  if (g.trans_b && g.M <= kMaxRowsDot) GemmDot(g);
+  else GemmPanels(g);
 }
 
 void GemmKernel(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
                 const void* a, const void* b, double beta, void* c) {
   LT_FLOAT_SWITCH(dtype, T,
-                  GemmT<T>(trans_a, trans_b, M, N, K, T(alpha), static_cast<const T*>(a), static_cast<const T*>(b),
-                           T(beta), static_cast<T*>(c)));
+                  GemmT<T>(Gemm<T>{M, N, K, static_cast<const T*>(a), trans_a ? M : K, trans_a,
+                                   static_cast<const T*>(b), trans_b ? K : N, trans_b, static_cast<T*>(c), N, T(alpha),
+                                   T(beta)}));
 }
 
 }  // namespace lt::kernels::HWY_NAMESPACE
@@ -148,7 +572,9 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   const int64_t N = trans_b ? b.dim(-2) : b.dim(-1);
   LT_CHECK(K == Kb, "matmul: inner dimensions differ: ", a.str(), (trans_a ? "^T" : ""), " @ ", b.str(),
            (trans_b ? "^T" : ""));
-  check_shape(c, batched ? Shape{G, M, N} : Shape{M, N}, "matmul", "c");
+  // Checked dimension by dimension: building the expected Shape would allocate on every call.
+  const bool c_fits = c.ndim() == (batched ? 3 : 2) && (!batched || c.dim(0) == G) && c.dim(-2) == M && c.dim(-1) == N;
+  if (!c_fits) check_shape(c, batched ? Shape{G, M, N} : Shape{M, N}, "matmul", "c");
   if (c.numel() == 0) return;
 #ifdef LINGTRAIN_CUDA
   if (!a.is_cpu()) return cuda::matmul(a, trans_a, b, trans_b, c, alpha, beta);

@@ -2,7 +2,11 @@
 // Highway target of this machine.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cstring>
+
 #include "tensor/kernels.h"
+#include "tensor/threadpool.h"
 #include "tests/test_util.h"
 
 namespace lt {
@@ -117,6 +121,82 @@ TEST(GemmKernel, EveryTransposeAndTailMatchesScalarLoops) {
                              (ta ? " Ta" : "") + (tb ? " Tb" : ""));
           }
   });
+}
+
+// One GEMM of every transpose variant against the reference, f32 or f64, tolerance scaled with K (the
+// reference sums in double; an f32 sum of K products of unit normals is off by ~sqrt(K) ulps of ~sqrt(K)).
+template <class T>
+void check_gemm_shape(int64_t M, int64_t N, int64_t K, DType dtype, double beta) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 7, dtype);
+      const Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 8, dtype);
+      Tensor c = random_tensor({M, N}, 9, dtype);
+      const std::vector<T> c0 = c.to_vector<T>();
+      kernels::matmul(a, ta, b, tb, c, 1.5, beta);
+      const auto want = reference_gemm(a.to_vector<T>(), ta, b.to_vector<T>(), tb, c0, M, N, K, 1.5, beta);
+      const double tol = (dtype == DType::F32 ? 2e-6 : 1e-14) * static_cast<double>(K + 16);
+      expect_close(c.to_vector<T>(), want, tol, tol,
+                   "gemm M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                       (ta ? " Ta" : "") + (tb ? " Tb" : "") + " beta=" + std::to_string(beta));
+    }
+}
+
+// Shapes just below, at and above the blocking boundaries of tensor/cpu/gemm.cc, on every target (whose
+// vector and tile widths differ): tile rows (6) and two tiles (the largest M of the dot-product path
+// against a transposed b, and of reading b in place), tile columns (2 or 4 vectors: 2 to 64 floats),
+// the Lanes x Lanes blocks of the packing transposes (4, 8, 16 k's), KC (256 floats, 128 doubles), NC
+// (1024 floats) and MC (2048 rows).
+TEST(GemmKernel, BlockingBoundariesMatchScalarLoops) {
+  const std::vector<std::array<int64_t, 3>> shapes = {
+      {5, 63, 7},    {6, 64, 8},     {7, 65, 9},     {11, 17, 33},  {12, 130, 40},  {13, 129, 31},
+      {25, 31, 255}, {19, 33, 256},  {30, 66, 257},  {8, 20, 513},  {3, 1023, 17},  {14, 1025, 12},
+      {9, 2049, 5},  {2047, 9, 10},  {2049, 70, 9},  {1, 200, 300}, {4, 5, 1},      {40, 1, 70},
+  };
+  for_each_cpu_target([&] {
+    for (const auto& [M, N, K] : shapes) check_gemm_shape<float>(M, N, K, DType::F32, 0.5);
+    for (const auto& [M, N, K] : {std::array<int64_t, 3>{13, 70, 129}, {7, 33, 300}, {2, 17, 257}})
+      check_gemm_shape<double>(M, N, K, DType::F64, 0.0);
+  });
+}
+
+// Every element of C is computed the same way whichever thread computes it (one FMA chain over k per KC
+// block on the panel path, one dot product on the dot-product path), so 1, 2 and 3 threads (an uneven
+// split) give bit-identical results: panel path split along N and along M, and the dot-product path
+// (every shape here is large enough to be split).
+TEST(GemmKernel, ThreadCountDoesNotChangeTheBits) {
+  const int original_threads = num_threads();
+  for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{
+           {300, 700, 300}, {900, 130, 520}, {7, 5000, 300}, {64, 1000, 256}, {2049, 64, 100}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 11);
+        const Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 12);
+        const Tensor c0 = random_tensor({M, N}, 13);
+        std::vector<Tensor> results;
+        for (int threads : {1, 2, 3}) {
+          set_num_threads(threads);
+          Tensor c = c0.clone();
+          kernels::matmul(a, ta, b, tb, c, 0.75, 0.5);
+          results.push_back(c);
+        }
+        for (size_t i = 1; i < results.size(); ++i)
+          EXPECT_EQ(std::memcmp(results[0].raw_data(), results[i].raw_data(), results[0].nbytes()), 0)
+              << "M=" << M << " N=" << N << " K=" << K << (ta ? " Ta" : "") << (tb ? " Tb" : "") << ": "
+              << (i + 1) << " threads differ from 1";
+      }
+  set_num_threads(original_threads);
+}
+
+// beta == 0 must not read C (BLAS semantics): NaN in the output buffer does not leak into the result.
+TEST(GemmKernel, BetaZeroIgnoresGarbageInC) {
+  for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{13, 70, 20}, {3, 9, 20}, {64, 130, 300}})
+    for (bool tb : {false, true}) {
+      const Tensor a = random_tensor({M, K}, 14), b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 15);
+      Tensor c = Tensor::full({M, N}, std::nan(""));
+      kernels::matmul(a, false, b, tb, c);
+      for (float v : c.to_vector<float>()) ASSERT_TRUE(std::isfinite(v)) << "M=" << M << " N=" << N;
+    }
 }
 
 TEST(GemmKernel, BatchedAndSharedOperand) {

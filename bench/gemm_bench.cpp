@@ -1,0 +1,197 @@
+// gemm_bench: f32 kernels::matmul on square and model-shaped matrices, on 1 and 2 threads, against the
+// machine's measured FMA peak and, when built with OpenBLAS (LINGTRAIN_BENCH_OPENBLAS), against
+// OpenBLAS sgemm on the same operands in the same process.
+//
+// The machines are shared and noisy, so the two libraries run alternately, round after round, and each
+// figure is the median over rounds; a round times a batch of calls long enough (~20 ms) to dwarf the
+// clock. Usage: gemm_bench [--rounds R] [--threads 1,2] [--filter TEXT] (only shapes whose label
+// contains TEXT).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bench/fma_peak.h"
+#include "tensor/kernels.h"
+#include "tensor/random.h"
+#include "tensor/threadpool.h"
+
+#ifdef LINGTRAIN_BENCH_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace lt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// c [M, N] = op(a) op(b). The model shapes are the GEMMs of a training step: a Linear forward x W^T
+// (weights stored [out, in]), its input gradient g W and weight gradient g^T x, at 8192 tokens and
+// the bench configs' widths, one decoding step's lm_head, and the routed experts' small segments (few
+// rows, K = 256, N = 128).
+struct Shape3 {
+  std::string label;
+  int64_t M, N, K;
+  bool trans_a, trans_b;
+};
+
+std::vector<Shape3> bench_shapes() {
+  std::vector<Shape3> shapes;
+  for (int64_t n : {256, 512, 1024, 2048})
+    for (auto [ta, tb, name] : {std::tuple{false, false, "NN"}, {false, true, "NT"}, {true, false, "TN"}})
+      shapes.push_back({"square " + std::to_string(n) + " " + name, n, n, n, ta, tb});
+  const std::vector<Shape3> model = {
+      {"x W^T      [8192x256]  W [1024x256]", 8192, 1024, 256, false, true},
+      {"dx = g W   [8192x1024] W [1024x256]", 8192, 256, 1024, false, false},
+      {"dW = g^T x [8192x1024] x [8192x256]", 1024, 256, 8192, true, false},
+      {"a^T b      [1024x256]  b [1024x4096]", 256, 4096, 1024, true, false},
+      {"x W^T      [1024x256]  W [4096x256]", 1024, 4096, 256, false, true},
+      {"dx = g W   [1024x4096] W [4096x256]", 1024, 256, 4096, false, false},
+      {"x W^T      [2048x512]  W [1536x512]", 2048, 1536, 512, false, true},
+      {"decode x W^T [1x256]  W [4096x256]", 1, 4096, 256, false, true},
+      {"expert x W^T  M=1", 1, 128, 256, false, true},
+      {"expert x W^T  M=16", 16, 128, 256, false, true},
+      {"expert x W^T  M=64", 64, 128, 256, false, true},
+      {"expert x W^T  M=256", 256, 128, 256, false, true},
+      {"expert dx=g W M=64", 64, 256, 128, false, false},
+      {"expert dW=g^T x M=64", 128, 256, 64, true, false},
+  };
+  shapes.insert(shapes.end(), model.begin(), model.end());
+  return shapes;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Calls per round so that a round lasts about `target_seconds`, from one timed call after a warm-up.
+int64_t calls_per_round(const std::function<void()>& call, double target_seconds) {
+  call();
+  const Clock::time_point start = Clock::now();
+  call();
+  return std::max<int64_t>(1, static_cast<int64_t>(target_seconds / std::max(seconds_since(start), 1e-7)));
+}
+
+double time_round(const std::function<void()>& call, int64_t calls) {
+  const Clock::time_point start = Clock::now();
+  for (int64_t i = 0; i < calls; ++i) call();
+  return seconds_since(start) / static_cast<double>(calls);
+}
+
+void set_threads(int threads) {
+  set_num_threads(threads);
+#ifdef LINGTRAIN_BENCH_OPENBLAS
+  openblas_set_num_threads(threads);
+#endif
+}
+
+struct Options {
+  int rounds = 7;
+  std::vector<int> threads = {1, 2};
+  std::string filter;
+};
+
+Options parse(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
+    if (flag == "--rounds" && value) {
+      options.rounds = std::max(1, std::atoi(value));
+      ++i;
+    } else if (flag == "--threads" && value) {
+      options.threads.clear();
+      for (const char* p = value; *p;) {
+        options.threads.push_back(std::max(1, std::atoi(p)));
+        p = std::strchr(p, ',') ? std::strchr(p, ',') + 1 : p + std::strlen(p);
+      }
+      ++i;
+    } else if (flag == "--filter" && value) {
+      options.filter = value;
+      ++i;
+    } else {
+      std::fprintf(stderr, "gemm_bench: unknown argument '%s' (usage: gemm_bench [--rounds R] [--threads 1,2] "
+                   "[--filter TEXT])\n", argv[i]);
+      std::exit(2);
+    }
+  }
+  return options;
+}
+
+int run(int argc, char** argv) {
+  const Options options = parse(argc, argv);
+  const std::vector<Shape3> shapes = bench_shapes();
+  std::printf("gemm_bench: f32 kernels::matmul, Highway target %s, median of %d rounds\n", cpu_kernel_target(),
+              options.rounds);
+#ifdef LINGTRAIN_BENCH_OPENBLAS
+  std::printf("OpenBLAS: %s\n", openblas_get_config());
+#else
+  std::printf("OpenBLAS: not built in (install libopenblas-dev and reconfigure to compare)\n");
+#endif
+  for (int threads : options.threads) {
+    set_threads(threads);
+    const bench::FmaPeak peak = bench::measure_fma_peak(threads);
+    std::printf("\n%d thread%s: FMA peak %.1f GFLOP/s (%s)\n", threads, threads == 1 ? "" : "s", peak.gflops,
+                peak.target);
+    std::printf("%-52s %8s %7s %9s %7s %8s\n", "shape (M N K)", "ours", "%peak", "OpenBLAS", "%peak", "ours/OB");
+    for (const Shape3& s : shapes) {
+      if (s.label.find(options.filter) == std::string::npos) continue;
+      Rng rng(1);
+      const Tensor a = Tensor::randn(s.trans_a ? Shape{s.K, s.M} : Shape{s.M, s.K}, rng);
+      const Tensor b = Tensor::randn(s.trans_b ? Shape{s.N, s.K} : Shape{s.K, s.N}, rng);
+      Tensor ours_c = Tensor::empty({s.M, s.N});
+      const auto ours = [&] { kernels::matmul(a, s.trans_a, b, s.trans_b, ours_c); };
+      const double flops = 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K);
+      const int64_t ours_calls = calls_per_round(ours, 0.02);
+      std::vector<double> ours_rates, blas_rates;
+#ifdef LINGTRAIN_BENCH_OPENBLAS
+      Tensor blas_c = Tensor::empty({s.M, s.N});
+      const auto blas = [&] {
+        cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
+                    static_cast<int>(s.M), static_cast<int>(s.N), static_cast<int>(s.K), 1.0f, a.data<float>(),
+                    static_cast<int>(s.trans_a ? s.M : s.K), b.data<float>(), static_cast<int>(s.trans_b ? s.K : s.N),
+                    0.0f, blas_c.data<float>(), static_cast<int>(s.N));
+      };
+      const int64_t blas_calls = calls_per_round(blas, 0.02);
+#endif
+      for (int round = 0; round < options.rounds; ++round) {
+        ours_rates.push_back(flops / time_round(ours, ours_calls) / 1e9);
+#ifdef LINGTRAIN_BENCH_OPENBLAS
+        blas_rates.push_back(flops / time_round(blas, blas_calls) / 1e9);
+#endif
+      }
+      const std::string label = s.label + " (" + std::to_string(s.M) + " " + std::to_string(s.N) + " " +
+                                std::to_string(s.K) + ")";
+      const double ours_gflops = median(ours_rates);
+      std::printf("%-52s %8.1f %6.0f%%", label.c_str(), ours_gflops, 100.0 * ours_gflops / peak.gflops);
+#ifdef LINGTRAIN_BENCH_OPENBLAS
+      // A sanity check that both computed the same product (they sum in different orders).
+      const std::vector<float> ours_v = ours_c.to_vector<float>(), blas_v = blas_c.to_vector<float>();
+      double worst = 0;
+      for (size_t i = 0; i < ours_v.size(); ++i)
+        worst = std::max(worst, std::fabs(double(ours_v[i]) - blas_v[i]) / (1.0 + std::fabs(double(blas_v[i]))));
+      const double blas_gflops = median(blas_rates);
+      std::printf(" %9.1f %6.0f%% %8.2f%s", blas_gflops, 100.0 * blas_gflops / peak.gflops, ours_gflops / blas_gflops,
+                  worst > 1e-3 ? "  MISMATCH" : "");
+#endif
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace lt
+
+int main(int argc, char** argv) { return lt::run(argc, argv); }
