@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "autograd/ops.h"
+#include "bench/bench.h"
 #include "data/batch_sampler.h"
 #include "data/corpus.h"
 #include "data/derive_seed.h"
@@ -196,10 +197,15 @@ std::string format_duration(double seconds) {
 }
 
 // Generation with a KV cache: the prompt fills the caches in one forward, then one token per step.
+// Only ids below `sample_vocab` are drawn: the model's vocabulary may be padded past the tokenizer's,
+// and those padding rows were never trained on.
 std::vector<uint32_t> generate(lt::LingForCausalLM& model, const std::vector<uint32_t>& prompt, int64_t max_new,
-                               double temperature, int64_t top_k, double top_p, lt::Rng& rng) {
+                               double temperature, int64_t top_k, double top_p, int64_t sample_vocab, lt::Rng& rng) {
   lt::NoGradGuard no_grad;
-  const int64_t V = model.config().vocab_size;
+  const int64_t model_vocab = model.config().vocab_size;
+  LT_CHECK(sample_vocab <= model_vocab, "the tokenizer's vocabulary (", sample_vocab, ") exceeds the model's (",
+           model_vocab, ")");
+  const int64_t V = sample_vocab;
   const int64_t capacity = static_cast<int64_t>(prompt.size()) + max_new;
   std::vector<lt::KVCache> caches = model.make_kv_caches(1, capacity);
   std::vector<uint32_t> out;
@@ -212,7 +218,7 @@ std::vector<uint32_t> generate(lt::LingForCausalLM& model, const std::vector<uin
         model.logits(lt::Tensor::from_vector<int32_t>({1, T}, step_ids), context, position, &caches);
     position += T;
     const std::vector<float> all = logits.value().to_vector<float>();
-    std::vector<double> scores(all.end() - V, all.end());
+    std::vector<double> scores(all.end() - model_vocab, all.end() - model_vocab + V);
     uint32_t next = 0;
     if (temperature <= 0) {
       next = static_cast<uint32_t>(std::max_element(scores.begin(), scores.end()) - scores.begin());
@@ -248,7 +254,7 @@ std::string sample_text(lt::LingForCausalLM& model, const std::string& prompt, i
   std::vector<uint32_t> ids;
   lt::append_document_tokens(ids, prompt, tokenizer);  // eos first, as every training document starts
   lt::Rng rng(seed);
-  const std::vector<uint32_t> generated = generate(model, ids, max_new, temperature, top_k, top_p, rng);
+  const std::vector<uint32_t> generated = generate(model, ids, max_new, temperature, top_k, top_p, tokenizer.vocab_size(), rng);
   return tokenizer.decode(generated);
 }
 
@@ -549,6 +555,36 @@ int cmd_params(const std::vector<std::string>& args) {
   return 0;
 }
 
+// ---- bench ------------------------------------------------------------------------------------
+
+int cmd_bench(const std::vector<std::string>& args) {
+  Flags flags(args, {{"config", ""}, {"threads", "0"}, {"steps", "10"}, {"warmup", "3"}, {"batch", "0"},
+                     {"seq", "0"},   {"seed", "1"},    {"profile", "0"}});
+  apply_threads(flags);
+  const int64_t steps = flags.positive("steps"), warmup = flags.integer("warmup");
+  if (warmup < 0) fail("flag --warmup must be >= 0, got ", warmup);
+  const int64_t batch = flags.integer("batch"), seq = flags.integer("seq");
+  if (batch < 0 || seq < 0) fail("flags --batch and --seq must be >= 0 (0: the config's bench shape)");
+  const bool profile = flags.integer("profile") != 0;
+  Json result;
+  if (flags.str("config").empty()) {
+    if (batch != 0 || seq != 0) fail("bench: --batch and --seq need --config");
+    result = lt::bench::run_all(lt::num_threads(), steps, warmup, profile);
+  } else {
+    lt::bench::StepBenchOptions options;
+    options.config = flags.str("config");
+    options.batch = batch;
+    options.seq = seq;
+    options.steps = steps;
+    options.warmup = warmup;
+    options.seed = static_cast<uint64_t>(flags.integer("seed"));
+    options.profile = profile;
+    result = lt::bench::run_step_bench(options);
+  }
+  std::printf("%s\n", result.dump().c_str());
+  return 0;
+}
+
 void usage(FILE* out) {
   std::fprintf(out,
                "usage: lingtrain <command> [flags]\n"
@@ -562,7 +598,10 @@ void usage(FILE* out) {
                "  eval --ckpt DIR --data FILE.bin [--seq T]   mean next-token loss over the whole file\n"
                "  sample --ckpt DIR --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--top-p P]\n"
                "  shards --out PREFIX FILE...                 text files to llm.c token shards\n"
-               "  params [--model NAME|config.json]           parameter counts, nothing allocated\n");
+               "  params [--model NAME|config.json]           parameter counts, nothing allocated\n"
+               "  bench [--config moe-s|moe-m|dense-124m] [--threads N] [--steps S] [--warmup W] [--profile 1]\n"
+               "                                 FMA peak, GEMM and training-step speed, last line JSON; without\n"
+               "                                 --config everything, each config in its own process\n");
 }
 
 }  // namespace
@@ -571,7 +610,7 @@ int main(int argc, char** argv) {
   const std::map<std::string, std::function<int(const std::vector<std::string>&)>> commands = {
       {"--version", cmd_version}, {"version", cmd_version}, {"gradcheck", cmd_gradcheck},
       {"pretrain", cmd_pretrain},  {"eval", cmd_eval},       {"sample", cmd_sample},
-      {"shards", cmd_shards},      {"params", cmd_params}};
+      {"shards", cmd_shards},      {"params", cmd_params},   {"bench", cmd_bench}};
   if (argc < 2) {
     usage(stderr);
     return 2;

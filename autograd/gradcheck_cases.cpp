@@ -149,6 +149,21 @@ std::vector<GradCase> core_gradcheck_cases() {
                     {{ac.B, ac.T, ac.Hq, ac.D}, {ac.B, ac.T, ac.Hkv, ac.D}, {ac.B, ac.T, ac.Hkv, ac.D}},
                     [](const Inputs& x) { return attention(x[0], x[1], x[2]); }));
 
+  // qkv_attention: the fused projection [B, T, (Hq + 2 Hkv) D] split with RoPE; D = 2 (one pair) and
+  // D = 18 (a vector tail in each half), GQA, and a position offset.
+  struct QkvCase {
+    int64_t B, T, Hq, Hkv, D, pos_offset;
+  };
+  for (const QkvCase& qc : std::vector<QkvCase>{{1, 1, 1, 1, 2, 0}, {2, 3, 4, 2, 2, 5}, {1, 17, 2, 1, 18, 0},
+                                               {1, 129, 1, 1, 2, 3}})
+    add_case(simple("qkv_attention",
+                    "B=" + std::to_string(qc.B) + " T=" + std::to_string(qc.T) + " Hq=" + std::to_string(qc.Hq) +
+                        " Hkv=" + std::to_string(qc.Hkv) + " D=" + std::to_string(qc.D) + " pos " +
+                        std::to_string(qc.pos_offset),
+                    {{qc.B, qc.T, (qc.Hq + 2 * qc.Hkv) * qc.D}}, [qc](const Inputs& x) {
+                      return qkv_attention(x[0], qc.Hq, qc.Hkv, 10000.0, qc.pos_offset);
+                    }));
+
   // ---- indexing
   // Index lists repeat entries and skip some rows/columns: repeated uses must sum their gradients and
   // unused ones must get exactly zero.

@@ -1,7 +1,9 @@
 #include "autograd/variable.h"
 
 #include <unordered_map>
+#include <unordered_set>
 
+#include "autograd/profile.h"
 #include "tensor/kernels.h"
 
 namespace lt {
@@ -25,10 +27,40 @@ Variable make_result(Tensor value, std::shared_ptr<Node> node, std::vector<Varia
   bool any = false;
   for (const Variable& in : inputs) any = any || in.requires_grad();
   if (!any) return out;
-  node->inputs = std::move(inputs);
+  node->edges_.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::shared_ptr<VariableImpl>& in = inputs[i].impl_;
+    if (!in || !in->requires_grad) continue;
+    if (in->grad_fn) node->edges_[i].node = in->grad_fn;
+    else node->edges_[i].leaf = in;
+  }
+  node->output_shape_ = out.impl_->value.shape();
+  node->output_ = out.impl_;
   out.impl_->requires_grad = true;
   out.impl_->grad_fn = std::move(node);
   return out;
+}
+
+void Variable::set_grad_buffer(Tensor buffer) {
+  LT_CHECK(is_leaf(), "set_grad_buffer: only a leaf owns its gradient");
+  LT_CHECK(buffer.shape() == impl_->value.shape() && buffer.dtype() == impl_->value.dtype() &&
+               buffer.device() == impl_->value.device(),
+           "set_grad_buffer: buffer ", buffer.str(), " for value ", impl_->value.str());
+  if (impl_->grad.defined()) {
+    buffer.copy_from(impl_->grad);
+    impl_->grad = buffer;
+  }
+  impl_->grad_buffer = std::move(buffer);
+}
+
+GradTarget Node::grad_target(size_t i, const Shape& shape, DType dtype, Device device) {
+  VariableImpl* leaf = edges_[i].leaf.get();
+  if (leaf == nullptr || !leaf->grad_buffer.defined()) return {Tensor::empty(shape, dtype, device), 0.0, false};
+  LT_CHECK(leaf->grad_buffer.shape() == shape, name(), " backward: gradient of shape ", shape_str(shape),
+           " for a leaf of shape ", shape_str(leaf->grad_buffer.shape()));
+  const double beta = leaf->grad.defined() ? 1.0 : 0.0;
+  leaf->grad = leaf->grad_buffer;
+  return {leaf->grad, beta, true};
 }
 
 void Variable::backward() const {
@@ -40,6 +72,7 @@ namespace {
 // Gradients returned by a backward may alias each other (add hands its incoming gradient to both
 // inputs), so a pending gradient is never changed in place: a second contribution makes a new sum.
 void accumulate_pending(Tensor& slot, const Tensor& g) {
+  LT_PROFILE_PHASE_SCOPE("accumulate_grad", profile::Phase::Backward);
   if (!slot.defined()) {
     slot = g;
     return;
@@ -48,71 +81,82 @@ void accumulate_pending(Tensor& slot, const Tensor& g) {
   kernels::add(slot, g, sum);
   slot = sum;
 }
-// A leaf owns its gradient storage (an optimiser may scale it in place), and accumulates into it
-// across backward calls (gradient accumulation over micro-batches).
-void accumulate_leaf(Tensor& slot, const Tensor& g) {
-  if (!slot.defined()) slot = g.clone();
-  else kernels::axpy(1.0, g, slot);
+// A leaf owns its gradient storage (an optimiser may scale it in place) and accumulates into it across
+// backward calls (gradient accumulation over micro-batches). The first gradient since zero_grad goes
+// into the leaf's preallocated buffer when it has one, else into a copy.
+void accumulate_leaf(VariableImpl& leaf, const Tensor& g) {
+  LT_PROFILE_PHASE_SCOPE("accumulate_grad", profile::Phase::Backward);
+  if (leaf.grad.defined()) {
+    kernels::axpy(1.0, g, leaf.grad);
+  } else if (leaf.grad_buffer.defined()) {
+    leaf.grad = leaf.grad_buffer;
+    leaf.grad.copy_from(g);
+  } else {
+    leaf.grad = g.clone();
+  }
 }
 }  // namespace
 
 void Variable::backward(const Tensor& seed_grad) const {
+  // Self time: the graph walk and bookkeeping, apart from the nodes' backwards timed below.
+  LT_PROFILE_PHASE_SCOPE("autograd_engine", profile::Phase::Backward);
   LT_CHECK(requires_grad(), "backward() on a value that does not require grad");
   LT_CHECK(seed_grad.shape() == impl_->value.shape(), "backward seed ", seed_grad.str(), " for value ",
            impl_->value.str());
 
+  if (impl_->grad_fn == nullptr) {  // backward from a leaf: the seed is its gradient
+    accumulate_leaf(*impl_, seed_grad);
+    return;
+  }
+
   // Reverse topological order by iterative depth-first search over the nodes.
-  std::vector<VariableImpl*> order;
-  std::unordered_map<VariableImpl*, bool> visited;
-  std::vector<std::pair<VariableImpl*, size_t>> stack{{impl_.get(), 0}};
-  visited[impl_.get()] = true;
+  Node* const root = impl_->grad_fn.get();
+  std::vector<Node*> order;
+  std::unordered_set<Node*> visited{root};
+  std::vector<std::pair<Node*, size_t>> stack{{root, 0}};
   while (!stack.empty()) {
-    auto& [var, next_input] = stack.back();
-    Node* node = var->grad_fn.get();
-    if (node != nullptr && next_input < node->inputs.size()) {
-      VariableImpl* in = node->inputs[next_input++].impl();
-      if (in->requires_grad && !visited[in]) {
-        visited[in] = true;
-        stack.push_back({in, 0});
-      }
+    auto& [node, next_edge] = stack.back();
+    if (next_edge < node->edges_.size()) {
+      Node* in = node->edges_[next_edge++].node.get();
+      if (in != nullptr && visited.insert(in).second) stack.push_back({in, 0});
       continue;
     }
-    order.push_back(var);
+    order.push_back(node);
     stack.pop_back();
   }
 
-  // Gradients of non-leaf values. Each entry also holds its Variable: once the nodes that used a value
-  // have run and been freed, the entry may be the last owner of that value, and it must stay alive
-  // until its own node has run (`order` holds only raw pointers).
-  std::unordered_map<VariableImpl*, std::pair<Variable, Tensor>> pending;
-  pending[impl_.get()] = {*this, seed_grad};
+  // The gradient of each node's result, summed over its uses. Each entry also owns its node: once the
+  // nodes that used a result have run and been freed, the entry may be the last owner of its node,
+  // which must stay alive until it has run (`order` holds only raw pointers).
+  std::unordered_map<Node*, std::pair<std::shared_ptr<Node>, Tensor>> pending;
+  pending[root] = {impl_->grad_fn, seed_grad};
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    VariableImpl* var = *it;
-    auto found = pending.find(var);
+    auto found = pending.find(*it);
     if (found == pending.end()) continue;  // reached no gradient (e.g. only through integer paths)
-    const Variable owner = std::move(found->second.first);
-    Tensor grad = std::move(found->second.second);
+    const std::shared_ptr<Node> node = std::move(found->second.first);  // freed with this iteration
+    const Tensor grad = std::move(found->second.second);
     pending.erase(found);
-    if (var->grad_fn == nullptr) {  // a leaf
-      accumulate_leaf(var->grad, grad);
-      continue;
+    if (const std::shared_ptr<VariableImpl> result = node->output_.lock()) result->grad_fn.reset();
+    std::vector<Tensor> input_grads;
+    {
+      profile::Scope timed(node->name(), profile::Phase::Backward);
+      input_grads = node->backward(grad);
     }
-    std::shared_ptr<Node> node = std::move(var->grad_fn);  // frees this part of the graph below
-    std::vector<Tensor> input_grads = node->backward(grad);
-    LT_CHECK(input_grads.size() == node->inputs.size(), node->name(), " backward returned ", input_grads.size(),
-             " gradients for ", node->inputs.size(), " inputs");
+    LT_CHECK(input_grads.size() == node->edges_.size(), node->name(), " backward returned ", input_grads.size(),
+             " gradients for ", node->edges_.size(), " inputs");
     for (size_t i = 0; i < input_grads.size(); ++i) {
-      VariableImpl* in = node->inputs[i].impl();
-      if (!in->requires_grad || !input_grads[i].defined()) continue;
-      LT_CHECK(input_grads[i].shape() == in->value.shape(), node->name(), " backward: gradient ",
-               input_grads[i].str(), " for input ", i, " of shape ", shape_str(in->value.shape()));
-      if (in->grad_fn == nullptr) {
-        accumulate_leaf(in->grad, input_grads[i]);
+      const Node::Edge& edge = node->edges_[i];
+      if (!input_grads[i].defined() || (edge.node == nullptr && edge.leaf == nullptr)) continue;
+      const Shape& expected = edge.node ? edge.node->output_shape_ : edge.leaf->value.shape();
+      LT_CHECK(input_grads[i].shape() == expected, node->name(), " backward: gradient ", input_grads[i].str(),
+               " for input ", i, " of shape ", shape_str(expected));
+      if (edge.leaf) {
+        accumulate_leaf(*edge.leaf, input_grads[i]);
         continue;
       }
-      auto& [in_owner, in_grad] = pending[in];
-      in_owner = node->inputs[i];
-      accumulate_pending(in_grad, input_grads[i]);
+      auto& [owner, pending_grad] = pending[edge.node.get()];
+      owner = edge.node;
+      accumulate_pending(pending_grad, input_grads[i]);
     }
   }
 }

@@ -1,10 +1,12 @@
 // The autograd core: a define-by-run graph.
 //
-// A Variable is a tensor value plus, once backward has run, its gradient. An op that sees an input
-// requiring a gradient records a Node that keeps what its backward needs and points at its inputs.
-// backward() walks the nodes in reverse topological order, sums the gradient of each Variable over all
-// its uses, stores it in the leaves, and drops every node it passed, so the graph (and the activations
-// it holds) is freed as soon as its gradients have been produced.
+// A Variable is a tensor value plus, for a leaf, its gradient. An op that sees an input requiring a
+// gradient records a Node that keeps what its backward needs and one edge per input: the input's own
+// node, or the input itself when it is a leaf. Edges hold no values, so an intermediate result lives
+// only as long as a Variable or a node's saved tensors hold it: the graph keeps exactly the activations
+// the backwards need. backward() walks the nodes in reverse topological order, sums the gradient
+// reaching each node over all its uses, accumulates the gradients of the leaves, and drops every node
+// it passed, so the graph (and the activations it holds) is freed as soon as its gradients exist.
 #pragma once
 #include <memory>
 #include <string>
@@ -18,9 +20,12 @@ class Node;
 
 struct VariableImpl {
   Tensor value;
-  Tensor grad;                     // defined after backward for leaves that require grad
+  Tensor grad;  // leaves that require grad: the sum over backward calls since zero_grad (undefined before)
+  // Storage a leaf keeps for its gradient across zero_grad (a view into one flat buffer of all
+  // gradients): gradients are then written or added straight into it, never cloned or reallocated.
+  Tensor grad_buffer;
   bool requires_grad = false;
-  std::shared_ptr<Node> grad_fn;   // null for leaves and for results computed without grad
+  std::shared_ptr<Node> grad_fn;  // null for leaves and for results computed without grad
 };
 
 class Variable {
@@ -40,7 +45,12 @@ class Variable {
   VariableImpl* impl() const { return impl_.get(); }
 
   void set_requires_grad(bool flag) { impl_->requires_grad = flag; }
+  // The gradient becomes undefined again; a preallocated buffer is kept (its stale contents are
+  // overwritten by the next gradient, so nothing is zeroed).
   void zero_grad() { impl_->grad = Tensor(); }
+  // Gives this leaf preallocated gradient storage of its value's shape and dtype; a gradient it holds
+  // now is moved there.
+  void set_grad_buffer(Tensor buffer);
   // A new leaf holding the same value, cut from the graph.
   Variable detach() const { return Variable(impl_->value, false); }
 
@@ -53,17 +63,44 @@ class Variable {
   std::shared_ptr<VariableImpl> impl_;
 };
 
+// Where a backward writes the gradient of one input (Node::grad_target).
+struct GradTarget {
+  Tensor tensor;          // the leaf's own gradient storage, or a new tensor of the input's shape
+  double beta = 0;        // 0: overwrite tensor, 1: add to what it holds (as a GEMM's beta)
+  bool in_place = false;  // tensor is the leaf's gradient: the backward returns nothing for this input
+  // What the backward returns for this input once it has written tensor.
+  Tensor returned() const { return in_place ? Tensor() : tensor; }
+};
+
 // One recorded op. Subclasses keep what backward needs and return one gradient per input, in input
-// order (an undefined Tensor where an input needs none).
+// order (an undefined Tensor where an input needs none, or where the gradient was written in place).
 class Node {
  public:
   virtual ~Node() = default;
   virtual const char* name() const = 0;
   virtual std::vector<Tensor> backward(const Tensor& grad_out) = 0;
 
-  std::vector<Variable> inputs;
   // Which inputs need a gradient, so a backward can skip work.
-  bool needs_grad(size_t i) const { return inputs[i].requires_grad(); }
+  bool needs_grad(size_t i) const { return edges_[i].node != nullptr || edges_[i].leaf != nullptr; }
+  // For a backward whose kernel can write or accumulate its result anywhere (a GEMM with beta, a
+  // scatter-add): input i's preallocated leaf gradient when it has one, so the gradient never exists
+  // twice, else a new uninitialised tensor of that shape. Write the target of one input before
+  // asking for the next: an input used twice gets beta 1 the second time.
+  GradTarget grad_target(size_t i, const Shape& shape, DType dtype, Device device);
+  GradTarget grad_target(size_t i, const Tensor& like) {
+    return grad_target(i, like.shape(), like.dtype(), like.device());
+  }
+
+ private:
+  friend class Variable;
+  friend Variable make_result(Tensor, std::shared_ptr<Node>, std::vector<Variable>);
+  struct Edge {
+    std::shared_ptr<Node> node;          // the input's own node (the input is an intermediate result)
+    std::shared_ptr<VariableImpl> leaf;  // or the input itself (a leaf); neither: it needs no gradient
+  };
+  std::vector<Edge> edges_;
+  Shape output_shape_;                  // the shape every gradient flowing into this node must have
+  std::weak_ptr<VariableImpl> output_;  // the result, cut from the graph once this node has run
 };
 
 // Grad mode: while a NoGradGuard lives on this thread, ops record nothing.
@@ -79,8 +116,8 @@ class NoGradGuard {
   bool previous_;
 };
 
-// Wraps an op's output: records `node` (with `inputs`) when grad mode is on and an input requires
-// grad; otherwise the node is dropped and the result is a plain value.
+// Wraps an op's output: records `node` (with edges to `inputs`) when grad mode is on and an input
+// requires grad; otherwise the node is dropped and the result is a plain value.
 Variable make_result(Tensor value, std::shared_ptr<Node> node, std::vector<Variable> inputs);
 
 }  // namespace lt

@@ -89,10 +89,13 @@ Variable LingForCausalLM::logits(const Tensor& ids_BT, MoEContext& context, int6
 
 LossBreakdown LingForCausalLM::loss(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context) {
   LT_CHECK(targets_BT.shape() == ids_BT.shape(), "targets ", targets_BT.str(), " do not match ids ", ids_BT.str());
-  const Variable logits_BTV = logits(ids_BT, context);
   const int64_t N = ids_BT.numel();
+  const Variable h_NH = reshape(model_->forward(ids_BT, context, 0, nullptr), {N, config_.hidden_size});
+  const HeadNorm head_norm = !config_.norm_head                                  ? HeadNorm::None
+                             : config_.norm_head_grad == NormHeadGrad::Detached ? HeadNorm::Detached
+                                                                                 : HeadNorm::Full;
   LossBreakdown out;
-  out.lm = cross_entropy(reshape(logits_BTV, {N, config_.vocab_size}), targets_BT.reshape({N}), -100);
+  out.lm = normhead_cross_entropy(h_NH, *lm_head_VH_, targets_BT.reshape({N}), -100, head_norm);
   out.total = out.lm;
   for (const Variable& aux : context.aux_losses) {
     out.total = add(out.total, aux);

@@ -50,11 +50,12 @@ class LingForCausalLM : public Module {
   LingForCausalLM(const LingConfig& config, uint64_t seed);
   const LingConfig& config() const { return config_; }
 
-  // Logits [B, T, V] of ids [B, T]. With caches (one per layer), positions continue from pos_offset.
+  // Logits [B, T, V] of ids [B, T], for evaluation and sampling (loss() never forms them). With caches
+  // (one per layer), positions continue from pos_offset.
   Variable logits(const Tensor& ids_BT, MoEContext& context, int64_t pos_offset = 0,
                   std::vector<KVCache>* caches = nullptr);
-  // Loss of ids [B, T] against targets [B, T] (ignore_index -100): cross-entropy plus the MoE
-  // auxiliary losses collected in `context`.
+  // Loss of ids [B, T] against targets [B, T] (ignore_index -100): cross-entropy (through the fused
+  // NormHead, normhead_cross_entropy) plus the MoE auxiliary losses collected in `context`.
   LossBreakdown loss(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context);
 
   std::vector<KVCache> make_kv_caches(int64_t batch, int64_t capacity) const;

@@ -1,6 +1,7 @@
 // Dropless dispatch: every (token, slot) assignment is kept (no capacity factor, spec/ling.md §10.4)
 // and the assignments are sorted by expert with a stable counting sort, so each expert's tokens form
-// one contiguous segment in token order. The sort is on the host: it touches N*k integers.
+// one contiguous segment in token order. The sort is on the host: it touches N*k integers, written
+// straight into the plan's tensors.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -10,8 +11,8 @@
 namespace lt {
 
 struct DispatchPlan {
-  Tensor assignment_order;        // [M = N*k] i32: assignment index (token * k + slot), sorted by expert
-  Tensor token_of;                // [M] i32: the token of each sorted assignment
+  Tensor token_of;                // [M = N*k] i32: the token of each sorted assignment
+  Tensor position_of;             // [M] i32: where assignment token * k + slot sits in the sorted order
   std::vector<int64_t> offsets;   // [E + 1]: expert e owns sorted rows [offsets[e], offsets[e+1])
 };
 

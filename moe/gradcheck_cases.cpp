@@ -21,26 +21,21 @@ GradCase simple(std::string op, std::string variant, std::vector<Shape> shapes,
           std::move(forward)};
 }
 
-// Positive values bounded away from 0, as top-k router probabilities are.
-GradCase positive(std::string op, std::string variant, Shape shape, std::function<Variable(const Inputs&)> forward) {
-  return {std::move(op), std::move(variant),
-          [shape](Rng& rng) { return Inputs{Variable(Tensor::uniform(shape, rng, 0.2, 1.0, DType::F64), true)}; },
-          std::move(forward)};
-}
-
 // A constant random tensor (the same for every call with the same shape).
 Variable fixed_projection(const Shape& shape) {
   Rng rng(99);
   return Variable(Tensor::randn(shape, rng, 1.0, DType::F64));
 }
 
-// The router's weights (and, through `extra`, its losses) for x [N, H] and gate [E, H], with the
-// warmup noise drawn from a fixed seed and fixed running statistics so every forward is the same
-// function of the inputs.
-Variable routed_output(const Inputs& x, int64_t k, bool norm, int64_t warmup_steps, int64_t step) {
+// The router's weights and auxiliary loss for x [N, H] and gate [E, H], with the warmup noise drawn
+// from a fixed seed and fixed running statistics so every forward is the same function of the inputs.
+Variable routed_output(const Inputs& x, int64_t k, bool norm, int64_t warmup_steps, int64_t step, double aux_coef,
+                       double z_coef) {
   RouterSettings s;
   s.top_k = k;
   s.norm_topk_prob = norm;
+  s.aux_loss_coef = aux_coef;
+  s.z_loss_coef = z_coef;
   s.warmup_steps = warmup_steps;
   s.step = step;
   s.training = true;
@@ -52,29 +47,29 @@ Variable routed_output(const Inputs& x, int64_t k, bool norm, int64_t warmup_ste
   Rng rng(11);
   const Routing r = route(x[0], x[1], s, warmup, rng);
   // One scalar over every differentiable path: each weight (through a fixed random projection, as
-  // their row sums are constant), the balance loss and the z-loss.
-  const Variable losses = add(load_balance_loss(r.probs, r.expert_counts, k), router_z_loss(r.logits));
-  return add(sum(mul(r.weights, fixed_projection(r.weights.shape()))), losses);
+  // their row sums are constant) and the auxiliary loss.
+  return add(sum(mul(r.weights, fixed_projection(r.weights.shape()))), r.aux_loss);
 }
 
 }  // namespace
 
 std::vector<GradCase> moe_gradcheck_cases() {
   std::vector<GradCase> cases;
-  cases.push_back(positive("normalize_rows", "[17, 3]", {17, 3}, [](const Inputs& x) { return normalize_rows(x[0]); }));
-  cases.push_back(positive("normalize_rows", "[3, 1]", {3, 1}, [](const Inputs& x) { return normalize_rows(x[0]); }));
-  cases.push_back(simple("router_z_loss", "[17, 3]", {{17, 3}}, [](const Inputs& x) { return router_z_loss(x[0]); }));
-  cases.push_back(simple("router_z_loss", "[3, 129] large logits", {{3, 129}},
-                         [](const Inputs& x) { return router_z_loss(scale(x[0], 30.0)); }));
-  cases.push_back(positive("load_balance_loss", "[17, 3] counts", {17, 3}, [](const Inputs& x) {
-    return load_balance_loss(softmax(x[0]), {20, 9, 5}, 2);
-  }));
-  cases.push_back(simple("scale_rows", "[17, 129] * [17]", {{17, 129}, {17}},
-                         [](const Inputs& x) { return scale_rows(x[0], x[1]); }));
-  cases.push_back(simple("grouped_matmul", "4 experts, one empty, [17,3]->[17,5]", {{17, 3}, {4, 5, 3}},
-                         [](const Inputs& x) { return grouped_matmul(x[0], x[1], {0, 6, 6, 16, 17}); }));
-  cases.push_back(simple("grouped_matmul", "1 expert [3,129]->[3,1]", {{3, 129}, {1, 1, 129}},
-                         [](const Inputs& x) { return grouped_matmul(x[0], x[1], {0, 3}); }));
+  // The routed experts: x [N, H], weights [N, k], gate and up [E, I, H], down [E, H, I]; an expert
+  // that receives no token, and k = 1.
+  struct ExpertsCase {
+    int64_t N, H, E, I, k;
+    std::vector<int32_t> ids;  // [N, k], distinct experts per token as top-k picks them
+    std::string what;
+  };
+  for (const ExpertsCase& ec : std::vector<ExpertsCase>{
+           {5, 3, 4, 2, 2, {0, 2, 2, 3, 0, 3, 3, 2, 2, 0}, "N=5 H=3 E=4 I=2 k=2, expert 1 idle"},
+           {17, 4, 3, 5, 1, {0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 1, 1}, "N=17 H=4 E=3 I=5 k=1"}}) {
+    const DispatchPlan plan = plan_dispatch(Tensor::from_vector<int32_t>({ec.N, ec.k}, ec.ids), ec.E);
+    cases.push_back(simple("moe_experts", ec.what,
+                           {{ec.N, ec.H}, {ec.N, ec.k}, {ec.E, ec.I, ec.H}, {ec.E, ec.I, ec.H}, {ec.E, ec.H, ec.I}},
+                           [plan](const Inputs& x) { return moe_experts(x[0], x[1], plan, x[2], x[3], x[4]); }));
+  }
   // Permute/unpermute: gather by the plan's token order, scatter-add back.
   cases.push_back(simple("permute_unpermute", "17 tokens, k=3 of 5 experts", {{17, 3}}, [](const Inputs& x) {
     std::vector<int32_t> ids;
@@ -84,13 +79,25 @@ std::vector<GradCase> moe_gradcheck_cases() {
     const Variable permuted = gather_rows(x[0], plan.token_of);
     return scatter_add_rows(mul(permuted, permuted), plan.token_of, 17);
   }));
-  for (auto [k, norm] : std::vector<std::pair<int64_t, bool>>{{1, true}, {2, true}, {3, false}}) {
-    const std::string variant = "N=17 H=3 E=5 k=" + std::to_string(k) + (norm ? " renorm" : "");
-    cases.push_back(simple("router", variant, {{17, 3}, {5, 3}},
-                           [k, norm](const Inputs& x) { return routed_output(x, k, norm, 0, 0); }));
+  struct RouterCase {
+    int64_t k;
+    bool norm;
+    double aux_coef, z_coef;
+  };
+  for (const RouterCase& rc : std::vector<RouterCase>{{1, true, 1.0, 1.0}, {2, true, 1.0, 1.0}, {3, false, 1.0, 1.0},
+                                                      {2, true, 0.3, 2.0}}) {
+    const std::string variant = "N=17 H=3 E=5 k=" + std::to_string(rc.k) + (rc.norm ? " renorm" : "") +
+                                " aux " + std::to_string(rc.aux_coef) + " z " + std::to_string(rc.z_coef);
+    cases.push_back(simple("router", variant, {{17, 3}, {5, 3}}, [rc](const Inputs& x) {
+      return routed_output(x, rc.k, rc.norm, 0, 0, rc.aux_coef, rc.z_coef);
+    }));
   }
+  // Large logits (x scaled by 30): the z-loss and the softmax far from uniform.
+  cases.push_back(simple("router", "large logits, k=2", {{17, 3}, {5, 3}}, [](const Inputs& x) {
+    return routed_output({scale(x[0], 30.0), x[1]}, 2, true, 0, 0, 1.0, 1.0);
+  }));
   cases.push_back(simple("router_warmup", "alpha 0.25 (step 1 of 4), k=2", {{17, 3}, {5, 3}},
-                         [](const Inputs& x) { return routed_output(x, 2, true, 4, 1); }));
+                         [](const Inputs& x) { return routed_output(x, 2, true, 4, 1, 1.0, 1.0); }));
   // The whole block: the input and every parameter (router, stacked experts, shared expert) are
   // checked. The block is built once; its f64 parameters are the case's inputs, so perturbing an
   // input perturbs the block.

@@ -40,26 +40,19 @@ Variable MoEBlock::forward(const Variable& x_BTH, MoEContext& context) {
   RouterSettings router;
   router.top_k = k;
   router.norm_topk_prob = settings_.norm_topk_prob;
+  router.aux_loss_coef = settings_.aux_loss_coef;
+  router.z_loss_coef = settings_.z_loss_coef;
   router.warmup_steps = context.warmup_steps;
   router.step = context.step;
   router.training = context.training;
   LT_CHECK(context.rng != nullptr || !context.training, "MoEBlock: training needs a random generator");
   Rng no_rng(0);
   const Routing routing = route(x_NH, *gate_weight_EH_, router, warmup_, context.rng ? *context.rng : no_rng);
-
-  const Variable balance = load_balance_loss(routing.probs, routing.expert_counts, k);
-  const Variable z = router_z_loss(routing.logits);
-  context.aux_losses.push_back(add(scale(balance, settings_.aux_loss_coef), scale(z, settings_.z_loss_coef)));
-  context.stats.push_back(expert_stats(routing, balance.value().item(), z.value().item()));
+  context.aux_losses.push_back(routing.aux_loss);
+  context.stats.push_back(expert_stats(routing));
 
   const DispatchPlan plan = plan_dispatch(routing.expert_ids, settings_.num_experts);
-  const int64_t M = N * k;
-  const Variable x_MH = gather_rows(x_NH, plan.token_of);
-  const Variable w_M = reshape(gather_rows(reshape(routing.weights, {M, 1}), plan.assignment_order), {M});
-  const Variable h_MI = swiglu(grouped_matmul(x_MH, *gate_proj_EIH_, plan.offsets),
-                               grouped_matmul(x_MH, *up_proj_EIH_, plan.offsets));
-  const Variable y_MH = grouped_matmul(h_MI, *down_proj_EHI_, plan.offsets);
-  Variable out_NH = scatter_add_rows(scale_rows(y_MH, w_M), plan.token_of, N);
+  Variable out_NH = moe_experts(x_NH, routing.weights, plan, *gate_proj_EIH_, *up_proj_EIH_, *down_proj_EHI_);
   if (shared_experts_ != nullptr) out_NH = add(out_NH, shared_experts_->forward(x_NH));
   return reshape(out_NH, {B, T, H});
 }

@@ -1,153 +1,148 @@
 #include "moe/ops.h"
 
-#include "autograd/ops.h"
+#include "autograd/profile.h"
 #include "tensor/kernels.h"
 
 namespace lt {
 namespace {
 
-Shape leading(const Shape& s) { return Shape(s.begin(), s.end() - 1); }
-
-struct NormalizeRowsNode : Node {
-  Tensor w, sums;
-  const char* name() const override { return "normalize_rows"; }
-  std::vector<Tensor> backward(const Tensor& g) override {
-    Tensor dv = Tensor::empty_like(g);
-    kernels::normalize_rows_backward(w, sums, g, dv);
-    return {dv};
+// The grouped GEMM of the routed experts: for each expert e with rows R_e = [offsets[e], offsets[e+1])
+// of a, out[R_e] = a[R_e] w[e]^T (w [E, N, K], trans_w) or a[R_e] w[e] (w [E, K, N]), plus beta out[R_e].
+// Each is one dense GEMM on contiguous rows, so an expert's work is as efficient as its segment allows;
+// the profiler counts it under `phase` (it runs in both directions).
+void grouped_matmul(profile::Phase phase, const Tensor& a, const Tensor& w, bool trans_w,
+                    const std::vector<int64_t>& offsets, Tensor& out, double beta = 0.0) {
+  LT_PROFILE_PHASE_SCOPE("grouped_matmul", phase);
+  const Shape slice{w.dim(1), w.dim(2)};
+  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+    const int64_t rows = offsets[e + 1] - offsets[e];
+    if (rows == 0) continue;
+    Tensor out_e = out.narrow(offsets[e], rows);
+    kernels::matmul(a.narrow(offsets[e], rows), false, w.narrow(static_cast<int64_t>(e), 1).reshape(slice), trans_w,
+                    out_e, 1.0, beta);
   }
-};
+}
 
-// d/dx_j of mean_n lse_n^2 = 2 lse_n softmax(x_n)_j / N.
-struct ZLossNode : Node {
-  Tensor logits, lse;
-  const char* name() const override { return "router_z_loss"; }
-  std::vector<Tensor> backward(const Tensor& g) override {
-    Tensor probs = Tensor::empty_like(logits);
-    kernels::softmax(logits, probs);
-    Tensor row_factor = Tensor::empty_like(lse);
-    kernels::scale(lse, 2.0 * g.item() / static_cast<double>(lse.numel()), row_factor);
-    Tensor d = Tensor::empty_like(logits);
-    kernels::scale_rows(probs, row_factor, d);
-    return {d};
+// Each expert's weight gradient dw[e] = a[R_e]^T b[R_e] into its target (the stacked weight's gradient
+// buffer when it has one); an expert that received no tokens gets zero.
+void grouped_weight_grad(const Tensor& a, const Tensor& b, const std::vector<int64_t>& offsets, GradTarget& target) {
+  LT_PROFILE_PHASE_SCOPE("grouped_matmul", profile::Phase::Backward);
+  const Shape slice{target.tensor.dim(1), target.tensor.dim(2)};
+  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+    const int64_t begin = offsets[e], rows = offsets[e + 1] - offsets[e];
+    Tensor dw_e = target.tensor.narrow(static_cast<int64_t>(e), 1).reshape(slice);
+    if (rows > 0) kernels::matmul(a.narrow(begin, rows), true, b.narrow(begin, rows), false, dw_e, 1.0, target.beta);
+    else if (target.beta == 0) dw_e.zero_();
   }
-};
+}
 
-struct ScaleRowsNode : Node {
-  Tensor x, w;
-  const char* name() const override { return "scale_rows"; }
-  std::vector<Tensor> backward(const Tensor& g) override {
-    Tensor dx = needs_grad(0) ? Tensor::empty_like(x) : Tensor();
-    Tensor dw = needs_grad(1) ? Tensor::empty_like(w) : Tensor();
-    kernels::scale_rows_backward(x, w, g, dx, dw);
-    return {dx, dw};
-  }
-};
+// Rows of x in expert order: x_M[m] = x[token_of[m]].
+Tensor gather_tokens(const Tensor& x_NH, const Tensor& token_of) {
+  Tensor x_MH = Tensor::empty({token_of.numel(), x_NH.dim(1)}, x_NH.dtype(), x_NH.device());
+  kernels::gather_rows(x_NH, token_of, x_MH);
+  return x_MH;
+}
 
-// Per expert e with rows R_e = [offsets[e], offsets[e+1]):
-//   y[R_e] = x[R_e] w[e]^T,  dx[R_e] = dy[R_e] w[e],  dw[e] = dy[R_e]^T x[R_e].
-// Each is one dense GEMM on contiguous views, so the experts' work is as efficient as their segment
-// sizes allow; an expert that received no tokens gets a zero gradient.
-struct GroupedMatmulNode : Node {
-  Tensor x, w;
+struct MoEExpertsNode : Node {
+  Tensor x_NH, w_NK, gate_EIH, up_EIH, down_EHI;
+  Tensor gate_MI, up_MI;  // the SwiGLU's pre-activations
+  Tensor token_of, position_of;
   std::vector<int64_t> offsets;
-  const char* name() const override { return "grouped_matmul"; }
-  std::vector<Tensor> backward(const Tensor& g) override {
-    const int64_t E = w.dim(0), N = w.dim(1), K = w.dim(2);
-    Tensor dx = needs_grad(0) ? Tensor::empty_like(x) : Tensor();
-    Tensor dw = needs_grad(1) ? Tensor::empty_like(w) : Tensor();
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t begin = offsets[e], rows = offsets[e + 1] - offsets[e];
-      const Tensor w_e = w.narrow(e, 1).reshape({N, K});
-      const Tensor g_e = g.narrow(begin, rows);
-      if (dx.defined() && rows > 0) {
-        Tensor dx_e = dx.narrow(begin, rows);
-        kernels::matmul(g_e, false, w_e, false, dx_e);
-      }
-      if (dw.defined()) {
-        Tensor dw_e = dw.narrow(e, 1).reshape({N, K});
-        if (rows == 0) dw_e.zero_();
-        else kernels::matmul(g_e, true, x.narrow(begin, rows), false, dw_e);
+  const char* name() const override { return "moe_experts"; }
+
+  std::vector<Tensor> backward(const Tensor& g_NH) override {
+    const int64_t M = gate_MI.dim(0), I = gate_MI.dim(1);
+    // The combine, taken before the down projection: with g_M the incoming gradient in expert order and
+    // t = g_M W_down (what reaches h at weight 1), dw = dot(t, h) per assignment, dL/dh = w t, and
+    // dW_down = g_M^T (w h).
+    Tensor dh_MI = Tensor::empty({M, I}, gate_MI.dtype(), gate_MI.device());
+    Tensor dw = needs_grad(1) ? Tensor::empty_like(w_NK) : Tensor();
+    GradTarget ddown;
+    {
+      const Tensor g_MH = gather_tokens(g_NH, token_of);
+      Tensor h_MI = Tensor::empty_like(gate_MI);
+      kernels::swiglu(gate_MI, up_MI, h_MI);
+      grouped_matmul(profile::Phase::Backward, g_MH, down_EHI, false, offsets, dh_MI);
+      kernels::combine_backward_before_down(w_NK, position_of, dh_MI, h_MI, dw);
+      if (needs_grad(4)) {
+        ddown = grad_target(4, down_EHI);
+        grouped_weight_grad(g_MH, h_MI, offsets, ddown);
       }
     }
-    return {dx, dw};
+    Tensor dgate_MI = Tensor::empty_like(gate_MI), dup_MI = Tensor::empty_like(up_MI);
+    kernels::swiglu_backward(gate_MI, up_MI, dh_MI, dgate_MI, dup_MI);
+    GradTarget dgate, dup;
+    if (needs_grad(2) || needs_grad(3)) {
+      const Tensor x_MH = gather_tokens(x_NH, token_of);
+      if (needs_grad(2)) {
+        dgate = grad_target(2, gate_EIH);
+        grouped_weight_grad(dgate_MI, x_MH, offsets, dgate);
+      }
+      if (needs_grad(3)) {
+        dup = grad_target(3, up_EIH);
+        grouped_weight_grad(dup_MI, x_MH, offsets, dup);
+      }
+    }
+    Tensor dx;
+    if (needs_grad(0)) {
+      // dx_M = dgate W_gate + dup W_up per expert, then summed back to the tokens.
+      Tensor dx_MH = Tensor::empty({M, x_NH.dim(1)}, x_NH.dtype(), x_NH.device());
+      grouped_matmul(profile::Phase::Backward, dgate_MI, gate_EIH, false, offsets, dx_MH);
+      grouped_matmul(profile::Phase::Backward, dup_MI, up_EIH, false, offsets, dx_MH, 1.0);
+      dx = Tensor::zeros_like(x_NH);
+      kernels::scatter_add_rows(dx_MH, token_of, dx);
+    }
+    return {dx, dw, dgate.returned(), dup.returned(), ddown.returned()};
   }
 };
 
 }  // namespace
 
-Variable normalize_rows(const Variable& v_NK) {
-  Tensor w = Tensor::empty_like(v_NK.value());
-  Tensor sums = Tensor::empty(leading(v_NK.shape()), v_NK.value().dtype(), v_NK.value().device());
-  kernels::normalize_rows(v_NK.value(), w, sums);
-  auto node = std::make_shared<NormalizeRowsNode>();
-  node->w = w;
-  node->sums = sums;
-  return make_result(w, node, {v_NK});
-}
-
-Variable router_z_loss(const Variable& logits_NE) {
-  const Tensor& logits = logits_NE.value();
-  LT_CHECK(logits.ndim() == 2, "router_z_loss: logits must be [N, E], got ", logits.str());
-  Tensor lse = Tensor::empty({logits.dim(0)}, logits.dtype(), logits.device());
-  kernels::row_logsumexp(logits, lse);
-  Tensor squares = Tensor::empty_like(lse);
-  kernels::mul(lse, lse, squares);
-  Tensor loss = Tensor::empty({1}, logits.dtype(), logits.device());
-  kernels::sum(squares, loss);
-  kernels::scale(loss, 1.0 / static_cast<double>(std::max<int64_t>(logits.dim(0), 1)), loss);
-  auto node = std::make_shared<ZLossNode>();
-  node->logits = logits;
-  node->lse = lse;
-  return make_result(loss, node, {logits_NE});
-}
-
-Variable load_balance_loss(const Variable& probs_NE, const std::vector<int64_t>& expert_counts, int64_t k) {
-  const Tensor& probs = probs_NE.value();
-  const int64_t N = probs.dim(0), E = probs.dim(1);
-  LT_CHECK(static_cast<int64_t>(expert_counts.size()) == E, "load_balance_loss: ", expert_counts.size(),
-           " counts for ", E, " experts");
-  // E * sum_e f_e * (1/N) sum_n p[n, e] = (E / (N^2 k)) * sum_{n,e} p[n, e] count_e.
-  std::vector<double> counts(expert_counts.begin(), expert_counts.end());
-  const Variable counts_E(Tensor::from_vector<double>({E}, counts).to(probs.dtype()).to(probs.device()));
-  const double factor = static_cast<double>(E) / (static_cast<double>(N) * static_cast<double>(N) * k);
-  return scale(sum(mul(probs_NE, counts_E)), factor);
-}
-
-Variable scale_rows(const Variable& x_MC, const Variable& w_M) {
-  Tensor out = Tensor::empty_like(x_MC.value());
-  kernels::scale_rows(x_MC.value(), w_M.value(), out);
-  auto node = std::make_shared<ScaleRowsNode>();
+Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchPlan& plan, const Variable& gate_EIH,
+                     const Variable& up_EIH, const Variable& down_EHI) {
+  LT_PROFILE_SCOPE("moe_experts");
+  const Tensor& x = x_NH.value();
+  const Tensor& w = w_NK.value();
+  const Tensor &gate = gate_EIH.value(), &up = up_EIH.value(), &down = down_EHI.value();
+  const int64_t E = gate.dim(0), I = gate.dim(1), H = gate.dim(2);
+  const Shape down_shape{E, H, I};
+  LT_CHECK(x.ndim() == 2 && x.dim(1) == H && gate.ndim() == 3 && up.shape() == gate.shape() &&
+               down.shape() == down_shape,
+           "moe_experts: x ", x.str(), " and experts gate ", gate.str(), ", up ", up.str(), ", down ", down.str(),
+           " do not fit ([N, H], [E, I, H], [E, I, H], [E, H, I])");
+  LT_CHECK(w.ndim() == 2 && w.dim(0) == x.dim(0) && plan.token_of.numel() == w.numel(), "moe_experts: weights ",
+           w.str(), " and a plan of ", plan.token_of.numel(), " assignments for ", x.dim(0), " tokens");
+  LT_CHECK(static_cast<int64_t>(plan.offsets.size()) == E + 1 && plan.offsets.back() == w.numel(),
+           "moe_experts: the plan covers ", plan.offsets.size() - 1, " experts, the weights ", E);
+  const int64_t M = w.numel();
+  Tensor gate_MI = Tensor::empty({M, I}, x.dtype(), x.device()), up_MI = Tensor::empty_like(gate_MI);
+  {
+    const Tensor x_MH = gather_tokens(x, plan.token_of);
+    grouped_matmul(profile::Phase::Forward, x_MH, gate, true, plan.offsets, gate_MI);
+    grouped_matmul(profile::Phase::Forward, x_MH, up, true, plan.offsets, up_MI);
+  }
+  Tensor out = Tensor::empty_like(x);
+  {
+    Tensor h_MI = Tensor::empty_like(gate_MI);
+    kernels::swiglu(gate_MI, up_MI, h_MI);
+    Tensor y_MH = Tensor::empty({M, H}, x.dtype(), x.device());
+    grouped_matmul(profile::Phase::Forward, h_MI, down, true, plan.offsets, y_MH);
+    kernels::combine_rows(y_MH, w, plan.position_of, out);
+  }
+  auto node = std::make_shared<MoEExpertsNode>();
   if (grad_enabled()) {
-    node->x = x_MC.value();
-    node->w = w_M.value();
+    node->x_NH = x;
+    node->w_NK = w;
+    node->gate_EIH = gate;
+    node->up_EIH = up;
+    node->down_EHI = down;
+    node->gate_MI = gate_MI;
+    node->up_MI = up_MI;
+    node->token_of = plan.token_of;
+    node->position_of = plan.position_of;
+    node->offsets = plan.offsets;
   }
-  return make_result(out, node, {x_MC, w_M});
-}
-
-Variable grouped_matmul(const Variable& x_MK, const Variable& w_ENK, const std::vector<int64_t>& offsets) {
-  const Tensor& x = x_MK.value();
-  const Tensor& w = w_ENK.value();
-  LT_CHECK(x.ndim() == 2 && w.ndim() == 3 && x.dim(1) == w.dim(2), "grouped_matmul: x ", x.str(),
-           " and expert weights ", w.str(), " do not fit ([M, K] and [E, N, K])");
-  const int64_t E = w.dim(0), N = w.dim(1), K = w.dim(2);
-  LT_CHECK(static_cast<int64_t>(offsets.size()) == E + 1 && offsets.front() == 0 && offsets.back() == x.dim(0),
-           "grouped_matmul: offsets must run from 0 to ", x.dim(0), " over ", E, " experts");
-  Tensor y = Tensor::empty({x.dim(0), N}, x.dtype(), x.device());
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t rows = offsets[e + 1] - offsets[e];
-    LT_CHECK(rows >= 0, "grouped_matmul: offsets must not decrease");
-    if (rows == 0) continue;
-    Tensor y_e = y.narrow(offsets[e], rows);
-    kernels::matmul(x.narrow(offsets[e], rows), false, w.narrow(e, 1).reshape({N, K}), true, y_e);
-  }
-  auto node = std::make_shared<GroupedMatmulNode>();
-  node->offsets = offsets;
-  if (grad_enabled()) {
-    node->x = x;
-    node->w = w;
-  }
-  return make_result(y, node, {x_MK, w_ENK});
+  return make_result(out, node, {x_NH, w_NK, gate_EIH, up_EIH, down_EHI});
 }
 
 }  // namespace lt

@@ -1,27 +1,23 @@
-// The differentiable MoE ops, each with its backward beside its forward in moe/ops.cpp.
+// The differentiable MoE ops, each with its backward beside its forward in moe/ops.cpp. (The router's
+// ops are in moe/router.cpp.)
 #pragma once
-#include <vector>
-
 #include "autograd/variable.h"
+#include "moe/dispatch.h"
 
 namespace lt {
 
-// Top-k weights renormalised to sum 1 per row (norm_topk_prob): w = v / sum_j v.
-Variable normalize_rows(const Variable& v_NK);
-
-// Router z-loss (ST-MoE): mean over tokens of logsumexp(logits)^2, scalar [1], unscaled.
-Variable router_z_loss(const Variable& logits_NE);
-
-// Switch/GShard load-balance loss, unscaled: E * sum_e f_e * P_e, where f_e = (assignments routed to
-// e) / (N k) is a constant and P_e = mean over tokens of probs[:, e] carries the gradient. Equals 1 at
-// perfect balance. `expert_counts` [E] holds the assignment counts.
-Variable load_balance_loss(const Variable& probs_NE, const std::vector<int64_t>& expert_counts, int64_t k);
-
-// out[m, :] = x[m, :] * w[m]: weighting expert outputs by their routing weights.
-Variable scale_rows(const Variable& x_MC, const Variable& w_M);
-
-// The grouped expert matmul: rows [offsets[e], offsets[e+1]) of x [M, K] are multiplied by w[e]^T,
-// w [E, N, K] (one expert's nn.Linear weight per slice), giving y [M, N]. Segments may be empty.
-Variable grouped_matmul(const Variable& x_MK, const Variable& w_ENK, const std::vector<int64_t>& offsets);
+// The routed experts of a MoE block as one op (as MegaBlocks does): the tokens gathered into expert
+// order, each expert's SwiGLU as grouped GEMMs over its contiguous segment of rows, and the weighted
+// combine back to the tokens:
+//   out[n, :] = sum_j w[n, j] * down[e] (silu(gate[e] x[n, :]) * up[e] x[n, :]),  e = the j-th expert of n,
+// summed over j in order. x [N, H], w [N, k] (the gating weights), gate and up [E, I, H], down [E, H, I]
+// (one expert's nn.Linear weight per slice), the plan from plan_dispatch of the same experts.
+//
+// Memory: of the [M = N k, *] tensors only the gate and up pre-activations are kept for backward. The
+// gathered inputs and the SwiGLU output are recomputed there, and the experts' outputs are never
+// needed: the combine's backward is taken before the down projection (dw = dot(g W_down, h) per
+// assignment), so the weighted copy, the outputs and the scatter of the unfused chain never exist.
+Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchPlan& plan, const Variable& gate_EIH,
+                     const Variable& up_EIH, const Variable& down_EHI);
 
 }  // namespace lt

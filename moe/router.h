@@ -26,18 +26,28 @@ struct RoutingWarmup {
 struct RouterSettings {
   int64_t top_k = 1;
   bool norm_topk_prob = true;
+  double aux_loss_coef = 0.015, z_loss_coef = 1e-4;  // weights of the balance and z losses (spec/ling.md §10.3)
   int64_t warmup_steps = 0;  // W; 0 disables the warmup
   int64_t step = 0;          // the global optimiser step (alpha = min(step / W, 1))
   bool training = false;     // warmup and its statistics apply only in training
   bool update_warmup_stats = true;  // false keeps mu/sigma fixed (gradient checks)
 };
 
+// The router is two fused ops on the projection's logits s = x W_g^T: the choice (warmup mixing,
+// softmax over all experts, top-k, renormalisation: one kernel per direction) and the auxiliary loss
+// (balance and z losses: one kernel per direction). Both send their gradients back through the mixing
+// (a factor alpha) into s, and from there one GEMM pair reaches x and W_g.
 struct Routing {
-  Variable logits;         // [N, E], after warmup mixing
-  Variable probs;          // [N, E] softmax over all experts
-  Variable weights;        // [N, k] gating weights (renormalised when norm_topk_prob)
+  Tensor logits;           // [N, E], after warmup mixing
+  Tensor probs;            // [N, E] softmax over all experts
+  Tensor lse;              // [N] logsumexp of the logits
+  Variable weights;        // [N, k] gating weights (renormalised when norm_topk_prob and k > 1)
   Tensor expert_ids;       // [N, k] i32
   std::vector<int64_t> expert_counts;  // [E] assignments per expert
+  // Switch/GShard load balance E * sum_e f_e P_e (f_e = counts / (N k), a constant; P_e the mean of
+  // probs[:, e]) and ST-MoE z-loss mean_n logsumexp(logits_n)^2, unscaled (spec/ling.md §10.3).
+  double balance = 0, z = 0;
+  Variable aux_loss;       // scalar [1]: aux_loss_coef * balance + z_loss_coef * z
 };
 
 Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSettings& settings, RoutingWarmup& warmup,

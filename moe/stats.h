@@ -25,6 +25,6 @@ struct ExpertStats {
   double max_logit = 0;
 };
 
-ExpertStats expert_stats(const Routing& routing, double balance_value, double z_value);
+ExpertStats expert_stats(const Routing& routing);
 
 }  // namespace lt

@@ -69,10 +69,21 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_i
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                             const Tensor& lse, const Tensor& dloss, Tensor& dlogits);
 
+// ---- NormHead (tensor/cpu/normhead.cc) -----------------------------------------------------------
+// inv_norm[j] = 1 / (sqrt(sum_v w[v, j]^2) + eps) for the head w [V, H] (sums in f64, row order).
+void column_inv_norm(const Tensor& w, double eps, Tensor& inv_norm);
+
 // ---- rotary position embedding (tensor/cpu/rope.cc) ----------------------------------------------
 // x: [B, T, H, D] with D even, rotate-half (NeoX) convention: element i < D/2 pairs with i + D/2 at
 // frequency theta^(-2i/D), position = pos_offset + t. inverse = true rotates by -angle (the backward).
 void rope(const Tensor& x, double theta, int64_t pos_offset, bool inverse, Tensor& y);
+// The split of a fused QKV projection for attention: qkv [B, T, (Hq + 2 Hkv) D] holds per position
+// [all Q heads | all K heads | all V heads]; q [B, T, Hq, D] and k [B, T, Hkv, D] are rope() of their
+// blocks, v [B, T, Hkv, D] a copy of its block. The backward writes every element of dqkv from dq and
+// dk (rotated back) and dv.
+void split_qkv_rope(const Tensor& qkv, double theta, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v);
+void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, double theta, int64_t pos_offset,
+                             Tensor& dqkv);
 
 // ---- attention (tensor/cpu/attention.cc) ---------------------------------------------------------
 // Causal scaled-dot-product attention with grouped-query heads.
@@ -104,25 +115,39 @@ void topk(const Tensor& x, int64_t k, Tensor& values, Tensor& indices);
 void gather_cols(const Tensor& x, const Tensor& idx, Tensor& out);
 void scatter_add_cols(const Tensor& dout, const Tensor& idx, Tensor& dx);
 
-// ---- MoE routing helpers (tensor/cpu/moe.cc) ------------------------------------------------------
-// Row normalisation of the top-k router weights: w[n, j] = v[n, j] / sums[n], sums[n] = sum_j v[n, j].
-void normalize_rows(const Tensor& v, Tensor& w, Tensor& sums);
-// dv[n, j] = (dw[n, j] - sum_i dw[n, i] w[n, i]) / sums[n].
-void normalize_rows_backward(const Tensor& w, const Tensor& sums, const Tensor& dw, Tensor& dv);
-// lse[n] = log sum_j exp(x[n, j]) for x [N, E] (max-subtracted).
-void row_logsumexp(const Tensor& x, Tensor& lse);
-// out[m, :] = x[m, :] * w[m] for x [M, C], w [M]; the backward gives dx = g * w and
-// dw[m] = dot(g[m, :], x[m, :]).
-void scale_rows(const Tensor& x, const Tensor& w, Tensor& out);
-void scale_rows_backward(const Tensor& x, const Tensor& w, const Tensor& g, Tensor& dx, Tensor& dw);
+// ---- MoE routing and combine (tensor/cpu/moe.cc) ------------------------------------------------
+// The router after its projection, per row of logits [N, E]: probs = softmax(logits) [N, E], lse [N]
+// their log-sum-exp, ids [N, k] i32 the k most probable experts in descending order (ranked as topk
+// does), weights [N, k] their probabilities, divided by their sum when `renormalize`.
+void router_topk(const Tensor& logits, int64_t k, bool renormalize, Tensor& probs, Tensor& lse, Tensor& weights,
+                 Tensor& ids);
+// dlogits = scale * (d weights / d logits)^T dweights, through the renormalisation and the softmax.
+void router_topk_backward(const Tensor& probs, const Tensor& ids, bool renormalize, const Tensor& dweights,
+                          double scale, Tensor& dlogits);
+// The gradient, with respect to the logits, of balance_scale * sum_{n,e} probs[n, e] counts[e] plus
+// z_scale / 2 * sum_n lse[n]^2 (the load-balance and z losses, their constant factors folded in):
+//   dlogits[n, e] = probs[n, e] * (balance_scale * (counts[e] - sum_f probs[n, f] counts[f]) + z_scale * lse[n]).
+void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& counts, double balance_scale,
+                         double z_scale, Tensor& dlogits);
+// The weighted combine of the experts' outputs: out[n, :] = sum_j w[n, j] * y[pos[n k + j], :] for
+// y [M = N k, C] (rows in expert order), w [N, k], pos [N k] i32 (where each assignment's row sits in y),
+// summed in j order.
+void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out);
+// The combine's backward taken before the experts' down projection y = h W_down^T, in place: with t
+// [M, C] = g_M W_down (the gradient of h at weight 1), per assignment a at row m = pos[a]:
+//   dw[a] = dot(t[m], h[m]) (= dot(g, y[m])),  t[m] *= w[a] (-> dL/dh),  h[m] *= w[a] (-> for dL/dW_down).
+// dw may be undefined.
+void combine_backward_before_down(const Tensor& w, const Tensor& pos, Tensor& t, Tensor& h, Tensor& dw);
 
 // ---- optimiser (tensor/cpu/adamw.cc) -------------------------------------------------------------
-// One AdamW step over a flat parameter, in place (PyTorch's formulation, decoupled weight decay):
+// One AdamW step over a flat parameter, in place (PyTorch's formulation, decoupled weight decay), with
+// g = grad_scale * grad (gradient clipping folded into the pass):
 //   p *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
 //   p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
 struct AdamWStep {
   double lr, beta1, beta2, eps, weight_decay;
   int64_t t;  // 1-based step count for the bias corrections
+  double grad_scale = 1.0;
 };
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step);
 

@@ -1,5 +1,6 @@
 // silu and swiglu: forward and backward. Each backward is one fused kernel pass (tensor/cpu/activation.cc).
 #include "autograd/ops.h"
+#include "autograd/profile.h"
 #include "tensor/kernels.h"
 
 namespace lt {
@@ -29,6 +30,7 @@ struct SwigluNode : Node {
 }  // namespace
 
 Variable silu(const Variable& x) {
+  LT_PROFILE_SCOPE("silu");
   Tensor y = Tensor::empty_like(x.value());
   kernels::silu(x.value(), y);
   auto node = std::make_shared<SiluNode>();
@@ -37,6 +39,7 @@ Variable silu(const Variable& x) {
 }
 
 Variable swiglu(const Variable& gate, const Variable& up) {
+  LT_PROFILE_SCOPE("swiglu");
   Tensor y = Tensor::empty_like(gate.value());
   kernels::swiglu(gate.value(), up.value(), y);
   auto node = std::make_shared<SwigluNode>();

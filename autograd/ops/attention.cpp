@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "autograd/ops.h"
+#include "autograd/profile.h"
 #include "tensor/kernels.h"
 
 namespace lt {
@@ -26,9 +27,56 @@ struct AttentionNode : Node {
   }
 };
 
+// The same attention fed straight from the fused QKV projection: the split and RoPE on q and k are one
+// kernel each way, so no column slice of the projection, and no unrotated q or k, ever exists.
+struct QkvAttentionNode : Node {
+  Tensor q, k, v, out, lse;
+  double scale = 0, theta = 0;
+  int64_t pos_offset = 0;
+  Shape qkv_shape;
+  const char* name() const override { return "qkv_attention"; }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    Tensor dq = Tensor::empty_like(q), dk = Tensor::empty_like(k), dv = Tensor::empty_like(v);
+    kernels::attention_backward(q, k, v, out, lse, g, scale, dq, dk, dv);
+    Tensor dqkv = Tensor::empty(qkv_shape, g.dtype(), g.device());
+    kernels::split_qkv_rope_backward(dq, dk, dv, theta, pos_offset, dqkv);
+    return {dqkv};
+  }
+};
+
 }  // namespace
 
+Variable qkv_attention(const Variable& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset) {
+  LT_PROFILE_SCOPE("qkv_attention");
+  const Tensor& x = qkv.value();
+  LT_CHECK(x.ndim() == 3 && heads > 0 && kv_heads > 0 && x.dim(2) % (heads + 2 * kv_heads) == 0,
+           "qkv_attention: qkv ", x.str(), " is not [B, T, (", heads, " + 2 * ", kv_heads, ") * head_dim]");
+  const int64_t B = x.dim(0), T = x.dim(1), D = x.dim(2) / (heads + 2 * kv_heads);
+  Tensor q = Tensor::empty({B, T, heads, D}, x.dtype(), x.device());
+  Tensor k = Tensor::empty({B, T, kv_heads, D}, x.dtype(), x.device());
+  Tensor v = Tensor::empty({B, T, kv_heads, D}, x.dtype(), x.device());
+  kernels::split_qkv_rope(x, theta, pos_offset, q, k, v);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  Tensor out = Tensor::empty_like(q);
+  Tensor lse = Tensor::empty({B, heads, T}, x.dtype(), x.device());
+  kernels::attention(q, k, v, scale, out, lse);
+  auto node = std::make_shared<QkvAttentionNode>();
+  node->scale = scale;
+  node->theta = theta;
+  node->pos_offset = pos_offset;
+  node->qkv_shape = x.shape();
+  if (grad_enabled()) {
+    node->q = q;
+    node->k = k;
+    node->v = v;
+    node->out = out;
+    node->lse = lse;
+  }
+  return make_result(out, node, {qkv});
+}
+
 Variable attention(const Variable& q, const Variable& k, const Variable& v) {
+  LT_PROFILE_SCOPE("attention");
   const Tensor& qv = q.value();
   LT_CHECK(qv.ndim() == 4, "attention: q must be [B, T, Hq, D], got ", qv.str());
   // The kernel checks the rest (k and v against q, Hq a multiple of Hkv) with the same op name.

@@ -1,5 +1,6 @@
 // add, sub, mul (with b broadcast over the leading dims of a) and scale: forward and backward.
 #include "autograd/ops.h"
+#include "autograd/profile.h"
 #include "tensor/kernels.h"
 
 namespace lt {
@@ -32,6 +33,7 @@ struct AddNode : Node {
 };
 
 Variable add_or_sub(const Variable& a, const Variable& b, double sign) {
+  LT_PROFILE_SCOPE(sign > 0 ? "add" : "sub");
   Tensor out = Tensor::empty_like(a.value());
   if (sign > 0) kernels::add(a.value(), b.value(), out);
   else kernels::sub(a.value(), b.value(), out);
@@ -75,6 +77,7 @@ Variable add(const Variable& a, const Variable& b) { return add_or_sub(a, b, +1.
 Variable sub(const Variable& a, const Variable& b) { return add_or_sub(a, b, -1.0); }
 
 Variable mul(const Variable& a, const Variable& b) {
+  LT_PROFILE_SCOPE("mul");
   Tensor out = Tensor::empty_like(a.value());
   kernels::mul(a.value(), b.value(), out);
   auto node = std::make_shared<MulNode>();
@@ -86,6 +89,7 @@ Variable mul(const Variable& a, const Variable& b) {
 }
 
 Variable scale(const Variable& x, double alpha) {
+  LT_PROFILE_SCOPE("scale");
   Tensor out = Tensor::empty_like(x.value());
   kernels::scale(x.value(), alpha, out);
   auto node = std::make_shared<ScaleNode>();

@@ -5,6 +5,7 @@
 // Indices are integer tensors, not Variables: they carry no gradient. The nodes keep a reference to
 // them, so callers must not overwrite an index tensor before backward has run.
 #include "autograd/ops.h"
+#include "autograd/profile.h"
 #include "tensor/kernels.h"
 
 namespace lt {
@@ -23,13 +24,16 @@ struct GatherRowsNode : Node {
   Shape table_shape;
   const char* name() const override { return op_name; }
   std::vector<Tensor> backward(const Tensor& g) override {
-    Tensor dtable = Tensor::zeros(table_shape, g.dtype(), g.device());
-    kernels::scatter_add_rows(g, idx, dtable);
-    return {dtable};
+    // Scatter-adds straight into the table's gradient buffer when it has one (the embedding).
+    GradTarget dtable = grad_target(0, table_shape, g.dtype(), g.device());
+    if (dtable.beta == 0) dtable.tensor.zero_();
+    kernels::scatter_add_rows(g, idx, dtable.tensor);
+    return {dtable.returned()};
   }
 };
 
 Variable gather_rows_op(const char* op_name, const Variable& table, const Tensor& idx) {
+  LT_PROFILE_SCOPE(op_name);
   const Tensor& tv = table.value();
   LT_CHECK(tv.ndim() == 2, op_name, ": table must be 2-D [R, C], got ", tv.str());
   Tensor out = Tensor::empty(with_last(idx.shape(), tv.dim(1)), tv.dtype(), tv.device());
@@ -80,6 +84,7 @@ Variable embedding(const Variable& table, const Tensor& ids) { return gather_row
 Variable gather_rows(const Variable& x, const Tensor& idx) { return gather_rows_op("gather_rows", x, idx); }
 
 Variable scatter_add_rows(const Variable& src, const Tensor& idx, int64_t rows) {
+  LT_PROFILE_SCOPE("scatter_add_rows");
   const Tensor& sv = src.value();
   LT_CHECK(sv.ndim() >= 1, "scatter_add_rows: src must have a last dimension, got ", sv.str());
   LT_CHECK(rows >= 0, "scatter_add_rows: rows must be >= 0, got ", rows);
@@ -92,12 +97,14 @@ Variable scatter_add_rows(const Variable& src, const Tensor& idx, int64_t rows) 
 }
 
 Variable gather_cols(const Variable& x, const Tensor& idx) {
+  LT_PROFILE_SCOPE("gather_cols");
   Tensor out = Tensor::empty(idx.shape(), x.value().dtype(), x.value().device());
   kernels::gather_cols(x.value(), idx, out);
   return record_gather_cols(x, idx, out);
 }
 
 TopK topk(const Variable& x, int64_t k) {
+  LT_PROFILE_SCOPE("topk");
   const Tensor& xv = x.value();
   LT_CHECK(xv.ndim() == 2, "topk: x must be 2-D [N, E], got ", xv.str());
   LT_CHECK(k >= 1 && k <= xv.dim(1), "topk: k = ", k, " must be in [1, ", xv.dim(1), "] for x ", xv.str());

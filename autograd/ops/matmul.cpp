@@ -5,6 +5,7 @@
 // Each is written as one GEMM straight into the layout of a or b, choosing the transpose flags so that
 // no transposed copy is ever materialised.
 #include "autograd/ops.h"
+#include "autograd/profile.h"
 #include "tensor/kernels.h"
 
 namespace lt {
@@ -15,28 +16,31 @@ struct MatmulNode : Node {
   bool trans_a, trans_b;
   const char* name() const override { return "matmul"; }
 
+  // Each gradient is one GEMM into its target: a weight's gradient accumulates straight into the
+  // leaf's gradient buffer (beta 1 after the first contribution), so it is never copied.
   std::vector<Tensor> backward(const Tensor& g) override {
     Tensor da, db;
     if (needs_grad(0)) {
-      da = Tensor::empty_like(a);
+      GradTarget t = grad_target(0, a);
       // a stored [M, K]: da = g b^T (b [K, N]) or g b (b stored [N, K]);
       // a stored [K, M]: da = b g^T or b^T g^T.
-      if (!trans_a) kernels::matmul(g, false, b, !trans_b, da);
-      else kernels::matmul(b, trans_b, g, true, da);
+      if (!trans_a) kernels::matmul(g, false, b, !trans_b, t.tensor, 1.0, t.beta);
+      else kernels::matmul(b, trans_b, g, true, t.tensor, 1.0, t.beta);
+      da = t.returned();
     }
     if (needs_grad(1)) {
+      GradTarget t = grad_target(1, b);
       if (b.ndim() == 2 && a.ndim() == 3) {
         // b applied to every batch: flatten the batch into rows, one GEMM over [G*M, K] and [G*M, N].
         const Tensor a2 = a.reshape({-1, a.dim(-1)});
         const Tensor g2 = g.reshape({-1, g.dim(-1)});
-        db = Tensor::empty_like(b);
-        if (!trans_b) kernels::matmul(a2, true, g2, false, db);   // db [K, N] = a^T g
-        else kernels::matmul(g2, true, a2, false, db);            // db [N, K] = g^T a
+        if (!trans_b) kernels::matmul(a2, true, g2, false, t.tensor, 1.0, t.beta);  // db [K, N] = a^T g
+        else kernels::matmul(g2, true, a2, false, t.tensor, 1.0, t.beta);           // db [N, K] = g^T a
       } else {
-        db = Tensor::empty_like(b);
-        if (!trans_b) kernels::matmul(a, !trans_a, g, false, db);  // db [K, N] = op(a)^T g
-        else kernels::matmul(g, true, a, trans_a, db);             // db [N, K] = g^T op(a)
+        if (!trans_b) kernels::matmul(a, !trans_a, g, false, t.tensor, 1.0, t.beta);  // db [K, N] = op(a)^T g
+        else kernels::matmul(g, true, a, trans_a, t.tensor, 1.0, t.beta);             // db [N, K] = g^T op(a)
       }
+      db = t.returned();
     }
     return {da, db};
   }
@@ -45,6 +49,7 @@ struct MatmulNode : Node {
 }  // namespace
 
 Variable matmul(const Variable& a, const Variable& b, bool trans_a, bool trans_b) {
+  LT_PROFILE_SCOPE("matmul");
   const Tensor& av = a.value();
   const Tensor& bv = b.value();
   LT_CHECK(av.ndim() >= 2 && bv.ndim() >= 2, "matmul: operands must be at least 2-D: ", av.str(), ", ", bv.str());

@@ -1,5 +1,6 @@
 // rmsnorm over the last dimension: forward and backward (tensor/cpu/norm.cc has the numerics).
 #include "autograd/ops.h"
+#include "autograd/profile.h"
 #include "tensor/kernels.h"
 
 namespace lt {
@@ -10,15 +11,18 @@ struct RmsNormNode : Node {
   const char* name() const override { return "rmsnorm"; }
   std::vector<Tensor> backward(const Tensor& g) override {
     Tensor dx = Tensor::empty_like(x);
-    Tensor dweight = Tensor::zeros_like(weight);  // the kernel accumulates into it
-    kernels::rmsnorm_backward(x, weight, rstd, g, dx, dweight);
-    return {dx, needs_grad(1) ? dweight : Tensor()};
+    // The kernel accumulates dweight, so it can add straight into the weight's gradient buffer.
+    GradTarget dweight = needs_grad(1) ? grad_target(1, weight) : GradTarget{Tensor::empty_like(weight)};
+    if (dweight.beta == 0) dweight.tensor.zero_();
+    kernels::rmsnorm_backward(x, weight, rstd, g, dx, dweight.tensor);
+    return {dx, needs_grad(1) ? dweight.returned() : Tensor()};
   }
 };
 
 }  // namespace
 
 Variable rmsnorm(const Variable& x, const Variable& weight, double eps) {
+  LT_PROFILE_SCOPE("rmsnorm");
   const Tensor& xv = x.value();
   LT_CHECK(xv.ndim() >= 1, "rmsnorm: x must have at least one dimension, got ", xv.str());
   Tensor y = Tensor::empty_like(xv);

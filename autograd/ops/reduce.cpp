@@ -1,5 +1,6 @@
 // reshape, slice_cols, sum and mean: forward and backward.
 #include "autograd/ops.h"
+#include "autograd/profile.h"
 #include "tensor/kernels.h"
 
 namespace lt {
@@ -33,6 +34,7 @@ struct SumNode : Node {
 };
 
 Variable reduce_all(const Variable& x, double factor) {
+  LT_PROFILE_SCOPE(factor == 1.0 ? "sum" : "mean");
   Tensor total = Tensor::empty({1}, x.value().dtype(), x.value().device());
   kernels::sum(x.value(), total);
   if (factor != 1.0) kernels::scale(total, factor, total);
@@ -45,12 +47,14 @@ Variable reduce_all(const Variable& x, double factor) {
 }  // namespace
 
 Variable reshape(const Variable& x, const Shape& shape) {
+  LT_PROFILE_SCOPE("reshape");
   auto node = std::make_shared<ReshapeNode>();
   node->input_shape = x.shape();
   return make_result(x.value().reshape(shape), node, {x});
 }
 
 Variable slice_cols(const Variable& x, int64_t start, int64_t width) {
+  LT_PROFILE_SCOPE("slice_cols");
   Shape out_shape = x.shape();
   LT_CHECK(!out_shape.empty(), "slice_cols: x has no last dimension");
   out_shape.back() = width;

@@ -4,6 +4,7 @@
 // position, so it is a linear map y = R x with R orthogonal; the backward is dx = R^T dy, the same
 // rotation by the negated angle (kernels::rope with inverse = true). Nothing needs to be saved.
 #include "autograd/ops.h"
+#include "autograd/profile.h"
 #include "tensor/kernels.h"
 
 namespace lt {
@@ -24,6 +25,7 @@ struct RopeNode : Node {
 }  // namespace
 
 Variable rope(const Variable& x, double theta, int64_t pos_offset) {
+  LT_PROFILE_SCOPE("rope");
   const Tensor& xv = x.value();
   Tensor y = Tensor::empty_like(xv);
   kernels::rope(xv, theta, pos_offset, /*inverse=*/false, y);

@@ -4,6 +4,7 @@
 // exp over the row. cross_entropy keeps the logits and each row's log-sum-exp; its backward rebuilds
 // softmax(logits) from them in one pass.
 #include "autograd/ops.h"
+#include "autograd/profile.h"
 #include "tensor/kernels.h"
 
 namespace lt {
@@ -22,6 +23,7 @@ struct SoftmaxNode : Node {
 };
 
 Variable softmax_op(const Variable& x, bool log) {
+  LT_PROFILE_SCOPE(log ? "log_softmax" : "softmax");
   Tensor y = Tensor::empty_like(x.value());
   if (log) kernels::log_softmax(x.value(), y);
   else kernels::softmax(x.value(), y);
@@ -29,19 +31,6 @@ Variable softmax_op(const Variable& x, bool log) {
   node->log = log;
   if (grad_enabled()) node->y = y;
   return make_result(y, node, {x});
-}
-
-// The number of targets that take part in the loss.
-int64_t count_targets(const Tensor& targets, int64_t ignore_index) {
-  int64_t count = 0;
-  if (targets.dtype() == DType::I32) {
-    const int32_t* ids = targets.data<int32_t>();
-    for (int64_t n = 0; n < targets.numel(); ++n) count += ids[n] != ignore_index;
-  } else {
-    const int64_t* ids = targets.data<int64_t>();
-    for (int64_t n = 0; n < targets.numel(); ++n) count += ids[n] != ignore_index;
-  }
-  return count;
 }
 
 struct CrossEntropyNode : Node {
@@ -62,10 +51,23 @@ struct CrossEntropyNode : Node {
 
 }  // namespace
 
+int64_t count_targets(const Tensor& targets, int64_t ignore_index) {
+  int64_t count = 0;
+  if (targets.dtype() == DType::I32) {
+    const int32_t* ids = targets.data<int32_t>();
+    for (int64_t n = 0; n < targets.numel(); ++n) count += ids[n] != ignore_index;
+  } else {
+    const int64_t* ids = targets.data<int64_t>();
+    for (int64_t n = 0; n < targets.numel(); ++n) count += ids[n] != ignore_index;
+  }
+  return count;
+}
+
 Variable softmax(const Variable& x) { return softmax_op(x, false); }
 Variable log_softmax(const Variable& x) { return softmax_op(x, true); }
 
 Variable cross_entropy(const Variable& logits, const Tensor& targets, int64_t ignore_index) {
+  LT_PROFILE_SCOPE("cross_entropy");
   const Tensor& lv = logits.value();
   LT_CHECK(lv.ndim() >= 1, "cross_entropy: logits must have at least one dimension, got ", lv.str());
   LT_CHECK(targets.defined(), "cross_entropy: targets are undefined");

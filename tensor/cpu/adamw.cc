@@ -20,16 +20,17 @@ void AdamWT(T* p, const T* g, T* m, T* v, int64_t n, const AdamWStep& s) {
   const T b1 = T(s.beta1), b2 = T(s.beta2), one_minus_b1 = T(1.0 - s.beta1), one_minus_b2 = T(1.0 - s.beta2);
   const T step_size = T(s.lr / (1.0 - std::pow(s.beta1, static_cast<double>(s.t))));
   const T inv_sqrt_bc2 = T(1.0 / std::sqrt(1.0 - std::pow(s.beta2, static_cast<double>(s.t))));
-  const T eps = T(s.eps);
+  const T eps = T(s.eps), grad_scale = T(s.grad_scale);
   parallel_for(n, 1 << 14, [&](int64_t begin, int64_t end) {
     const hn::ScalableTag<T> d;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
     const auto vdecay = hn::Set(d, decay), vb1 = hn::Set(d, b1), vb2 = hn::Set(d, b2);
     const auto v1mb1 = hn::Set(d, one_minus_b1), v1mb2 = hn::Set(d, one_minus_b2);
     const auto vstep = hn::Set(d, step_size), vbc2 = hn::Set(d, inv_sqrt_bc2), veps = hn::Set(d, eps);
+    const auto vscale = hn::Set(d, grad_scale);
     int64_t i = begin;
     for (; i + lanes <= end; i += lanes) {
-      const auto gi = hn::LoadU(d, g + i);
+      const auto gi = hn::Mul(hn::LoadU(d, g + i), vscale);
       const auto mi = hn::MulAdd(vb1, hn::LoadU(d, m + i), hn::Mul(v1mb1, gi));
       const auto vi = hn::MulAdd(vb2, hn::LoadU(d, v + i), hn::Mul(v1mb2, hn::Mul(gi, gi)));
       const auto denom = hn::MulAdd(hn::Sqrt(vi), vbc2, veps);
@@ -39,8 +40,9 @@ void AdamWT(T* p, const T* g, T* m, T* v, int64_t n, const AdamWStep& s) {
       hn::StoreU(hn::Sub(pi, hn::Div(hn::Mul(vstep, mi), denom)), d, p + i);
     }
     for (; i < end; ++i) {
-      m[i] = b1 * m[i] + one_minus_b1 * g[i];
-      v[i] = b2 * v[i] + one_minus_b2 * g[i] * g[i];
+      const T gi = g[i] * grad_scale;
+      m[i] = b1 * m[i] + one_minus_b1 * gi;
+      v[i] = b2 * v[i] + one_minus_b2 * gi * gi;
       p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
     }
   });

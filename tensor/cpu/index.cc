@@ -16,6 +16,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "tensor/cpu/kernel_util.h"
+#include "tensor/cpu/topk_row.h"
 #include "tensor/kernels.h"
 #include "tensor/threadpool.h"
 
@@ -76,40 +77,10 @@ void ScatterAddRowsKernel(DType dtype, DType idx_dtype, const void* src, const v
   }));
 }
 
-// The ranking of top-k: larger values first, NaN above everything (as torch.topk does, so a diverged
-// router shows up in the selection instead of being silently skipped), equal values by lower index.
-// Candidates arrive in index order, so "ranks above" only needs the value: a later equal value never
-// displaces an earlier one.
-template <class T>
-HWY_INLINE bool RanksAbove(T candidate, T kept) {
-  if (std::isnan(candidate)) return !std::isnan(kept);
-  return candidate > kept;
-}
-
-// Per row, a sorted list of the best k seen so far, updated by insertion: O(E * k) for a row of E,
-// which for a router (E up to a few hundred, k up to ~8) beats a heap or a full sort.
 template <class T>
 void TopKT(const T* x, T* values, int32_t* indices, int64_t rows, int64_t cols, int64_t k) {
   parallel_for(rows, RowGrain(cols), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* row = x + r * cols;
-      T* best_values = values + r * k;
-      int32_t* best_indices = indices + r * k;
-      int64_t count = 0;
-      for (int64_t e = 0; e < cols; ++e) {
-        const T v = row[e];
-        if (count == k && !RanksAbove(v, best_values[k - 1])) continue;
-        int64_t pos = std::min(count, k - 1);
-        while (pos > 0 && RanksAbove(v, best_values[pos - 1])) {
-          best_values[pos] = best_values[pos - 1];
-          best_indices[pos] = best_indices[pos - 1];
-          --pos;
-        }
-        best_values[pos] = v;
-        best_indices[pos] = static_cast<int32_t>(e);
-        count = std::min(count + 1, k);
-      }
-    }
+    for (int64_t r = begin; r < end; ++r) TopKRow(x + r * cols, cols, k, values + r * k, indices + r * k);
   });
 }
 

@@ -1,131 +1,224 @@
-// Small row-wise kernels of the MoE router and combine. They touch N x E or M x C values once, so
-// they are memory-bound and written as plain loops the compiler vectorises; rows are independent,
+// Row-wise kernels of the MoE router and combine. They touch N x E or N x k x C values once, so they
+// are memory-bound and written as plain loops the compiler vectorises; rows (tokens) are independent,
 // so splitting them across threads keeps results independent of the thread count.
+#include <algorithm>
 #include <cmath>
 
 #include "tensor/cpu/kernel_util.h"
+#include "tensor/cpu/topk_row.h"
 #include "tensor/kernels.h"
 #include "tensor/threadpool.h"
 
 namespace lt::kernels {
 namespace {
 
-int64_t rows_of(const Tensor& t) { return t.dim(-1) ? t.numel() / t.dim(-1) : 0; }
+// Rows per chunk so that each chunk touches at least ~4K values.
+int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(cols, 1)); }
 
-Shape leading_shape(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 1); }
+void check_router_rows(const Tensor& probs, const Tensor& ids, const char* op) {
+  check_float(probs, op, "probs");
+  require_cpu(probs, op);
+  LT_CHECK(probs.ndim() == 2, op, ": probs must be [N, E], got ", probs.str());
+  LT_CHECK(ids.defined() && ids.dtype() == DType::I32 && ids.ndim() == 2 && ids.dim(0) == probs.dim(0), op,
+           ": ids must be i32 [", probs.dim(0), ", k], got ", ids.defined() ? ids.str() : "undefined");
+}
 
 }  // namespace
 
-void normalize_rows(const Tensor& v, Tensor& w, Tensor& sums) {
-  check_float(v, "normalize_rows", "v");
-  check_like(w, v, "normalize_rows", "w");
-  check_like(sums, v, "normalize_rows", "sums");
-  check_shape(w, v.shape(), "normalize_rows", "w");
-  check_shape(sums, leading_shape(v), "normalize_rows", "sums");
-  require_cpu(v, "normalize_rows");
-  const int64_t rows = rows_of(v), k = v.dim(-1);
-  LT_FLOAT_SWITCH(v.dtype(), T, {
-    const T* pv = v.data<T>();
-    T* pw = w.data<T>();
-    T* ps = sums.data<T>();
-    parallel_for(rows, 256, [&](int64_t begin, int64_t end) {
+// Per row: max, then exp and the sum in f64, so lse and probs are exact to the dtype whatever E.
+void router_topk(const Tensor& logits, int64_t k, bool renormalize, Tensor& probs, Tensor& lse, Tensor& weights,
+                 Tensor& ids) {
+  const char* op = "router_topk";
+  check_float(logits, op, "logits");
+  require_cpu(logits, op);
+  LT_CHECK(logits.ndim() == 2, op, ": logits must be [N, E], got ", logits.str());
+  const int64_t N = logits.dim(0), E = logits.dim(1);
+  LT_CHECK(k >= 1 && k <= E, op, ": k = ", k, " must be in [1, ", E, "]");
+  check_like(probs, logits, op, "probs");
+  check_shape(probs, logits.shape(), op, "probs");
+  check_like(lse, logits, op, "lse");
+  check_shape(lse, {N}, op, "lse");
+  check_like(weights, logits, op, "weights");
+  check_shape(weights, {N, k}, op, "weights");
+  check_router_rows(probs, ids, op);
+  check_shape(ids, {N, k}, op, "ids");
+  LT_FLOAT_SWITCH(logits.dtype(), T, {
+    const T* s = logits.data<T>();
+    T* p = probs.data<T>();
+    T* l = lse.data<T>();
+    T* w = weights.data<T>();
+    int32_t* id = ids.data<int32_t>();
+    parallel_for(N, row_grain(E), [&](int64_t begin, int64_t end) {
       for (int64_t n = begin; n < end; ++n) {
-        T total = 0;
-        for (int64_t j = 0; j < k; ++j) total += pv[n * k + j];
-        ps[n] = total;
-        for (int64_t j = 0; j < k; ++j) pw[n * k + j] = pv[n * k + j] / total;
+        const T* s_n = s + n * E;
+        T* p_n = p + n * E;
+        T max = s_n[0];
+        for (int64_t e = 1; e < E; ++e) max = std::max(max, s_n[e]);
+        double total = 0;
+        for (int64_t e = 0; e < E; ++e) total += std::exp(static_cast<double>(s_n[e] - max));
+        for (int64_t e = 0; e < E; ++e) p_n[e] = static_cast<T>(std::exp(static_cast<double>(s_n[e] - max)) / total);
+        l[n] = static_cast<T>(static_cast<double>(max) + std::log(total));
+        T* w_n = w + n * k;
+        TopKRow(p_n, E, k, w_n, id + n * k);
+        if (!renormalize) continue;
+        T sum = 0;
+        for (int64_t j = 0; j < k; ++j) sum += w_n[j];
+        for (int64_t j = 0; j < k; ++j) w_n[j] /= sum;
       }
     });
   });
 }
 
-void normalize_rows_backward(const Tensor& w, const Tensor& sums, const Tensor& dw, Tensor& dv) {
-  check_float(w, "normalize_rows_backward", "w");
-  check_like(dw, w, "normalize_rows_backward", "dw");
-  check_like(dv, w, "normalize_rows_backward", "dv");
-  check_shape(dw, w.shape(), "normalize_rows_backward", "dw");
-  check_shape(dv, w.shape(), "normalize_rows_backward", "dv");
-  require_cpu(w, "normalize_rows_backward");
-  const int64_t rows = rows_of(w), k = w.dim(-1);
-  LT_FLOAT_SWITCH(w.dtype(), T, {
-    const T* pw = w.data<T>();
-    const T* ps = sums.data<T>();
-    const T* pg = dw.data<T>();
-    T* pd = dv.data<T>();
-    parallel_for(rows, 256, [&](int64_t begin, int64_t end) {
+// Per row, with S = sum_j p[i_j] and dw the incoming gradient of the weights:
+//   dp[i_j] = (dw_j - sum_l dw_l w_l) / S  (renormalised; w_l = p[i_l] / S), or dw_j (not);
+//   ds_e = p_e (dp_e - sum_j dp[i_j] p[i_j]), dp_e = 0 for the experts not chosen (softmax backward).
+void router_topk_backward(const Tensor& probs, const Tensor& ids, bool renormalize, const Tensor& dweights,
+                          double scale, Tensor& dlogits) {
+  const char* op = "router_topk_backward";
+  check_router_rows(probs, ids, op);
+  const int64_t N = probs.dim(0), E = probs.dim(1), k = ids.dim(1);
+  check_like(dweights, probs, op, "dweights");
+  check_shape(dweights, ids.shape(), op, "dweights");
+  check_like(dlogits, probs, op, "dlogits");
+  check_shape(dlogits, probs.shape(), op, "dlogits");
+  constexpr int64_t kMaxK = 64;  // the per-row scratch of dp below
+  LT_CHECK(k <= kMaxK, op, ": k = ", k, " exceeds ", kMaxK);
+  LT_FLOAT_SWITCH(probs.dtype(), T, {
+    const T* p = probs.data<T>();
+    const int32_t* id = ids.data<int32_t>();
+    const T* dw = dweights.data<T>();
+    T* ds = dlogits.data<T>();
+    parallel_for(N, row_grain(E), [&](int64_t begin, int64_t end) {
+      T dp[kMaxK];
       for (int64_t n = begin; n < end; ++n) {
+        const T* p_n = p + n * E;
+        const int32_t* id_n = id + n * k;
+        const T* dw_n = dw + n * k;
+        if (renormalize) {
+          T sum = 0;
+          for (int64_t j = 0; j < k; ++j) sum += p_n[id_n[j]];
+          T dot = 0;
+          for (int64_t j = 0; j < k; ++j) dot += dw_n[j] * (p_n[id_n[j]] / sum);
+          for (int64_t j = 0; j < k; ++j) dp[j] = (dw_n[j] - dot) / sum;
+        } else {
+          for (int64_t j = 0; j < k; ++j) dp[j] = dw_n[j];
+        }
         T dot = 0;
-        for (int64_t j = 0; j < k; ++j) dot += pg[n * k + j] * pw[n * k + j];
-        for (int64_t j = 0; j < k; ++j) pd[n * k + j] = (pg[n * k + j] - dot) / ps[n];
+        for (int64_t j = 0; j < k; ++j) dot += dp[j] * p_n[id_n[j]];
+        T* ds_n = ds + n * E;
+        const T s = static_cast<T>(scale);
+        for (int64_t e = 0; e < E; ++e) ds_n[e] = -s * p_n[e] * dot;
+        for (int64_t j = 0; j < k; ++j) ds_n[id_n[j]] += s * p_n[id_n[j]] * dp[j];
       }
     });
   });
 }
 
-void row_logsumexp(const Tensor& x, Tensor& lse) {
-  check_float(x, "row_logsumexp", "x");
-  check_like(lse, x, "row_logsumexp", "lse");
-  check_shape(lse, leading_shape(x), "row_logsumexp", "lse");
-  require_cpu(x, "row_logsumexp");
-  const int64_t rows = rows_of(x), e = x.dim(-1);
-  LT_FLOAT_SWITCH(x.dtype(), T, {
-    const T* px = x.data<T>();
-    T* pl = lse.data<T>();
-    parallel_for(rows, 256, [&](int64_t begin, int64_t end) {
+void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& counts, double balance_scale,
+                         double z_scale, Tensor& dlogits) {
+  const char* op = "router_aux_backward";
+  check_float(probs, op, "probs");
+  require_cpu(probs, op);
+  LT_CHECK(probs.ndim() == 2, op, ": probs must be [N, E], got ", probs.str());
+  const int64_t N = probs.dim(0), E = probs.dim(1);
+  check_like(lse, probs, op, "lse");
+  check_shape(lse, {N}, op, "lse");
+  check_like(counts, probs, op, "counts");
+  check_shape(counts, {E}, op, "counts");
+  check_like(dlogits, probs, op, "dlogits");
+  check_shape(dlogits, probs.shape(), op, "dlogits");
+  LT_FLOAT_SWITCH(probs.dtype(), T, {
+    const T* p = probs.data<T>();
+    const T* l = lse.data<T>();
+    const T* c = counts.data<T>();
+    T* ds = dlogits.data<T>();
+    const T a = static_cast<T>(balance_scale), b = static_cast<T>(z_scale);
+    parallel_for(N, row_grain(E), [&](int64_t begin, int64_t end) {
       for (int64_t n = begin; n < end; ++n) {
-        const T* row = px + n * e;
-        T max = row[0];
-        for (int64_t j = 1; j < e; ++j) max = std::max(max, row[j]);
-        T total = 0;
-        for (int64_t j = 0; j < e; ++j) total += std::exp(row[j] - max);
-        pl[n] = max + std::log(total);
+        const T* p_n = p + n * E;
+        T mean_count = 0;  // sum_e p_e c_e
+        for (int64_t e = 0; e < E; ++e) mean_count += p_n[e] * c[e];
+        const T row_term = b * l[n] - a * mean_count;
+        for (int64_t e = 0; e < E; ++e) ds[n * E + e] = p_n[e] * (a * c[e] + row_term);
       }
     });
   });
 }
 
-void scale_rows(const Tensor& x, const Tensor& w, Tensor& out) {
-  check_float(x, "scale_rows", "x");
-  check_like(w, x, "scale_rows", "w");
-  check_like(out, x, "scale_rows", "out");
-  check_shape(w, leading_shape(x), "scale_rows", "w");
-  check_shape(out, x.shape(), "scale_rows", "out");
-  require_cpu(x, "scale_rows");
-  const int64_t rows = rows_of(x), c = x.dim(-1);
-  LT_FLOAT_SWITCH(x.dtype(), T, {
-    const T* px = x.data<T>();
+namespace {
+
+void check_combine(const Tensor& y, const Tensor& w, const Tensor& pos, const char* op) {
+  check_float(y, op, "y");
+  require_cpu(y, op);
+  LT_CHECK(y.ndim() == 2, op, ": y must be [M, C], got ", y.str());
+  check_like(w, y, op, "w");
+  LT_CHECK(w.ndim() == 2 && w.numel() == y.dim(0), op, ": w must be [N, k] with N k = ", y.dim(0), ", got ",
+           w.str());
+  LT_CHECK(pos.defined() && pos.dtype() == DType::I32 && pos.numel() == w.numel(), op, ": pos must be i32 of ",
+           w.numel(), " positions, got ", pos.defined() ? pos.str() : "undefined");
+  const int32_t* p = pos.data<int32_t>();
+  for (int64_t a = 0; a < pos.numel(); ++a)
+    LT_CHECK(p[a] >= 0 && p[a] < y.dim(0), op, ": position ", p[a], " of assignment ", a, " outside [0, ", y.dim(0),
+             ")");
+}
+
+}  // namespace
+
+void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out) {
+  check_combine(y, w, pos, "combine_rows");
+  const int64_t N = w.dim(0), k = w.dim(1), C = y.dim(1);
+  check_like(out, y, "combine_rows", "out");
+  check_shape(out, {N, C}, "combine_rows", "out");
+  LT_FLOAT_SWITCH(y.dtype(), T, {
+    const T* py = y.data<T>();
     const T* pw = w.data<T>();
+    const int32_t* ppos = pos.data<int32_t>();
     T* po = out.data<T>();
-    parallel_for(rows, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t m = begin; m < end; ++m)
-        for (int64_t j = 0; j < c; ++j) po[m * c + j] = px[m * c + j] * pw[m];
+    parallel_for(N, row_grain(k * C), [&](int64_t begin, int64_t end) {
+      for (int64_t n = begin; n < end; ++n) {
+        T* o = po + n * C;
+        const T* y0 = py + static_cast<int64_t>(ppos[n * k]) * C;
+        for (int64_t c = 0; c < C; ++c) o[c] = pw[n * k] * y0[c];
+        for (int64_t j = 1; j < k; ++j) {
+          const T* yj = py + static_cast<int64_t>(ppos[n * k + j]) * C;
+          const T wj = pw[n * k + j];
+          for (int64_t c = 0; c < C; ++c) o[c] += wj * yj[c];
+        }
+      }
     });
   });
 }
 
-void scale_rows_backward(const Tensor& x, const Tensor& w, const Tensor& g, Tensor& dx, Tensor& dw) {
-  check_float(x, "scale_rows_backward", "x");
-  check_like(g, x, "scale_rows_backward", "g");
-  check_shape(g, x.shape(), "scale_rows_backward", "g");
-  require_cpu(x, "scale_rows_backward");
-  const int64_t rows = rows_of(x), c = x.dim(-1);
-  const bool want_dx = dx.defined(), want_dw = dw.defined();
-  if (want_dx) check_shape(dx, x.shape(), "scale_rows_backward", "dx");
-  if (want_dw) check_shape(dw, leading_shape(x), "scale_rows_backward", "dw");
-  LT_FLOAT_SWITCH(x.dtype(), T, {
-    const T* px = x.data<T>();
+void combine_backward_before_down(const Tensor& w, const Tensor& pos, Tensor& t, Tensor& h, Tensor& dw) {
+  const char* op = "combine_backward_before_down";
+  check_combine(t, w, pos, op);
+  check_like(h, t, op, "h");
+  check_shape(h, t.shape(), op, "h");
+  if (dw.defined()) {
+    check_like(dw, w, op, "dw");
+    check_shape(dw, w.shape(), op, "dw");
+  }
+  const int64_t C = t.dim(1);
+  LT_FLOAT_SWITCH(t.dtype(), T, {
     const T* pw = w.data<T>();
-    const T* pg = g.data<T>();
-    T* pdx = want_dx ? dx.data<T>() : nullptr;
-    T* pdw = want_dw ? dw.data<T>() : nullptr;
-    parallel_for(rows, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t m = begin; m < end; ++m) {
-        if (pdx)
-          for (int64_t j = 0; j < c; ++j) pdx[m * c + j] = pg[m * c + j] * pw[m];
+    const int32_t* ppos = pos.data<int32_t>();
+    T* pt = t.data<T>();
+    T* ph = h.data<T>();
+    T* pdw = dw.defined() ? dw.data<T>() : nullptr;
+    // Each assignment a owns row pos[a] of t and h and entry a of dw: no two threads share any.
+    parallel_for(w.numel(), row_grain(2 * C), [&](int64_t begin, int64_t end) {
+      for (int64_t a = begin; a < end; ++a) {
+        T* t_m = pt + static_cast<int64_t>(ppos[a]) * C;
+        T* h_m = ph + static_cast<int64_t>(ppos[a]) * C;
         if (pdw) {
           T dot = 0;
-          for (int64_t j = 0; j < c; ++j) dot += pg[m * c + j] * px[m * c + j];
-          pdw[m] = dot;
+          for (int64_t c = 0; c < C; ++c) dot += t_m[c] * h_m[c];
+          pdw[a] = dot;
+        }
+        const T w_a = pw[a];
+        for (int64_t c = 0; c < C; ++c) {
+          t_m[c] *= w_a;
+          h_m[c] *= w_a;
         }
       }
     });

@@ -10,10 +10,14 @@
 // tensor's dtype. Memory: the tables are cached per (position range, D, theta) in buffers that only
 // grow, so steady-state steps (the same T every step, q and k alike) compute and allocate nothing.
 // In place: y may alias x; each pair (a[i], b[i]) is loaded before either of its elements is stored.
+//
+// The same kernel reads or writes head vectors inside a fused QKV projection's rows, so attention's
+// split of the projection and RoPE on q and k are one pass each way, with no column copies in between.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "tensor/cpu/rope.cc"
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -22,26 +26,38 @@
 #include "tensor/kernels.h"
 #include "tensor/threadpool.h"
 
+#ifndef LINGTRAIN_ROPE_HEAD_ROWS  // once, outside the per-target namespaces: the dispatched signature uses it
+#define LINGTRAIN_ROPE_HEAD_ROWS
+namespace lt::kernels {
+// Where the head vectors sit: row r = token * heads + h is the D values at
+// base + token * token_stride + offset + h * D. A compact [B, T, H, D] tensor has token_stride H * D and
+// offset 0; a block of columns of a fused projection has the projection's width and the block's start.
+struct HeadRows {
+  int64_t token_stride, offset;
+};
+}  // namespace lt::kernels
+#endif
+
 HWY_BEFORE_NAMESPACE();
 namespace lt::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Rotates every row of x [rows, D] into y; row r is at sequence index (r / heads) % seq, whose cos and
+// Rotates every head vector of x into y; row r is at sequence index (r / heads) % seq, whose cos and
 // sin are row t of the tables cos_table, sin_table [seq, D/2].
 template <bool kInverse, class T>
-void RopeRowsT(const T* x, T* y, int64_t rows, int64_t seq, int64_t heads, int64_t D, const T* cos_table,
-               const T* sin_table) {
+void RopeRowsT(const T* x, HeadRows x_rows, T* y, HeadRows y_rows, int64_t rows, int64_t seq, int64_t heads,
+               int64_t D, const T* cos_table, const T* sin_table) {
   const int64_t half = D / 2;
   parallel_for(rows, std::max<int64_t>(1, 8192 / D), [&](int64_t begin, int64_t end) {
     const hn::ScalableTag<T> d;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
     for (int64_t r = begin; r < end; ++r) {
-      const int64_t t = (r / heads) % seq;
+      const int64_t token = r / heads, head = r % heads, t = token % seq;
       const T* cos_t = cos_table + t * half;
       const T* sin_t = sin_table + t * half;
-      const T* xa = x + r * D;
+      const T* xa = x + token * x_rows.token_stride + x_rows.offset + head * D;
       const T* xb = xa + half;
-      T* ya = y + r * D;
+      T* ya = y + token * y_rows.token_stride + y_rows.offset + head * D;
       T* yb = ya + half;
       int64_t i = 0;
       for (; i + lanes <= half; i += lanes) {
@@ -64,15 +80,15 @@ void RopeRowsT(const T* x, T* y, int64_t rows, int64_t seq, int64_t heads, int64
   });
 }
 
-void RopeKernel(DType dtype, bool inverse, const void* x, void* y, int64_t rows, int64_t seq, int64_t heads,
-                int64_t D, const void* cos_table, const void* sin_table) {
+void RopeKernel(DType dtype, bool inverse, const void* x, HeadRows x_rows, void* y, HeadRows y_rows, int64_t rows,
+                int64_t seq, int64_t heads, int64_t D, const void* cos_table, const void* sin_table) {
   LT_FLOAT_SWITCH(dtype, T, {
     const T* tx = static_cast<const T*>(x);
     T* ty = static_cast<T*>(y);
     const T* tc = static_cast<const T*>(cos_table);
     const T* ts = static_cast<const T*>(sin_table);
-    if (inverse) RopeRowsT<true>(tx, ty, rows, seq, heads, D, tc, ts);
-    else RopeRowsT<false>(tx, ty, rows, seq, heads, D, tc, ts);
+    if (inverse) RopeRowsT<true>(tx, x_rows, ty, y_rows, rows, seq, heads, D, tc, ts);
+    else RopeRowsT<false>(tx, x_rows, ty, y_rows, rows, seq, heads, D, tc, ts);
   });
 }
 
@@ -140,11 +156,80 @@ void rope(const Tensor& x, double theta, int64_t pos_offset, bool inverse, Tenso
   require_cpu(x, "rope");
   if (x.numel() == 0) return;
   const int64_t seq = x.dim(1), heads = x.dim(2), D = x.dim(3);
+  const HeadRows compact{heads * D, 0};
   LT_FLOAT_SWITCH(x.dtype(), T, {
     const RopeTable<T>& table = rope_table<T>(pos_offset, seq, D, theta);
-    HWY_DYNAMIC_DISPATCH(RopeKernel)(x.dtype(), inverse, x.raw_data(), y.raw_data(), x.numel() / D, seq, heads, D,
-                                     table.cos_table.data(), table.sin_table.data());
+    HWY_DYNAMIC_DISPATCH(RopeKernel)(x.dtype(), inverse, x.raw_data(), compact, y.raw_data(), compact,
+                                     x.numel() / D, seq, heads, D, table.cos_table.data(), table.sin_table.data());
   });
+}
+
+namespace {
+
+// The shapes of split_qkv_rope and its backward: qkv [B, T, (Hq + 2 Hkv) D], q [B, T, Hq, D],
+// k and v [B, T, Hkv, D].
+void check_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, double theta, int64_t pos_offset,
+               const char* op) {
+  check_float(qkv, op, "qkv");
+  require_cpu(qkv, op);
+  for (const Tensor* t : {&q, &k, &v}) check_like(*t, qkv, op, "q, k, v");
+  LT_CHECK(q.ndim() == 4 && k.ndim() == 4, op, ": q and k must be [B, T, H, D], got ", q.str(), ", ", k.str());
+  const int64_t B = q.dim(0), T = q.dim(1), Hq = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
+  check_shape(k, {B, T, Hkv, D}, op, "k");
+  check_shape(v, {B, T, Hkv, D}, op, "v");
+  check_shape(qkv, {B, T, (Hq + 2 * Hkv) * D}, op, "qkv");
+  LT_CHECK(D % 2 == 0, op, ": head dim D must be even, got ", D);
+  LT_CHECK(theta > 0 && pos_offset >= 0, op, ": theta must be positive and pos_offset >= 0");
+}
+
+// Copies the v block between the projection's rows (width C, v at column start) and compact v.
+void copy_v_block(const Tensor& from, int64_t from_stride, int64_t from_start, Tensor& to, int64_t to_stride,
+                  int64_t to_start, int64_t tokens, int64_t width) {
+  const size_t bytes = static_cast<size_t>(width) * dtype_size(from.dtype());
+  const char* src = static_cast<const char*>(from.raw_data());
+  char* dst = static_cast<char*>(to.raw_data());
+  const int64_t elem = static_cast<int64_t>(dtype_size(from.dtype()));
+  parallel_for(tokens, std::max<int64_t>(1, 16384 / std::max<int64_t>(width, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      std::memcpy(dst + (t * to_stride + to_start) * elem, src + (t * from_stride + from_start) * elem, bytes);
+  });
+}
+
+}  // namespace
+
+void split_qkv_rope(const Tensor& qkv, double theta, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v) {
+  check_qkv(qkv, q, k, v, theta, pos_offset, "split_qkv_rope");
+  const int64_t tokens = q.dim(0) * q.dim(1), seq = q.dim(1), Hq = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
+  const int64_t C = qkv.dim(2);
+  if (tokens == 0) return;
+  LT_FLOAT_SWITCH(qkv.dtype(), T, {
+    const RopeTable<T>& table = rope_table<T>(pos_offset, seq, D, theta);
+    HWY_DYNAMIC_DISPATCH(RopeKernel)(qkv.dtype(), false, qkv.raw_data(), HeadRows{C, 0}, q.raw_data(),
+                                     HeadRows{Hq * D, 0}, tokens * Hq, seq, Hq, D, table.cos_table.data(),
+                                     table.sin_table.data());
+    HWY_DYNAMIC_DISPATCH(RopeKernel)(qkv.dtype(), false, qkv.raw_data(), HeadRows{C, Hq * D}, k.raw_data(),
+                                     HeadRows{Hkv * D, 0}, tokens * Hkv, seq, Hkv, D, table.cos_table.data(),
+                                     table.sin_table.data());
+  });
+  copy_v_block(qkv, C, (Hq + Hkv) * D, v, Hkv * D, 0, tokens, Hkv * D);
+}
+
+void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, double theta, int64_t pos_offset,
+                             Tensor& dqkv) {
+  check_qkv(dqkv, dq, dk, dv, theta, pos_offset, "split_qkv_rope_backward");
+  const int64_t tokens = dq.dim(0) * dq.dim(1), seq = dq.dim(1), Hq = dq.dim(2), Hkv = dk.dim(2), D = dq.dim(3);
+  const int64_t C = dqkv.dim(2);
+  if (tokens == 0) return;
+  LT_FLOAT_SWITCH(dqkv.dtype(), T, {
+    const RopeTable<T>& table = rope_table<T>(pos_offset, seq, D, theta);
+    HWY_DYNAMIC_DISPATCH(RopeKernel)(dqkv.dtype(), true, dq.raw_data(), HeadRows{Hq * D, 0}, dqkv.raw_data(),
+                                     HeadRows{C, 0}, tokens * Hq, seq, Hq, D, table.cos_table.data(),
+                                     table.sin_table.data());
+    HWY_DYNAMIC_DISPATCH(RopeKernel)(dqkv.dtype(), true, dk.raw_data(), HeadRows{Hkv * D, 0}, dqkv.raw_data(),
+                                     HeadRows{C, Hq * D}, tokens * Hkv, seq, Hkv, D, table.cos_table.data(),
+                                     table.sin_table.data());
+  });
+  copy_v_block(dv, Hkv * D, 0, dqkv, C, (Hq + Hkv) * D, tokens, Hkv * D);
 }
 
 }  // namespace lt::kernels

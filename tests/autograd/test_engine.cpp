@@ -4,6 +4,7 @@
 
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+#include "tensor/allocator.h"
 #include "tests/test_util.h"
 
 namespace lt {
@@ -143,6 +144,70 @@ TEST(Engine, GraphIsFreedAfterBackward) {
   EXPECT_EQ(h2.grad_fn(), nullptr);
   EXPECT_EQ(grad_of(x), (std::vector<double>{8, 16, 24}));  // d sum((2x)^2) / dx = 8x
   EXPECT_FALSE(h1.grad().defined());  // intermediates keep no gradient
+}
+
+TEST(Engine, TheGraphHoldsOnlyWhatBackwardsSave) {
+  // scale saves nothing and sum only a shape, so h's value must go when its last Variable does.
+  const Variable x(Tensor::full({1 << 20}, 1.0, DType::F64), true);
+  CachingAllocator& allocator = allocator_for(Device::cpu());
+  const uint64_t before = allocator.stats().bytes_in_use;
+  Variable loss;
+  {
+    const Variable h = scale(x, 2.0);
+    loss = sum(h);
+  }
+  EXPECT_LT(allocator.stats().bytes_in_use - before, uint64_t{1} << 20) << "h (8 MiB) is still alive";
+  loss.backward();
+  EXPECT_EQ(x.grad().to_vector<double>()[7], 2.0);
+}
+
+// The reference gradients of a few ops whose backward can write into a leaf's gradient buffer.
+struct BufferedGrads {
+  std::vector<double> w, norm_weight, table;
+};
+
+BufferedGrads buffered_step(bool with_buffers, int backward_calls) {
+  Rng rng(8);
+  const Variable x(Tensor::randn({5, 3}, rng, 1.0, DType::F64), true);
+  Variable w(Tensor::randn({4, 3}, rng, 1.0, DType::F64), true);
+  Variable norm_weight(Tensor::randn({4}, rng, 1.0, DType::F64), true);
+  Variable table(Tensor::randn({6, 4}, rng, 1.0, DType::F64), true);
+  if (with_buffers) {  // stale contents that must never leak into a gradient
+    for (Variable* v : {&w, &norm_weight, &table}) v->set_grad_buffer(Tensor::full(v->shape(), NAN, DType::F64));
+  }
+  const Tensor ids = Tensor::from_vector<int32_t>({5}, {1, 4, 1, 0, 5});
+  for (int call = 0; call < backward_calls; ++call) {
+    // w used twice (matmul of x, and w w^T), then rmsnorm and an embedding added in.
+    const Variable h = add(rmsnorm(matmul(x, w, false, true), norm_weight, 1e-6), embedding(table, ids));
+    add(sum(mul(h, h)), sum(matmul(w, w, false, true))).backward();
+  }
+  if (with_buffers)
+    for (const Variable* v : {&w, &norm_weight, &table}) EXPECT_TRUE(v->grad().shares_storage(v->impl()->grad_buffer));
+  return {w.grad().to_vector<double>(), norm_weight.grad().to_vector<double>(), table.grad().to_vector<double>()};
+}
+
+TEST(Engine, LeafGradientBuffersReceiveTheSameGradients) {
+  for (int calls : {1, 2}) {
+    SCOPED_TRACE(calls);
+    const BufferedGrads plain = buffered_step(false, calls), buffered = buffered_step(true, calls);
+    test::expect_close(buffered.w, plain.w, 1e-14, 0, "w");
+    test::expect_close(buffered.norm_weight, plain.norm_weight, 1e-14, 0, "norm weight");
+    test::expect_close(buffered.table, plain.table, 1e-14, 0, "embedding table");
+  }
+}
+
+TEST(Engine, ZeroGradKeepsTheBufferAndTheNextGradientOverwritesIt) {
+  Variable w = leaf({1, 2});
+  const Tensor buffer = Tensor::full({2}, NAN, DType::F64);
+  w.set_grad_buffer(buffer);
+  sum(scale(w, 3.0)).backward();
+  EXPECT_EQ(grad_of(w), (std::vector<double>{3, 3}));
+  EXPECT_TRUE(w.grad().shares_storage(buffer));
+  w.zero_grad();
+  EXPECT_FALSE(w.grad().defined());
+  sum(mul(w, w)).backward();
+  EXPECT_EQ(grad_of(w), (std::vector<double>{2, 4}));
+  EXPECT_TRUE(w.grad().shares_storage(buffer));
 }
 
 // y = x with a backward that doubles the gradient: a deliberately wrong op for the checker to catch.

@@ -84,6 +84,43 @@ TEST(RopeKernel, MatchesScalarLoopsOnEveryTarget) {
   });
 }
 
+// The fused projection's split: q and k are rope() of their column blocks, v a copy of its block, and
+// the backward writes the inverse rotations (and dv) back into exactly those columns.
+template <class T>
+void check_split_qkv(DType dtype) {
+  const int64_t B = 2, S = 17, Hq = 4, Hkv = 2, D = 18, C = (Hq + 2 * Hkv) * D, pos_offset = 5;
+  const double theta = 600000.0;
+  const Tensor qkv = random_tensor({B, S, C}, 23, dtype);
+  Tensor q = Tensor::empty({B, S, Hq, D}, dtype), k = Tensor::empty({B, S, Hkv, D}, dtype);
+  Tensor v = Tensor::empty({B, S, Hkv, D}, dtype);
+  kernels::split_qkv_rope(qkv, theta, pos_offset, q, k, v);
+  const std::vector<double> all = to_double<T>(qkv);
+  auto block = [&](int64_t start, int64_t heads) {
+    std::vector<double> out;
+    for (int64_t row = 0; row < B * S; ++row)
+      out.insert(out.end(), all.begin() + row * C + start, all.begin() + row * C + start + heads * D);
+    return out;
+  };
+  const Tolerance tol = tolerance<T>();
+  const auto want_q = reference_rope(block(0, Hq), {B, S, Hq, D}, theta, pos_offset, false);
+  const auto want_k = reference_rope(block(Hq * D, Hkv), {B, S, Hkv, D}, theta, pos_offset, false);
+  expect_close(q.to_vector<T>(), to_type<T>(want_q), tol.rtol, tol.atol, "q");
+  expect_close(k.to_vector<T>(), to_type<T>(want_k), tol.rtol, tol.atol, "k");
+  expect_close(v.to_vector<T>(), to_type<T>(block((Hq + Hkv) * D, Hkv)), 0, 0, "v");
+
+  // Backward of the split applied to its own outputs: the inverse rotation restores qkv.
+  Tensor back = Tensor::full({B, S, C}, NAN, dtype);  // every element must be written
+  kernels::split_qkv_rope_backward(q, k, v, theta, pos_offset, back);
+  expect_close(back.to_vector<T>(), qkv.to_vector<T>(), tol.rtol, tol.atol, "inverse");
+}
+
+TEST(RopeKernel, SplitOfTheFusedProjection) {
+  for_each_cpu_target([] {
+    check_split_qkv<float>(DType::F32);
+    check_split_qkv<double>(DType::F64);
+  });
+}
+
 TEST(RopeKernel, InverseUndoesRope) {
   for_each_cpu_target([] {
     for (DType dtype : {DType::F32, DType::F64}) {

@@ -1,0 +1,84 @@
+#include "autograd/profile.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
+
+namespace lt::profile {
+
+std::atomic<bool> g_enabled{false};
+
+namespace {
+
+struct Table {
+  std::mutex mutex;
+  // Keyed by the name's text, not its pointer: the same literal may live at several addresses, and a
+  // node's name() need not outlive the node.
+  std::map<std::pair<std::string, Phase>, OpTime> entries;
+};
+
+Table& table() {
+  static Table instance;
+  return instance;
+}
+
+// The innermost open scope of this thread, so a closing scope can charge its time to its parent.
+thread_local Scope* innermost = nullptr;
+
+}  // namespace
+
+const char* phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::Forward: return "forward";
+    case Phase::Backward: return "backward";
+    case Phase::Optimizer: return "optimizer";
+  }
+  return "?";
+}
+
+void enable() { g_enabled.store(true, std::memory_order_relaxed); }
+void disable() { g_enabled.store(false, std::memory_order_relaxed); }
+
+void reset() {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  t.entries.clear();
+}
+
+std::vector<OpTime> report() {
+  std::vector<OpTime> out;
+  {
+    Table& t = table();
+    std::lock_guard<std::mutex> lock(t.mutex);
+    for (const auto& [key, entry] : t.entries) out.push_back(entry);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+void Scope::open(const char* name, Phase phase) {
+  open_ = true;
+  name_ = name;
+  phase_ = phase;
+  parent_ = innermost;
+  innermost = this;
+  start_ = std::chrono::steady_clock::now();
+}
+
+void Scope::close() {
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  innermost = parent_;
+  if (parent_ != nullptr) parent_->child_seconds_ += total;
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  OpTime& entry = t.entries[{std::string(name_), phase_}];
+  if (entry.calls == 0) {
+    entry.name = name_;
+    entry.phase = phase_;
+  }
+  entry.seconds += total - child_seconds_;
+  ++entry.calls;
+}
+
+}  // namespace lt::profile

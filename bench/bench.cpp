@@ -1,0 +1,446 @@
+#include "bench/bench.h"
+
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "autograd/profile.h"
+#include "bench/flops.h"
+#include "bench/fma_peak.h"
+#include "data/derive_seed.h"
+#include "model/ling.h"
+#include "optim/adamw.h"
+#include "tensor/allocator.h"
+#include "tensor/kernels.h"
+#include "tensor/threadpool.h"
+
+extern char** environ;
+
+namespace lt::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point start, Clock::time_point end) {
+  return std::chrono::duration<double>(end - start).count();
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+// The process's resident-set high-water mark. VmHWM belongs to the address space, which exec
+// replaces, while getrusage's ru_maxrss survives exec: a config run in a child spawned by `bench`
+// would report the parent's GEMM buffers. ru_maxrss (KiB) is the fallback where /proc is missing.
+double peak_rss_mib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;  // "VmHWM: N kB"
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;
+}
+
+// Rounded for the JSON line, so it stays readable.
+double round_to(double value, int digits) {
+  const double scale = std::pow(10.0, digits);
+  return std::round(value * scale) / scale;
+}
+
+struct TokenBatch {
+  Tensor inputs, targets;  // i32 [B, T]; targets[b, t] is the token after inputs[b, t]
+};
+
+// Uniform random token ids: the loss stays near ln(vocab), which is all a speed measurement needs, and
+// routing sees a spread of tokens as it would on text.
+TokenBatch random_batch(Rng& rng, int64_t B, int64_t T, int64_t vocab) {
+  std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b) {
+    int32_t previous = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t next = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
+      inputs[static_cast<size_t>(b * T + t)] = previous;
+      targets[static_cast<size_t>(b * T + t)] = next;
+      previous = next;
+    }
+  }
+  return {Tensor::from_vector<int32_t>({B, T}, inputs), Tensor::from_vector<int32_t>({B, T}, targets)};
+}
+
+// The per-op table of the measured steps, printed and returned as JSON rows.
+Json report_profile(int64_t steps, double mean_step_seconds) {
+  const std::vector<profile::OpTime> ops = profile::report();
+  const double per_step = 1.0 / static_cast<double>(steps);
+  std::printf("per-op self time over %lld measured steps (ms per step, %% of the mean step of %.2f ms):\n",
+              static_cast<long long>(steps), mean_step_seconds * 1e3);
+  std::printf("  %-30s %-9s %10s %7s %11s\n", "op", "phase", "ms/step", "%step", "calls/step");
+  Json rows = Json::array();
+  double profiled = 0;
+  for (const profile::OpTime& op : ops) {
+    const double ms = op.seconds * per_step * 1e3;
+    const double percent = 100.0 * op.seconds * per_step / mean_step_seconds;
+    const double calls = static_cast<double>(op.calls) * per_step;
+    profiled += op.seconds * per_step;
+    std::printf("  %-30s %-9s %10.3f %6.1f%% %11.1f\n", op.name.c_str(), profile::phase_name(op.phase), ms, percent,
+                calls);
+    rows.push_back({{"op", op.name},
+                    {"phase", profile::phase_name(op.phase)},
+                    {"ms_per_step", round_to(ms, 4)},
+                    {"percent", round_to(percent, 2)},
+                    {"calls_per_step", calls}});
+  }
+  const double outside = mean_step_seconds - profiled;
+  std::printf("  %-30s %-9s %10.3f %6.1f%%\n", "(outside every scope)", "", outside * 1e3,
+              100.0 * outside / mean_step_seconds);
+  rows.push_back({{"op", "(outside every scope)"},
+                  {"phase", ""},
+                  {"ms_per_step", round_to(outside * 1e3, 4)},
+                  {"percent", round_to(100.0 * outside / mean_step_seconds, 2)},
+                  {"calls_per_step", 0}});
+  return rows;
+}
+
+// ---- GEMM shapes --------------------------------------------------------------------------------
+
+// c [M, N] = op(a) [M, K] op(b) [K, N]. The model shapes are those of the bench configs' steps: a
+// Linear forward is x W^T (weights stored [out, in]), its weight gradient g^T x, its input gradient
+// g W; the routed experts see about tokens * top_k / experts rows each.
+struct GemmCase {
+  const char* label;
+  int64_t M, N, K;
+  bool trans_a, trans_b;
+};
+
+const std::vector<GemmCase>& gemm_cases() {
+  static const std::vector<GemmCase> cases = {
+      {"square 256", 256, 256, 256, false, false},
+      {"square 512", 512, 512, 512, false, false},
+      {"square 1024", 1024, 1024, 1024, false, false},
+      {"square 2048", 2048, 2048, 2048, false, false},
+      {"moe-s qkv x W^T", 1024, 768, 256, false, true},
+      {"moe-s qkv dW = g^T x", 768, 256, 1024, true, false},
+      {"moe-s expert gate x W^T", 256, 128, 256, false, true},
+      {"moe-s expert down x W^T", 256, 256, 128, false, true},
+      {"moe-s lm_head x W^T", 1024, 4096, 256, false, true},
+      {"moe-s lm_head dx = g W", 1024, 256, 4096, false, false},
+      {"moe-m qkv x W^T", 2048, 1536, 512, false, true},
+      {"moe-m expert gate x W^T", 256, 256, 512, false, true},
+      {"moe-m lm_head x W^T", 2048, 8192, 512, false, true},
+      {"dense-124m mlp up x W^T", 256, 2048, 768, false, true},
+      {"dense-124m mlp down x W^T", 256, 768, 2048, false, true},
+      {"dense-124m lm_head x W^T", 256, 50257, 768, false, true},
+  };
+  return cases;
+}
+
+// The median rate of repeated calls after one untimed call (first touch of the output, packing).
+double gemm_gflops(const GemmCase& c, Rng& rng) {
+  const Tensor a = Tensor::randn(c.trans_a ? Shape{c.K, c.M} : Shape{c.M, c.K}, rng);
+  const Tensor b = Tensor::randn(c.trans_b ? Shape{c.N, c.K} : Shape{c.K, c.N}, rng);
+  Tensor out = Tensor::empty({c.M, c.N});
+  kernels::matmul(a, c.trans_a, b, c.trans_b, out);
+  std::vector<double> seconds;
+  const Clock::time_point start = Clock::now();
+  while (seconds.size() < 3 || (seconds_between(start, Clock::now()) < 0.2 && seconds.size() < 1000)) {
+    const Clock::time_point t0 = Clock::now();
+    kernels::matmul(a, c.trans_a, b, c.trans_b, out);
+    seconds.push_back(seconds_between(t0, Clock::now()));
+  }
+  return 2.0 * static_cast<double>(c.M) * static_cast<double>(c.N) * static_cast<double>(c.K) / median(seconds) / 1e9;
+}
+
+// ---- running a config in a fresh process ----------------------------------------------------------
+
+std::string self_executable() {
+  std::vector<char> path(4096);
+  const ssize_t length = readlink("/proc/self/exe", path.data(), path.size() - 1);
+  LT_CHECK(length > 0, "bench: cannot find this executable through /proc/self/exe");
+  return std::string(path.data(), static_cast<size_t>(length));
+}
+
+// Runs argv with its stdout passed through to ours as it arrives, and returns that output.
+std::string run_passing_output_through(const std::vector<std::string>& argv) {
+  std::fflush(stdout);
+  int pipe_fds[2];
+  LT_CHECK(pipe(pipe_fds) == 0, "bench: pipe() failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
+  std::vector<char*> args;
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, argv[0].c_str(), &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(pipe_fds[1]);
+  if (spawned != 0) {
+    close(pipe_fds[0]);
+    fail("bench: cannot start ", argv[0], " (error ", spawned, ")");
+  }
+  std::string output;
+  char buffer[4096];
+  ssize_t got = 0;
+  while ((got = read(pipe_fds[0], buffer, sizeof buffer)) > 0) {
+    output.append(buffer, static_cast<size_t>(got));
+    std::fwrite(buffer, 1, static_cast<size_t>(got), stdout);
+    std::fflush(stdout);
+  }
+  close(pipe_fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::string command;
+  for (size_t i = 1; i < argv.size(); ++i) command += (i > 1 ? " " : "") + argv[i];
+  LT_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "bench: `lingtrain ", command, "` failed (status ", status,
+           ")");
+  return output;
+}
+
+std::string last_line(std::string text) {
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  const size_t newline = text.rfind('\n');
+  return newline == std::string::npos ? text : text.substr(newline + 1);
+}
+
+}  // namespace
+
+const std::vector<std::string>& bench_config_names() {
+  static const std::vector<std::string> names = {"moe-s", "moe-m", "dense-124m"};
+  return names;
+}
+
+BenchShape bench_shape(const std::string& config_name) {
+  if (config_name == "moe-s") return {4, 256};
+  if (config_name == "moe-m") return {4, 512};
+  if (config_name == "dense-124m") return {4, 64};
+  fail("bench: config '", config_name, "' has no bench shape (bench configs: moe-s, moe-m, dense-124m); pass --batch and --seq");
+}
+
+Json run_step_bench(const StepBenchOptions& o) {
+  const LingConfig config = resolve_config(o.config);
+  BenchShape shape{o.batch, o.seq};
+  if (shape.batch == 0 || shape.seq == 0) {
+    const BenchShape preset = bench_shape(config.name);
+    if (shape.batch == 0) shape.batch = preset.batch;
+    if (shape.seq == 0) shape.seq = preset.seq;
+  }
+  const int64_t B = shape.batch, T = shape.seq;
+  LT_CHECK(T <= config.max_position_embeddings, "bench: --seq ", T, " exceeds max_position_embeddings ",
+           config.max_position_embeddings, " of ", o.config);
+  const int threads = num_threads();
+  const FmaPeak peak = measure_fma_peak(threads);
+  const TrainingFlops flops = training_flops(config, T);
+
+  LingForCausalLM model(config, o.seed);
+  AdamWSettings adam;
+  adam.weight_decay = 0.1;
+  AdamW optimizer(model.parameters(), adam);
+  constexpr double kLearningRate = 3e-4, kClip = 1.0;
+  double param_bytes = 0, adam_bytes = 0;
+  int64_t total_params = 0;
+  for (const Parameter& p : optimizer.params()) {
+    param_bytes += static_cast<double>(p.value->value().nbytes());
+    total_params += p.value->value().numel();
+  }
+  for (const auto& [name, moment] : optimizer.state()) adam_bytes += static_cast<double>(moment.nbytes());
+
+  // Separate streams for the data and the routing noise, both fixed by the seed.
+  Rng data_rng(derive_seed(o.seed, 1)), routing_rng(derive_seed(o.seed, 2));
+  const int64_t total_steps = o.warmup + o.steps;
+  std::vector<TokenBatch> batches;
+  for (int64_t i = 0; i < total_steps; ++i) batches.push_back(random_batch(data_rng, B, T, config.vocab_size));
+
+  std::printf("%s: batch %lld x seq %lld, %d threads (%s), %lld warm-up + %lld measured steps\n", config.name.c_str(),
+              static_cast<long long>(B), static_cast<long long>(T), threads, cpu_kernel_target(),
+              static_cast<long long>(o.warmup), static_cast<long long>(o.steps));
+  std::fflush(stdout);
+
+  CachingAllocator& allocator = allocator_for(Device::cpu());
+  AllocatorStats at_measure_start;
+  std::vector<double> step_s, forward_s, backward_s, optimizer_s;
+  double loss_first = 0, loss_last = 0;
+  for (int64_t i = 0; i < total_steps; ++i) {
+    if (i == o.warmup) {
+      at_measure_start = allocator.stats();
+      if (o.profile) {
+        profile::reset();
+        profile::enable();
+      }
+    }
+    const Clock::time_point t0 = Clock::now();
+    Clock::time_point t1;
+    double loss_value = 0;
+    {
+      MoEContext context;
+      context.step = i;
+      context.training = true;
+      context.rng = &routing_rng;
+      const LossBreakdown loss = model.loss(batches[i].inputs, batches[i].targets, context);
+      t1 = Clock::now();
+      loss.total.backward();
+      loss_value = loss.total.value().item();
+    }  // what the step's graph still held is freed here, inside the backward phase
+    const Clock::time_point t2 = Clock::now();
+    {
+      LT_PROFILE_PHASE_SCOPE("grad_norm", profile::Phase::Optimizer);
+      optimizer.clip_grad_norm(kClip);
+    }
+    {
+      LT_PROFILE_PHASE_SCOPE("adamw", profile::Phase::Optimizer);
+      optimizer.step(kLearningRate);
+    }
+    {
+      LT_PROFILE_PHASE_SCOPE("zero_grad", profile::Phase::Optimizer);
+      optimizer.zero_grad();
+    }
+    const Clock::time_point t3 = Clock::now();
+    if (i == 0) loss_first = loss_value;
+    loss_last = loss_value;
+    if (i < o.warmup) continue;
+    step_s.push_back(seconds_between(t0, t3));
+    forward_s.push_back(seconds_between(t0, t1));
+    backward_s.push_back(seconds_between(t1, t2));
+    optimizer_s.push_back(seconds_between(t2, t3));
+  }
+  profile::disable();
+  const AllocatorStats at_end = allocator.stats();
+
+  const double step = median(step_s);
+  const double tokens_per_s = static_cast<double>(B * T) / step;
+  const double gflops = flops.per_token * tokens_per_s / 1e9;
+  const double mfu = gflops / peak.gflops;
+  const uint64_t system_allocs = at_end.system_allocs - at_measure_start.system_allocs;
+  const double held = static_cast<double>(at_measure_start.bytes_in_use);
+  const double peak_in_use = static_cast<double>(at_end.peak_bytes_in_use);
+  const double rss = peak_rss_mib();
+
+  std::printf("step %.2f ms median (min %.2f, max %.2f): forward %.2f, backward %.2f, clip + AdamW %.2f ms\n",
+              step * 1e3, *std::min_element(step_s.begin(), step_s.end()) * 1e3,
+              *std::max_element(step_s.begin(), step_s.end()) * 1e3, median(forward_s) * 1e3,
+              median(backward_s) * 1e3, median(optimizer_s) * 1e3);
+  std::printf("%.0f tokens/s, %.1f GFLOP/s at %.2f MFLOP/token; FMA peak %.1f GFLOP/s on %d threads: MFU %.1f%%\n",
+              tokens_per_s, gflops, flops.per_token / 1e6, peak.gflops, threads, 100.0 * mfu);
+  std::printf("memory: parameters %.1f MiB, AdamW state %.1f MiB, held between steps %.1f MiB, peak in use %.1f MiB "
+              "(%.1f MiB of activations, gradients and temporaries), peak RSS %.1f MiB\n",
+              mib(param_bytes), mib(adam_bytes), mib(held), mib(peak_in_use), mib(peak_in_use - held), rss);
+  std::printf("system allocations during the measured steps: %llu; loss %.4f -> %.4f\n",
+              static_cast<unsigned long long>(system_allocs), loss_first, loss_last);
+
+  Json result = {{"config", config.name},
+                 {"threads", threads},
+                 {"batch", B},
+                 {"seq", T},
+                 {"warmup", o.warmup},
+                 {"steps", o.steps},
+                 {"cpu_target", cpu_kernel_target()},
+                 {"step_ms", round_to(step * 1e3, 3)},
+                 {"step_ms_min", round_to(*std::min_element(step_s.begin(), step_s.end()) * 1e3, 3)},
+                 {"step_ms_max", round_to(*std::max_element(step_s.begin(), step_s.end()) * 1e3, 3)},
+                 {"forward_ms", round_to(median(forward_s) * 1e3, 3)},
+                 {"backward_ms", round_to(median(backward_s) * 1e3, 3)},
+                 {"optimizer_ms", round_to(median(optimizer_s) * 1e3, 3)},
+                 {"tokens_per_s", round_to(tokens_per_s, 1)},
+                 {"flops_per_token", flops.per_token},
+                 {"active_matmul_params", flops.active_matmul_params},
+                 {"total_params", total_params},
+                 {"gflops", round_to(gflops, 2)},
+                 {"peak_gflops", round_to(peak.gflops, 2)},
+                 {"mfu", round_to(mfu, 4)},
+                 {"peak_rss_mb", round_to(rss, 1)},
+                 {"system_allocs_in_steady_state", system_allocs},
+                 {"param_mb", round_to(mib(param_bytes), 2)},
+                 {"adamw_state_mb", round_to(mib(adam_bytes), 2)},
+                 {"held_between_steps_mb", round_to(mib(held), 2)},
+                 {"peak_in_use_mb", round_to(mib(peak_in_use), 2)},
+                 {"step_transient_peak_mb", round_to(mib(peak_in_use - held), 2)},
+                 {"loss_first", round_to(loss_first, 4)},
+                 {"loss_last", round_to(loss_last, 4)}};
+  if (o.profile) {
+    double total = 0;
+    for (double s : step_s) total += s;
+    result["ops"] = report_profile(o.steps, total / static_cast<double>(step_s.size()));
+  }
+  std::fflush(stdout);
+  return result;
+}
+
+Json run_kernel_bench(int threads) {
+  const int previous_threads = num_threads();
+  std::vector<int> thread_counts = {1};
+  if (threads > 1) thread_counts.push_back(threads);
+  Json peaks = Json::array();
+  std::vector<double> peak_of;
+  for (int n : thread_counts) {
+    const FmaPeak peak = measure_fma_peak(n);
+    std::printf("FMA peak (Highway %s): %d thread%s %.1f GFLOP/s\n", peak.target, n, n == 1 ? "" : "s", peak.gflops);
+    peaks.push_back({{"threads", n}, {"gflops", round_to(peak.gflops, 2)}, {"target", peak.target}});
+    peak_of.push_back(peak.gflops);
+  }
+  std::printf("GEMM (kernels::matmul, f32, median of repeated calls): GFLOP/s and %% of the FMA peak\n");
+  std::printf("  %-28s %6s %6s %6s %2s", "shape", "M", "N", "K", "op");
+  for (int n : thread_counts) std::printf("  %3d thr GF/s  %%peak", n);
+  std::printf("\n");
+  Rng rng(7);
+  Json rows = Json::array();
+  for (const GemmCase& c : gemm_cases()) {
+    std::printf("  %-28s %6lld %6lld %6lld %c%c", c.label, static_cast<long long>(c.M), static_cast<long long>(c.N),
+                static_cast<long long>(c.K), c.trans_a ? 'T' : 'N', c.trans_b ? 'T' : 'N');
+    Json row = {{"shape", c.label}, {"M", c.M}, {"N", c.N}, {"K", c.K}, {"trans_a", c.trans_a}, {"trans_b", c.trans_b}};
+    Json by_threads = Json::array();
+    for (size_t i = 0; i < thread_counts.size(); ++i) {
+      set_num_threads(thread_counts[i]);
+      const double gflops = gemm_gflops(c, rng);
+      std::printf("  %12.1f %5.1f%%", gflops, 100.0 * gflops / peak_of[i]);
+      by_threads.push_back({{"threads", thread_counts[i]},
+                            {"gflops", round_to(gflops, 2)},
+                            {"percent_of_peak", round_to(100.0 * gflops / peak_of[i], 2)}});
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+    row["results"] = by_threads;
+    rows.push_back(row);
+  }
+  set_num_threads(previous_threads);
+  return {{"fma_peak", peaks}, {"gemm", rows}};
+}
+
+Json run_all(int threads, int64_t steps, int64_t warmup, bool profile) {
+  Json result = run_kernel_bench(threads);
+  const std::string self = self_executable();
+  Json configs = Json::array();
+  for (const std::string& name : bench_config_names()) {
+    std::printf("\n");
+    const std::string output = run_passing_output_through(
+        {self, "bench", "--config", name, "--threads", std::to_string(threads), "--steps", std::to_string(steps),
+         "--warmup", std::to_string(warmup), "--profile", profile ? "1" : "0"});
+    configs.push_back(parse_json(last_line(output), "the last line of `lingtrain bench --config " + name + "`"));
+  }
+  std::printf("\ntraining steps (each config in its own process, %d threads):\n", threads);
+  std::printf("  %-11s %8s %10s %9s %8s %6s %12s %11s\n", "config", "tokens/s", "step ms", "GFLOP/s", "peak", "MFU",
+              "peak RSS MiB", "sys allocs");
+  for (const Json& c : configs)
+    std::printf("  %-11s %8.0f %10.1f %9.1f %8.1f %5.1f%% %12.0f %11llu\n", c.at("config").get<std::string>().c_str(),
+                c.at("tokens_per_s").get<double>(), c.at("step_ms").get<double>(), c.at("gflops").get<double>(),
+                c.at("peak_gflops").get<double>(), 100.0 * c.at("mfu").get<double>(), c.at("peak_rss_mb").get<double>(),
+                static_cast<unsigned long long>(c.at("system_allocs_in_steady_state").get<uint64_t>()));
+  std::fflush(stdout);
+  result["configs"] = configs;
+  return result;
+}
+
+}  // namespace lt::bench

@@ -1,0 +1,42 @@
+// `lingtrain bench`: how fast lingtrain trains on this machine, in numbers that compare across
+// machines and against the PyTorch peer (shared/peers): the FMA peak, GEMM efficiency against it, and
+// whole training steps of the bench configs (tokens/s, achieved GFLOP/s, MFU, memory, allocations).
+// Results go to stdout as readable lines, and the last line is one JSON object.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/json.h"
+
+namespace lt::bench {
+
+// The configs of the peers' bench table, with their batch x seq shapes.
+struct BenchShape {
+  int64_t batch = 0, seq = 0;
+};
+const std::vector<std::string>& bench_config_names();
+// The bench shape of a bench config; other configs have none and fail with a clear message.
+BenchShape bench_shape(const std::string& config_name);
+
+struct StepBenchOptions {
+  std::string config;          // a preset name or a config.json path
+  int64_t batch = 0, seq = 0;  // 0: the config's bench shape
+  int64_t steps = 10, warmup = 3;
+  uint64_t seed = 1;
+  bool profile = false;  // per-op breakdown of the measured steps (autograd/profile.h)
+};
+
+// Training steps of one config in this process, on lt's current thread count: random tokens (fixed
+// seed), AdamW lr 3e-4 weight decay 0.1, clipping at 1.0, the config's aux and z losses and NormHead.
+// Prints a summary (and the per-op table when profiling) and returns the JSON result.
+Json run_step_bench(const StepBenchOptions& options);
+
+// The FMA peak on 1 and `threads` threads and GEMM GFLOP/s at square and model shapes on both.
+Json run_kernel_bench(int threads);
+
+// Everything: the kernel bench, then each bench config in a fresh process of this executable (peak
+// RSS is per process, so a config measured after another would inherit its high-water mark).
+Json run_all(int threads, int64_t steps, int64_t warmup, bool profile);
+
+}  // namespace lt::bench

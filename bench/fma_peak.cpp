@@ -1,0 +1,92 @@
+// The FMA peak loop, compiled for every Highway target and dispatched at run time like the kernels.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "bench/fma_peak.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "bench/fma_peak.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace lt::bench::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Twelve independent accumulator chains: an FMA has a latency of 4 cycles and two units issue one
+// each per cycle, so at least 8 chains are needed to keep both busy; 12 leaves slack for a longer
+// latency and still fits the 16 vector registers of AVX2 with the two constants.
+// Returns the FLOPs done, and writes the accumulators' sum so the loop cannot be optimised away. The
+// chains start from different values that the compiler cannot see (`start` comes from the caller at
+// run time): chains that provably compute the same thing are merged into one.
+double FmaChains(int64_t iterations, float start, float* sink) {
+  const hn::ScalableTag<float> d;
+  const auto multiplier = hn::Set(d, 0.999f), addend = hn::Set(d, 0.001f);  // a fixed point at 1: no overflow
+  const auto step = hn::Set(d, 1.0f / 16);
+  auto a0 = hn::Iota(d, start), a1 = hn::Add(a0, step), a2 = hn::Add(a1, step), a3 = hn::Add(a2, step);
+  auto a4 = hn::Add(a3, step), a5 = hn::Add(a4, step), a6 = hn::Add(a5, step), a7 = hn::Add(a6, step);
+  auto a8 = hn::Add(a7, step), a9 = hn::Add(a8, step), a10 = hn::Add(a9, step), a11 = hn::Add(a10, step);
+  for (int64_t i = 0; i < iterations; ++i) {
+    a0 = hn::MulAdd(a0, multiplier, addend);
+    a1 = hn::MulAdd(a1, multiplier, addend);
+    a2 = hn::MulAdd(a2, multiplier, addend);
+    a3 = hn::MulAdd(a3, multiplier, addend);
+    a4 = hn::MulAdd(a4, multiplier, addend);
+    a5 = hn::MulAdd(a5, multiplier, addend);
+    a6 = hn::MulAdd(a6, multiplier, addend);
+    a7 = hn::MulAdd(a7, multiplier, addend);
+    a8 = hn::MulAdd(a8, multiplier, addend);
+    a9 = hn::MulAdd(a9, multiplier, addend);
+    a10 = hn::MulAdd(a10, multiplier, addend);
+    a11 = hn::MulAdd(a11, multiplier, addend);
+  }
+  const auto total = hn::Add(hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Add(hn::Add(a4, a5), hn::Add(a6, a7))),
+                             hn::Add(hn::Add(a8, a9), hn::Add(a10, a11)));
+  *sink = hn::GetLane(hn::SumOfLanes(d, total));
+  return 2.0 * 12.0 * static_cast<double>(hn::Lanes(d)) * static_cast<double>(iterations);
+}
+
+int64_t LoopTarget() { return HWY_TARGET; }
+
+}  // namespace lt::bench::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "tensor/threadpool.h"
+
+namespace lt::bench {
+
+HWY_EXPORT(FmaChains);
+HWY_EXPORT(LoopTarget);
+
+FmaPeak measure_fma_peak(int threads, double seconds) {
+  const int previous_threads = num_threads();
+  set_num_threads(threads);
+  // One chunk per thread: parallel_for with grain 1 over `threads` items gives each worker one item.
+  // 2^21 iterations are ~0.8 GFLOP per thread with 16 lanes, ~7 ms at 100 GFLOP/s: long enough to
+  // dwarf the pool's dispatch, short enough for dozens of repetitions.
+  constexpr int64_t kIterations = 1 << 21;
+  std::vector<float> sinks(static_cast<size_t>(threads));
+  std::vector<double> flops(static_cast<size_t>(threads));
+  FmaPeak peak;
+  peak.threads = threads;
+  peak.target = hwy::TargetName(HWY_DYNAMIC_DISPATCH(LoopTarget)());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  do {
+    const auto start = std::chrono::steady_clock::now();
+    parallel_for(threads, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t)
+        flops[t] = HWY_DYNAMIC_DISPATCH(FmaChains)(kIterations, static_cast<float>(t), &sinks[t]);
+    });
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double total = 0;
+    for (double f : flops) total += f;
+    peak.gflops = std::max(peak.gflops, total / elapsed / 1e9);
+  } while (std::chrono::steady_clock::now() < deadline);
+  set_num_threads(previous_threads);
+  return peak;
+}
+
+}  // namespace lt::bench
+#endif

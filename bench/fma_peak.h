@@ -1,0 +1,18 @@
+// The machine's fp32 FMA peak as this binary can reach it: the yardstick for GEMM efficiency and MFU.
+#pragma once
+
+namespace lt::bench {
+
+struct FmaPeak {
+  double gflops = 0;        // all threads together
+  int threads = 0;
+  const char* target = "";  // the Highway target the loop ran on (e.g. AVX3_DL)
+};
+
+// Runs a loop of independent FMA chains on `threads` threads of lt's pool (each thread its own
+// chains) for about `seconds` in total, and returns the best rate of its many short repetitions: the
+// peak is a property of the machine, and a moment when another process holds a core should not lower
+// it. On a machine that stays busy for the whole second it still reads low (and MFU high).
+FmaPeak measure_fma_peak(int threads, double seconds = 1.0);
+
+}  // namespace lt::bench

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# `lingtrain bench --config NAME` ends with one JSON line holding the documented keys, and a bad flag
+# gives one clear error line. One warm-up and one measured step of moe-s: a few seconds.
+# Usage: bench_test.sh path/to/lingtrain
+set -u
+bin=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+"$bin" bench --config moe-s --threads 1 --steps 1 --warmup 1 --profile 1 >"$work/out.txt" 2>"$work/err.txt" ||
+  fail "bench exited non-zero: $(cat "$work/err.txt")"
+last=$(tail -n 1 "$work/out.txt")
+# A JSON object on one line, checked with the key names as quoted strings (no JSON tool needed).
+case "$last" in
+  "{"*"}") ;;
+  *) fail "last line is not a JSON object: $last" ;;
+esac
+for key in config threads tokens_per_s gflops mfu peak_gflops peak_rss_mb step_ms flops_per_token \
+  system_allocs_in_steady_state param_mb ops; do
+  grep -q "\"$key\":" <<<"$last" || fail "last line lacks \"$key\": $last"
+done
+grep -q '"config":"moe-s"' <<<"$last" || fail "config is not moe-s: $last"
+grep -q '"threads":1' <<<"$last" || fail "threads is not 1: $last"
+# nlohmann::json writes keys in sorted order: op, percent, phase.
+grep -Eq '"op":"matmul","percent":[^,]*,"phase":"backward"' <<<"$last" || fail "no matmul backward in the profile: $last"
+
+if "$bin" bench --config moe-s --stepz 1 >"$work/out.txt" 2>"$work/err.txt"; then fail "bad flag: exited 0"; fi
+[ "$(wc -l <"$work/err.txt")" -eq 1 ] || fail "bad flag: stderr is not one line: $(cat "$work/err.txt")"
+grep -q "unknown flag --stepz" "$work/err.txt" || fail "bad flag: $(cat "$work/err.txt")"
+if "$bin" bench --config tiny --steps 1 >"$work/out.txt" 2>"$work/err.txt"; then fail "no bench shape: exited 0"; fi
+grep -q "has no bench shape" "$work/err.txt" || fail "no bench shape: $(cat "$work/err.txt")"
+
+[ "$failures" -eq 0 ] && echo "bench CLI checks passed"
+exit $((failures > 0))

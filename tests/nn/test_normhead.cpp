@@ -1,0 +1,112 @@
+// NormHead and the fused head + cross-entropy: the fused op against the unfused ops it replaces, the
+// detached head gradient against g / ||W|| (it is by design not the derivative of the forward, so the
+// gradient check cannot cover it), and gradients written straight into a leaf's gradient buffer.
+#include <gtest/gtest.h>
+
+#include "autograd/ops.h"
+#include "nn/layers.h"
+#include "tests/test_util.h"
+
+namespace lt {
+namespace {
+
+struct Problem {
+  Tensor h, w, targets;
+};
+
+// N = 300 rows: two chunks of the fused op. Every 5th target is ignored.
+Problem problem(int64_t N = 300, int64_t H = 6, int64_t V = 37) {
+  Rng rng(21);
+  std::vector<int64_t> ids(static_cast<size_t>(N));
+  for (size_t n = 0; n < ids.size(); ++n) ids[n] = n % 5 == 0 ? -100 : static_cast<int64_t>(rng.below(V));
+  return {Tensor::randn({N, H}, rng, 1.0, DType::F64), Tensor::randn({V, H}, rng, 0.5, DType::F64),
+          Tensor::from_vector<int64_t>({N}, ids)};
+}
+
+struct Result {
+  double loss;
+  std::vector<double> dh, dw;
+};
+
+Result fused(const Problem& p, HeadNorm norm) {
+  const Variable h(p.h.clone(), true), w(p.w.clone(), true);
+  const Variable loss = normhead_cross_entropy(h, w, p.targets, -100, norm);
+  loss.backward();
+  return {loss.value().item(), h.grad().to_vector<double>(), w.grad().to_vector<double>()};
+}
+
+Result unfused(const Problem& p, HeadNorm norm) {
+  const Variable h(p.h.clone(), true), w(p.w.clone(), true);
+  const Variable head = norm == HeadNorm::None ? w : column_normalize(w, norm == HeadNorm::Detached);
+  const Variable loss = cross_entropy(matmul(h, head, false, true), p.targets, -100);
+  loss.backward();
+  return {loss.value().item(), h.grad().to_vector<double>(), w.grad().to_vector<double>()};
+}
+
+TEST(NormHeadCrossEntropy, MatchesTheUnfusedOps) {
+  const Problem p = problem();
+  for (HeadNorm norm : {HeadNorm::None, HeadNorm::Detached, HeadNorm::Full}) {
+    SCOPED_TRACE(static_cast<int>(norm));
+    const Result a = fused(p, norm), b = unfused(p, norm);
+    EXPECT_NEAR(a.loss, b.loss, 1e-12);
+    test::expect_close(a.dh, b.dh, 1e-10, 1e-15, "dh");
+    test::expect_close(a.dw, b.dw, 1e-10, 1e-15, "dw");
+  }
+}
+
+TEST(NormHeadCrossEntropy, DetachedHeadGradientIsThePlainGradientOverTheNorm) {
+  // With the norm detached, dL/dW[v, j] = G[v, j] / n_j, G the gradient of the same loss taken with
+  // respect to the normalised head W' as a free variable.
+  const Problem p = problem(40, 5, 23);
+  const Result detached = fused(p, HeadNorm::Detached);
+  Tensor normalized;
+  {
+    NoGradGuard no_grad;
+    normalized = column_normalize(Variable(p.w), true).value();
+  }
+  const Variable h(p.h.clone(), true), w_normalized(normalized, true);
+  normhead_cross_entropy(h, w_normalized, p.targets, -100, HeadNorm::None).backward();
+  const std::vector<double> w = p.w.to_vector<double>(), g = w_normalized.grad().to_vector<double>();
+  const int64_t V = p.w.dim(0), H = p.w.dim(1);
+  std::vector<double> expected(g.size());
+  for (int64_t j = 0; j < H; ++j) {
+    double sum_sq = 0;
+    for (int64_t v = 0; v < V; ++v) sum_sq += w[v * H + j] * w[v * H + j];
+    for (int64_t v = 0; v < V; ++v) expected[v * H + j] = g[v * H + j] / (std::sqrt(sum_sq) + 1e-7);
+  }
+  test::expect_close(detached.dw, expected, 1e-10, 1e-15, "detached dW");
+  test::expect_close(detached.dh, h.grad().to_vector<double>(), 1e-10, 1e-15, "dh");
+}
+
+TEST(NormHeadCrossEntropy, WritesIntoALeafGradientBufferAndAccumulates) {
+  const Problem p = problem(50, 4, 11);
+  for (HeadNorm norm : {HeadNorm::None, HeadNorm::Detached, HeadNorm::Full}) {
+    SCOPED_TRACE(static_cast<int>(norm));
+    const Result once = fused(p, norm);
+    Variable h(p.h.clone(), true), w(p.w.clone(), true);
+    Tensor buffer = Tensor::full(p.w.shape(), 123.0, DType::F64);  // stale contents must not leak in
+    w.set_grad_buffer(buffer);
+    normhead_cross_entropy(h, w, p.targets, -100, norm).backward();
+    EXPECT_TRUE(w.grad().shares_storage(buffer));
+    test::expect_close(w.grad().to_vector<double>(), once.dw, 1e-14, 0, "first backward");
+    normhead_cross_entropy(h, w, p.targets, -100, norm).backward();
+    std::vector<double> twice = once.dw;
+    for (double& v : twice) v *= 2;
+    test::expect_close(w.grad().to_vector<double>(), twice, 1e-14, 0, "accumulated");
+    w.zero_grad();
+    EXPECT_FALSE(w.grad().defined());
+  }
+}
+
+TEST(NormHeadCrossEntropy, WithoutGradModeGivesTheSameLoss) {
+  const Problem p = problem();
+  const Result with_grad = fused(p, HeadNorm::Detached);
+  NoGradGuard no_grad;
+  const Variable loss = normhead_cross_entropy(Variable(p.h, true), Variable(p.w, true), p.targets, -100,
+                                               HeadNorm::Detached);
+  EXPECT_EQ(loss.value().item(), with_grad.loss);
+  EXPECT_FALSE(loss.requires_grad());
+}
+
+}  // namespace
+}  // namespace lt
