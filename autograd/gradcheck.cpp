@@ -9,6 +9,17 @@ Variable grad_input(const Shape& shape, Rng& rng, double std) {
   return Variable(Tensor::randn(shape, rng, std, DType::F64), true);
 }
 
+GradCase simple(std::string op, std::string variant, std::vector<Shape> shapes,
+                std::function<Variable(const std::vector<Variable>&)> forward) {
+  return {std::move(op), std::move(variant),
+          [shapes](Rng& rng) {
+            std::vector<Variable> inputs;
+            for (const Shape& s : shapes) inputs.push_back(grad_input(s, rng));
+            return inputs;
+          },
+          std::move(forward)};
+}
+
 namespace {
 double project(const Tensor& out, const Tensor& r) {
   const double* o = out.data<double>();

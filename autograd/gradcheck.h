@@ -40,6 +40,9 @@ GradCheckResult gradcheck(const GradCase& c, const GradCheckOptions& options = {
 
 // Convenience for cases: an f64 leaf that requires grad, Normal(0, std).
 Variable grad_input(const Shape& shape, Rng& rng, double std = 1.0);
+// A case whose inputs are all such leaves (std 1) with the given shapes.
+GradCase simple(std::string op, std::string variant, std::vector<Shape> shapes,
+                std::function<Variable(const std::vector<Variable>&)> forward);
 
 // The cases for every op of autograd/ops.h (autograd/gradcheck_cases.cpp).
 std::vector<GradCase> core_gradcheck_cases();

@@ -8,18 +8,6 @@ namespace {
 
 using Inputs = std::vector<Variable>;
 
-// A case whose inputs are all f64 leaves drawn from Normal(0, 1) with the given shapes.
-GradCase simple(std::string op, std::string variant, std::vector<Shape> shapes,
-                std::function<Variable(const Inputs&)> forward) {
-  return {std::move(op), std::move(variant),
-          [shapes](Rng& rng) {
-            Inputs inputs;
-            for (const Shape& s : shapes) inputs.push_back(grad_input(s, rng));
-            return inputs;
-          },
-          std::move(forward)};
-}
-
 }  // namespace
 
 std::vector<GradCase> core_gradcheck_cases() {

@@ -10,17 +10,6 @@ namespace {
 
 using Inputs = std::vector<Variable>;
 
-GradCase simple(std::string op, std::string variant, std::vector<Shape> shapes,
-                std::function<Variable(const Inputs&)> forward) {
-  return {std::move(op), std::move(variant),
-          [shapes](Rng& rng) {
-            Inputs inputs;
-            for (const Shape& s : shapes) inputs.push_back(grad_input(s, rng));
-            return inputs;
-          },
-          std::move(forward)};
-}
-
 // A constant random tensor (the same for every call with the same shape).
 Variable fixed_projection(const Shape& shape) {
   Rng rng(99);
