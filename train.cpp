@@ -559,7 +559,7 @@ int cmd_params(const std::vector<std::string>& args) {
 
 int cmd_bench(const std::vector<std::string>& args) {
   Flags flags(args, {{"config", ""}, {"threads", "0"}, {"steps", "10"}, {"warmup", "3"}, {"batch", "0"},
-                     {"seq", "0"},   {"seed", "1"},    {"profile", "0"}});
+                     {"seq", "0"},   {"seed", "1"},    {"profile", "0"}, {"part", "all"}});
   apply_threads(flags);
   const int64_t steps = flags.positive("steps"), warmup = flags.integer("warmup");
   if (warmup < 0) fail("flag --warmup must be >= 0, got ", warmup);
@@ -569,8 +569,10 @@ int cmd_bench(const std::vector<std::string>& args) {
   Json result;
   if (flags.str("config").empty()) {
     if (batch != 0 || seq != 0) fail("bench: --batch and --seq need --config");
-    result = lt::bench::run_all(lt::num_threads(), steps, warmup, profile);
+    const lt::bench::BenchPart part = lt::bench::parse_bench_part(flags.str("part"));
+    result = lt::bench::run_all(part, lt::num_threads(), steps, warmup, profile);
   } else {
+    if (flags.was_set("part")) fail("bench: --part applies without --config");
     lt::bench::StepBenchOptions options;
     options.config = flags.str("config");
     options.batch = batch;
@@ -600,8 +602,9 @@ void usage(FILE* out) {
                "  shards --out PREFIX FILE...                 text files to llm.c token shards\n"
                "  params [--model NAME|config.json]           parameter counts, nothing allocated\n"
                "  bench [--config moe-s|moe-m|dense-124m] [--threads N] [--steps S] [--warmup W] [--profile 1]\n"
-               "                                 FMA peak, GEMM and training-step speed, last line JSON; without\n"
-               "                                 --config everything, each config in its own process\n");
+               "                                 training-step speed of one config, last line JSON; without\n"
+               "                                 --config: FMA peak, GEMM and each config in its own process\n"
+               "                                 (--part kernels|steps for one half)\n");
 }
 
 }  // namespace

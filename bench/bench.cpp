@@ -419,8 +419,16 @@ Json run_kernel_bench(int threads) {
   return {{"fma_peak", peaks}, {"gemm", rows}};
 }
 
-Json run_all(int threads, int64_t steps, int64_t warmup, bool profile) {
-  Json result = run_kernel_bench(threads);
+BenchPart parse_bench_part(const std::string& name) {
+  if (name == "all") return BenchPart::All;
+  if (name == "kernels") return BenchPart::Kernels;
+  if (name == "steps") return BenchPart::Steps;
+  fail("flag --part must be all, kernels or steps, got '", name, "'");
+}
+
+Json run_all(BenchPart part, int threads, int64_t steps, int64_t warmup, bool profile) {
+  Json result = part == BenchPart::Steps ? Json::object() : run_kernel_bench(threads);
+  if (part == BenchPart::Kernels) return result;
   const std::string self = self_executable();
   Json configs = Json::array();
   for (const std::string& name : bench_config_names()) {

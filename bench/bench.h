@@ -35,8 +35,11 @@ Json run_step_bench(const StepBenchOptions& options);
 // The FMA peak on 1 and `threads` threads and GEMM GFLOP/s at square and model shapes on both.
 Json run_kernel_bench(int threads);
 
-// Everything: the kernel bench, then each bench config in a fresh process of this executable (peak
-// RSS is per process, so a config measured after another would inherit its high-water mark).
-Json run_all(int threads, int64_t steps, int64_t warmup, bool profile);
+// Everything (or one part): the kernel bench, then each bench config in a fresh process of this
+// executable (peak RSS is per process, so a config measured after another would inherit its
+// high-water mark).
+enum class BenchPart { All, Kernels, Steps };
+BenchPart parse_bench_part(const std::string& name);  // "all", "kernels" or "steps"
+Json run_all(BenchPart part, int threads, int64_t steps, int64_t warmup, bool profile);
 
 }  // namespace lt::bench

@@ -31,6 +31,8 @@ if "$bin" bench --config moe-s --stepz 1 >"$work/out.txt" 2>"$work/err.txt"; the
 grep -q "unknown flag --stepz" "$work/err.txt" || fail "bad flag: $(cat "$work/err.txt")"
 if "$bin" bench --config tiny --steps 1 >"$work/out.txt" 2>"$work/err.txt"; then fail "no bench shape: exited 0"; fi
 grep -q "has no bench shape" "$work/err.txt" || fail "no bench shape: $(cat "$work/err.txt")"
+if "$bin" bench --part nonsense >"$work/out.txt" 2>"$work/err.txt"; then fail "bad part: exited 0"; fi
+grep -q "flag --part must be all, kernels or steps" "$work/err.txt" || fail "bad part: $(cat "$work/err.txt")"
 
 [ "$failures" -eq 0 ] && echo "bench CLI checks passed"
 exit $((failures > 0))
