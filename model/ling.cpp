@@ -4,17 +4,6 @@
 #include "tensor/kernels.h"
 
 namespace lt {
-namespace {
-
-class HeadHolder : public Module {
- public:
-  HeadHolder(int64_t vocab, int64_t hidden, double std, Rng& rng)
-      : weight(add_parameter("weight", init_normal({vocab, hidden}, std, rng), true)) {}
-  Variable& weight;
-};
-
-}  // namespace
-
 DecoderLayer::DecoderLayer(const LingConfig& c, int64_t index, Rng& rng)
     : input_layernorm_(add_module("input_layernorm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps))),
       attention_(add_module("attention", std::make_unique<Attention>(
@@ -71,8 +60,9 @@ LingForCausalLM::LingForCausalLM(const LingConfig& config, uint64_t seed) : conf
   config_.validate(config.name);
   Rng rng(seed);
   model_ = &add_module("model", std::make_unique<LingBackbone>(config_, rng));
-  lm_head_VH_ = &add_module("lm_head", std::make_unique<HeadHolder>(config_.vocab_size, config_.hidden_size,
-                                                                   config_.initializer_range, rng))
+  lm_head_VH_ = &add_module("lm_head", std::make_unique<WeightModule>(
+                                     init_normal({config_.vocab_size, config_.hidden_size}, config_.initializer_range, rng),
+                                     true))
                      .weight;
 }
 

@@ -7,28 +7,17 @@
 #include "moe/ops.h"
 
 namespace lt {
-namespace {
-
-// A module holding one parameter under a given attribute path ("gate" -> "gate.weight").
-class WeightHolder : public Module {
- public:
-  WeightHolder(const std::string& name, Tensor value) : weight(add_parameter(name, std::move(value), true)) {}
-  Variable& weight;
-};
-
-}  // namespace
-
 MoEBlock::MoEBlock(const MoESettings& s, double init_std, Rng& rng) : settings_(s) {
   const int64_t E = s.num_experts, H = s.hidden, I = s.intermediate;
   // The router weight is a bare nn.Parameter in the Hugging Face code and keeps PyTorch's default
   // kaiming_uniform(a = sqrt(5)) initialisation: Uniform(-1/sqrt(H), 1/sqrt(H)) (spec/ling.md §3.9).
   const double bound = 1.0 / std::sqrt(static_cast<double>(H));
-  gate_weight_EH_ = &add_module("gate", std::make_unique<WeightHolder>("weight", Tensor::uniform({E, H}, rng, -bound, bound))).weight;
+  gate_weight_EH_ = &add_module("gate", std::make_unique<WeightModule>(Tensor::uniform({E, H}, rng, -bound, bound), true)).weight;
   // The routed experts are stored stacked, [E, out, in] per projection, so the grouped matmul reads
   // one tensor; model/hf_names.cpp maps them to the per-expert Hugging Face names.
-  gate_proj_EIH_ = &add_module("experts.gate_proj", std::make_unique<WeightHolder>("weight", init_normal({E, I, H}, init_std, rng))).weight;
-  up_proj_EIH_ = &add_module("experts.up_proj", std::make_unique<WeightHolder>("weight", init_normal({E, I, H}, init_std, rng))).weight;
-  down_proj_EHI_ = &add_module("experts.down_proj", std::make_unique<WeightHolder>("weight", init_normal({E, H, I}, init_std, rng))).weight;
+  gate_proj_EIH_ = &add_module("experts.gate_proj", std::make_unique<WeightModule>(init_normal({E, I, H}, init_std, rng), true)).weight;
+  up_proj_EIH_ = &add_module("experts.up_proj", std::make_unique<WeightModule>(init_normal({E, I, H}, init_std, rng), true)).weight;
+  down_proj_EHI_ = &add_module("experts.down_proj", std::make_unique<WeightModule>(init_normal({E, H, I}, init_std, rng), true)).weight;
   if (s.num_shared > 0)
     shared_experts_ = &add_module("shared_experts", std::make_unique<SwiGLUMLP>(H, I * s.num_shared, init_std, rng));
 }

@@ -48,6 +48,14 @@ class Module {
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
 };
 
+// A module that is just one parameter named "weight", for attributes the Hugging Face code declares
+// as a bare nn.Parameter or a bias-free head ("mlp.gate.weight", "lm_head.weight").
+class WeightModule : public Module {
+ public:
+  WeightModule(Tensor value, bool weight_decay) : weight(add_parameter("weight", std::move(value), weight_decay)) {}
+  Variable& weight;
+};
+
 // Normal(0, std) initialisation, the Hugging Face _init_weights for Linear and Embedding.
 Tensor init_normal(const Shape& shape, double std, Rng& rng);
 
