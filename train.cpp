@@ -1,35 +1,28 @@
 // lingtrain: the command-line front end. Every stage of training is a subcommand of this one binary;
 // the layers below know nothing of flags or output formats.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
-#include "autograd/ops.h"
 #include "bench/bench.h"
-#include "data/batch_sampler.h"
-#include "data/corpus.h"
-#include "data/derive_seed.h"
 #include "data/shard.h"
 #include "data/text_to_shards.h"
 #include "data/tokenizer.h"
-#include "io/metrics.h"
 #include "model/gradcheck_cases.h"
 #include "model/ling.h"
-#include "optim/adamw.h"
-#include "optim/checkpoint.h"
-#include "optim/schedule.h"
 #include "tensor/kernels.h"
 #include "tensor/threadpool.h"
+#include "trainer/checkpoint.h"
+#include "trainer/evaluate.h"
+#include "trainer/generate.h"
+#include "trainer/pretrain.h"
+#include "trainer/recipe.h"
 
 namespace {
 
@@ -140,343 +133,80 @@ int cmd_gradcheck(const std::vector<std::string>& args) {
   return failed == 0 ? 0 : 1;
 }
 
-// ---- shared by the training commands ----------------------------------------------------------
-
-const lt::ByteTokenizer& byte_tokenizer() {
-  static const lt::ByteTokenizer tokenizer;
-  return tokenizer;
-}
-
-// The embedded default corpus, generated into `dir` the first time it is needed.
-constexpr uint64_t kDefaultCorpusSeed = 20250310;
-std::string ensure_default_corpus(const std::string& dir) {
-  const std::string manifest = dir + "/corpus.json";
-  if (!std::filesystem::exists(manifest)) {
-    std::fprintf(stderr, "generating the default corpus into %s ...\n", dir.c_str());
-    std::filesystem::create_directories(dir);
-    lt::write_corpus_shards(dir, kDefaultCorpusSeed, lt::kDefaultCorpusBytes, byte_tokenizer());
-  }
-  return dir;
-}
-
-struct LossSum {
-  double sum = 0;  // nats, summed over predicted tokens
-  int64_t tokens = 0;
-  double mean() const { return tokens ? sum / static_cast<double>(tokens) : 0; }
-};
-
-// Mean next-token cross-entropy over a whole token array: windows of T + 1 tokens start at 0, T, 2T,
-// ..., so every token after the first is predicted exactly once; a final shorter window counts when
-// it holds at least 2 tokens. Language-model loss only (no auxiliary losses), no gradients.
-LossSum evaluate(lt::LingForCausalLM& model, const lt::Tensor& tokens, int64_t T, int64_t batch) {
-  lt::NoGradGuard no_grad;
-  LossSum total;
-  auto add_batch = [&](const lt::Tensor& inputs, const lt::Tensor& targets) {
-    lt::MoEContext context;
-    const lt::LossBreakdown loss = model.loss(inputs, targets, context);
-    total.sum += loss.lm.value().item() * static_cast<double>(inputs.numel());
-    total.tokens += inputs.numel();
-  };
-  lt::HeldoutBatches windows(tokens, batch, T);
-  while (std::optional<lt::TokenBatch> b = windows.next()) add_batch(b->inputs, b->targets);
-  const int64_t start = windows.num_windows() * T, remaining = tokens.numel() - start;
-  if (remaining >= 2) {
-    const lt::Tensor tail = tokens.narrow(start, remaining);
-    add_batch(tail.narrow(0, remaining - 1).clone().reshape({1, remaining - 1}),
-              tail.narrow(1, remaining - 1).clone().reshape({1, remaining - 1}));
-  }
-  return total;
-}
-
-std::string format_duration(double seconds) {
-  const long s = std::lround(std::max(0.0, seconds));
-  char buffer[32];
-  if (s >= 3600) std::snprintf(buffer, sizeof buffer, "%ldh%02ldm", s / 3600, (s / 60) % 60);
-  else std::snprintf(buffer, sizeof buffer, "%ldm%02lds", s / 60, s % 60);
-  return buffer;
-}
-
-// Generation with a KV cache: the prompt fills the caches in one forward, then one token per step.
-// Only ids below `sample_vocab` are drawn: the model's vocabulary may be padded past the tokenizer's,
-// and those padding rows were never trained on.
-std::vector<uint32_t> generate(lt::LingForCausalLM& model, const std::vector<uint32_t>& prompt, int64_t max_new,
-                               double temperature, int64_t top_k, double top_p, int64_t sample_vocab, lt::Rng& rng) {
-  lt::NoGradGuard no_grad;
-  const int64_t model_vocab = model.config().vocab_size;
-  LT_CHECK(sample_vocab <= model_vocab, "the tokenizer's vocabulary (", sample_vocab, ") exceeds the model's (",
-           model_vocab, ")");
-  const int64_t V = sample_vocab;
-  const int64_t capacity = static_cast<int64_t>(prompt.size()) + max_new;
-  std::vector<lt::KVCache> caches = model.make_kv_caches(1, capacity);
-  std::vector<uint32_t> out;
-  std::vector<int32_t> step_ids(prompt.begin(), prompt.end());
-  int64_t position = 0;
-  for (int64_t n = 0; n < max_new; ++n) {
-    const int64_t T = static_cast<int64_t>(step_ids.size());
-    lt::MoEContext context;
-    const lt::Variable logits =
-        model.logits(lt::Tensor::from_vector<int32_t>({1, T}, step_ids), context, position, &caches);
-    position += T;
-    const std::vector<float> all = logits.value().to_vector<float>();
-    std::vector<double> scores(all.end() - model_vocab, all.end() - model_vocab + V);
-    uint32_t next = 0;
-    if (temperature <= 0) {
-      next = static_cast<uint32_t>(std::max_element(scores.begin(), scores.end()) - scores.begin());
-    } else {
-      std::vector<int64_t> order(static_cast<size_t>(V));
-      for (int64_t i = 0; i < V; ++i) order[i] = i;
-      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return scores[a] > scores[b]; });
-      const int64_t keep_k = top_k > 0 ? std::min(top_k, V) : V;
-      std::vector<double> probs;
-      double max_score = scores[order[0]], total = 0;
-      for (int64_t i = 0; i < keep_k; ++i) total += std::exp((scores[order[i]] - max_score) / temperature);
-      double cumulative = 0;
-      for (int64_t i = 0; i < keep_k; ++i) {  // nucleus: the smallest prefix whose mass reaches top_p
-        const double p = std::exp((scores[order[i]] - max_score) / temperature) / total;
-        probs.push_back(p);
-        cumulative += p;
-        if (cumulative >= top_p) break;
-      }
-      double u = rng.uniform() * cumulative;
-      size_t pick = 0;
-      while (pick + 1 < probs.size() && u >= probs[pick]) u -= probs[pick++];
-      next = static_cast<uint32_t>(order[pick]);
-    }
-    out.push_back(next);
-    step_ids.assign(1, static_cast<int32_t>(next));
-  }
-  return out;
-}
-
-std::string sample_text(lt::LingForCausalLM& model, const std::string& prompt, int64_t max_new, double temperature,
-                        int64_t top_k, double top_p, uint64_t seed) {
-  const lt::Tokenizer& tokenizer = byte_tokenizer();
-  std::vector<uint32_t> ids;
-  lt::append_document_tokens(ids, prompt, tokenizer);  // eos first, as every training document starts
-  lt::Rng rng(seed);
-  const std::vector<uint32_t> generated = generate(model, ids, max_new, temperature, top_k, top_p, tokenizer.vocab_size(), rng);
-  return tokenizer.decode(generated);
-}
-
-Json layer_metrics(const std::vector<std::vector<int64_t>>& loads, const std::vector<double>& entropy) {
-  Json layers = Json::array();
-  for (size_t i = 0; i < loads.size(); ++i) {
-    const lt::LoadSummary s = lt::summarize_load(loads[i]);
-    layers.push_back({{"layer", i},
-                      {"max_over_mean", s.max_over_mean},
-                      {"min_load", s.min_load},
-                      {"dead_experts", s.dead_experts},
-                      {"load_cv", s.load_cv},
-                      {"routing_entropy", entropy[i]},
-                      {"tokens_per_expert", loads[i]}});
-  }
-  return layers;
-}
-
 // ---- pretrain ---------------------------------------------------------------------------------
 
+// The flags that set one stage of a recipe: the recipe's stage keys with dashes ("--warmup-steps" is
+// "warmup_steps"). Without --recipe they make a one-stage recipe; with --resume they change the stage
+// being resumed (e.g. --steps to train on).
+const std::vector<std::string> kStageFlags = {
+    "steps", "batch", "seq", "accum", "lr", "min-lr", "lr-schedule", "warmup-steps", "halve-at", "batch-warmup-start",
+    "batch-warmup-steps", "clip", "weight-decay", "data", "val", "rope-theta"};
+const std::set<std::string> kTextStageKeys = {"data", "val", "lr_schedule"};
+
+std::string key_of(std::string flag) {
+  std::replace(flag.begin(), flag.end(), '-', '_');
+  return flag;
+}
+
+// The stage keys set on the command line, typed as the recipe reads them.
+Json stage_from_flags(const Flags& flags) {
+  Json stage = Json::object();
+  for (const std::string& flag : kStageFlags) {
+    if (!flags.was_set(flag)) continue;
+    const std::string key = key_of(flag);
+    if (kTextStageKeys.count(key)) stage[key] = flags.str(flag);
+    else if (key == "lr" || key == "min_lr" || key == "halve_at" || key == "clip" || key == "weight_decay" ||
+             key == "rope_theta")
+      stage[key] = flags.number(flag);
+    else
+      stage[key] = flags.integer(flag);
+  }
+  return stage;
+}
+
 int cmd_pretrain(const std::vector<std::string>& args) {
-  Flags flags(args, {{"model", "tiny"},        {"data", ""},          {"val", ""},
-                     {"out", "out/tiny"},      {"steps", "1500"},      {"batch", "16"},
-                     {"seq", "128"},           {"lr", "3e-3"},        {"min-lr", "3e-4"},
-                     {"lr-schedule", "cosine"}, {"warmup-steps", "30"}, {"halve-at", "0.6"},
-                     {"accum", "1"},           {"batch-warmup-start", "0"}, {"batch-warmup-steps", "0"},
-                     {"routing-warmup", "50"}, {"clip", "1.0"},       {"weight-decay", "0.1"},
-                     {"seed", "1"},            {"threads", "0"},      {"resume", ""},
-                     {"eval-every", "200"},    {"eval-tokens", "65536"}, {"ckpt-every", "200"},
-                     {"metrics", ""},          {"sample-prompt", "The "}, {"sample-tokens", "200"},
-                     {"time-limit", "0"}});
-  Json trainer_state;
-  const std::string resume = flags.str("resume");
-  if (!resume.empty()) {
-    // A resumed run takes its settings from the checkpoint; flags given now override them.
-    trainer_state = lt::load_trainer_state(resume);
-    for (const auto& [name, value] : trainer_state.at("run").items())
-      if (flags.all().count(name) && name != "resume" && name != "steps" && name != "time-limit")
-        flags.set_default(name, value.get<std::string>());
-  }
+  std::map<std::string, std::string> defaults = {
+      {"recipe", ""},        {"model", "tiny"},     {"seed", "1"},         {"routing-warmup", "50"},
+      {"out", "out/tiny"},   {"threads", "0"},      {"resume", ""},        {"eval-every", "200"},
+      {"eval-tokens", "65536"}, {"ckpt-every", "200"}, {"metrics", ""},    {"sample-prompt", "The "},
+      {"sample-tokens", "200"}, {"time-limit", "0"},      {"stop-at", "0"}};
+  for (const std::string& flag : kStageFlags) defaults[flag] = "";
+  const Flags flags(args, defaults);
   apply_threads(flags);
-  const std::string out_dir = flags.str("out");
-  const int64_t steps = flags.positive("steps"), B = flags.positive("batch"), T = flags.positive("seq");
-  const int64_t accum = flags.positive("accum");
-  const uint64_t seed = static_cast<uint64_t>(flags.integer("seed"));
-
-  // Model: a fresh one from a preset or config.json, or the checkpoint's.
-  lt::LingConfig config = resume.empty() ? lt::resolve_config(flags.str("model")) : lt::load_checkpoint_config(resume);
-  LT_CHECK(T <= config.max_position_embeddings, "--seq ", T, " exceeds max_position_embeddings ",
-           config.max_position_embeddings, " of the model");
-  lt::LingForCausalLM model(config, seed);
-  if (!resume.empty()) lt::load_checkpoint_weights(resume, model);
-
-  // Data: the embedded corpus unless --data names a shard (with --val for held-out loss).
-  std::string train_path = flags.str("data"), val_path = flags.str("val");
-  if (train_path.empty()) {
-    const std::string corpus = ensure_default_corpus(out_dir + "/data");
-    train_path = corpus + "/train.bin";
-    if (val_path.empty()) val_path = corpus + "/val.bin";
+  const Json stage = stage_from_flags(flags);
+  lt::RunOptions options;
+  options.resume = flags.str("resume");
+  lt::Recipe recipe;
+  if (!options.resume.empty()) {
+    for (const char* fixed : {"recipe", "model", "seed", "routing-warmup"})
+      if (flags.was_set(fixed)) fail("flag --", fixed, " cannot change when resuming (the checkpoint keeps its recipe)");
+    options.stage_overrides = stage;
+  } else if (!flags.str("recipe").empty()) {
+    if (!stage.empty()) fail("flag --", stage.begin().key(), " sets a one-stage run: with --recipe, set it in the recipe");
+    recipe = lt::resolve_recipe(flags.str("recipe"));
+  } else {
+    recipe = lt::Recipe::from_json({{"stages", Json::array({stage})}}, "the command line");
   }
-  const lt::Tensor train_tokens = lt::read_token_shard_tensor(train_path, config.vocab_size);
-  const lt::Tensor val_tokens = val_path.empty() ? lt::Tensor() : lt::read_token_shard_tensor(val_path, config.vocab_size);
-  LT_CHECK(train_tokens.numel() > T, train_path, ": ", train_tokens.numel(), " tokens, fewer than --seq + 1");
-  lt::BatchSampler sampler(train_tokens, B, T, seed);
-
-  lt::AdamWSettings adam;
-  adam.weight_decay = flags.number("weight-decay");
-  lt::AdamW optimizer(model.parameters(), adam);
-  lt::LRSchedule schedule;
-  schedule.kind = flags.str("lr-schedule");
-  schedule.peak = flags.number("lr");
-  schedule.min_lr = flags.number("min-lr");
-  schedule.warmup_steps = flags.integer("warmup-steps");
-  schedule.total_steps = steps;
-  schedule.halve_at_fraction = flags.number("halve-at");
-  schedule.validate();
-  lt::BatchRamp ramp{flags.integer("batch-warmup-start"), B * accum, flags.integer("batch-warmup-steps")};
-  const int64_t routing_warmup = flags.integer("routing-warmup");
-  const double clip = flags.number("clip");
-  std::vector<lt::MoEBlock*> moe = model.moe_blocks();
-
-  lt::Rng rng(lt::derive_seed(seed, 1));  // routing-warmup noise
-  int64_t step = 0, tokens_seen = 0;
-  if (!resume.empty()) {
-    step = trainer_state.at("step").get<int64_t>();
-    tokens_seen = trainer_state.at("tokens_seen").get<int64_t>();
-    lt::rng_from_json(trainer_state.at("rng"), rng, resume);
-    sampler.restore({trainer_state.at("data_cursor").at("epoch").get<uint64_t>(),
-                     trainer_state.at("data_cursor").at("position").get<uint64_t>()});
-    const Json& warmups = trainer_state.at("routing_warmup");
-    LT_CHECK(warmups.size() == moe.size(), resume, ": routing-warmup state for ", warmups.size(), " MoE layers, model has ",
-             moe.size());
-    for (size_t i = 0; i < moe.size(); ++i) {
-      moe[i]->warmup().mean = warmups[i].at("mean").get<double>();
-      moe[i]->warmup().std = warmups[i].at("std").get<double>();
-      moe[i]->warmup().initialized = warmups[i].at("initialized").get<bool>();
-    }
-    lt::load_checkpoint_optimizer(resume, optimizer, step);
+  if (options.resume.empty()) {
+    if (flags.was_set("model") || flags.str("recipe").empty()) recipe.model = flags.str("model");
+    if (flags.was_set("seed") || flags.str("recipe").empty()) recipe.seed = static_cast<uint64_t>(flags.integer("seed"));
+    if (flags.was_set("routing-warmup") || flags.str("recipe").empty())
+      recipe.routing_warmup = flags.integer("routing-warmup");
   }
-  // The total token budget (for the wsd halving point) assumes the full batch from the start.
-  const double total_tokens = static_cast<double>(steps) * static_cast<double>(B * accum * T);
-
-  Json run;
-  for (const auto& [name, value] : flags.all()) run[name] = value;
-  auto save = [&](int64_t at_step) {
-    Json warmups = Json::array();
-    for (lt::MoEBlock* block : moe)
-      warmups.push_back({{"mean", block->warmup().mean}, {"std", block->warmup().std},
-                         {"initialized", block->warmup().initialized}});
-    const lt::SamplerCursor cursor = sampler.cursor();
-    const Json state = {{"step", at_step},
-                        {"tokens_seen", tokens_seen},
-                        {"seq_len", T},
-                        {"rng", lt::rng_to_json(rng)},
-                        {"data_cursor", {{"epoch", cursor.epoch}, {"position", cursor.position}}},
-                        {"routing_warmup", warmups},
-                        {"run", run}};
-    lt::save_checkpoint(out_dir + "/checkpoint", model, &optimizer, state);
-  };
-
-  std::filesystem::create_directories(out_dir);
-  lt::MetricsLog metrics(flags.str("metrics").empty() ? out_dir + "/metrics.jsonl" : flags.str("metrics"));
-  const lt::ParameterCount counts = lt::count_parameters(config);
-  std::fprintf(stderr, "model %s: %.2fM parameters (%.2fM active per token); data %s (%lld tokens); %d threads\n",
-               config.name.c_str(), counts.total / 1e6, counts.active / 1e6, train_path.c_str(),
-               static_cast<long long>(train_tokens.numel()), lt::num_threads());
-  const bool interactive = isatty(fileno(stderr));
-  const double time_limit = flags.number("time-limit");
-  const auto run_start = std::chrono::steady_clock::now();
-  const int64_t first_step = step;
-  const int64_t eval_every = flags.integer("eval-every"), ckpt_every = flags.integer("ckpt-every");
-  const int64_t eval_tokens = flags.integer("eval-tokens");
-  // Periodic held-out loss on the first --eval-tokens tokens (all when 0); the whole file at the end.
-  auto heldout_loss = [&](int64_t limit) -> double {
-    if (!val_tokens.defined()) return NAN;
-    const int64_t n = limit > 0 ? std::min(val_tokens.numel(), limit) : val_tokens.numel();
-    return evaluate(model, val_tokens.narrow(0, n), T, B).mean();
-  };
-
-  double last_loss = NAN;
-  for (; step < steps; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const double lr = schedule.at(step, static_cast<double>(tokens_seen) / total_tokens);
-    const int64_t micro_batches = std::max<int64_t>(1, (ramp.at(step) + B - 1) / B);
-    double loss_sum = 0, lm_sum = 0, aux_sum = 0, balance_sum = 0, z_sum = 0;
-    std::vector<std::vector<int64_t>> loads(moe.size());
-    std::vector<double> entropy(moe.size(), 0.0);
-    for (int64_t micro = 0; micro < micro_batches; ++micro) {
-      const lt::TokenBatch batch = sampler.next();
-      lt::MoEContext context;
-      context.step = step;
-      context.training = true;
-      context.warmup_steps = routing_warmup;
-      context.rng = &rng;
-      const lt::LossBreakdown loss = model.loss(batch.inputs, batch.targets, context);
-      lt::scale(loss.total, 1.0 / static_cast<double>(micro_batches)).backward();
-      loss_sum += loss.total.value().item();
-      lm_sum += loss.lm.value().item();
-      aux_sum += loss.aux;
-      balance_sum += loss.balance;
-      z_sum += loss.z;
-      for (size_t i = 0; i < context.stats.size(); ++i) {
-        const std::vector<int64_t>& layer_load = context.stats[i].tokens_per_expert;
-        if (loads[i].empty()) loads[i].assign(layer_load.size(), 0);
-        for (size_t e = 0; e < layer_load.size(); ++e) loads[i][e] += layer_load[e];
-        entropy[i] += context.stats[i].routing_entropy / static_cast<double>(micro_batches);
-      }
-      tokens_seen += batch.inputs.numel();
-    }
-    const double grad_norm = optimizer.clip_grad_norm(clip);
-    optimizer.step(lr);
-    optimizer.zero_grad();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double m = static_cast<double>(micro_batches);
-    last_loss = lm_sum / m;
-    const double tokens_per_s = static_cast<double>(micro_batches * B * T) / seconds;
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-    const double eta = elapsed / static_cast<double>(step + 1 - first_step) * static_cast<double>(steps - step - 1);
-    Json record = {{"step", step + 1},        {"loss", loss_sum / m},       {"lm_loss", lm_sum / m},
-                   {"aux_loss", aux_sum / m}, {"balance_loss", balance_sum / m}, {"z_loss", z_sum / m},
-                   {"grad_norm", grad_norm},  {"lr", lr},                   {"tokens", tokens_seen},
-                   {"batch_seqs", micro_batches * B}, {"tokens_per_s", tokens_per_s}, {"step_seconds", seconds}};
-    if (!moe.empty()) record["moe_layers"] = layer_metrics(loads, entropy);
-    const bool last = step + 1 == steps;
-    if (eval_every > 0 && (step + 1) % eval_every == 0 && !last) {
-      const double val = heldout_loss(eval_tokens);
-      if (!std::isnan(val)) record["val_loss"] = val;
-    }
-    metrics.write(record);
-    std::fprintf(stderr, "%sstep %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | ETA %s%s",
-                 interactive ? "\r" : "", static_cast<long long>(step + 1), static_cast<long long>(steps), lm_sum / m, lr,
-                 grad_norm, tokens_per_s, format_duration(eta).c_str(), interactive ? "   " : "\n");
-    if (record.contains("val_loss"))
-      std::fprintf(stderr, "%sstep %lld: held-out loss %.4f\n", interactive ? "\n" : "",
-                   static_cast<long long>(step + 1), record["val_loss"].get<double>());
-    if (ckpt_every > 0 && (step + 1) % ckpt_every == 0 && !last) save(step + 1);
-    if (time_limit > 0 && elapsed > time_limit && !last) {
-      std::fprintf(stderr, "\ntime limit of %.0f s reached at step %lld\n", time_limit, static_cast<long long>(step + 1));
-      ++step;
-      break;
-    }
+  options.out_dir = flags.str("out");
+  options.eval_every = flags.integer("eval-every");
+  options.eval_tokens = flags.integer("eval-tokens");
+  options.ckpt_every = flags.integer("ckpt-every");
+  options.metrics_path = flags.str("metrics");
+  options.sample_prompt = flags.str("sample-prompt");
+  options.sample_tokens = flags.positive("sample-tokens");
+  options.time_limit_seconds = flags.number("time-limit");
+  options.stop_at_step = flags.integer("stop-at");
+  Json summary = lt::run_pretraining(recipe, options);
+  if (summary.contains("sample")) {
+    std::printf("sample: %s%s\n", options.sample_prompt.c_str(), summary["sample"].get<std::string>().c_str());
+    summary.erase("sample");
   }
-  save(step);
-  const double val = heldout_loss(0);
-  if (!std::isnan(val)) std::fprintf(stderr, "\nheld-out loss (whole %s): %.4f\n", val_path.c_str(), val);
-  double unigram = NAN;
-  if (val_tokens.defined()) {
-    const std::vector<uint32_t> ids = lt::read_token_shard(val_path);
-    unigram = lt::unigram_entropy_nats(ids, config.vocab_size);
-  }
-  std::fprintf(stderr, "\ncheckpoint written to %s/checkpoint\n", out_dir.c_str());
-  const std::string sample = flags.str("sample-prompt").empty()
-                                 ? ""
-                                 : sample_text(model, flags.str("sample-prompt"), flags.integer("sample-tokens"), 0.8, 40,
-                                               0.95, seed);
-  if (!sample.empty()) std::printf("sample: %s%s\n", flags.str("sample-prompt").c_str(), sample.c_str());
-  const Json summary = {{"steps", step},
-                        {"tokens", tokens_seen},
-                        {"train_loss", last_loss},
-                        {"val_loss", std::isnan(val) ? Json(nullptr) : Json(val)},
-                        {"val_unigram_entropy", std::isnan(unigram) ? Json(nullptr) : Json(unigram)},
-                        {"checkpoint", out_dir + "/checkpoint"}};
   std::printf("%s\n", summary.dump().c_str());
   return 0;
 }
@@ -498,7 +228,7 @@ int cmd_eval(const std::vector<std::string>& args) {
   }
   const lt::Tensor tokens = lt::read_token_shard_tensor(flags.str("data"), model.config().vocab_size);
   LT_CHECK(tokens.numel() >= 2, flags.str("data"), ": fewer than 2 tokens, nothing to predict");
-  const LossSum loss = evaluate(model, tokens, T, flags.positive("batch"));
+  const lt::LossSum loss = lt::evaluate(model, tokens, T, flags.positive("batch"));
   std::printf("%s\n", Json{{"loss", loss.mean()}, {"tokens", loss.tokens}, {"seq", T}}.dump().c_str());
   return 0;
 }
@@ -511,16 +241,15 @@ int cmd_sample(const std::vector<std::string>& args) {
   const std::string ckpt = flags.str("ckpt");
   lt::LingForCausalLM model(lt::load_checkpoint_config(ckpt), 0);
   lt::load_checkpoint_weights(ckpt, model);
-  const int64_t max_new = flags.positive("tokens");
-  LT_CHECK(static_cast<int64_t>(flags.str("prompt").size()) + 1 + max_new <= model.config().max_position_embeddings,
-           "prompt plus --tokens exceeds the model's max_position_embeddings (", model.config().max_position_embeddings,
-           ")");
-  const double top_p = flags.number("top-p");
-  LT_CHECK(top_p > 0 && top_p <= 1, "--top-p must be in (0, 1]");
+  lt::SamplingSettings sampling;
+  sampling.max_new_tokens = flags.positive("tokens");
+  sampling.temperature = flags.number("temperature");
+  sampling.top_k = flags.integer("top-k");
+  sampling.top_p = flags.number("top-p");
+  sampling.seed = static_cast<uint64_t>(flags.integer("seed"));
+  const lt::ByteTokenizer tokenizer;
   std::printf("%s%s\n", flags.str("prompt").c_str(),
-              sample_text(model, flags.str("prompt"), max_new, flags.number("temperature"), flags.integer("top-k"), top_p,
-                          static_cast<uint64_t>(flags.integer("seed")))
-                  .c_str());
+              lt::sample_text(model, tokenizer, flags.str("prompt"), sampling).c_str());
   return 0;
 }
 
@@ -538,7 +267,7 @@ int cmd_shards(const std::vector<std::string>& args) {
   Flags flags(flag_args, {{"out", ""}, {"tokens-per-shard", std::to_string(lt::kDefaultTokensPerShard)}});
   if (flags.str("out").empty() || files.empty()) fail("shards needs --out PREFIX and at least one text file");
   const lt::ShardsWritten written =
-      lt::text_files_to_shards(files, byte_tokenizer(), flags.str("out"), flags.positive("tokens-per-shard"));
+      lt::text_files_to_shards(files, lt::ByteTokenizer(), flags.str("out"), flags.positive("tokens-per-shard"));
   for (const std::string& path : written.paths) std::printf("%s\n", path.c_str());
   std::printf("%s\n", Json{{"documents", written.documents}, {"tokens", written.tokens}}.dump().c_str());
   return 0;
@@ -594,9 +323,11 @@ void usage(FILE* out) {
                "  gradcheck [--op NAME] [--verbose 1] [--threads N]\n"
                "                                 finite-difference check of every op's backward\n"
                "  pretrain [--model tiny|small|moe-s|...|config.json] [--data train.bin --val val.bin]\n"
-               "           [--out DIR] [--steps N] [--batch B] [--seq T] [--lr X] [--lr-schedule wsd|cosine|\n"
-               "           inverse_sqrt|constant] [--accum N] [--routing-warmup W] [--seed S] [--threads N]\n"
-               "           [--resume DIR] ...  pre-train (default: the embedded corpus)\n"
+               "           [--out DIR] [--steps N] [--batch B] [--seq T] [--lr X] [--accum N] [--routing-warmup W]\n"
+               "           [--lr-schedule cosine (default) | wsd (Ling's: warmup, constant, halved after --halve-at\n"
+               "           of the tokens) | inverse_sqrt | constant] [--seed S] [--threads N]\n"
+               "           [--rope-theta X] [--resume DIR] ...  pre-train (default: the embedded corpus)\n"
+               "  pretrain --recipe tiny|R.json [--out DIR]   the stages of a recipe in order (resumable)\n"
                "  eval --ckpt DIR --data FILE.bin [--seq T]   mean next-token loss over the whole file\n"
                "  sample --ckpt DIR --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--top-p P]\n"
                "  shards --out PREFIX FILE...                 text files to llm.c token shards\n"

@@ -17,10 +17,10 @@
 #include "bench/fma_peak.h"
 #include "data/derive_seed.h"
 #include "model/ling.h"
-#include "optim/adamw.h"
 #include "tensor/allocator.h"
 #include "tensor/kernels.h"
 #include "tensor/threadpool.h"
+#include "trainer/trainer.h"
 
 extern char** environ;
 
@@ -60,10 +60,6 @@ double round_to(double value, int digits) {
   const double scale = std::pow(10.0, digits);
   return std::round(value * scale) / scale;
 }
-
-struct TokenBatch {
-  Tensor inputs, targets;  // i32 [B, T]; targets[b, t] is the token after inputs[b, t]
-};
 
 // Uniform random token ids: the loss stays near ln(vocab), which is all a speed measurement needs, and
 // routing sees a spread of tokens as it would on text.
@@ -247,23 +243,26 @@ Json run_step_bench(const StepBenchOptions& o) {
   const TrainingFlops flops = training_flops(config, T);
 
   LingForCausalLM model(config, o.seed);
-  AdamWSettings adam;
-  adam.weight_decay = 0.1;
-  AdamW optimizer(model.parameters(), adam);
-  constexpr double kLearningRate = 3e-4, kClip = 1.0;
+  TrainerSettings settings;
+  settings.adam.weight_decay = 0.1;
+  settings.clip = 1.0;
+  settings.schedule.kind = "constant";
+  settings.schedule.peak = 3e-4;
+  settings.seed = o.seed;
+  Trainer trainer(model, settings);
   double param_bytes = 0, adam_bytes = 0;
   int64_t total_params = 0;
-  for (const Parameter& p : optimizer.params()) {
-    param_bytes += static_cast<double>(p.value->value().nbytes());
-    total_params += p.value->value().numel();
+  for (const FlatParameters::ParameterRange& p : trainer.parameters().parameters()) {
+    param_bytes += static_cast<double>(p.parameter.value->value().nbytes());
+    total_params += p.parameter.value->value().numel();
   }
-  for (const auto& [name, moment] : optimizer.state()) adam_bytes += static_cast<double>(moment.nbytes());
+  for (const auto& [name, moment] : trainer.optimizer().state()) adam_bytes += static_cast<double>(moment.nbytes());
 
-  // Separate streams for the data and the routing noise, both fixed by the seed.
-  Rng data_rng(derive_seed(o.seed, 1)), routing_rng(derive_seed(o.seed, 2));
+  // The data stream apart from the trainer's routing-noise stream, both fixed by the seed.
+  Rng data_rng(derive_seed(o.seed, 2));
   const int64_t total_steps = o.warmup + o.steps;
-  std::vector<TokenBatch> batches;
-  for (int64_t i = 0; i < total_steps; ++i) batches.push_back(random_batch(data_rng, B, T, config.vocab_size));
+  std::vector<std::vector<TokenBatch>> batches;
+  for (int64_t i = 0; i < total_steps; ++i) batches.push_back({random_batch(data_rng, B, T, config.vocab_size)});
 
   std::printf("%s: batch %lld x seq %lld, %d threads (%s), %lld warm-up + %lld measured steps\n", config.name.c_str(),
               static_cast<long long>(B), static_cast<long long>(T), threads, cpu_kernel_target(),
@@ -282,40 +281,14 @@ Json run_step_bench(const StepBenchOptions& o) {
         profile::enable();
       }
     }
-    const Clock::time_point t0 = Clock::now();
-    Clock::time_point t1;
-    double loss_value = 0;
-    {
-      MoEContext context;
-      context.step = i;
-      context.training = true;
-      context.rng = &routing_rng;
-      const LossBreakdown loss = model.loss(batches[i].inputs, batches[i].targets, context);
-      t1 = Clock::now();
-      loss.total.backward();
-      loss_value = loss.total.value().item();
-    }  // what the step's graph still held is freed here, inside the backward phase
-    const Clock::time_point t2 = Clock::now();
-    {
-      LT_PROFILE_PHASE_SCOPE("grad_norm", profile::Phase::Optimizer);
-      optimizer.clip_grad_norm(kClip);
-    }
-    {
-      LT_PROFILE_PHASE_SCOPE("adamw", profile::Phase::Optimizer);
-      optimizer.step(kLearningRate);
-    }
-    {
-      LT_PROFILE_PHASE_SCOPE("zero_grad", profile::Phase::Optimizer);
-      optimizer.zero_grad();
-    }
-    const Clock::time_point t3 = Clock::now();
-    if (i == 0) loss_first = loss_value;
-    loss_last = loss_value;
+    const StepStats stats = trainer.step(batches[i]);
+    if (i == 0) loss_first = stats.loss;
+    loss_last = stats.loss;
     if (i < o.warmup) continue;
-    step_s.push_back(seconds_between(t0, t3));
-    forward_s.push_back(seconds_between(t0, t1));
-    backward_s.push_back(seconds_between(t1, t2));
-    optimizer_s.push_back(seconds_between(t2, t3));
+    step_s.push_back(stats.seconds);
+    forward_s.push_back(stats.forward_seconds);
+    backward_s.push_back(stats.backward_seconds);
+    optimizer_s.push_back(stats.optimizer_seconds);
   }
   profile::disable();
   const AllocatorStats at_end = allocator.stats();

@@ -107,6 +107,12 @@ std::vector<KVCache> LingForCausalLM::make_kv_caches(int64_t batch, int64_t capa
   return caches;
 }
 
+void LingForCausalLM::set_rope_theta(double theta) {
+  LT_CHECK(theta > 0, "rope_theta must be > 0, got ", theta);
+  config_.rope_theta = theta;
+  for (DecoderLayer* layer : model_->layers()) layer->attention().set_rope_theta(theta);
+}
+
 std::vector<MoEBlock*> LingForCausalLM::moe_blocks() {
   std::vector<MoEBlock*> blocks;
   for (DecoderLayer* layer : model_->layers())

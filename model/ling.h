@@ -17,6 +17,7 @@ class DecoderLayer : public Module {
   // x1 = x + attention(norm(x)); x2 = x1 + mlp(norm(x1)).
   Variable forward(const Variable& x_BTH, MoEContext& context, int64_t pos_offset, KVCache* cache);
   MoEBlock* moe() { return moe_; }
+  Attention& attention() { return attention_; }
 
  private:
   RMSNorm& input_layernorm_;
@@ -59,6 +60,8 @@ class LingForCausalLM : public Module {
   LossBreakdown loss(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context);
 
   std::vector<KVCache> make_kv_caches(int64_t batch, int64_t capacity) const;
+  // Every layer's RoPE base and the config's rope_theta (what a saved config.json then says).
+  void set_rope_theta(double theta);
   std::vector<MoEBlock*> moe_blocks();
 
  private:

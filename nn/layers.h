@@ -68,6 +68,8 @@ class Attention : public Module {
   // x [B, T, hidden]; positions start at pos_offset. With a cache, the new keys and values are
   // appended and attention covers the cached prefix (inference only).
   Variable forward(const Variable& x, int64_t pos_offset = 0, KVCache* cache = nullptr) const;
+  // A recipe stage may change RoPE's base (Ling extends the context with theta 10K -> 600K).
+  void set_rope_theta(double theta) { shape_.rope_theta = theta; }
 
  private:
   AttentionShape shape_;

@@ -29,8 +29,17 @@ class Module {
   std::vector<Parameter> parameters(const std::string& prefix = "");
   int64_t parameter_count();
 
+  // Named state that is saved with the training state but not trained (the routing-warmup
+  // statistics), depth first in registration order like parameters().
+  struct Buffer {
+    std::string name;
+    Tensor* value;
+  };
+  std::vector<Buffer> buffers(const std::string& prefix = "");
+
  protected:
   Variable& add_parameter(const std::string& name, Tensor value, bool weight_decay);
+  Tensor& add_buffer(const std::string& name, Tensor value);
   template <class M>
   M& add_module(const std::string& name, std::unique_ptr<M> module) {
     M& ref = *module;
@@ -45,6 +54,7 @@ class Module {
     bool weight_decay;
   };
   std::vector<OwnedParameter> params_;
+  std::vector<std::pair<std::string, std::unique_ptr<Tensor>>> buffers_;  // stable addresses for Buffer::value
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
 };
 

@@ -41,6 +41,30 @@ cmp -s full/checkpoint/optimizer.safetensors part/checkpoint/optimizer.safetenso
 strip_timing() { tail -1 "$1" | sed 's/"step_seconds":[^,}]*//; s/"tokens_per_s":[^,}]*//'; }
 [ "$(strip_timing full/metrics.jsonl)" = "$(strip_timing part/metrics.jsonl)" ] || fail "resumed metrics differ"
 
+# A recipe with a RoPE theta switch and a longer context resumes bit for bit from checkpoints taken
+# mid-stage: stop in the first stage, resume and stop in the second, resume to the end.
+cat >recipe.json <<EOF
+{"model": "tiny", "seed": 3, "routing_warmup": 6, "stages": [
+  {"name": "short", "steps": 3, "batch": 2, "seq": 32, "rope_theta": 10000, "lr_schedule": "wsd", "lr": 3e-3,
+   "warmup_steps": 1, "data": "$train", "val": "$val"},
+  {"name": "long", "steps": 4, "batch": 1, "seq": 64, "rope_theta": 600000, "lr_schedule": "inverse_sqrt",
+   "lr": 1e-3, "min_lr": 1e-5, "warmup_steps": 0, "data": "$train", "val": "$val"}]}
+EOF
+rflags=(--threads 2 --sample-prompt "" --eval-every 0)
+"$bin" pretrain --recipe recipe.json "${rflags[@]}" --out rfull >/dev/null 2>&1 || fail "recipe full"
+"$bin" pretrain --recipe recipe.json "${rflags[@]}" --out rpart --stop-at 2 >/dev/null 2>&1 || fail "recipe part"
+"$bin" pretrain --resume rpart/checkpoint "${rflags[@]}" --out rpart --stop-at 5 >/dev/null 2>&1 || fail "recipe resume 1"
+grep -q '"stage": 1' rpart/checkpoint/trainer_state.json || fail "the second stop is not in the second stage"
+grep -q '"rope_theta": 600000' rpart/checkpoint/config.json || fail "the checkpoint's config lacks the stage's rope_theta"
+"$bin" pretrain --resume rpart/checkpoint "${rflags[@]}" --out rpart >/dev/null 2>&1 || fail "recipe resume 2"
+cmp -s rfull/checkpoint/model.safetensors rpart/checkpoint/model.safetensors || fail "recipe: resumed weights differ"
+cmp -s rfull/checkpoint/optimizer.safetensors rpart/checkpoint/optimizer.safetensors || fail "recipe: resumed optimizer differs"
+[ "$(strip_timing rfull/metrics.jsonl)" = "$(strip_timing rpart/metrics.jsonl)" ] || fail "recipe: resumed metrics differ"
+[ "$(wc -l <rpart/metrics.jsonl)" = 7 ] || fail "recipe: $(wc -l <rpart/metrics.jsonl) metrics lines, expected 7"
+echo '{"stages": [{"steps": 2, "sequence": 64}]}' >badrecipe.json
+expect_error "unknown recipe key" "sequence" "$bin" pretrain --recipe badrecipe.json
+expect_error "stage flag with a recipe" "recipe" "$bin" pretrain --recipe recipe.json --steps 3
+
 # Eval of the checkpoint: a JSON line with loss and tokens; every token after the first is predicted once.
 "$bin" eval --ckpt full/checkpoint --data "$val" >eval.txt 2>/dev/null || fail "eval"
 tokens=$(tail -1 eval.txt | sed -n 's/.*"tokens":\([0-9]*\).*/\1/p')

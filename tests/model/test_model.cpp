@@ -7,7 +7,8 @@
 #include "autograd/ops.h"
 #include "model/hf_names.h"
 #include "model/ling.h"
-#include "optim/checkpoint.h"
+#include "trainer/checkpoint.h"
+#include "trainer/trainer.h"
 
 namespace lt {
 namespace {
@@ -132,27 +133,21 @@ TEST(Generation, KVCachedLogitsMatchTheFullForward) {
 
 TEST(Training, TheLossFallsOnARepeatedBatch) {
   LingForCausalLM model(small_config(), 4);
-  AdamW optimizer(model.parameters(), AdamWSettings{});
+  TrainerSettings settings;
+  settings.routing_warmup_steps = 5;
+  settings.schedule.kind = "constant";
+  settings.schedule.peak = 1e-2;
+  Trainer trainer(model, settings);
   Rng rng(5);
   std::vector<int32_t> ids(2 * 17), targets(2 * 17);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(rng.below(200));
   for (size_t i = 0; i < ids.size(); ++i) targets[i] = i + 1 < ids.size() ? ids[i + 1] : -100;
-  const Tensor x = Tensor::from_vector<int32_t>({2, 17}, ids), y = Tensor::from_vector<int32_t>({2, 17}, targets);
+  const std::vector<TokenBatch> batch = {
+      {Tensor::from_vector<int32_t>({2, 17}, ids), Tensor::from_vector<int32_t>({2, 17}, targets)}};
   double first = 0, last = 0;
-  for (int step = 0; step < 30; ++step) {
-    MoEContext context;
-    context.training = true;
-    context.step = step;
-    context.warmup_steps = 5;
-    context.rng = &rng;
-    const LossBreakdown loss = model.loss(x, y, context);
-    loss.total.backward();
-    optimizer.clip_grad_norm(1.0);
-    optimizer.step(1e-2);
-    optimizer.zero_grad();
-    (step == 0 ? first : last) = loss.lm.value().item();
-  }
+  for (int step = 0; step < 30; ++step) (step == 0 ? first : last) = trainer.step(batch).lm_loss;
   EXPECT_LT(last, 0.5 * first) << "first " << first << " last " << last;
+  EXPECT_EQ(trainer.state().step, 30);
 }
 
 }  // namespace

@@ -34,7 +34,8 @@ TEST(AdamW, FlatStepsEqualPerParameterStepsWithClipping) {
   Rng rng(4), same(4);
   ThreeParameters flat(rng), reference(same);
   AdamWSettings settings;
-  AdamW optimizer(flat.parameters(), settings);
+  FlatParameters flat_params(flat.parameters());
+  AdamW optimizer(flat_params, settings);
   EXPECT_TRUE(flat.a.value().shares_storage(flat.c.value()));
   EXPECT_TRUE(flat.a.value().shares_storage(flat.b.value()));
 
@@ -65,7 +66,7 @@ TEST(AdamW, FlatStepsEqualPerParameterStepsWithClipping) {
                           {0.1, settings.beta1, settings.beta2, settings.eps,
                            params[i].weight_decay ? settings.weight_decay : 0.0, t});
     }
-    optimizer.zero_grad();
+    flat_params.zero_grad();
     for (const Parameter& p : reference.parameters()) p.value->zero_grad();
     for (auto [x, y] : {std::pair{&flat.a, &reference.a}, {&flat.b, &reference.b}, {&flat.c, &reference.c}})
       test::expect_close(x->value().to_vector<double>(), y->value().to_vector<double>(), 1e-14, 1e-15,
@@ -76,7 +77,8 @@ TEST(AdamW, FlatStepsEqualPerParameterStepsWithClipping) {
 TEST(AdamW, StateRoundTrips) {
   Rng rng(5);
   ThreeParameters model(rng);
-  AdamW optimizer(model.parameters(), AdamWSettings{});
+  FlatParameters params(model.parameters());
+  AdamW optimizer(params, AdamWSettings{});
   backward(model, true);
   optimizer.step(0.1);
   const auto state = optimizer.state();
@@ -84,7 +86,8 @@ TEST(AdamW, StateRoundTrips) {
 
   Rng again(5);
   ThreeParameters other(again);
-  AdamW restored(other.parameters(), AdamWSettings{});
+  FlatParameters other_params(other.parameters());
+  AdamW restored(other_params, AdamWSettings{});
   restored.load_state(state, optimizer.steps_taken(), "test");
   const auto back = restored.state();
   for (size_t i = 0; i < state.size(); ++i) {

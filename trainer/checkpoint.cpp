@@ -1,4 +1,4 @@
-#include "optim/checkpoint.h"
+#include "trainer/checkpoint.h"
 
 #include <filesystem>
 
@@ -37,25 +37,6 @@ void load_checkpoint_optimizer(const std::string& dir, AdamW& optimizer, int64_t
   const std::string path = checkpoint_folder(dir) + "/optimizer.safetensors";
   const SafetensorsFile file = load_safetensors(path);
   optimizer.load_state(NamedTensors(file.tensors.begin(), file.tensors.end()), steps_taken, path);
-}
-
-Json rng_to_json(const Rng& rng) {
-  const Rng::State s = rng.state();
-  return Json{{"words", Json::array({s.words[0], s.words[1], s.words[2], s.words[3]})},
-              {"has_spare_normal", s.has_spare_normal},
-              {"spare_normal", s.spare_normal}};
-}
-
-void rng_from_json(const Json& json, Rng& rng, const std::string& source) {
-  try {
-    Rng::State s;
-    for (size_t i = 0; i < 4; ++i) s.words[i] = json.at("words").at(i).get<uint64_t>();
-    s.has_spare_normal = json.at("has_spare_normal").get<bool>();
-    s.spare_normal = json.at("spare_normal").get<double>();
-    rng.set_state(s);
-  } catch (const nlohmann::json::exception& e) {
-    fail(source, ": malformed random-generator state (", e.what(), ")");
-  }
 }
 
 }  // namespace lt

@@ -3,10 +3,11 @@
 //   config.json             the model config (bailing_moe keys)
 //   model.safetensors       f32 weights under the Hugging Face names
 //   optimizer.safetensors   AdamW moments by lingtrain parameter name
-//   trainer_state.json      step, tokens seen, RNG state, data cursor, routing-warmup statistics, run settings
+//   trainer_state.json      the TrainState (trainer/train_state.h) and the recipe being run
 //
 // The folder is written atomically (io/atomic_file.h): a run killed at any moment leaves the previous
-// checkpoint complete.
+// checkpoint complete. Released models arrive as Hugging Face folders whose weights may be sharded
+// (model.safetensors.index.json naming several shard files); the loaders read both forms.
 #pragma once
 #include <string>
 
@@ -26,9 +27,5 @@ LingConfig load_checkpoint_config(const std::string& dir);
 void load_checkpoint_weights(const std::string& dir, LingForCausalLM& model);
 Json load_trainer_state(const std::string& dir);
 void load_checkpoint_optimizer(const std::string& dir, AdamW& optimizer, int64_t steps_taken);
-
-// Rng and routing-warmup state as JSON (exact: integers as integers, doubles with 17 digits).
-Json rng_to_json(const Rng& rng);
-void rng_from_json(const Json& json, Rng& rng, const std::string& source);
 
 }  // namespace lt

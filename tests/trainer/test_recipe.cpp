@@ -1,0 +1,109 @@
+// Recipes and the training state: parsing with located errors, the built-in tiny recipe's theta switch,
+// the stage token budget under a batch ramp (the wsd halving point), and the TrainState JSON round
+// trip with the model's buffers.
+#include <gtest/gtest.h>
+
+#include "model/ling.h"
+#include "trainer/recipe.h"
+#include "trainer/train_state.h"
+
+namespace lt {
+namespace {
+
+std::string error_of(const Json& json) {
+  try {
+    Recipe::from_json(json, "r.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Recipe, DefaultsAndRoundTrip) {
+  const Recipe r = Recipe::from_json(Json{{"stages", Json::array({Json::object()})}}, "r.json");
+  ASSERT_EQ(r.stages.size(), 1u);
+  EXPECT_EQ(r.model, "tiny");
+  EXPECT_EQ(r.stages[0].steps, 1500);
+  EXPECT_EQ(r.stages[0].schedule.kind, "cosine");
+  EXPECT_EQ(r.stages[0].schedule.total_steps, 1500);
+  EXPECT_EQ(Recipe::from_json(r.to_json(), "again").to_json(), r.to_json());
+}
+
+TEST(Recipe, TinyRecipeSwitchesThetaAndContext) {
+  const Recipe r = resolve_recipe("tiny");
+  ASSERT_EQ(r.stages.size(), 3u);
+  EXPECT_EQ(r.stages[0].rope_theta, 10000);
+  EXPECT_EQ(r.stages[1].rope_theta, 600000);
+  EXPECT_GT(r.stages[1].seq, r.stages[0].seq);
+  EXPECT_EQ(r.stages[0].schedule.kind, "wsd");
+  EXPECT_EQ(r.stages[2].schedule.kind, "inverse_sqrt");
+  EXPECT_LE(r.stages[1].seq, preset_config(r.model).max_position_embeddings);
+}
+
+TEST(Recipe, ErrorsNameTheKey) {
+  EXPECT_NE(error_of(Json{{"stages", Json::array()}}).find("stages"), std::string::npos);
+  EXPECT_NE(error_of(Json{{"stages", Json::array({{{"stepz", 3}}})}}).find("stepz"), std::string::npos);
+  EXPECT_NE(error_of(Json{{"stages", Json::array({{{"steps", "many"}}})}}).find("steps"), std::string::npos);
+  EXPECT_NE(error_of(Json{{"stages", Json::array({{{"lr_schedule", "linear"}}})}}).find("linear"), std::string::npos);
+  EXPECT_NE(error_of(Json{{"stages", Json::array({Json::object()})}, {"sed", 1}}).find("sed"), std::string::npos);
+  const std::string where = error_of(Json{{"stages", Json::array({Json::object(), {{"batch", 0}}})}});
+  EXPECT_NE(where.find("stage 1"), std::string::npos) << where;
+}
+
+TEST(Recipe, StageTokensFollowTheBatchRamp) {
+  StageSettings s;
+  s.steps = 10;
+  s.batch = 4;
+  s.seq = 8;
+  s.accum = 2;  // full batch: 8 sequences = 2 micro-batches
+  EXPECT_EQ(s.total_tokens(), 10.0 * 8 * 8);
+  s.batch_warmup_start = 4;
+  s.batch_warmup_steps = 4;  // steps 0..3 ramp 4 -> 8 sequences: micro-batches 1, 2 (5 -> 2), 2, 2
+  EXPECT_EQ(s.micro_batches_at(0), 1);
+  EXPECT_EQ(s.micro_batches_at(4), 2);
+  double expected = 0;
+  for (int64_t i = 0; i < s.steps; ++i) expected += static_cast<double>(s.micro_batches_at(i) * 4 * 8);
+  EXPECT_EQ(s.total_tokens(), expected);
+  EXPECT_LT(s.total_tokens(), 10.0 * 8 * 8);  // the old budget assumed the full batch from step 0
+}
+
+TEST(TrainState, JsonRoundTripWithBuffers) {
+  class WithBuffer : public Module {
+   public:
+    WithBuffer() : stats(add_buffer("stats", Tensor::from_vector<double>({3}, {0.1, 1.0 / 3.0, 1.0}))) {}
+    Tensor& stats;
+  };
+  WithBuffer a, b;
+  TrainState state;
+  state.step = 7;
+  state.tokens_seen = 900;
+  state.stage = 1;
+  state.stage_step = 2;
+  state.stage_tokens = 300;
+  state.routing_rng = Rng(42);
+  state.routing_rng.normal();  // leaves a spare normal in the state
+  state.data_cursor = {3, 5};
+  a.stats.data<double>()[1] = 2.0 / 7.0;
+  const Json json = parse_json(train_state_to_json(state, a).dump(), "dumped");
+  TrainState back;
+  train_state_from_json(json, "s.json", back, b);
+  EXPECT_EQ(back.step, 7);
+  EXPECT_EQ(back.tokens_seen, 900);
+  EXPECT_EQ(back.stage, 1);
+  EXPECT_EQ(back.stage_step, 2);
+  EXPECT_EQ(back.stage_tokens, 300);
+  EXPECT_EQ(back.data_cursor, (SamplerCursor{3, 5}));
+  EXPECT_EQ(back.routing_rng.normal(), state.routing_rng.normal());
+  EXPECT_EQ(back.routing_rng.next_u64(), state.routing_rng.next_u64());
+  EXPECT_EQ(b.stats.to_vector<double>(), a.stats.to_vector<double>());  // exact, through 17 digits
+
+  Json missing = json;
+  missing["module_buffers"].erase("stats");
+  EXPECT_THROW(train_state_from_json(missing, "s.json", back, b), Error);
+  Json extra = json;
+  extra["module_buffers"]["other"] = json["module_buffers"]["stats"];
+  EXPECT_THROW(train_state_from_json(extra, "s.json", back, b), Error);
+}
+
+}  // namespace
+}  // namespace lt

@@ -1,0 +1,32 @@
+// A whole pre-training run: the stages of a recipe in order on one Trainer, with periodic held-out
+// evaluation, metrics, checkpoints, a time limit and resumption from any checkpoint, then the
+// held-out loss over the whole file and a sample.
+#pragma once
+#include <cstdio>
+#include <string>
+
+#include "io/json.h"
+#include "trainer/recipe.h"
+
+namespace lt {
+
+struct RunOptions {
+  std::string out_dir = "out/tiny";  // checkpoint/, metrics.jsonl and, for the embedded corpus, data/
+  std::string resume;                // a checkpoint to continue from (it brings its recipe)
+  Json stage_overrides = Json::object();  // stage keys that replace the resumed stage's (e.g. more steps)
+  int64_t eval_every = 200;          // held-out loss every N steps (0: only at the end)
+  int64_t eval_tokens = 65536;       // over the first N held-out tokens (0: all)
+  int64_t ckpt_every = 200;          // a checkpoint every N steps (0: only at the end)
+  std::string metrics_path;          // default: <out_dir>/metrics.jsonl
+  std::string sample_prompt = "The ";  // empty: no sample at the end
+  int64_t sample_tokens = 200;
+  double time_limit_seconds = 0;     // stop (with a checkpoint) once exceeded; 0: none
+  int64_t stop_at_step = 0;          // stop (with a checkpoint) after this global step; 0: run to the end
+  std::FILE* progress = stderr;      // the live progress lines
+};
+
+// Runs `recipe` (ignored when resuming: the checkpoint's recipe runs) and returns the summary: steps,
+// tokens, last train loss, held-out loss and the corpus's unigram entropy, checkpoint path, sample.
+Json run_pretraining(const Recipe& recipe, const RunOptions& options);
+
+}  // namespace lt

@@ -1,0 +1,147 @@
+#include "trainer/recipe.h"
+
+#include <algorithm>
+#include <set>
+
+#include "tensor/error.h"
+
+namespace lt {
+
+namespace {
+
+const std::set<std::string>& stage_keys() {
+  static const std::set<std::string> keys = {
+      "name",     "steps", "batch",        "seq",       "accum",         "rope_theta",         "data",
+      "val",      "lr",    "min_lr",       "lr_schedule", "warmup_steps", "halve_at",          "batch_warmup_start",
+      "batch_warmup_steps", "clip", "weight_decay"};
+  return keys;
+}
+
+void check_known_keys(const Json& json, const std::set<std::string>& known, const std::string& where) {
+  for (const auto& [key, value] : json.items())
+    LT_CHECK(known.count(key), where, ": unknown key '", key, "'");
+}
+
+StageSettings stage_from_json(const JsonObject& o, const std::string& where) {
+  check_known_keys(o.json(), stage_keys(), where);
+  StageSettings s;
+  s.name = o.get<std::string>("name", s.name);
+  s.steps = o.get<int64_t>("steps", s.steps);
+  s.batch = o.get<int64_t>("batch", s.batch);
+  s.seq = o.get<int64_t>("seq", s.seq);
+  s.accum = o.get<int64_t>("accum", s.accum);
+  s.rope_theta = o.get<double>("rope_theta", s.rope_theta);
+  s.data = o.get<std::string>("data", s.data);
+  s.val = o.get<std::string>("val", s.val);
+  s.schedule.kind = o.get<std::string>("lr_schedule", "cosine");
+  s.schedule.peak = o.get<double>("lr", 3e-3);
+  s.schedule.min_lr = o.get<double>("min_lr", 3e-4);
+  s.schedule.warmup_steps = o.get<int64_t>("warmup_steps", 30);
+  s.schedule.halve_at_fraction = o.get<double>("halve_at", 0.6);
+  s.schedule.total_steps = s.steps;
+  s.batch_warmup_start = o.get<int64_t>("batch_warmup_start", s.batch_warmup_start);
+  s.batch_warmup_steps = o.get<int64_t>("batch_warmup_steps", s.batch_warmup_steps);
+  s.clip = o.get<double>("clip", s.clip);
+  s.weight_decay = o.get<double>("weight_decay", s.weight_decay);
+  LT_CHECK(s.steps > 0 && s.batch > 0 && s.seq > 0 && s.accum > 0, where,
+           ": steps, batch, seq and accum must be > 0");
+  LT_CHECK(s.rope_theta >= 0, where, ": rope_theta must be >= 0 (0 keeps the model's)");
+  LT_CHECK(s.clip >= 0 && s.weight_decay >= 0, where, ": clip and weight_decay must be >= 0");
+  LT_CHECK(s.batch_warmup_start >= 0 && s.batch_warmup_steps >= 0, where,
+           ": batch_warmup_start and batch_warmup_steps must be >= 0");
+  try {
+    s.schedule.validate();
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());
+  }
+  return s;
+}
+
+Json stage_to_json(const StageSettings& s) {
+  return Json{{"name", s.name},
+              {"steps", s.steps},
+              {"batch", s.batch},
+              {"seq", s.seq},
+              {"accum", s.accum},
+              {"rope_theta", s.rope_theta},
+              {"data", s.data},
+              {"val", s.val},
+              {"lr_schedule", s.schedule.kind},
+              {"lr", s.schedule.peak},
+              {"min_lr", s.schedule.min_lr},
+              {"warmup_steps", s.schedule.warmup_steps},
+              {"halve_at", s.schedule.halve_at_fraction},
+              {"batch_warmup_start", s.batch_warmup_start},
+              {"batch_warmup_steps", s.batch_warmup_steps},
+              {"clip", s.clip},
+              {"weight_decay", s.weight_decay}};
+}
+
+// Ling's three pre-training stages (docs/architecture.md §9.1) scaled to the tiny preset and the
+// embedded corpus: the base stage at half the context with theta 10K and Ling's WSD schedule (halved
+// at 60% of the stage's tokens), the context doubled with theta 600K at the halved rate (Ling keeps
+// the schedule of the stage before), then the inverse-square-root anneal down by 10^3. The longer
+// stages halve the batch, so every stage sees 2048 tokens a step.
+const char* kTinyRecipe = R"({
+  "model": "tiny", "seed": 1, "routing_warmup": 50,
+  "stages": [
+    {"name": "base", "steps": 600, "batch": 16, "seq": 128, "rope_theta": 10000,
+     "lr_schedule": "wsd", "lr": 3e-3, "warmup_steps": 30, "halve_at": 0.6},
+    {"name": "long-context", "steps": 200, "batch": 8, "seq": 256, "rope_theta": 600000,
+     "lr_schedule": "constant", "lr": 1.5e-3, "warmup_steps": 0},
+    {"name": "anneal", "steps": 200, "batch": 8, "seq": 256, "rope_theta": 600000,
+     "lr_schedule": "inverse_sqrt", "lr": 1.5e-3, "min_lr": 1.5e-6, "warmup_steps": 0}
+  ]
+})";
+
+}  // namespace
+
+int64_t StageSettings::micro_batches_at(int64_t step) const {
+  return std::max<int64_t>(1, (ramp().at(step) + batch - 1) / batch);
+}
+
+double StageSettings::total_tokens() const {
+  double total = 0;
+  for (int64_t s = 0; s < steps; ++s) total += static_cast<double>(micro_batches_at(s) * batch * seq);
+  return total;
+}
+
+Recipe Recipe::from_json(const Json& json, const std::string& source) {
+  const JsonObject o(json, source);
+  check_known_keys(json, {"model", "seed", "routing_warmup", "stages"}, source);
+  Recipe r;
+  r.model = o.get<std::string>("model", r.model);
+  const int64_t seed = o.get<int64_t>("seed", static_cast<int64_t>(r.seed));
+  LT_CHECK(seed >= 0, source, ": seed must be >= 0");
+  r.seed = static_cast<uint64_t>(seed);
+  r.routing_warmup = o.get<int64_t>("routing_warmup", r.routing_warmup);
+  LT_CHECK(r.routing_warmup >= 0, source, ": routing_warmup must be >= 0");
+  LT_CHECK(json.contains("stages") && json.at("stages").is_array() && !json.at("stages").empty(), source,
+           ": 'stages' must be a non-empty array");
+  for (size_t i = 0; i < json.at("stages").size(); ++i) {
+    const std::string where = source + ": stage " + std::to_string(i);
+    r.stages.push_back(stage_from_json(JsonObject(json.at("stages").at(i), where), where));
+  }
+  return r;
+}
+
+Json Recipe::to_json() const {
+  Json stages_json = Json::array();
+  for (const StageSettings& s : stages) stages_json.push_back(stage_to_json(s));
+  return Json{{"model", model}, {"seed", seed}, {"routing_warmup", routing_warmup}, {"stages", stages_json}};
+}
+
+int64_t Recipe::total_steps() const {
+  int64_t total = 0;
+  for (const StageSettings& s : stages) total += s.steps;
+  return total;
+}
+
+std::vector<std::string> builtin_recipe_names() { return {"tiny"}; }
+
+Recipe resolve_recipe(const std::string& name_or_path) {
+  if (name_or_path == "tiny") return Recipe::from_json(parse_json(kTinyRecipe, "built-in recipe tiny"), "recipe tiny");
+  return Recipe::from_json(read_json_file(name_or_path), name_or_path);
+}
+
+}  // namespace lt

@@ -1,0 +1,82 @@
+#include "trainer/train_state.h"
+
+#include <map>
+
+namespace lt {
+
+Json rng_to_json(const Rng& rng) {
+  const Rng::State s = rng.state();
+  return Json{{"words", Json::array({s.words[0], s.words[1], s.words[2], s.words[3]})},
+              {"has_spare_normal", s.has_spare_normal},
+              {"spare_normal", s.spare_normal}};
+}
+
+void rng_from_json(const Json& json, Rng& rng, const std::string& source) {
+  try {
+    Rng::State s;
+    for (size_t i = 0; i < 4; ++i) s.words[i] = json.at("words").at(i).get<uint64_t>();
+    s.has_spare_normal = json.at("has_spare_normal").get<bool>();
+    s.spare_normal = json.at("spare_normal").get<double>();
+    rng.set_state(s);
+  } catch (const nlohmann::json::exception& e) {
+    fail(source, ": malformed random-generator state (", e.what(), ")");
+  }
+}
+
+Json train_state_to_json(const TrainState& state, Module& model) {
+  Json buffers = Json::object();
+  for (const Module::Buffer& b : model.buffers()) {
+    // Every buffer goes through f64, which holds f32 and bf16 values exactly.
+    const Tensor& value = *b.value;
+    buffers[b.name] = {{"shape", value.shape()}, {"values", value.to(Device::cpu()).to(DType::F64).to_vector<double>()}};
+  }
+  return Json{{"step", state.step},
+              {"tokens_seen", state.tokens_seen},
+              {"stage", state.stage},
+              {"stage_step", state.stage_step},
+              {"stage_tokens", state.stage_tokens},
+              {"rng", {{"routing", rng_to_json(state.routing_rng)}}},
+              {"data_cursor", {{"epoch", state.data_cursor.epoch}, {"position", state.data_cursor.position}}},
+              {"module_buffers", buffers}};
+}
+
+void train_state_from_json(const Json& json, const std::string& source, TrainState& state, Module& model) {
+  const JsonObject o(json, source);
+  state.step = o.get<int64_t>("step");
+  state.tokens_seen = o.get<int64_t>("tokens_seen");
+  state.stage = o.get<int64_t>("stage");
+  state.stage_step = o.get<int64_t>("stage_step");
+  state.stage_tokens = o.get<int64_t>("stage_tokens");
+  LT_CHECK(state.step >= 0 && state.tokens_seen >= 0 && state.stage >= 0 && state.stage_step >= 0 &&
+               state.stage_tokens >= 0,
+           source, ": step, tokens and stage counters must be >= 0");
+  LT_CHECK(json.contains("rng") && json.at("rng").contains("routing"), source, ": no rng.routing state");
+  rng_from_json(json.at("rng").at("routing"), state.routing_rng, source);
+  const JsonObject cursor = o.object("data_cursor");
+  state.data_cursor = {static_cast<uint64_t>(cursor.get<int64_t>("epoch")),
+                       static_cast<uint64_t>(cursor.get<int64_t>("position"))};
+
+  const JsonObject saved = o.object("module_buffers");
+  std::map<std::string, bool> restored;
+  for (const Module::Buffer& b : model.buffers()) {
+    LT_CHECK(saved.has(b.name), source, ": no state for the model's buffer '", b.name, "'");
+    const Json& entry = saved.json().at(b.name);
+    Tensor& destination = *b.value;
+    try {
+      const Shape shape = entry.at("shape").get<Shape>();
+      LT_CHECK(shape == destination.shape(), source, ": buffer '", b.name, "' has shape ", shape_str(shape),
+               ", the model needs ", shape_str(destination.shape()));
+      const std::vector<double> values = entry.at("values").get<std::vector<double>>();
+      LT_CHECK(static_cast<int64_t>(values.size()) == destination.numel(), source, ": buffer '", b.name, "' holds ",
+               values.size(), " values for shape ", shape_str(shape));
+      destination.copy_from(Tensor::from_vector<double>(shape, values).to(destination.dtype()).to(destination.device()));
+    } catch (const nlohmann::json::exception& e) {
+      fail(source, ": malformed buffer '", b.name, "' (", e.what(), ")");
+    }
+    restored[b.name] = true;
+  }
+  for (const auto& [name, value] : saved.json().items())
+    LT_CHECK(restored.count(name), source, ": buffer '", name, "' does not belong to this model");
+}
+
+}  // namespace lt

@@ -1,0 +1,160 @@
+#include "trainer/trainer.h"
+
+#include <chrono>
+
+#include "autograd/ops.h"
+#include "autograd/profile.h"
+#include "moe/stats.h"
+#include "data/derive_seed.h"
+
+namespace lt {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// The routing-warmup noise draws from its own stream of the run's seed.
+constexpr uint64_t kRoutingNoiseStream = 1;
+}  // namespace
+
+LossBreakdown language_model_objective(LingForCausalLM& model, const TokenBatch& batch, MoEContext& context) {
+  return model.loss(batch.inputs, batch.targets, context);
+}
+
+Trainer::Trainer(LingForCausalLM& model, TrainerSettings settings, Objective objective)
+    : model_(model),
+      settings_(std::move(settings)),
+      objective_(std::move(objective)),
+      params_(model.parameters()),
+      optimizer_(params_, settings_.adam) {
+  state_.routing_rng = Rng(derive_seed(settings_.seed, kRoutingNoiseStream));
+}
+
+double Trainer::next_lr() const {
+  return settings_.schedule.at(state_.stage_step,
+                               static_cast<double>(state_.stage_tokens) / std::max(settings_.stage_total_tokens, 1.0));
+}
+
+StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
+  LT_CHECK(!micro_batches.empty(), "Trainer::step needs at least one micro-batch");
+  const Clock::time_point start = Clock::now();
+  StepStats stats;
+  stats.lr = next_lr();
+  stats.micro_batches = static_cast<int64_t>(micro_batches.size());
+  const double m = static_cast<double>(micro_batches.size());
+
+  // The losses stay on the device until the step is done: no host round trip between micro-batches.
+  std::vector<Tensor> totals, lms;
+  std::vector<double> aux, balance, z;
+  std::vector<std::vector<ExpertStats>> routing;
+  for (const TokenBatch& batch : micro_batches) {
+    const Clock::time_point t0 = Clock::now();
+    MoEContext context;
+    context.step = state_.step;
+    context.training = true;
+    context.warmup_steps = settings_.routing_warmup_steps;
+    context.rng = &state_.routing_rng;
+    Clock::time_point backward_start;
+    {
+      const LossBreakdown loss = objective_(model_, batch, context);
+      const Clock::time_point t1 = Clock::now();
+      stats.forward_seconds += seconds_between(t0, t1);
+      scale(loss.total, 1.0 / m).backward();
+      totals.push_back(loss.total.value());
+      lms.push_back(loss.lm.value());
+      aux.push_back(loss.aux);
+      balance.push_back(loss.balance);
+      z.push_back(loss.z);
+      routing.push_back(std::move(context.stats));
+      backward_start = t1;
+    }  // the graph's last references go here, inside the backward phase
+    stats.backward_seconds += seconds_between(backward_start, Clock::now());
+    stats.tokens += batch.inputs.numel();
+    stats.sequences += batch.inputs.dim(0);
+  }
+
+  const Clock::time_point t2 = Clock::now();
+  if (hooks_.after_backward) hooks_.after_backward(params_);
+  {
+    LT_PROFILE_PHASE_SCOPE("grad_norm", profile::Phase::Optimizer);
+    stats.grad_norm = optimizer_.clip_grad_norm(settings_.clip);
+  }
+  // The step's statistics, read back once; summed in micro-batch order as one running sum would be.
+  for (size_t i = 0; i < totals.size(); ++i) {
+    stats.loss += totals[i].item();
+    stats.lm_loss += lms[i].item();
+    stats.aux_loss += aux[i];
+    stats.balance_loss += balance[i];
+    stats.z_loss += z[i];
+  }
+  stats.loss /= m;
+  stats.lm_loss /= m;
+  stats.aux_loss /= m;
+  stats.balance_loss /= m;
+  stats.z_loss /= m;
+  for (const std::vector<ExpertStats>& layers : routing) {
+    if (stats.moe_layers.empty()) stats.moe_layers.resize(layers.size());
+    for (size_t i = 0; i < layers.size(); ++i) {
+      LayerRouting& out = stats.moe_layers[i];
+      const std::vector<int64_t>& load = layers[i].tokens_per_expert;
+      if (out.tokens_per_expert.empty()) out.tokens_per_expert.assign(load.size(), 0);
+      for (size_t e = 0; e < load.size(); ++e) out.tokens_per_expert[e] += load[e];
+      out.routing_entropy += layers[i].routing_entropy / m;
+    }
+  }
+
+  stats.step = state_.step + 1;
+  stats.decision = hooks_.before_update ? hooks_.before_update(stats) : UpdateDecision::Apply;
+  if (stats.decision == UpdateDecision::Apply) {
+    LT_PROFILE_PHASE_SCOPE("adamw", profile::Phase::Optimizer);
+    optimizer_.step(stats.lr);
+  }
+  {
+    LT_PROFILE_PHASE_SCOPE("zero_grad", profile::Phase::Optimizer);
+    params_.zero_grad();
+  }
+  state_.tokens_seen += stats.tokens;
+  state_.stage_tokens += stats.tokens;
+  if (stats.decision != UpdateDecision::Retry) {
+    ++state_.step;
+    ++state_.stage_step;
+  } else {
+    stats.step = state_.step;
+  }
+  const Clock::time_point end = Clock::now();
+  stats.optimizer_seconds = seconds_between(t2, end);
+  stats.seconds = seconds_between(start, end);
+  return stats;
+}
+
+Json step_record(const StepStats& s, int64_t tokens_seen) {
+  Json record = {{"step", s.step},
+                 {"loss", s.loss},
+                 {"lm_loss", s.lm_loss},
+                 {"aux_loss", s.aux_loss},
+                 {"balance_loss", s.balance_loss},
+                 {"z_loss", s.z_loss},
+                 {"grad_norm", s.grad_norm},
+                 {"lr", s.lr},
+                 {"tokens", tokens_seen},
+                 {"batch_seqs", s.sequences},
+                 {"tokens_per_s", static_cast<double>(s.tokens) / s.seconds},
+                 {"step_seconds", s.seconds}};
+  if (s.decision != UpdateDecision::Apply) record["update"] = s.decision == UpdateDecision::Skip ? "skipped" : "retry";
+  if (s.moe_layers.empty()) return record;
+  Json layers = Json::array();
+  for (size_t i = 0; i < s.moe_layers.size(); ++i) {
+    const LoadSummary load = summarize_load(s.moe_layers[i].tokens_per_expert);
+    layers.push_back({{"layer", i},
+                      {"max_over_mean", load.max_over_mean},
+                      {"min_load", load.min_load},
+                      {"dead_experts", load.dead_experts},
+                      {"load_cv", load.load_cv},
+                      {"routing_entropy", s.moe_layers[i].routing_entropy},
+                      {"tokens_per_expert", s.moe_layers[i].tokens_per_expert}});
+  }
+  record["moe_layers"] = layers;
+  return record;
+}
+
+}  // namespace lt

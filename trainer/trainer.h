@@ -1,0 +1,102 @@
+// The Trainer: one training step, written once. Pre-training, the benchmarks and the tests all call
+// Trainer::step; data parallel, EDiT, the spike guard, SFT and DPO plug into its seams (the hooks and
+// the objective) instead of writing the loop again.
+//
+// A step, in order:
+//   for each micro-batch: objective forward (the graph is built) -> backward (the gradient, scaled by
+//     1 / micro-batches, accumulates in the flat gradient buffer)
+//   hook after_backward   the gradients of this process are complete (dist averages them here)
+//   gradient norm         one reduction over the flat gradient buffer
+//   hook before_update    losses and gradient norm are known (a spike guard may skip or retry)
+//   clip + AdamW update   clipping rides along in the update kernel
+// and the statistics of the step are read back from the device once, at the end.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "data/batch_sampler.h"
+#include "model/ling.h"
+#include "optim/adamw.h"
+#include "optim/flat_parameters.h"
+#include "optim/schedule.h"
+#include "trainer/train_state.h"
+
+namespace lt {
+
+struct TrainerSettings {
+  AdamWSettings adam;
+  double clip = 1.0;                // global gradient-norm clipping; 0 disables
+  int64_t routing_warmup_steps = 0;  // stochastic routing warmup length W (0: none)
+  LRSchedule schedule;              // of the current stage, at (stage_step, stage token fraction)
+  double stage_total_tokens = 1;    // the token budget of the current stage, for the wsd halving point
+  uint64_t seed = 1;                // seeds the routing-warmup noise stream
+};
+
+// What the hook before the update decides.
+enum class UpdateDecision {
+  Apply,  // clip and update (the normal case)
+  Skip,   // drop this step's gradients, keep the parameters; the step and its data count as taken
+  Retry,  // drop the gradients and do not count the step: the caller runs it again on the next batch
+};
+
+struct LayerRouting {
+  std::vector<int64_t> tokens_per_expert;  // summed over the step's micro-batches
+  double routing_entropy = 0;              // mean over micro-batches
+};
+
+struct StepStats {
+  int64_t step = 0;  // optimiser steps taken after this one (1 after the first)
+  double loss = 0, lm_loss = 0, aux_loss = 0, balance_loss = 0, z_loss = 0;  // means over micro-batches
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+  int64_t tokens = 0, sequences = 0, micro_batches = 0;
+  double forward_seconds = 0, backward_seconds = 0, optimizer_seconds = 0, seconds = 0;
+  std::vector<LayerRouting> moe_layers;  // one per MoE layer
+  UpdateDecision decision = UpdateDecision::Apply;
+};
+
+struct StepHooks {
+  std::function<void(FlatParameters&)> after_backward;
+  std::function<UpdateDecision(const StepStats&)> before_update;
+};
+
+// The loss of one micro-batch. Pre-training's is the next-token cross-entropy plus the MoE auxiliary
+// losses; SFT masks targets with -100; DPO brings its own.
+using Objective = std::function<LossBreakdown(LingForCausalLM&, const TokenBatch&, MoEContext&)>;
+LossBreakdown language_model_objective(LingForCausalLM& model, const TokenBatch& batch, MoEContext& context);
+
+class Trainer {
+ public:
+  // Lays the model's parameters out flat (they become views of one buffer) and builds the optimiser.
+  Trainer(LingForCausalLM& model, TrainerSettings settings, Objective objective = language_model_objective);
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // One optimiser step over `micro_batches` (gradient accumulation: their mean loss).
+  StepStats step(const std::vector<TokenBatch>& micro_batches);
+  // The learning rate the next step will use.
+  double next_lr() const;
+
+  StepHooks& hooks() { return hooks_; }
+  TrainerSettings& settings() { return settings_; }
+  TrainState& state() { return state_; }
+  const TrainState& state() const { return state_; }
+  LingForCausalLM& model() { return model_; }
+  FlatParameters& parameters() { return params_; }
+  AdamW& optimizer() { return optimizer_; }
+
+ private:
+  LingForCausalLM& model_;
+  TrainerSettings settings_;
+  Objective objective_;
+  FlatParameters params_;
+  AdamW optimizer_;
+  StepHooks hooks_;
+  TrainState state_;
+};
+
+// The metrics-log record of a step (io/metrics.h): losses, lr, gradient norm, tokens, speed and, per
+// MoE layer, the expert load summary and routing entropy.
+Json step_record(const StepStats& stats, int64_t tokens_seen);
+
+}  // namespace lt
