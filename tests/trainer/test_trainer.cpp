@@ -1,0 +1,144 @@
+// Trainer::step and its seams: the hook after backward sees this step's complete gradients in the flat
+// buffer, the hook before the update sees the losses and gradient norm and may skip or retry, gradient
+// accumulation over micro-batches equals one batch of them all, and the learning rate follows the
+// schedule at the stage's position.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/ling.h"
+#include "tensor/kernels.h"
+#include "trainer/trainer.h"
+
+namespace lt {
+namespace {
+
+LingConfig small_config() {
+  LingConfig c = preset_config("tiny");
+  c.hidden_size = 32;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.intermediate_size = 48;
+  c.moe_intermediate_size = 16;
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  return c;
+}
+
+TokenBatch random_batch(Rng& rng, int64_t B, int64_t T) {
+  std::vector<int32_t> ids(B * T), targets(B * T);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<int32_t>(rng.below(250));
+    targets[i] = static_cast<int32_t>(rng.below(250));
+  }
+  return {Tensor::from_vector<int32_t>({B, T}, ids), Tensor::from_vector<int32_t>({B, T}, targets)};
+}
+
+TrainerSettings constant_lr(double lr) {
+  TrainerSettings s;
+  s.schedule.kind = "constant";
+  s.schedule.peak = lr;
+  return s;
+}
+
+std::vector<float> values_of(Trainer& trainer) { return trainer.parameters().values().to_vector<float>(); }
+
+TEST(Trainer, HooksSeeTheStepAndMaySkipOrRetry) {
+  LingForCausalLM model(small_config(), 1);
+  Trainer trainer(model, constant_lr(1e-2));
+  Rng rng(2);
+  const std::vector<TokenBatch> batch = {random_batch(rng, 2, 8)};
+
+  double norm_seen_after_backward = -1;
+  trainer.hooks().after_backward = [&](FlatParameters& params) {
+    Tensor sq = Tensor::empty({1});
+    kernels::sum_squares(params.grads(), sq);
+    norm_seen_after_backward = std::sqrt(sq.item());
+  };
+  UpdateDecision decision = UpdateDecision::Skip;
+  StepStats seen;
+  trainer.hooks().before_update = [&](const StepStats& stats) {
+    seen = stats;
+    return decision;
+  };
+
+  const std::vector<float> before = values_of(trainer);
+  const StepStats skipped = trainer.step(batch);
+  EXPECT_NEAR(norm_seen_after_backward, skipped.grad_norm, 1e-4 * skipped.grad_norm);
+  EXPECT_EQ(seen.grad_norm, skipped.grad_norm);
+  EXPECT_EQ(seen.lm_loss, skipped.lm_loss);
+  EXPECT_TRUE(std::isfinite(seen.loss) && seen.loss > 0);
+  EXPECT_EQ(values_of(trainer), before) << "a skipped step changed the parameters";
+  EXPECT_EQ(trainer.state().step, 1);  // the skipped step and its data count as taken
+  EXPECT_EQ(trainer.optimizer().steps_taken(), 0);
+
+  decision = UpdateDecision::Retry;
+  const StepStats retried = trainer.step(batch);
+  EXPECT_EQ(retried.decision, UpdateDecision::Retry);
+  EXPECT_EQ(values_of(trainer), before);
+  EXPECT_EQ(trainer.state().step, 1);  // a retry does not count
+  EXPECT_EQ(trainer.state().tokens_seen, 2 * 16);
+
+  decision = UpdateDecision::Apply;
+  trainer.step(batch);
+  EXPECT_NE(values_of(trainer), before);
+  EXPECT_EQ(trainer.state().step, 2);
+  EXPECT_EQ(trainer.optimizer().steps_taken(), 1);
+  EXPECT_FALSE(trainer.parameters().runs_with_grad(false).size()) << "gradients survived the step";
+}
+
+TEST(Trainer, AccumulationEqualsOneLargeBatch) {
+  Rng rng(3);
+  const TokenBatch a = random_batch(rng, 2, 8), b = random_batch(rng, 2, 8);
+  const TokenBatch both = {Tensor::zeros({4, 8}, DType::I32), Tensor::zeros({4, 8}, DType::I32)};
+  for (auto [whole, half, row] : {std::tuple{both.inputs, a.inputs, 0}, {both.inputs, b.inputs, 2},
+                                  {both.targets, a.targets, 0}, {both.targets, b.targets, 2}}) {
+    Tensor rows = whole.narrow(row, 2);
+    rows.copy_from(half);
+  }
+  // The auxiliary losses are per micro-batch by design (docs/architecture.md §7.4), so they are off here:
+  // what accumulation must preserve is the mean language-model gradient.
+  LingConfig config = small_config();
+  config.aux_loss_coef = config.z_loss_coef = 0;
+  LingForCausalLM accumulated(config, 4), single(config, 4);
+  Trainer t1(accumulated, constant_lr(1e-2)), t2(single, constant_lr(1e-2));
+  std::vector<float> g1, g2;
+  t1.hooks().after_backward = [&](FlatParameters& p) { g1 = p.grads().to_vector<float>(); };
+  t2.hooks().after_backward = [&](FlatParameters& p) { g2 = p.grads().to_vector<float>(); };
+  const StepStats s1 = t1.step({a, b}), s2 = t2.step({both});
+  EXPECT_EQ(s1.micro_batches, 2);
+  EXPECT_EQ(s1.tokens, s2.tokens);
+  EXPECT_NEAR(s1.lm_loss, s2.lm_loss, 1e-5);
+  EXPECT_NEAR(s1.grad_norm, s2.grad_norm, 1e-5 * s2.grad_norm);
+  ASSERT_EQ(g1.size(), g2.size());
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < g1.size(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(g1[i]) - g2[i]));
+    largest = std::max(largest, std::fabs(static_cast<double>(g2[i])));
+  }
+  EXPECT_LT(worst, 1e-5 * largest);
+}
+
+TEST(Trainer, LearningRateFollowsTheStageSchedule) {
+  LingForCausalLM model(small_config(), 5);
+  TrainerSettings settings;
+  settings.schedule.kind = "wsd";
+  settings.schedule.peak = 1e-2;
+  settings.schedule.warmup_steps = 2;
+  settings.schedule.total_steps = 10;
+  settings.schedule.halve_at_fraction = 0.5;
+  settings.stage_total_tokens = 4 * 16;  // four steps of 16 tokens
+  Trainer trainer(model, settings);
+  Rng rng(6);
+  const std::vector<TokenBatch> batch = {random_batch(rng, 2, 8)};
+  std::vector<double> lrs;
+  for (int i = 0; i < 4; ++i) lrs.push_back(trainer.step(batch).lr);
+  EXPECT_DOUBLE_EQ(lrs[0], 0.5e-2);  // warmup
+  EXPECT_DOUBLE_EQ(lrs[1], 1e-2);
+  EXPECT_DOUBLE_EQ(lrs[2], 0.5e-2);  // half the stage's tokens consumed: halved
+  EXPECT_EQ(trainer.state().stage_tokens, 4 * 16);
+}
+
+}  // namespace
+}  // namespace lt
