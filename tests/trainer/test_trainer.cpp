@@ -7,24 +7,14 @@
 #include <cmath>
 
 #include "model/ling.h"
+#include "tests/model/small_config.h"
 #include "tensor/kernels.h"
 #include "trainer/trainer.h"
 
 namespace lt {
 namespace {
 
-LingConfig small_config() {
-  LingConfig c = preset_config("tiny");
-  c.hidden_size = 32;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.intermediate_size = 48;
-  c.moe_intermediate_size = 16;
-  c.num_experts = 4;
-  c.num_experts_per_tok = 2;
-  return c;
-}
+using test::small_config;
 
 TokenBatch random_batch(Rng& rng, int64_t B, int64_t T) {
   std::vector<int32_t> ids(B * T), targets(B * T);

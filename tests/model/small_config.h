@@ -1,0 +1,21 @@
+// A Ling config small enough for unit tests to build and train in milliseconds: two layers (the first
+// dense, the second MoE with four experts, top-2, a shared expert), NormHead, the byte vocabulary.
+#pragma once
+#include "model/config.h"
+
+namespace lt::test {
+
+inline LingConfig small_config() {
+  LingConfig c = preset_config("tiny");
+  c.hidden_size = 32;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.intermediate_size = 48;
+  c.moe_intermediate_size = 16;
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  return c;
+}
+
+}  // namespace lt::test
