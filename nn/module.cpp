@@ -18,6 +18,22 @@ std::vector<Parameter> Module::parameters(const std::string& prefix) {
   return out;
 }
 
+Tensor& Module::add_buffer(const std::string& name, Tensor value) {
+  buffers_.emplace_back(name, std::make_unique<Tensor>(std::move(value)));
+  return *buffers_.back().second;
+}
+
+std::vector<Buffer> Module::buffers(const std::string& prefix) {
+  std::vector<Buffer> out;
+  const std::string dot = prefix.empty() ? "" : prefix + ".";
+  for (auto& [name, value] : buffers_) out.push_back({dot + name, value.get()});
+  for (auto& [name, child] : children_) {
+    std::vector<Buffer> below = child->buffers(dot + name);
+    out.insert(out.end(), below.begin(), below.end());
+  }
+  return out;
+}
+
 int64_t Module::parameter_count() {
   int64_t n = 0;
   for (const Parameter& p : parameters()) n += p.value->value().numel();

@@ -1,6 +1,6 @@
-// Module: a named tree of parameters and submodules, as in PyTorch. Parameter names are the dotted
-// paths of the tree, so a model built with the Hugging Face attribute names gets the Hugging Face
-// tensor names for free ("model.layers.0.attention.query_key_value.weight").
+// Module: a named tree of parameters, buffers and submodules, as in PyTorch. Parameter names are the
+// dotted paths of the tree, so a model built with the Hugging Face attribute names gets the Hugging
+// Face tensor names for free ("model.layers.0.attention.query_key_value.weight").
 #pragma once
 #include <memory>
 #include <string>
@@ -18,6 +18,13 @@ struct Parameter {
   bool weight_decay;  // AdamW decays matrices, never norm weights
 };
 
+// A buffer is state a module updates itself, outside the optimiser, and a checkpoint saves
+// (PyTorch's register_buffer): the routing-warmup statistics of a MoE block.
+struct Buffer {
+  std::string name;  // full dotted name
+  Tensor* value;     // owned by its module
+};
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -28,9 +35,12 @@ class Module {
   // Every parameter below this module, depth first in registration order, names prefixed.
   std::vector<Parameter> parameters(const std::string& prefix = "");
   int64_t parameter_count();
+  // Every buffer below this module, in the same order and with the same naming as parameters().
+  std::vector<Buffer> buffers(const std::string& prefix = "");
 
  protected:
   Variable& add_parameter(const std::string& name, Tensor value, bool weight_decay);
+  Tensor& add_buffer(const std::string& name, Tensor value);
   template <class M>
   M& add_module(const std::string& name, std::unique_ptr<M> module) {
     M& ref = *module;
@@ -45,6 +55,7 @@ class Module {
     bool weight_decay;
   };
   std::vector<OwnedParameter> params_;
+  std::vector<std::pair<std::string, std::unique_ptr<Tensor>>> buffers_;  // stable addresses for Buffer::value
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
 };
 
