@@ -344,13 +344,15 @@ int cmd_pretrain(const std::vector<std::string>& args) {
     lt::rng_from_json(trainer_state.at("rng"), rng, resume);
     sampler.restore({trainer_state.at("data_cursor").at("epoch").get<uint64_t>(),
                      trainer_state.at("data_cursor").at("position").get<uint64_t>()});
-    const Json& warmups = trainer_state.at("routing_warmup");
-    LT_CHECK(warmups.size() == moe.size(), resume, ": routing-warmup state for ", warmups.size(), " MoE layers, model has ",
-             moe.size());
-    for (size_t i = 0; i < moe.size(); ++i) {
-      moe[i]->warmup().mean = warmups[i].at("mean").get<double>();
-      moe[i]->warmup().std = warmups[i].at("std").get<double>();
-      moe[i]->warmup().initialized = warmups[i].at("initialized").get<bool>();
+    // The model's buffers (the routing-warmup statistics), by name, as JSON numbers (which round-trip doubles).
+    const Json& buffers = trainer_state.at("buffers");
+    for (const lt::Buffer& buffer : model.buffers()) {
+      lt::Tensor& value = *buffer.value;
+      LT_CHECK(buffers.contains(buffer.name), resume, ": no state for buffer ", buffer.name);
+      const std::vector<double> values = buffers.at(buffer.name).get<std::vector<double>>();
+      LT_CHECK(static_cast<int64_t>(values.size()) == value.numel(), resume, ": buffer ", buffer.name, " has ",
+               values.size(), " values, the model ", value.numel());
+      value.copy_from(lt::Tensor::from_vector<double>(value.shape(), values).to(value.dtype()).to(value.device()));
     }
     lt::load_checkpoint_optimizer(resume, optimizer, step);
   }
@@ -360,17 +362,16 @@ int cmd_pretrain(const std::vector<std::string>& args) {
   Json run;
   for (const auto& [name, value] : flags.all()) run[name] = value;
   auto save = [&](int64_t at_step) {
-    Json warmups = Json::array();
-    for (lt::MoEBlock* block : moe)
-      warmups.push_back({{"mean", block->warmup().mean}, {"std", block->warmup().std},
-                         {"initialized", block->warmup().initialized}});
+    Json buffers = Json::object();
+    for (const lt::Buffer& buffer : model.buffers())
+      buffers[buffer.name] = buffer.value->to(lt::DType::F64).to_vector<double>();
     const lt::SamplerCursor cursor = sampler.cursor();
     const Json state = {{"step", at_step},
                         {"tokens_seen", tokens_seen},
                         {"seq_len", T},
                         {"rng", lt::rng_to_json(rng)},
                         {"data_cursor", {{"epoch", cursor.epoch}, {"position", cursor.position}}},
-                        {"routing_warmup", warmups},
+                        {"buffers", buffers},
                         {"run", run}};
     lt::save_checkpoint(out_dir + "/checkpoint", model, &optimizer, state);
   };
@@ -413,14 +414,15 @@ int cmd_pretrain(const std::vector<std::string>& args) {
       lt::scale(loss.total, 1.0 / static_cast<double>(micro_batches)).backward();
       loss_sum += loss.total.value().item();
       lm_sum += loss.lm.value().item();
-      aux_sum += loss.aux;
-      balance_sum += loss.balance;
-      z_sum += loss.z;
+      aux_sum += loss.aux.item();
+      balance_sum += loss.balance.item();
+      z_sum += loss.z.item();
       for (size_t i = 0; i < context.stats.size(); ++i) {
-        const std::vector<int64_t>& layer_load = context.stats[i].tokens_per_expert;
+        const std::vector<int64_t> layer_load =
+            context.stats[i].tokens_per_expert.to(lt::DType::I64).to_vector<int64_t>();
         if (loads[i].empty()) loads[i].assign(layer_load.size(), 0);
         for (size_t e = 0; e < layer_load.size(); ++e) loads[i][e] += layer_load[e];
-        entropy[i] += context.stats[i].routing_entropy / static_cast<double>(micro_batches);
+        entropy[i] += context.stats[i].routing_entropy.item() / static_cast<double>(micro_batches);
       }
       tokens_seen += batch.inputs.numel();
     }
