@@ -87,13 +87,17 @@ LossBreakdown LingForCausalLM::loss(const Tensor& ids_BT, const Tensor& targets_
   LossBreakdown out;
   out.lm = normhead_cross_entropy(h_NH, *lm_head_VH_, targets_BT.reshape({N}), -100, head_norm);
   out.total = out.lm;
+  const Device device = out.lm.value().device();
+  out.aux = Tensor::zeros({1}, DType::F64, device);
+  out.balance = Tensor::zeros({1}, DType::F64, device);
+  out.z = Tensor::zeros({1}, DType::F64, device);
   for (const Variable& aux : context.aux_losses) {
     out.total = add(out.total, aux);
-    out.aux += aux.value().item();
+    kernels::accumulate_f64(aux.value(), out.aux);
   }
   for (const ExpertStats& s : context.stats) {
-    out.balance += s.balance;
-    out.z += s.z;
+    kernels::accumulate_f64(s.balance, out.balance);
+    kernels::accumulate_f64(s.z, out.z);
   }
   return out;
 }

@@ -39,11 +39,13 @@ class LingBackbone : public Module {
   RMSNorm* norm_ = nullptr;
 };
 
+// The losses stay on the model's device; callers read them with .item() when they log.
 struct LossBreakdown {
-  Variable total;    // lm + aux, what backward runs on
-  Variable lm;       // mean next-token cross-entropy over the non-ignored targets
-  double aux = 0;    // sum over MoE layers of aux_coef * balance + z_coef * z
-  double balance = 0, z = 0;  // unscaled, summed over layers
+  // total = lm + aux, what backward runs on; lm the mean next-token cross-entropy over the non-ignored targets.
+  Variable total, lm;
+  // f64 [1] sums over the MoE layers, in layer order (zero for a dense model): aux of each layer's
+  // aux_coef * balance + z_coef * z, and the unscaled balance and z losses.
+  Tensor aux, balance, z;
 };
 
 class LingForCausalLM : public Module {

@@ -29,10 +29,7 @@ Variable routed_output(const Inputs& x, int64_t k, bool norm, int64_t warmup_ste
   s.step = step;
   s.training = true;
   s.update_warmup_stats = false;
-  RoutingWarmup warmup;
-  warmup.mean = 0.3;
-  warmup.std = 0.7;
-  warmup.initialized = true;
+  Tensor warmup = Tensor::from_vector<double>({3}, {0.3, 0.7, 1.0});  // mean, std, observed
   Rng rng(11);
   const Routing r = route(x[0], x[1], s, warmup, rng);
   // One scalar over every differentiable path: each weight (through a fixed random projection, as

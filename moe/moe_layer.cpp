@@ -18,6 +18,7 @@ MoEBlock::MoEBlock(const MoESettings& s, double init_std, Rng& rng) : settings_(
   gate_proj_EIH_ = &add_module("experts.gate_proj", std::make_unique<WeightModule>(init_normal({E, I, H}, init_std, rng), true)).weight;
   up_proj_EIH_ = &add_module("experts.up_proj", std::make_unique<WeightModule>(init_normal({E, I, H}, init_std, rng), true)).weight;
   down_proj_EHI_ = &add_module("experts.down_proj", std::make_unique<WeightModule>(init_normal({E, H, I}, init_std, rng), true)).weight;
+  router_warmup_ = &add_buffer("router_warmup", routing_warmup_stats());
   if (s.num_shared > 0)
     shared_experts_ = &add_module("shared_experts", std::make_unique<SwiGLUMLP>(H, I * s.num_shared, init_std, rng));
 }
@@ -36,7 +37,8 @@ Variable MoEBlock::forward(const Variable& x_BTH, MoEContext& context) {
   router.training = context.training;
   LT_CHECK(context.rng != nullptr || !context.training, "MoEBlock: training needs a random generator");
   Rng no_rng(0);
-  const Routing routing = route(x_NH, *gate_weight_EH_, router, warmup_, context.rng ? *context.rng : no_rng);
+  const Routing routing =
+      route(x_NH, *gate_weight_EH_, router, *router_warmup_, context.rng ? *context.rng : no_rng);
   context.aux_losses.push_back(routing.aux_loss);
   context.stats.push_back(expert_stats(routing));
 

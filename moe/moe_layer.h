@@ -34,7 +34,6 @@ class MoEBlock : public Module {
   Variable forward(const Variable& x_BTH, MoEContext& context);
 
   const MoESettings& settings() const { return settings_; }
-  RoutingWarmup& warmup() { return warmup_; }
 
  private:
   MoESettings settings_;
@@ -43,7 +42,7 @@ class MoEBlock : public Module {
   Variable* up_proj_EIH_;
   Variable* down_proj_EHI_;
   SwiGLUMLP* shared_experts_ = nullptr;
-  RoutingWarmup warmup_;
+  Tensor* router_warmup_;  // buffer "router_warmup": the routing-warmup statistics (moe/router.h)
 };
 
 }  // namespace lt

@@ -6,34 +6,18 @@
 namespace lt {
 namespace {
 
-// The grouped GEMM of the routed experts: for each expert e with rows R_e = [offsets[e], offsets[e+1])
-// of a, out[R_e] = a[R_e] w[e]^T (w [E, N, K], trans_w) or a[R_e] w[e] (w [E, K, N]), plus beta out[R_e].
-// Each is one dense GEMM on contiguous rows, so an expert's work is as efficient as its segment allows;
-// the profiler counts it under `phase` (it runs in both directions).
-void grouped_matmul(profile::Phase phase, const Tensor& a, const Tensor& w, bool trans_w,
-                    const std::vector<int64_t>& offsets, Tensor& out, double beta = 0.0) {
+// The grouped GEMMs of the routed experts (kernels::grouped_matmul, grouped_weight_grad) over the
+// plan's segments, counted by the profiler under `phase` (they run in both directions).
+void grouped_matmul(profile::Phase phase, const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets,
+                    Tensor& out, double beta = 0.0) {
   LT_PROFILE_PHASE_SCOPE("grouped_matmul", phase);
-  const Shape slice{w.dim(1), w.dim(2)};
-  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
-    const int64_t rows = offsets[e + 1] - offsets[e];
-    if (rows == 0) continue;
-    Tensor out_e = out.narrow(offsets[e], rows);
-    kernels::matmul(a.narrow(offsets[e], rows), false, w.narrow(static_cast<int64_t>(e), 1).reshape(slice), trans_w,
-                    out_e, 1.0, beta);
-  }
+  kernels::grouped_matmul(a, w, trans_w, offsets, out, beta);
 }
 
-// Each expert's weight gradient dw[e] = a[R_e]^T b[R_e] into its target (the stacked weight's gradient
-// buffer when it has one); an expert that received no tokens gets zero.
-void grouped_weight_grad(const Tensor& a, const Tensor& b, const std::vector<int64_t>& offsets, GradTarget& target) {
+// Each expert's weight gradient into its target (the stacked weight's gradient buffer when it has one).
+void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, GradTarget& target) {
   LT_PROFILE_PHASE_SCOPE("grouped_matmul", profile::Phase::Backward);
-  const Shape slice{target.tensor.dim(1), target.tensor.dim(2)};
-  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
-    const int64_t begin = offsets[e], rows = offsets[e + 1] - offsets[e];
-    Tensor dw_e = target.tensor.narrow(static_cast<int64_t>(e), 1).reshape(slice);
-    if (rows > 0) kernels::matmul(a.narrow(begin, rows), true, b.narrow(begin, rows), false, dw_e, 1.0, target.beta);
-    else if (target.beta == 0) dw_e.zero_();
-  }
+  kernels::grouped_weight_grad(a, b, offsets, target.tensor, target.beta);
 }
 
 // Rows of x in expert order: x_M[m] = x[token_of[m]].
@@ -46,8 +30,7 @@ Tensor gather_tokens(const Tensor& x_NH, const Tensor& token_of) {
 struct MoEExpertsNode : Node {
   Tensor x_NH, w_NK, gate_EIH, up_EIH, down_EHI;
   Tensor gate_MI, up_MI;  // the SwiGLU's pre-activations
-  Tensor token_of, position_of;
-  std::vector<int64_t> offsets;
+  Tensor token_of, position_of, offsets;
   const char* name() const override { return "moe_experts"; }
 
   std::vector<Tensor> backward(const Tensor& g_NH) override {
@@ -112,8 +95,8 @@ Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchP
            " do not fit ([N, H], [E, I, H], [E, I, H], [E, H, I])");
   LT_CHECK(w.ndim() == 2 && w.dim(0) == x.dim(0) && plan.token_of.numel() == w.numel(), "moe_experts: weights ",
            w.str(), " and a plan of ", plan.token_of.numel(), " assignments for ", x.dim(0), " tokens");
-  LT_CHECK(static_cast<int64_t>(plan.offsets.size()) == E + 1 && plan.offsets.back() == w.numel(),
-           "moe_experts: the plan covers ", plan.offsets.size() - 1, " experts, the weights ", E);
+  LT_CHECK(plan.offsets.numel() == E + 1, "moe_experts: the plan covers ", plan.offsets.numel() - 1,
+           " experts, the weights ", E);
   const int64_t M = w.numel();
   Tensor gate_MI = Tensor::empty({M, I}, x.dtype(), x.device()), up_MI = Tensor::empty_like(gate_MI);
   {

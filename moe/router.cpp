@@ -1,8 +1,5 @@
 #include "moe/router.h"
 
-#include <cmath>
-#include <type_traits>
-
 #include "autograd/ops.h"
 #include "autograd/profile.h"
 #include "tensor/kernels.h"
@@ -10,14 +7,6 @@
 namespace lt {
 
 namespace {
-
-// fn(values, count) on a CPU tensor's elements as float or double.
-template <class Fn>
-void with_float_values(const Tensor& t, const Fn& fn) {
-  LT_CHECK(t.is_cpu(), "router: logits must be on the CPU, got ", t.str());
-  if (t.dtype() == DType::F32) fn(t.data<float>(), t.numel());
-  else fn(t.data<double>(), t.numel());
-}
 
 // The gradient of the choice (weights) with respect to the raw logits s: through the renormalisation
 // and the softmax of s_hat, then the mixing's factor alpha.
@@ -49,27 +38,9 @@ struct RouterAuxNode : Node {
 
 }  // namespace
 
-void RoutingWarmup::observe(const Tensor& logits) {
-  if (logits.numel() == 0) return;
-  double batch_mean = 0, batch_std = 0;
-  with_float_values(logits, [&](const auto* values, int64_t n) {
-    double sum = 0, sum_sq = 0;
-    for (int64_t i = 0; i < n; ++i) sum += values[i];
-    batch_mean = sum / static_cast<double>(n);
-    for (int64_t i = 0; i < n; ++i) sum_sq += (values[i] - batch_mean) * (values[i] - batch_mean);
-    batch_std = std::sqrt(sum_sq / static_cast<double>(n));
-  });
-  if (!initialized) {
-    mean = batch_mean;
-    std = batch_std;
-    initialized = true;
-    return;
-  }
-  mean = kMomentum * mean + (1 - kMomentum) * batch_mean;
-  std = kMomentum * std + (1 - kMomentum) * batch_std;
-}
+Tensor routing_warmup_stats() { return Tensor::from_vector<double>({3}, {0.0, 1.0, 0.0}); }
 
-Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSettings& settings, RoutingWarmup& warmup,
+Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSettings& settings, Tensor& warmup_stats,
               Rng& rng) {
   LT_PROFILE_SCOPE("router");
   const Variable logits = matmul(x_NH, gate_EH, false, true);  // [N, E]
@@ -80,15 +51,13 @@ Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSetting
   r.logits = s;
   double alpha = 1;
   if (settings.training && settings.warmup_steps > 0 && settings.step < settings.warmup_steps) {
-    if (settings.update_warmup_stats) warmup.observe(s);
+    if (settings.update_warmup_stats) kernels::routing_warmup_observe(s, kRoutingWarmupMomentum, warmup_stats);
     alpha = static_cast<double>(settings.step) / static_cast<double>(settings.warmup_steps);
-    // s_hat = alpha s + (1 - alpha)(mu + sigma eps), eps drawn in element order from the trainer's generator.
+    // s_hat = alpha s + (1 - alpha)(mu + sigma eps). eps is drawn on the host from the trainer's generator
+    // in element order and in double (a copy to the device, never a wait for it); mu and sigma stay there.
+    const Tensor eps = Tensor::randn(s.shape(), rng, 1.0, DType::F64, s.device());
     r.logits = Tensor::empty_like(s);
-    with_float_values(r.logits, [&](auto* values, int64_t n) {
-      using T = std::remove_cv_t<std::remove_pointer_t<decltype(values)>>;
-      for (int64_t i = 0; i < n; ++i)
-        values[i] = static_cast<T>((1 - alpha) * (warmup.mean + warmup.std * rng.normal()));
-    });
+    kernels::routing_warmup_noise(warmup_stats, eps, alpha, r.logits);
     kernels::axpy(alpha, s, r.logits);
   }
 
@@ -98,22 +67,12 @@ Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSetting
   Tensor weights = Tensor::empty({N, k}, s.dtype(), s.device());
   r.expert_ids = Tensor::empty({N, k}, DType::I32, s.device());
   kernels::router_topk(r.logits, k, renormalize, r.probs, r.lse, weights, r.expert_ids);
-  r.expert_counts.assign(static_cast<size_t>(E), 0);
-  const int32_t* ids = r.expert_ids.data<int32_t>();
-  for (int64_t a = 0; a < N * k; ++a) ++r.expert_counts[static_cast<size_t>(ids[a])];
-
-  // balance = E / (N^2 k) sum_e count_e sum_n p[n, e], z = (1/N) sum_n lse_n^2, summed in f64.
-  with_float_values(r.probs, [&](const auto* p, int64_t) {
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t e = 0; e < E; ++e) r.balance += static_cast<double>(p[n * E + e]) * r.expert_counts[e];
-  });
-  with_float_values(r.lse, [&](const auto* l, int64_t) {
-    for (int64_t n = 0; n < N; ++n) r.z += static_cast<double>(l[n]) * l[n];
-  });
-  const double balance_factor = N > 0 ? static_cast<double>(E) / (static_cast<double>(N) * N * k) : 0.0;
-  const double z_factor = N > 0 ? 1.0 / static_cast<double>(N) : 0.0;
-  r.balance *= balance_factor;
-  r.z *= z_factor;
+  r.counts_E = Tensor::empty({E}, s.dtype(), s.device());
+  r.balance = Tensor::empty({1}, DType::F64, s.device());
+  r.z = Tensor::empty({1}, DType::F64, s.device());
+  Tensor aux_value = Tensor::empty({1}, s.dtype(), s.device());
+  kernels::router_aux_loss(r.probs, r.lse, r.expert_ids, settings.aux_loss_coef, settings.z_loss_coef, r.counts_E,
+                           r.balance, r.z, aux_value);
 
   auto choice = std::make_shared<RouterChoiceNode>();
   auto aux = std::make_shared<RouterAuxNode>();
@@ -123,14 +82,14 @@ Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSetting
     choice->renormalize = renormalize;
     choice->alpha = alpha;
     aux->lse = r.lse;
-    std::vector<double> counts(r.expert_counts.begin(), r.expert_counts.end());
-    aux->counts_E = Tensor::from_vector<double>({E}, counts).to(s.dtype());
+    aux->counts_E = r.counts_E;
+    // The factors of router_aux_loss's two sums (E / (N^2 k) and 1 / N), times the coefficients and alpha.
+    const double balance_factor = N > 0 ? static_cast<double>(E) / (static_cast<double>(N) * N * k) : 0.0;
+    const double z_factor = N > 0 ? 1.0 / static_cast<double>(N) : 0.0;
     aux->balance_scale = alpha * settings.aux_loss_coef * balance_factor;
     aux->z_scale = alpha * settings.z_loss_coef * 2.0 * z_factor;
   }
   r.weights = make_result(weights, choice, {logits});
-  const Tensor aux_value =
-      Tensor::full({1}, settings.aux_loss_coef * r.balance + settings.z_loss_coef * r.z, s.dtype(), s.device());
   r.aux_loss = make_result(aux_value, aux, {logits});
   return r;
 }

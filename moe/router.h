@@ -3,7 +3,6 @@
 // stochastic routing warmup.
 #pragma once
 #include <cstdint>
-#include <vector>
 
 #include "autograd/variable.h"
 #include "tensor/random.h"
@@ -16,12 +15,11 @@ namespace lt {
 // deviation per MoE layer over all router logits of a step, tracked as an exponential moving average
 // (momentum 0.99, initialised from the first step); they are constants for the gradient, which flows
 // only through alpha s. s_hat feeds softmax, top-k, the gating weights and both auxiliary losses.
-struct RoutingWarmup {
-  double mean = 0.0, std = 1.0;
-  bool initialized = false;
-  static constexpr double kMomentum = 0.99;
-  void observe(const Tensor& logits);  // updates the running statistics from detached logits
-};
+// The statistics are a tensor on the router's device (the MoE block's "router_warmup" buffer, saved
+// with the training state), so neither the update nor the mixing reads them on the host:
+//   f64 [3] = [mean, std, observed], observed 0 until the first step has set mean and std.
+inline constexpr double kRoutingWarmupMomentum = 0.99;
+Tensor routing_warmup_stats();  // [0, 1, 0]: nothing observed yet
 
 struct RouterSettings {
   int64_t top_k = 1;
@@ -43,14 +41,16 @@ struct Routing {
   Tensor lse;              // [N] logsumexp of the logits
   Variable weights;        // [N, k] gating weights (renormalised when norm_topk_prob and k > 1)
   Tensor expert_ids;       // [N, k] i32
-  std::vector<int64_t> expert_counts;  // [E] assignments per expert
+  Tensor counts_E;         // [E] assignments per expert, exact integers in the logits' dtype
   // Switch/GShard load balance E * sum_e f_e P_e (f_e = counts / (N k), a constant; P_e the mean of
-  // probs[:, e]) and ST-MoE z-loss mean_n logsumexp(logits_n)^2, unscaled (spec/ling.md §10.3).
-  double balance = 0, z = 0;
+  // probs[:, e]) and ST-MoE z-loss mean_n logsumexp(logits_n)^2, unscaled (spec/ling.md §10.3): f64 [1].
+  Tensor balance, z;
   Variable aux_loss;       // scalar [1]: aux_loss_coef * balance + z_loss_coef * z
 };
 
-Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSettings& settings, RoutingWarmup& warmup,
+// warmup_stats: the layer's routing-warmup statistics (above), updated in place while the warmup runs;
+// rng: the trainer's generator, from which the warmup noise is drawn on the host in element order.
+Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSettings& settings, Tensor& warmup_stats,
               Rng& rng);
 
 }  // namespace lt

@@ -1,5 +1,6 @@
 // Per-layer router statistics for the metrics log (spec/ling.md §16), computed over the tokens of one
-// forward (a micro-batch); the trainer sums the loads of its micro-batches and summarises them again.
+// forward (a micro-batch); the trainer sums the loads of its micro-batches and summarises them on the
+// host with summarize_load when it logs.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -16,13 +17,14 @@ struct LoadSummary {
 };
 LoadSummary summarize_load(const std::vector<int64_t>& tokens_per_expert);
 
+// On the routing's device, so that collecting them costs the step no wait; the trainer reads them when
+// it logs.
 struct ExpertStats {
-  std::vector<int64_t> tokens_per_expert;  // assignments per expert (sum = N k)
-  LoadSummary load;
-  double routing_entropy = 0;  // mean over tokens of -sum_e p log p (nats; max log E)
-  double balance = 0;          // unscaled load-balance loss (1 at perfect balance)
-  double z = 0;                // unscaled z-loss
-  double max_logit = 0;
+  Tensor tokens_per_expert;  // [E] assignments per expert (sum = N k): the routing's counts_E
+  Tensor routing_entropy;    // f64 [1]: mean over tokens of -sum_e p log p (nats; max log E)
+  Tensor balance;            // f64 [1]: unscaled load-balance loss (1 at perfect balance)
+  Tensor z;                  // f64 [1]: unscaled z-loss
+  Tensor max_logit;          // f64 [1]
 };
 
 ExpertStats expert_stats(const Routing& routing);

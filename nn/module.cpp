@@ -23,7 +23,7 @@ Tensor& Module::add_buffer(const std::string& name, Tensor value) {
   return *buffers_.back().second;
 }
 
-std::vector<Module::Buffer> Module::buffers(const std::string& prefix) {
+std::vector<Buffer> Module::buffers(const std::string& prefix) {
   std::vector<Buffer> out;
   const std::string dot = prefix.empty() ? "" : prefix + ".";
   for (auto& [name, value] : buffers_) out.push_back({dot + name, value.get()});

@@ -1,6 +1,6 @@
-// Module: a named tree of parameters and submodules, as in PyTorch. Parameter names are the dotted
-// paths of the tree, so a model built with the Hugging Face attribute names gets the Hugging Face
-// tensor names for free ("model.layers.0.attention.query_key_value.weight").
+// Module: a named tree of parameters, buffers and submodules, as in PyTorch. Parameter names are the
+// dotted paths of the tree, so a model built with the Hugging Face attribute names gets the Hugging
+// Face tensor names for free ("model.layers.0.attention.query_key_value.weight").
 #pragma once
 #include <memory>
 #include <string>
@@ -18,6 +18,13 @@ struct Parameter {
   bool weight_decay;  // AdamW decays matrices, never norm weights
 };
 
+// A buffer is state a module updates itself, outside the optimiser, and a checkpoint saves
+// (PyTorch's register_buffer): the routing-warmup statistics of a MoE block.
+struct Buffer {
+  std::string name;  // full dotted name
+  Tensor* value;     // owned by its module
+};
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -28,13 +35,7 @@ class Module {
   // Every parameter below this module, depth first in registration order, names prefixed.
   std::vector<Parameter> parameters(const std::string& prefix = "");
   int64_t parameter_count();
-
-  // Named state that is saved with the training state but not trained (the routing-warmup
-  // statistics), depth first in registration order like parameters().
-  struct Buffer {
-    std::string name;
-    Tensor* value;
-  };
+  // Every buffer below this module, in the same order and with the same naming as parameters().
   std::vector<Buffer> buffers(const std::string& prefix = "");
 
  protected:

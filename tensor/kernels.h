@@ -157,6 +157,48 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
 void copy_cols(const Tensor& src, int64_t start, Tensor& dst);
 void add_to_cols(const Tensor& src, int64_t start, Tensor& dst);
 
+// ---- MoE statistics and dispatch (tensor/cpu/moe_stats.cc) ---------------------------------------
+// What the router, the dispatch and the metrics need from one routing, computed on the routing's device
+// so that a training step never waits for the host. The sums run in f64 in element order on one
+// thread: they touch O(N E) values, and the fixed order keeps them independent of the thread count
+// (and equal to the host loops they replaced).
+
+// The routing-warmup statistics, updated in place: stats f64 [3] = [mean, std, observed (0 or 1)].
+// With m and s the mean and the population standard deviation of all of logits (two passes, in f64):
+// the first observation sets [m, s, 1]; later ones move mean and std by an exponential moving average,
+// mean = momentum mean + (1 - momentum) m (std likewise). Empty logits leave stats as they are.
+void routing_warmup_observe(const Tensor& logits, double momentum, Tensor& stats);
+// The noise half of the warmup mixing: noise = (1 - alpha)(mean + std eps) per element, in f64 and
+// rounded once to noise's dtype, with mean and std read from stats [3] and eps f64 of noise's shape.
+void routing_warmup_noise(const Tensor& stats, const Tensor& eps, double alpha, Tensor& noise);
+// The router's auxiliary losses from probs [N, E], lse [N] and the chosen ids [N, k] i32:
+//   counts [E]  assignments per expert, in probs' dtype (exact: N k is checked to fit its integers),
+//               the constant that router_aux_backward reads;
+//   balance [1] f64 = E / (N^2 k) sum_{n,e} probs[n, e] counts[e]  (Switch/GShard, 1 at perfect balance);
+//   z [1] f64       = (1/N) sum_n lse[n]^2                         (ST-MoE z-loss);
+//   aux [1]         = balance_coef balance + z_coef z, in f64 then probs' dtype.
+void router_aux_loss(const Tensor& probs, const Tensor& lse, const Tensor& ids, double balance_coef, double z_coef,
+                     Tensor& counts, Tensor& balance, Tensor& z, Tensor& aux);
+// The mean routing entropy in nats, entropy [1] f64 = (1/N) sum_n (lse[n] - sum_e probs[n, e] logits[n, e])
+// (= -sum_e p log p, since log p = logits - lse), and max_logit [1] f64, the largest of logits [N, E].
+void routing_entropy(const Tensor& probs, const Tensor& logits, const Tensor& lse, Tensor& entropy,
+                     Tensor& max_logit);
+// Dropless dispatch of ids [N, k] i32 over E = offsets.numel() - 1 experts by a stable counting sort:
+// offsets [E + 1] i64 (expert e owns sorted rows [offsets[e], offsets[e + 1])), token_of [N k] i32 (the
+// token of each sorted row) and position_of [N k] i32 (the sorted row of assignment n k + j). Stable:
+// within an expert, rows keep (token, slot) order. An id outside [0, E) is an error.
+void dispatch_plan(const Tensor& ids, Tensor& token_of, Tensor& position_of, Tensor& offsets);
+// The grouped GEMM over the segments of a dispatch: for each expert e with rows R_e of offsets,
+// out[R_e] = a[R_e] w[e]^T (trans_w, w [E, N, K]) or a[R_e] w[e] (w [E, K, N]), plus beta out[R_e].
+void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& out,
+                    double beta = 0.0);
+// Each expert's weight gradient dw[e] = a[R_e]^T b[R_e] for dw [E, *, *], written (beta = 0) or added to
+// what dw holds (beta = 1, a gradient buffer); an expert with no rows contributes zero.
+void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& dw, double beta);
+// sum += x elementwise, x f32 or f64 and sum f64 with x's element count: running totals of per-layer
+// statistics kept in double, so that f32 values add up as they would on the host.
+void accumulate_f64(const Tensor& x, Tensor& sum);
+
 }  // namespace lt::kernels
 
 namespace lt {

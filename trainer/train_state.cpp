@@ -25,7 +25,7 @@ void rng_from_json(const Json& json, Rng& rng, const std::string& source) {
 
 Json train_state_to_json(const TrainState& state, Module& model) {
   Json buffers = Json::object();
-  for (const Module::Buffer& b : model.buffers()) {
+  for (const Buffer& b : model.buffers()) {
     // Every buffer goes through f64, which holds f32 and bf16 values exactly.
     const Tensor& value = *b.value;
     buffers[b.name] = {{"shape", value.shape()}, {"values", value.to(Device::cpu()).to(DType::F64).to_vector<double>()}};
@@ -58,7 +58,7 @@ void train_state_from_json(const Json& json, const std::string& source, TrainSta
 
   const JsonObject saved = o.object("module_buffers");
   std::map<std::string, bool> restored;
-  for (const Module::Buffer& b : model.buffers()) {
+  for (const Buffer& b : model.buffers()) {
     LT_CHECK(saved.has(b.name), source, ": no state for the model's buffer '", b.name, "'");
     const Json& entry = saved.json().at(b.name);
     Tensor& destination = *b.value;

@@ -44,8 +44,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   const double m = static_cast<double>(micro_batches.size());
 
   // The losses stay on the device until the step is done: no host round trip between micro-batches.
-  std::vector<Tensor> totals, lms;
-  std::vector<double> aux, balance, z;
+  std::vector<Tensor> totals, lms, aux, balance, z;
   std::vector<std::vector<ExpertStats>> routing;
   for (const TokenBatch& batch : micro_batches) {
     const Clock::time_point t0 = Clock::now();
@@ -83,9 +82,9 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   for (size_t i = 0; i < totals.size(); ++i) {
     stats.loss += totals[i].item();
     stats.lm_loss += lms[i].item();
-    stats.aux_loss += aux[i];
-    stats.balance_loss += balance[i];
-    stats.z_loss += z[i];
+    stats.aux_loss += aux[i].item();
+    stats.balance_loss += balance[i].item();
+    stats.z_loss += z[i].item();
   }
   stats.loss /= m;
   stats.lm_loss /= m;
@@ -96,10 +95,11 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     if (stats.moe_layers.empty()) stats.moe_layers.resize(layers.size());
     for (size_t i = 0; i < layers.size(); ++i) {
       LayerRouting& out = stats.moe_layers[i];
-      const std::vector<int64_t>& load = layers[i].tokens_per_expert;
+      // Counts are exact integers in the logits' dtype (moe/router.h).
+      const std::vector<int64_t> load = layers[i].tokens_per_expert.to(DType::I64).to_vector<int64_t>();
       if (out.tokens_per_expert.empty()) out.tokens_per_expert.assign(load.size(), 0);
       for (size_t e = 0; e < load.size(); ++e) out.tokens_per_expert[e] += load[e];
-      out.routing_entropy += layers[i].routing_entropy / m;
+      out.routing_entropy += layers[i].routing_entropy.item() / m;
     }
   }
 

@@ -116,10 +116,10 @@ void check_forward(DType dtype, double tolerance) {
   MaxError logits_error, loss_error;
   logits_error.add("logits", logits, g.get("logits"));
   loss_error.add("lm_loss", loss.lm.value(), g.get("lm_loss"));
-  loss_error.add("aux", scalar(loss.aux), g.get("aux"));
+  loss_error.add("aux", loss.aux, g.get("aux"));
   loss_error.add("total_loss", loss.total.value(), g.get("total_loss"));
-  loss_error.add("balance", scalar(loss.balance), g.get("balance"));
-  loss_error.add("z", scalar(loss.z), g.get("z"));
+  loss_error.add("balance", loss.balance, g.get("balance"));
+  loss_error.add("z", loss.z, g.get("z"));
   const std::string tag = dtype == DType::F64 ? "f64 " : "f32 ";
   logits_error.check((tag + "logits").c_str(), tolerance);
   loss_error.check((tag + "losses (lm, aux, total, bal, z)").c_str(), tolerance);

@@ -1,0 +1,266 @@
+// The MoE statistics and dispatch kernels against plain scalar loops. Where the kernel promises the
+// host loop's summation order (the warmup statistics, the auxiliary-loss sums, the entropy, the
+// counting sort) the results must be equal bit for bit; the grouped GEMMs go through the tiled matmul
+// and are compared with a tolerance.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <tuple>
+#include <vector>
+
+#include "tensor/kernels.h"
+#include "tests/test_util.h"
+
+namespace lt {
+namespace {
+
+using test::expect_close;
+using test::random_tensor;
+
+// Router outputs for random logits [N, E] of the given dtype: the inputs of the statistics kernels.
+struct RoutingTensors {
+  Tensor logits, probs, lse, weights, ids;
+};
+RoutingTensors routing(DType dtype, int64_t N, int64_t E, int64_t k, uint64_t seed) {
+  RoutingTensors r;
+  r.logits = random_tensor({N, E}, seed, dtype, 2.0);
+  r.probs = Tensor::empty({N, E}, dtype);
+  r.lse = Tensor::empty({N}, dtype);
+  r.weights = Tensor::empty({N, k}, dtype);
+  r.ids = Tensor::empty({N, k}, DType::I32);
+  kernels::router_topk(r.logits, k, true, r.probs, r.lse, r.weights, r.ids);
+  return r;
+}
+
+template <class T>
+std::vector<double> as_double(const Tensor& t) {
+  const std::vector<T> v = t.to_vector<T>();
+  return std::vector<double>(v.begin(), v.end());
+}
+
+// The warmup statistics' update as a host loop, one step.
+template <class T>
+void observe_reference(const std::vector<T>& s, double momentum, double stats[3]) {
+  const int64_t n = static_cast<int64_t>(s.size());
+  double sum = 0, sum_sq = 0;
+  for (int64_t i = 0; i < n; ++i) sum += s[i];
+  const double mean = sum / static_cast<double>(n);
+  for (int64_t i = 0; i < n; ++i) sum_sq += (s[i] - mean) * (s[i] - mean);
+  const double std = std::sqrt(sum_sq / static_cast<double>(n));
+  if (stats[2] == 0) {
+    stats[0] = mean;
+    stats[1] = std;
+    stats[2] = 1;
+    return;
+  }
+  stats[0] = momentum * stats[0] + (1 - momentum) * mean;
+  stats[1] = momentum * stats[1] + (1 - momentum) * std;
+}
+
+template <class T>
+void check_warmup_observe(DType dtype) {
+  Tensor stats = Tensor::from_vector<double>({3}, {0.0, 1.0, 0.0});
+  double want[3] = {0.0, 1.0, 0.0};
+  for (uint64_t step = 0; step < 3; ++step) {
+    const Tensor logits = random_tensor({37, 9}, 50 + step, dtype, 1.5 + static_cast<double>(step));
+    kernels::routing_warmup_observe(logits, 0.99, stats);
+    observe_reference(logits.to_vector<T>(), 0.99, want);
+    EXPECT_EQ(stats.to_vector<double>(), std::vector<double>(want, want + 3)) << "step " << step;
+  }
+  const std::vector<double> before = stats.to_vector<double>();
+  kernels::routing_warmup_observe(Tensor::empty({0, 9}, dtype), 0.99, stats);
+  EXPECT_EQ(stats.to_vector<double>(), before) << "empty logits";
+}
+
+TEST(MoEStats, WarmupObserveIsTheHostLoop) {
+  check_warmup_observe<float>(DType::F32);
+  check_warmup_observe<double>(DType::F64);
+}
+
+template <class T>
+void check_warmup_noise(DType dtype) {
+  const Tensor stats = Tensor::from_vector<double>({3}, {0.3, 1.7, 1.0});
+  const Tensor eps = random_tensor({23, 7}, 61, DType::F64);
+  const double alpha = 0.35;
+  Tensor noise = Tensor::empty({23, 7}, dtype);
+  kernels::routing_warmup_noise(stats, eps, alpha, noise);
+  const std::vector<double> e = eps.to_vector<double>();
+  std::vector<T> want(e.size());
+  for (size_t i = 0; i < e.size(); ++i) want[i] = static_cast<T>((1 - alpha) * (0.3 + 1.7 * e[i]));
+  EXPECT_EQ(noise.to_vector<T>(), want);
+}
+
+TEST(MoEStats, WarmupNoiseIsTheHostLoop) {
+  check_warmup_noise<float>(DType::F32);
+  check_warmup_noise<double>(DType::F64);
+}
+
+template <class T>
+void check_router_aux_loss(DType dtype, int64_t N, int64_t E, int64_t k) {
+  SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " N=" << N << " E=" << E << " k=" << k);
+  const RoutingTensors r = routing(dtype, N, E, k, 71);
+  Tensor counts = Tensor::empty({E}, dtype), aux = Tensor::empty({1}, dtype);
+  Tensor balance = Tensor::empty({1}, DType::F64), z = Tensor::empty({1}, DType::F64);
+  kernels::router_aux_loss(r.probs, r.lse, r.ids, 0.015, 1e-4, counts, balance, z, aux);
+
+  const std::vector<int32_t> ids = r.ids.to_vector<int32_t>();
+  const std::vector<T> p = r.probs.to_vector<T>(), l = r.lse.to_vector<T>();
+  std::vector<int64_t> want_counts(static_cast<size_t>(E), 0);
+  for (int32_t id : ids) ++want_counts[static_cast<size_t>(id)];
+  double want_balance = 0, want_z = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t e = 0; e < E; ++e) want_balance += static_cast<double>(p[n * E + e]) * want_counts[e];
+  for (int64_t n = 0; n < N; ++n) want_z += static_cast<double>(l[n]) * l[n];
+  want_balance *= static_cast<double>(E) / (static_cast<double>(N) * N * k);
+  want_z *= 1.0 / static_cast<double>(N);
+
+  EXPECT_EQ(as_double<T>(counts), std::vector<double>(want_counts.begin(), want_counts.end()));
+  EXPECT_EQ(balance.item(), want_balance);
+  EXPECT_EQ(z.item(), want_z);
+  EXPECT_EQ(aux.to_vector<T>()[0], static_cast<T>(0.015 * want_balance + 1e-4 * want_z));
+}
+
+TEST(MoEStats, RouterAuxLossIsTheHostLoop) {
+  for (const auto& [N, E, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{37, 8, 3}, {129, 64, 6}, {5, 3, 1}}) {
+    check_router_aux_loss<float>(DType::F32, N, E, k);
+    check_router_aux_loss<double>(DType::F64, N, E, k);
+  }
+}
+
+TEST(MoEStats, RouterAuxLossRejectsAnIdOutsideTheExperts) {
+  const RoutingTensors r = routing(DType::F32, 4, 5, 2, 72);
+  Tensor bad = Tensor::from_vector<int32_t>({4, 2}, {0, 1, 2, 3, 4, 5, 0, 1});
+  Tensor counts = Tensor::empty({5}), aux = Tensor::empty({1});
+  Tensor balance = Tensor::empty({1}, DType::F64), z = Tensor::empty({1}, DType::F64);
+  EXPECT_THROW(kernels::router_aux_loss(r.probs, r.lse, bad, 1, 1, counts, balance, z, aux), Error);
+}
+
+template <class T>
+void check_routing_entropy(DType dtype) {
+  const int64_t N = 41, E = 16;
+  const RoutingTensors r = routing(dtype, N, E, 2, 81);
+  Tensor entropy = Tensor::empty({1}, DType::F64), max_logit = Tensor::empty({1}, DType::F64);
+  kernels::routing_entropy(r.probs, r.logits, r.lse, entropy, max_logit);
+  const std::vector<T> p = r.probs.to_vector<T>(), s = r.logits.to_vector<T>(), l = r.lse.to_vector<T>();
+  double total = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    double dot = 0;
+    for (int64_t e = 0; e < E; ++e) dot += static_cast<double>(p[n * E + e]) * s[n * E + e];
+    total += static_cast<double>(l[n]) - dot;
+  }
+  EXPECT_EQ(entropy.item(), total / static_cast<double>(N));
+  EXPECT_EQ(max_logit.item(), static_cast<double>(*std::max_element(s.begin(), s.end())));
+  // And it is the entropy: -sum p log p, to rounding.
+  double direct = 0;
+  for (int64_t i = 0; i < N * E; ++i) direct -= static_cast<double>(p[i]) * std::log(static_cast<double>(p[i]));
+  EXPECT_NEAR(entropy.item(), direct / static_cast<double>(N), dtype == DType::F32 ? 1e-5 : 1e-12);
+}
+
+TEST(MoEStats, RoutingEntropyIsTheHostLoop) {
+  check_routing_entropy<float>(DType::F32);
+  check_routing_entropy<double>(DType::F64);
+}
+
+TEST(MoEStats, DispatchPlanIsAStableSortByExpert) {
+  const int64_t N = 29, k = 3, E = 7;
+  std::vector<int32_t> ids;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < k; ++j) ids.push_back(static_cast<int32_t>((n * 5 + j * 2) % (E - 1)));  // expert 6 idle
+  Tensor token_of = Tensor::empty({N * k}, DType::I32), position_of = Tensor::empty({N * k}, DType::I32);
+  Tensor offsets = Tensor::empty({E + 1}, DType::I64);
+  kernels::dispatch_plan(Tensor::from_vector<int32_t>({N, k}, ids), token_of, position_of, offsets);
+
+  std::vector<int64_t> order(static_cast<size_t>(N * k));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return ids[a] < ids[b]; });
+  std::vector<int32_t> want_token(order.size()), want_position(order.size());
+  std::vector<int64_t> want_offsets(static_cast<size_t>(E + 1), 0);
+  for (size_t m = 0; m < order.size(); ++m) {
+    want_token[m] = static_cast<int32_t>(order[m] / k);
+    want_position[static_cast<size_t>(order[m])] = static_cast<int32_t>(m);
+  }
+  for (int32_t id : ids) ++want_offsets[static_cast<size_t>(id) + 1];
+  std::partial_sum(want_offsets.begin(), want_offsets.end(), want_offsets.begin());
+  EXPECT_EQ(token_of.to_vector<int32_t>(), want_token);
+  EXPECT_EQ(position_of.to_vector<int32_t>(), want_position);
+  EXPECT_EQ(offsets.to_vector<int64_t>(), want_offsets);
+
+  ids[4] = static_cast<int32_t>(E);
+  EXPECT_THROW(kernels::dispatch_plan(Tensor::from_vector<int32_t>({N, k}, ids), token_of, position_of, offsets),
+               Error);
+}
+
+// Segments of 0, 5, 1, 0 and 9 rows over 5 experts.
+Tensor segment_offsets() { return Tensor::from_vector<int64_t>({6}, {0, 0, 5, 6, 6, 15}); }
+
+TEST(MoEStats, GroupedMatmulIsOneMatmulPerSegment) {
+  const Tensor offsets = segment_offsets();
+  const std::vector<int64_t> off = offsets.to_vector<int64_t>();
+  const int64_t M = 15, K = 6, N = 4, E = 5;
+  const Tensor a = random_tensor({M, K}, 91, DType::F64);
+  for (bool trans_w : {true, false}) {
+    SCOPED_TRACE(trans_w ? "w transposed" : "w plain");
+    const Tensor w = random_tensor(trans_w ? Shape{E, N, K} : Shape{E, K, N}, 92, DType::F64);
+    const Tensor init = random_tensor({M, N}, 93, DType::F64);
+    const std::vector<double> av = a.to_vector<double>(), wv = w.to_vector<double>(), iv = init.to_vector<double>();
+    for (double beta : {0.0, 1.0}) {
+      Tensor out = init.clone();
+      kernels::grouped_matmul(a, w, trans_w, offsets, out, beta);
+      std::vector<double> want(static_cast<size_t>(M * N));
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t m = off[e]; m < off[e + 1]; ++m)
+          for (int64_t j = 0; j < N; ++j) {
+            double dot = 0;
+            for (int64_t i = 0; i < K; ++i)
+              dot += av[m * K + i] * (trans_w ? wv[(e * N + j) * K + i] : wv[(e * K + i) * N + j]);
+            want[m * N + j] = dot + beta * iv[m * N + j];
+          }
+      expect_close(out.to_vector<double>(), want, 1e-12, 1e-12, beta == 0 ? "beta 0" : "beta 1");
+    }
+  }
+}
+
+TEST(MoEStats, GroupedWeightGradIsOneMatmulPerSegment) {
+  const Tensor offsets = segment_offsets();
+  const std::vector<int64_t> off = offsets.to_vector<int64_t>();
+  const int64_t M = 15, P = 3, Q = 4, E = 5;
+  const Tensor a = random_tensor({M, P}, 101, DType::F64), b = random_tensor({M, Q}, 102, DType::F64);
+  const Tensor init = random_tensor({E, P, Q}, 103, DType::F64);
+  const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>(), iv = init.to_vector<double>();
+  for (double beta : {0.0, 1.0}) {
+    Tensor dw = init.clone();
+    kernels::grouped_weight_grad(a, b, offsets, dw, beta);
+    std::vector<double> want(static_cast<size_t>(E * P * Q));
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t i = 0; i < P; ++i)
+        for (int64_t j = 0; j < Q; ++j) {
+          double dot = 0;
+          for (int64_t m = off[e]; m < off[e + 1]; ++m) dot += av[m * P + i] * bv[m * Q + j];
+          want[(e * P + i) * Q + j] = dot + beta * iv[(e * P + i) * Q + j];
+        }
+    expect_close(dw.to_vector<double>(), want, 1e-12, 1e-12, beta == 0 ? "beta 0" : "beta 1");
+  }
+}
+
+TEST(MoEStats, GroupedMatmulRejectsOffsetsThatDoNotCoverTheRows) {
+  const Tensor a = random_tensor({15, 6}, 111, DType::F64), w = random_tensor({5, 4, 6}, 112, DType::F64);
+  Tensor out = Tensor::empty({15, 4}, DType::F64);
+  EXPECT_THROW(kernels::grouped_matmul(a, w, true, Tensor::from_vector<int64_t>({6}, {0, 0, 5, 6, 6, 14}), out), Error);
+  EXPECT_THROW(kernels::grouped_matmul(a, w, true, Tensor::from_vector<int64_t>({6}, {0, 7, 5, 6, 6, 15}), out), Error);
+}
+
+TEST(MoEStats, AccumulateF64AddsInDouble) {
+  const Tensor x = random_tensor({9}, 121, DType::F32);
+  Tensor sum = random_tensor({9}, 122, DType::F64);
+  const std::vector<double> before = sum.to_vector<double>();
+  kernels::accumulate_f64(x, sum);
+  const std::vector<float> xv = x.to_vector<float>();
+  std::vector<double> want(before);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += static_cast<double>(xv[i]);
+  EXPECT_EQ(sum.to_vector<double>(), want);
+}
+
+}  // namespace
+}  // namespace lt
