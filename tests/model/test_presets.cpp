@@ -1,6 +1,6 @@
 // The model presets (model/presets/*.json, embedded at build time): they give exactly the configs the
 // code built before they became files, the files are in config_to_json's form, and the released
-// shape matches the Ling config (spec/ling.md §2.1).
+// shapes match the Ling configs (spec/ling.md §2.1, §2.2).
 #include <gtest/gtest.h>
 
 #include "model/config.h"
@@ -11,7 +11,8 @@ namespace lt {
 namespace {
 
 // Counts and the raw head_dim (0 = unset: hidden / heads) of each preset as the former chain of
-// conditionals in model/config.cpp built it.
+// conditionals in model/config.cpp built it; ling-plus has the corrected heads (42/6 instead of 56/8),
+// which keep every weight shape and so the counts.
 struct PresetFacts {
   const char* name;
   int64_t head_dim, total, active;
@@ -80,7 +81,7 @@ TEST(Presets, UnknownNameListsThePresets) {
                                                          "small, tiny"});
 }
 
-// The fields the released configs share (spec/ling.md §2.1, §2.2).
+// The fields both released configs share (spec/ling.md §2.1, §2.2).
 void expect_released_ling(const LingConfig& c) {
   EXPECT_EQ(c.vocab_size, 126464);
   EXPECT_EQ(c.pad_token_id, 126081);
@@ -110,6 +111,25 @@ TEST(Presets, LingLiteIsTheReleasedConfig) {
   EXPECT_EQ(c.moe_intermediate_size, 1408);
   EXPECT_EQ(c.num_shared_experts, 2);
   EXPECT_EQ(c.num_experts_per_tok, 6);
+}
+
+TEST(Presets, LingPlusIsTheReleasedConfig) {
+  const LingConfig c = preset_config("ling-plus");
+  expect_released_ling(c);
+  EXPECT_EQ(c.hidden_size, 5376);
+  EXPECT_EQ(c.num_hidden_layers, 88);
+  EXPECT_EQ(c.num_attention_heads, 42);
+  EXPECT_EQ(c.num_key_value_heads, 6);
+  EXPECT_EQ(c.resolved_head_dim(), 128);  // 5376 / 42
+  EXPECT_EQ((c.num_attention_heads + 2 * c.num_key_value_heads) * c.resolved_head_dim(), 6912);  // QKV rows
+  EXPECT_EQ(c.intermediate_size, 12288);
+  EXPECT_EQ(c.moe_intermediate_size, 3072);
+  EXPECT_EQ(c.num_shared_experts, 1);
+  EXPECT_EQ(c.num_experts_per_tok, 4);
+  // spec/ling.md §2.4: 290.6B total, 29.0B active.
+  const ParameterCount count = count_parameters(c);
+  EXPECT_NEAR(count.total / 1e9, 290.6, 0.1);
+  EXPECT_NEAR(count.active / 1e9, 29.0, 0.1);
 }
 
 }  // namespace
