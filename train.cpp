@@ -18,7 +18,7 @@
 #include "bench/bench.h"
 #include "data/batch_sampler.h"
 #include "data/corpus.h"
-#include "data/derive_seed.h"
+#include "tensor/derive_seed.h"
 #include "data/shard.h"
 #include "data/text_to_shards.h"
 #include "data/tokenizer.h"
