@@ -15,7 +15,7 @@
 #include "autograd/profile.h"
 #include "bench/flops.h"
 #include "bench/fma_peak.h"
-#include "data/derive_seed.h"
+#include "tensor/derive_seed.h"
 #include "model/ling.h"
 #include "tensor/allocator.h"
 #include "tensor/kernels.h"

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <utility>
 
-#include "data/derive_seed.h"
+#include "tensor/derive_seed.h"
 #include "tensor/error.h"
 #include "tensor/random.h"
 

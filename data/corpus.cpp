@@ -6,9 +6,9 @@
 #include <system_error>
 
 #include "data/corpus_domains.h"
-#include "data/derive_seed.h"
 #include "data/shard.h"
 #include "io/json.h"
+#include "tensor/derive_seed.h"
 #include "tensor/error.h"
 #include "tensor/random.h"
 

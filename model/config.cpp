@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include "model/preset_texts.h"
 #include "tensor/error.h"
 
 namespace lt {
@@ -38,94 +39,21 @@ void LingConfig::validate(const std::string& origin) const {
   LT_CHECK(!tie_word_embeddings, origin, ": tie_word_embeddings is not supported (Ling unties the head)");
 }
 
-namespace {
-
-LingConfig base(const std::string& name) {
-  LingConfig c;
-  c.name = name;
-  return c;
-}
-
-// The byte-level tokenizer's vocabulary (256 bytes + specials) padded to a multiple of 64.
-constexpr int64_t kByteVocab = 320;
-constexpr int64_t kByteEos = 256;
-
-}  // namespace
-
 LingConfig preset_config(const std::string& name) {
-  LingConfig c = base(name);
-  if (name == "tiny" || name == "small") {
-    const bool tiny = name == "tiny";
-    c.vocab_size = kByteVocab;
-    c.pad_token_id = c.eos_token_id = kByteEos;
-    c.hidden_size = tiny ? 128 : 256;
-    c.num_hidden_layers = tiny ? 4 : 6;
-    c.num_attention_heads = tiny ? 4 : 8;
-    c.num_key_value_heads = tiny ? 2 : 4;
-    c.intermediate_size = tiny ? 384 : 768;
-    c.moe_intermediate_size = tiny ? 64 : 96;
-    c.num_experts = tiny ? 8 : 16;
-    c.num_experts_per_tok = tiny ? 2 : 4;
-    c.num_shared_experts = 1;
-    c.first_k_dense_replace = 1;
-    c.max_position_embeddings = tiny ? 256 : 512;
-    c.rope_theta = 10000.0;
-    c.initializer_range = 0.02;
-    return c;
+  for (const PresetText& preset : preset_texts()) {
+    if (preset.name != name) continue;
+    const std::string source = "preset '" + name + "' (model/presets/" + name + ".json)";
+    return config_from_json(parse_json(preset.json, source), source);
   }
-  if (name == "moe-s" || name == "moe-m") {  // bench shapes of shared/peers (spec of issue 4)
-    const bool s = name == "moe-s";
-    c.vocab_size = s ? 4096 : 8192;
-    c.hidden_size = s ? 256 : 512;
-    c.num_hidden_layers = s ? 4 : 8;
-    c.num_attention_heads = c.num_key_value_heads = 8;
-    c.head_dim = s ? 32 : 64;
-    c.intermediate_size = 1024;
-    c.moe_intermediate_size = s ? 128 : 256;
-    c.num_experts = s ? 16 : 32;
-    c.num_experts_per_tok = 4;
-    c.num_shared_experts = 1;
-    c.first_k_dense_replace = s ? 0 : 1;
-    c.max_position_embeddings = s ? 256 : 512;
-    c.initializer_range = 0.02;
-    return c;
-  }
-  if (name == "dense-124m") {  // Ling blocks at the GPT-2 124M shape, all layers dense
-    c.vocab_size = 50257;
-    c.hidden_size = 768;
-    c.num_hidden_layers = 12;
-    c.num_attention_heads = c.num_key_value_heads = 12;
-    c.head_dim = 64;
-    c.intermediate_size = 2048;
-    c.max_position_embeddings = 1024;
-    c.initializer_range = 0.02;
-    return c;
-  }
-  if (name == "ling-lite" || name == "ling-plus") {  // spec/ling.md §2.1, §2.2
-    const bool lite = name == "ling-lite";
-    c.vocab_size = 126464;
-    c.pad_token_id = c.eos_token_id = 126081;
-    c.hidden_size = lite ? 2048 : 5376;
-    c.num_hidden_layers = lite ? 28 : 88;
-    c.num_attention_heads = lite ? 16 : 56;
-    c.num_key_value_heads = lite ? 4 : 8;
-    c.intermediate_size = lite ? 5632 : 12288;
-    c.moe_intermediate_size = lite ? 1408 : 3072;
-    c.num_experts = 64;
-    c.num_shared_experts = lite ? 2 : 1;
-    c.num_experts_per_tok = lite ? 6 : 4;
-    c.first_k_dense_replace = 0;
-    c.rms_norm_eps = 1e-6;
-    c.rope_theta = 600000.0;
-    c.max_position_embeddings = 16384;
-    c.initializer_range = 0.006;
-    return c;
-  }
-  fail("unknown model preset '", name, "' (presets: tiny, small, moe-s, moe-m, dense-124m, ling-lite, ling-plus)");
+  std::string known;
+  for (const std::string& preset : preset_names()) known += (known.empty() ? "" : ", ") + preset;
+  fail("unknown model preset '", name, "' (presets: ", known, ")");
 }
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "small", "moe-s", "moe-m", "dense-124m", "ling-lite", "ling-plus"};
+  std::vector<std::string> names;
+  for (const PresetText& preset : preset_texts()) names.emplace_back(preset.name);
+  return names;
 }
 
 ParameterCount count_parameters(const LingConfig& c) {

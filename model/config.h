@@ -50,10 +50,12 @@ struct LingConfig {
   void validate(const std::string& origin) const;
 };
 
-// Presets: "tiny" (the default: trains on a 2-core CPU in minutes), "small" (a larger CPU model),
-// the bench shapes "moe-s", "moe-m", "dense-124m", and the real "ling-lite" and "ling-plus".
+// Presets are the config.json files model/presets/<name>.json, embedded in the binary at build time:
+// "tiny" (the default: trains on a 2-core CPU in minutes), "small" (a larger CPU model), the bench
+// shapes "moe-s", "moe-m", "dense-124m", and the released "ling-lite" and "ling-plus" shapes.
+// An unknown name fails listing the presets.
 LingConfig preset_config(const std::string& name);
-std::vector<std::string> preset_names();
+std::vector<std::string> preset_names();  // sorted
 
 struct ParameterCount {
   int64_t total = 0;

@@ -4,6 +4,7 @@
 
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "io/safetensors_folder.h"
 #include "model/hf_names.h"
 
 namespace lt {
@@ -28,7 +29,7 @@ std::string checkpoint_folder(const std::string& dir) {
 LingConfig load_checkpoint_config(const std::string& dir) { return load_config(checkpoint_folder(dir) + "/config.json"); }
 
 void load_checkpoint_weights(const std::string& dir, LingForCausalLM& model) {
-  load_hf_state_dict(model, load_safetensors(checkpoint_folder(dir) + "/model.safetensors"));
+  load_hf_state_dict(model, load_safetensors_folder(checkpoint_folder(dir)));
 }
 
 Json load_trainer_state(const std::string& dir) { return read_json_file(checkpoint_folder(dir) + "/trainer_state.json"); }

@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "data/corpus.h"
-#include "data/derive_seed.h"
+#include "tensor/derive_seed.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "io/metrics.h"

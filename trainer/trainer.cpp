@@ -5,7 +5,7 @@
 #include "autograd/ops.h"
 #include "autograd/profile.h"
 #include "moe/stats.h"
-#include "data/derive_seed.h"
+#include "tensor/derive_seed.h"
 
 namespace lt {
 

@@ -1,6 +1,7 @@
 // Independent random streams from one seed. lt::Rng seeds its four words from seed + k*γ (splitmix64),
 // so Rng(seed) and Rng(seed + γ) would share three of them; hashing (seed, stream) through the
-// splitmix64 finaliser first gives every corpus document and every sampler epoch an unrelated stream.
+// splitmix64 finaliser first gives every stream (a corpus document, a sampler epoch, the routing noise)
+// an unrelated generator. It sits in tensor/ beside lt::Rng so that every layer can derive streams.
 #pragma once
 #include <cstdint>
 
