@@ -1,5 +1,6 @@
 #include "trainer/checkpoint.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "io/atomic_file.h"
@@ -9,12 +10,20 @@
 
 namespace lt {
 
+namespace {
+const char* const kStepsTakenKey = "adamw_steps_taken";
+}  // namespace
+
 void save_checkpoint(const std::string& dir, LingForCausalLM& model, const AdamW* optimizer,
                      const Json& trainer_state) {
   write_directory_atomic(dir, [&](const std::string& staging) {
     write_json_file(staging + "/config.json", config_to_json(model.config()));
     save_safetensors(staging + "/model.safetensors", hf_state_dict(model), {{"format", "pt"}});
-    if (optimizer != nullptr) save_safetensors(staging + "/optimizer.safetensors", optimizer->state());
+    // The update count drives AdamW's bias corrections; it differs from the trainer's step when the
+    // spike guard skipped updates.
+    if (optimizer != nullptr)
+      save_safetensors(staging + "/optimizer.safetensors", optimizer->state(),
+                       {{"format", "pt"}, {kStepsTakenKey, std::to_string(optimizer->steps_taken())}});
     write_json_file(staging + "/trainer_state.json", trainer_state);
   });
 }
@@ -34,9 +43,15 @@ void load_checkpoint_weights(const std::string& dir, LingForCausalLM& model) {
 
 Json load_trainer_state(const std::string& dir) { return read_json_file(checkpoint_folder(dir) + "/trainer_state.json"); }
 
-void load_checkpoint_optimizer(const std::string& dir, AdamW& optimizer, int64_t steps_taken) {
+void load_checkpoint_optimizer(const std::string& dir, AdamW& optimizer) {
   const std::string path = checkpoint_folder(dir) + "/optimizer.safetensors";
   const SafetensorsFile file = load_safetensors(path);
+  const auto steps = file.metadata.find(kStepsTakenKey);
+  LT_CHECK(steps != file.metadata.end(), path, ": no '", kStepsTakenKey, "' in the metadata");
+  char* end = nullptr;
+  const long long steps_taken = std::strtoll(steps->second.c_str(), &end, 10);
+  LT_CHECK(!steps->second.empty() && *end == '\0' && steps_taken >= 0, path, ": '", kStepsTakenKey,
+           "' must be a count, got '", steps->second, "'");
   optimizer.load_state(NamedTensors(file.tensors.begin(), file.tensors.end()), steps_taken, path);
 }
 

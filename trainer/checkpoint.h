@@ -2,7 +2,7 @@
 //
 //   config.json             the model config (bailing_moe keys)
 //   model.safetensors       f32 weights under the Hugging Face names
-//   optimizer.safetensors   AdamW moments by lingtrain parameter name
+//   optimizer.safetensors   AdamW moments by lingtrain parameter name; its metadata holds the update count
 //   trainer_state.json      the TrainState (trainer/train_state.h) and the recipe being run
 //
 // The folder is written atomically (io/atomic_file.h): a run killed at any moment leaves the previous
@@ -26,6 +26,6 @@ std::string checkpoint_folder(const std::string& dir);
 LingConfig load_checkpoint_config(const std::string& dir);
 void load_checkpoint_weights(const std::string& dir, LingForCausalLM& model);
 Json load_trainer_state(const std::string& dir);
-void load_checkpoint_optimizer(const std::string& dir, AdamW& optimizer, int64_t steps_taken);
+void load_checkpoint_optimizer(const std::string& dir, AdamW& optimizer);
 
 }  // namespace lt

@@ -114,8 +114,7 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   if (!options.resume.empty()) {
     const std::string source = checkpoint_folder(options.resume) + "/trainer_state.json";
     train_state_from_json(saved_state.at("state"), source, state, model);
-    load_checkpoint_optimizer(options.resume, trainer.optimizer(),
-                              saved_state.at("state").value("optimizer_steps", state.step));
+    load_checkpoint_optimizer(options.resume, trainer.optimizer());
   }
 
   std::filesystem::create_directories(options.out_dir);
@@ -128,13 +127,9 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   const std::string checkpoint_dir = options.out_dir + "/checkpoint";
 
   StageData data;
-  int64_t T = recipe.stages[static_cast<size_t>(std::min<int64_t>(state.stage, recipe.stages.size() - 1))].seq;
-  int64_t B = recipe.stages[static_cast<size_t>(std::min<int64_t>(state.stage, recipe.stages.size() - 1))].batch;
+  int64_t T = 0, B = 0;  // of the current stage, set as it starts
   auto save = [&]() {
-    Json trainer_state = {{"state", train_state_to_json(state, model)},
-                          {"recipe", recipe.to_json()},
-                          {"seq_len", T}};
-    trainer_state["state"]["optimizer_steps"] = trainer.optimizer().steps_taken();
+    const Json trainer_state = {{"state", train_state_to_json(state, model)}, {"recipe", recipe.to_json()}, {"seq_len", T}};
     save_checkpoint(checkpoint_dir, model, &trainer.optimizer(), trainer_state);
   };
   // Periodic held-out loss on the first eval_tokens tokens (all when 0); the whole file at the end.
@@ -178,7 +173,8 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
       last_loss = stats.lm_loss;
       const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
       const double eta =
-          elapsed / static_cast<double>(state.step - first_step) * static_cast<double>(total_steps - state.step);
+          elapsed / static_cast<double>(std::max<int64_t>(state.step - first_step, 1)) *
+          static_cast<double>(total_steps - state.step);
       Json record = step_record(stats, state.tokens_seen);
       if (recipe.stages.size() > 1) record["stage"] = stage.name;
       const bool last = state.step == total_steps;

@@ -9,6 +9,8 @@
 #include "model/ling.h"
 #include "tests/model/small_config.h"
 #include "tensor/kernels.h"
+#include "tests/io/temp_dir.h"
+#include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
 
 namespace lt {
@@ -128,6 +130,25 @@ TEST(Trainer, LearningRateFollowsTheStageSchedule) {
   EXPECT_DOUBLE_EQ(lrs[1], 1e-2);
   EXPECT_DOUBLE_EQ(lrs[2], 0.5e-2);  // half the stage's tokens consumed: halved
   EXPECT_EQ(trainer.state().stage_tokens, 4 * 16);
+}
+
+TEST(Trainer, CheckpointKeepsTheOptimizerUpdateCount) {
+  LingForCausalLM model(small_config(), 7), restored(small_config(), 8);
+  Trainer trainer(model, constant_lr(1e-2)), other(restored, constant_lr(1e-2));
+  Rng rng(8);
+  const std::vector<TokenBatch> batch = {random_batch(rng, 2, 8)};
+  trainer.step(batch);
+  trainer.hooks().before_update = [](const StepStats&) { return UpdateDecision::Skip; };
+  trainer.step(batch);  // a skipped update: 2 steps, 1 update
+  test::TempDir dir;
+  save_checkpoint(dir.root() + "/ckpt", model, &trainer.optimizer(), Json::object());
+  load_checkpoint_weights(dir.root() + "/ckpt", restored);
+  load_checkpoint_optimizer(dir.root() + "/ckpt", other.optimizer());
+  EXPECT_EQ(other.optimizer().steps_taken(), 1);
+  EXPECT_EQ(values_of(other), values_of(trainer));
+  const auto a = trainer.optimizer().state(), b = other.optimizer().state();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second.to_vector<float>(), b[i].second.to_vector<float>());
 }
 
 }  // namespace
