@@ -1,6 +1,7 @@
 // `lingtrain bench`: how fast lingtrain trains on this machine, in numbers that compare across
-// machines and against the PyTorch peer (shared/peers): the FMA peak, GEMM efficiency against it, and
-// whole training steps of the bench configs (tokens/s, achieved GFLOP/s, MFU, memory, allocations).
+// machines and against the PyTorch peer torch_ling.py (docs/performance.md): the FMA peak, GEMM
+// efficiency against it, and whole training steps of the bench configs (tokens/s, achieved GFLOP/s,
+// MFU, memory, allocations).
 // Results go to stdout as readable lines, and the last line is one JSON object.
 #pragma once
 #include <cstdint>
@@ -11,7 +12,8 @@
 
 namespace lt::bench {
 
-// The configs of the peers' bench table, with their batch x seq shapes.
+// The bench configs (the table in docs/performance.md, shared with the peer) and their batch x seq
+// shapes.
 struct BenchShape {
   int64_t batch = 0, seq = 0;
 };

@@ -1,7 +1,8 @@
-// Training FLOPs per token, counted the way the PyTorch peers count them (shared/peers/README.md), so
-// GFLOP/s and MFU compare like for like: 6 x the matmul parameters a token passes through (forward 2,
-// backward 4: one GEMM for the input gradient and one for the weight gradient) plus the attention
-// score and value products over the full T x T matrix, 12 x layers x heads x head_dim x T.
+// Training FLOPs per token, counted the way the PyTorch peers count them (docs/performance.md, "What
+// the numbers mean"), so GFLOP/s and MFU compare like for like: 6 x the matmul parameters a token
+// passes through (forward 2, backward 4: one GEMM for the input gradient and one for the weight
+// gradient) plus the attention score and value products over the full T x T matrix,
+// 12 x layers x heads x head_dim x T.
 //
 // Active matmul parameters: per layer the fused QKV and output projections, and either the dense
 // SwiGLU MLP or the router + shared expert + top-k routed experts; then the LM head. The embedding is

@@ -16,7 +16,8 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   virtual int64_t vocab_size() const = 0;
-  // <|endoftext|>: separates documents in shards and ends every assistant reply in SFT (spec §9).
+  // <|endoftext|>: separates documents in shards and ends every assistant reply in SFT
+  // (docs/architecture.md §12.1, §12.3, §13.1).
   virtual uint32_t eos_id() const = 0;
   virtual uint32_t pad_id() const { return eos_id(); }  // Ling pads with eos
 

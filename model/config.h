@@ -1,5 +1,5 @@
 // The Ling model configuration: the keys of a Hugging Face `config.json` for `bailing_moe`
-// (spec/ling.md §2), plus a few lingtrain training keys that the Hugging Face code ignores.
+// (docs/architecture.md §2), plus a few lingtrain training keys that the Hugging Face code ignores.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,7 +9,8 @@ namespace lt {
 
 enum class NormHeadGrad {
   Detached,  // the Hugging Face training path: the column-norm denominator is detached (default)
-  Full,      // the full Jacobian of the column normalisation (spec/ling.md §5, UNVERIFIED which Ling used)
+  Full,      // the full Jacobian of the column normalisation (docs/architecture.md §4.2; UNVERIFIED which
+             // Ling used)
 };
 
 struct LingConfig {
@@ -69,8 +70,8 @@ ParameterCount count_parameters(const LingConfig& config);
 #include "io/json.h"
 
 namespace lt {
-// config.json <-> LingConfig. Absent keys take the Hugging Face class defaults where the spec lists
-// them (spec/ling.md §2.3) except those without a usable default (sizes), which are required.
+// config.json <-> LingConfig. Absent keys take the Hugging Face class defaults, except where
+// docs/architecture.md §2.3 lists a departure; keys without a usable default (sizes) are required.
 LingConfig config_from_json(const Json& json, const std::string& source);
 LingConfig load_config(const std::string& path);
 Json config_to_json(const LingConfig& config);

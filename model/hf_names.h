@@ -1,4 +1,5 @@
-// The bridge between lingtrain's parameters and the Hugging Face checkpoint layout (spec/ling.md §4).
+// The bridge between lingtrain's parameters and the Hugging Face checkpoint layout
+// (docs/architecture.md §6).
 // Every parameter already carries its Hugging Face name, except the routed experts, which lingtrain
 // stores stacked per projection ("model.layers.3.mlp.experts.gate_proj.weight", [E, I, H]) and the
 // checkpoint stores one tensor per expert ("model.layers.3.mlp.experts.7.gate_proj.weight", [I, H]).

@@ -1,6 +1,6 @@
 // The Ling decoder (BailingMoeForCausalLM), built from a LingConfig. Module attribute names follow
-// the Hugging Face code, so parameter names are the checkpoint names (spec/ling.md §4), except that
-// routed experts are stored stacked per projection (see model/hf_names.h).
+// the Hugging Face code, so parameter names are the checkpoint names (docs/architecture.md §6.1),
+// except that routed experts are stored stacked per projection (§6.2, model/hf_names.h).
 #pragma once
 #include <memory>
 #include <vector>

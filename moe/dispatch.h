@@ -1,7 +1,7 @@
-// Dropless dispatch: every (token, slot) assignment is kept (no capacity factor, spec/ling.md §10.4)
-// and the assignments are sorted by expert with a stable counting sort (kernels::dispatch_plan), so
-// each expert's tokens form one contiguous segment in token order. The plan stays on the routing's
-// device: the grouped GEMMs read the segment bounds there.
+// Dropless dispatch: every (token, slot) assignment is kept (no capacity factor,
+// docs/architecture.md §3.8) and the assignments are sorted by expert with a stable counting sort
+// (kernels::dispatch_plan), so each expert's tokens form one contiguous segment in token order. The
+// plan stays on the routing's device: the grouped GEMMs read the segment bounds there.
 #pragma once
 #include <cstdint>
 

@@ -10,7 +10,8 @@ namespace lt {
 MoEBlock::MoEBlock(const MoESettings& s, double init_std, Rng& rng) : settings_(s) {
   const int64_t E = s.num_experts, H = s.hidden, I = s.intermediate;
   // The router weight is a bare nn.Parameter in the Hugging Face code and keeps PyTorch's default
-  // kaiming_uniform(a = sqrt(5)) initialisation: Uniform(-1/sqrt(H), 1/sqrt(H)) (spec/ling.md §3.9).
+  // kaiming_uniform(a = sqrt(5)) initialisation: Uniform(-1/sqrt(H), 1/sqrt(H))
+  // (docs/architecture.md §5).
   const double bound = 1.0 / std::sqrt(static_cast<double>(H));
   gate_weight_EH_ = &add_module("gate", std::make_unique<WeightModule>(Tensor::uniform({E, H}, rng, -bound, bound), true)).weight;
   // The routed experts are stored stacked, [E, out, in] per projection, so the grouped matmul reads

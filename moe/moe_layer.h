@@ -1,6 +1,6 @@
-// The Ling MoE block (spec/ling.md §3.6-3.7): a softmax router over E fine-grained experts choosing k
-// per token, dropless dispatch, the routed experts as grouped matmuls over contiguous segments, the
-// weighted combine, and the ungated shared expert added on top.
+// The Ling MoE block (docs/architecture.md §3.7-3.8): a softmax router over E fine-grained experts
+// choosing k per token, dropless dispatch, the routed experts as grouped matmuls over contiguous
+// segments, the weighted combine, and the ungated shared expert added on top.
 #pragma once
 #include <memory>
 #include <vector>

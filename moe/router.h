@@ -1,6 +1,6 @@
-// The Ling router (spec/ling.md §3.6, §10.1, §10.3): f32 logits x W_g^T, softmax over all experts,
-// top-k, renormalised weights (norm_topk_prob), plus the training-time load-balance loss, z-loss and
-// stochastic routing warmup.
+// The Ling router (docs/architecture.md §3.7, §7.1-7.4): f32 logits x W_g^T, softmax over all
+// experts, top-k, renormalised weights (norm_topk_prob), plus the training-time load-balance loss,
+// z-loss and stochastic routing warmup.
 #pragma once
 #include <cstdint>
 
@@ -24,7 +24,8 @@ Tensor routing_warmup_stats();  // [0, 1, 0]: nothing observed yet
 struct RouterSettings {
   int64_t top_k = 1;
   bool norm_topk_prob = true;
-  double aux_loss_coef = 0.015, z_loss_coef = 1e-4;  // weights of the balance and z losses (spec/ling.md §10.3)
+  // Weights of the balance and z losses (docs/architecture.md §7.2-7.3).
+  double aux_loss_coef = 0.015, z_loss_coef = 1e-4;
   int64_t warmup_steps = 0;  // W; 0 disables the warmup
   int64_t step = 0;          // the global optimiser step (alpha = min(step / W, 1))
   bool training = false;     // warmup and its statistics apply only in training
@@ -43,7 +44,8 @@ struct Routing {
   Tensor expert_ids;       // [N, k] i32
   Tensor counts_E;         // [E] assignments per expert, exact integers in the logits' dtype
   // Switch/GShard load balance E * sum_e f_e P_e (f_e = counts / (N k), a constant; P_e the mean of
-  // probs[:, e]) and ST-MoE z-loss mean_n logsumexp(logits_n)^2, unscaled (spec/ling.md §10.3): f64 [1].
+  // probs[:, e]) and ST-MoE z-loss mean_n logsumexp(logits_n)^2, unscaled (docs/architecture.md
+  // §7.2-7.3): f64 [1].
   Tensor balance, z;
   Variable aux_loss;       // scalar [1]: aux_loss_coef * balance + z_loss_coef * z
 };

@@ -1,6 +1,6 @@
-// Per-layer router statistics for the metrics log (spec/ling.md §16), computed over the tokens of one
-// forward (a micro-batch); the trainer sums the loads of its micro-batches and summarises them on the
-// host with summarize_load when it logs.
+// Per-layer router statistics for the metrics log (docs/architecture.md §7.5), computed over the
+// tokens of one forward (a micro-batch); the trainer sums the loads of its micro-batches and
+// summarises them on the host with summarize_load when it logs.
 #pragma once
 #include <cstdint>
 #include <vector>

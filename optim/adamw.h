@@ -1,6 +1,6 @@
 // AdamW (decoupled weight decay, PyTorch's formulation) over a model's parameters, with global-norm
-// gradient clipping. Ling's settings (spec/ling.md §11.2): betas 0.9 / 0.95, eps 1e-8, weight decay
-// 0.1 on matrices and none on norm weights, clipping at 1.0.
+// gradient clipping. Ling's settings (docs/architecture.md §8.1-8.2): betas 0.9 / 0.95, eps 1e-8,
+// weight decay 0.1 on matrices and none on norm weights, clipping at 1.0.
 //
 // The update runs over the flat parameter buffer (optim/flat_parameters.h): the moments are two more
 // buffers of the same layout, and a step is one fused kernel pass per stretch of parameters that share

@@ -1,7 +1,8 @@
-// Learning-rate schedules. Ling-Plus (spec/ling.md §11.2): linear warmup to the peak, constant, and
-// the peak halved once a fraction (60%) of the training tokens is consumed ("wsd"). Also cosine decay
-// and the inverse-square-root anneal of §11.4: lr(s) = peak / sqrt(1 + s / s0) after warmup, with s0
-// chosen so that the last step reaches min_lr (the report's exact parametrisation is UNVERIFIED).
+// Learning-rate schedules (docs/architecture.md §8.3). Ling-Plus: linear warmup to the peak, constant,
+// and the peak halved once a fraction (60%) of the training tokens is consumed ("wsd"). Also cosine
+// decay and the inverse-square-root anneal of Ling's last stage (§9.1): lr(s) = peak / sqrt(1 + s / s0)
+// after warmup, with s0 chosen so that the last step reaches min_lr (the report's exact
+// parametrisation is UNVERIFIED).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,7 +23,8 @@ struct LRSchedule {
 };
 
 // Batch-size warmup: the number of sequences per optimiser step ramps linearly from `start` to
-// `final` over `ramp_steps` steps, then stays at `final` (spec/ling.md §11.2; ramp shape UNVERIFIED).
+// `final` over `ramp_steps` steps, then stays at `final` (docs/architecture.md §8.4; ramp shape
+// UNVERIFIED).
 struct BatchRamp {
   int64_t start = 0, final = 0, ramp_steps = 0;
   int64_t at(int64_t step) const;

@@ -1,5 +1,5 @@
-// The FLOP accounting of `lingtrain bench` reproduces the peers' figures (shared/peers/README.md), so
-// GFLOP/s and MFU compare with PyTorch's like for like.
+// The FLOP accounting of `lingtrain bench` reproduces the peers' figures (docs/performance.md, "What
+// the numbers mean"), so GFLOP/s and MFU compare with PyTorch's like for like.
 #include <gtest/gtest.h>
 
 #include "bench/flops.h"

@@ -1,7 +1,8 @@
 // The whole model against the PyTorch reference (tests/reference/ling_reference.py, written from
-// spec/ling.md): a tiny MoE model (one dense and one MoE layer, awkward sizes) with its config.json and
-// f32 weights, and the reference's float64 logits, losses, gradients of the total loss, and parameters
-// after three clipped AdamW steps, all under tests/golden/ling_small. Regenerate with
+// docs/architecture.md): a tiny MoE model (one dense and one MoE layer, awkward sizes) with its
+// config.json and f32 weights, and the reference's float64 logits, losses, gradients of the total
+// loss, and parameters after three clipped AdamW steps, all under tests/golden/ling_small.
+// Regenerate with
 //   /usr/bin/python3 tests/reference/ling_reference.py golden --out tests/golden/ling_small
 // In f64 everything must agree to ~1e-9 (only the order of summation differs); in f32 the logits,
 // losses and gradients to ~1e-4.

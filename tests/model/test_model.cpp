@@ -22,7 +22,7 @@ std::string temp_dir() {
 }
 
 TEST(LingConfig, RealModelParameterCountsMatchTheReport) {
-  // spec/ling.md §2.4: Ling-Lite 16.802B total / 2.753B active; Ling-Plus 290.6B / 29.0B.
+  // docs/architecture.md §2.5: Ling-Lite 16.802B total / 2.753B active; Ling-Plus 290.6B / 29.0B.
   const ParameterCount lite = count_parameters(preset_config("ling-lite"));
   EXPECT_NEAR(lite.total / 1e9, 16.802, 0.001);
   EXPECT_NEAR(lite.active / 1e9, 2.753, 0.001);

@@ -1,6 +1,6 @@
 // The model presets (model/presets/*.json, embedded at build time): they give exactly the configs the
 // code built before they became files, the files are in config_to_json's form, and the released
-// shapes match the Ling configs (spec/ling.md §2.1, §2.2).
+// shapes match the Ling configs (docs/architecture.md §2.1, §2.2).
 #include <gtest/gtest.h>
 
 #include "model/config.h"
@@ -81,7 +81,7 @@ TEST(Presets, UnknownNameListsThePresets) {
                                                          "small, tiny"});
 }
 
-// The fields both released configs share (spec/ling.md §2.1, §2.2).
+// The fields both released configs share (docs/architecture.md §2.1, §2.2).
 void expect_released_ling(const LingConfig& c) {
   EXPECT_EQ(c.vocab_size, 126464);
   EXPECT_EQ(c.pad_token_id, 126081);
@@ -126,7 +126,7 @@ TEST(Presets, LingPlusIsTheReleasedConfig) {
   EXPECT_EQ(c.moe_intermediate_size, 3072);
   EXPECT_EQ(c.num_shared_experts, 1);
   EXPECT_EQ(c.num_experts_per_tok, 4);
-  // spec/ling.md §2.4: 290.6B total, 29.0B active.
+  // docs/architecture.md §2.5: 290.6B total, 29.0B active.
   const ParameterCount count = count_parameters(c);
   EXPECT_NEAR(count.total / 1e9, 290.6, 0.1);
   EXPECT_NEAR(count.active / 1e9, 29.0, 0.1);

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""A PyTorch reference for lingtrain: the Hugging Face BailingMoeForCausalLM forward (spec/ling.md §3-5)
-plus lingtrain's MoE auxiliary losses (spec/ling.md §10.3, moe/ops.h), written from the spec so that the
-C++ model can be checked against an independent implementation.
+"""A PyTorch reference for lingtrain: the Hugging Face BailingMoeForCausalLM forward (docs/architecture.md
+§3-5) plus lingtrain's MoE auxiliary losses (docs/architecture.md §7.2-7.4; in C++ moe/router.h), written
+from docs/architecture.md so that the C++ model can be checked against an independent implementation.
 
     golden --out DIR                  writes a tiny random model and the tensors tests/model/test_golden.cpp
                                       checks (logits, losses, every gradient, parameters after 3 AdamW steps)
@@ -82,7 +82,8 @@ def compute_dtype(dtype):
 
 class Config:
     """The config.json keys the forward reads. Absent keys take the Hugging Face class defaults
-    (spec/ling.md §2.3); lingtrain's aux_loss_coef / z_loss_coef are ignored by Hugging Face."""
+    (docs/architecture.md §2.3); lingtrain's aux_loss_coef / z_loss_coef (§2.4) are ignored by
+    Hugging Face."""
 
     def __init__(self, d):
         if d.get("rope_scaling") is not None:
@@ -118,7 +119,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        # Normalised in fp32, cast back to the input dtype BEFORE the weight multiply (spec §3.3).
+        # Normalised in fp32, cast back to the input dtype BEFORE the weight multiply
+        # (docs/architecture.md §3.3).
         h = x.to(compute_dtype(x.dtype))
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(x.dtype)
@@ -130,8 +132,9 @@ def rotate_half(x):
 
 
 def rope_cos_sin(seq_len, head_dim, theta, dtype):
-    # inv_freq_i = theta^(-2i/hd); element i and i + hd/2 share frequency i (rotate-half, spec §3.4).
-    # Angles in float64: Hugging Face builds inv_freq in float32, a rounding detail below the spec.
+    # inv_freq_i = theta^(-2i/hd); element i and i + hd/2 share frequency i (rotate-half,
+    # docs/architecture.md §3.5). Angles in float64, as lingtrain computes them (§3.5); Hugging Face
+    # builds inv_freq in float32, a rounding detail.
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
     angles = torch.outer(torch.arange(seq_len, dtype=torch.float64), inv_freq)
     angles = torch.cat((angles, angles), dim=-1)  # [T, hd]
@@ -167,7 +170,7 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """SwiGLU: dense layers, each routed expert, and the shared expert (spec §3.5)."""
+    """SwiGLU: dense layers, each routed expert, and the shared expert (docs/architecture.md §3.6)."""
 
     def __init__(self, hidden, intermediate):
         super().__init__()
@@ -201,7 +204,7 @@ class MoE(nn.Module):
         B, T, H = x.shape
         x = x.reshape(B * T, H)
         logits = F.linear(x, self.gate.weight)
-        # Softmax over ALL experts in fp32, then top-k, then renormalise (spec §3.6).
+        # Softmax over ALL experts in fp32, then top-k, then renormalise (docs/architecture.md §3.7).
         probs = logits.softmax(-1, dtype=compute_dtype(x.dtype))
         weights, experts = probs.topk(self.k, dim=-1)
         if self.k > 1 and self.norm_topk_prob:
@@ -214,12 +217,13 @@ class MoE(nn.Module):
                 out = out.index_add(0, token, weights[token, slot, None] * expert(x[token]))
         out = out.to(x.dtype)
         if self.shared_experts is not None:
-            out = out + self.shared_experts(x)  # ungated (spec §3.7)
+            out = out + self.shared_experts(x)  # ungated (docs/architecture.md §3.8)
         return out.view(B, T, H), (logits, probs, experts)
 
 
 def aux_losses(logits, probs, experts, num_experts):
-    """lingtrain's per-layer losses over the N tokens of the forward (moe/ops.h, spec §10.3):
+    """lingtrain's per-layer losses over the N tokens of the forward (moe/router.h,
+    docs/architecture.md §7.2-7.4):
     balance = E * sum_e f_e P_e with f_e = count_e / (N k) constant and P_e = mean_n p[n, e];
     z = mean_n logsumexp(logits_n)^2."""
     N, k = experts.shape
@@ -274,8 +278,9 @@ class BailingMoeForCausalLM(nn.Module):
         h = self.model.norm(h)
         head = self.lm_head.weight
         if self.config.norm_head:
-            # NormHead, training path (spec §5): each hidden column scaled to unit L2 norm over the
-            # vocabulary, the denominator detached so gradients flow through the numerator only.
+            # NormHead, training path (docs/architecture.md §4.1-4.2): each hidden column scaled to
+            # unit L2 norm over the vocabulary, the denominator detached so gradients flow through the
+            # numerator only.
             head = head / (head.norm(p=2, dim=0, keepdim=True) + NORM_HEAD_EPS).detach()
         logits = F.linear(h, head)
         return logits.to(compute_dtype(logits.dtype)), routers
