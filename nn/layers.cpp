@@ -185,9 +185,11 @@ Variable normhead_cross_entropy(const Variable& h_NH, const Variable& head_VH, c
   LT_CHECK(targets_N.defined() && targets_N.shape() == Shape{h.dim(0)}, "normhead_cross_entropy: targets must be [",
            h.dim(0), "]");
   const int64_t N = h.dim(0), H = h.dim(1), V = w.dim(0);
-  const int64_t count = count_targets(targets_N, ignore_index);
-  const bool want_dh = grad_enabled() && h_NH.requires_grad() && count > 0;
-  const bool want_dw = grad_enabled() && head_VH.requires_grad() && count > 0;
+  // The count stays on the device: the mean and its row weights need no host round trip.
+  Tensor count = Tensor::empty({1}, DType::I64, h.device());
+  kernels::count_targets(targets_N, ignore_index, count);
+  const bool want_dh = grad_enabled() && h_NH.requires_grad();
+  const bool want_dw = grad_enabled() && head_VH.requires_grad();
 
   // Normalising h's columns instead of W's gives the same logits, (h / n) W^T = h (W / n)^T, and
   // costs an [N, H] pass instead of a [V, H] copy.
@@ -197,13 +199,17 @@ Variable normhead_cross_entropy(const Variable& h_NH, const Variable& head_VH, c
   Tensor scaled_h = norm == HeadNorm::None ? Tensor() : Tensor::empty({chunk, H}, h.dtype(), h.device());
   Tensor row_loss = Tensor::empty({N}, h.dtype(), h.device());
   Tensor lse = Tensor::empty({chunk}, h.dtype(), h.device());
-  // Every kept row's loss enters the mean with weight 1 / count.
-  const double row_weight = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
-  const Tensor dloss = Tensor::full({chunk}, row_weight, h.dtype(), h.device());
+  // Every kept row's loss enters the mean with weight 1 / count (the mean's gradient at 1); with every
+  // target ignored the weights are 0 and so are the gradients, so a fully masked batch still
+  // back-propagates.
+  Tensor dloss = Tensor::empty({chunk}, h.dtype(), h.device());
+  kernels::mean_over_count_backward(Tensor::full({1}, 1.0, h.dtype(), h.device()), count, dloss);
   auto node = std::make_shared<NormHeadCrossEntropyNode>();
   node->norm = norm;
   if (want_dh) node->dh_NH = Tensor::empty_like(h);
   if (want_dw) node->dhead_VH = Tensor::empty_like(w);
+  // No rows: no GEMM below overwrites the head's gradient, which is zero.
+  if (want_dw && N == 0) node->dhead_VH.zero_();
 
   for (int64_t start = 0; start < N; start += chunk) {
     const int64_t rows = std::min(chunk, N - start);
@@ -230,15 +236,8 @@ Variable normhead_cross_entropy(const Variable& h_NH, const Variable& head_VH, c
     }
   }
 
-  Tensor loss = Tensor::zeros({1}, h.dtype(), h.device());
-  if (count > 0) {
-    kernels::sum(row_loss, loss);
-    kernels::scale(loss, 1.0 / static_cast<double>(count), loss);
-  } else if (grad_enabled()) {
-    // Every target ignored: loss 0 and zero gradients, so a fully masked batch still back-propagates.
-    if (h_NH.requires_grad()) node->dh_NH = Tensor::zeros_like(h);
-    if (head_VH.requires_grad()) node->dhead_VH = Tensor::zeros_like(w);
-  }
+  Tensor loss = Tensor::empty({1}, h.dtype(), h.device());
+  kernels::mean_over_count(row_loss, count, loss);
   if (norm == HeadNorm::Full && grad_enabled()) {
     node->w_VH = w;
     node->inv_norm_H = inv_norm_H;

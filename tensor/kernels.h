@@ -72,6 +72,14 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_i
 // dlogits[n] = dloss[n] * (softmax(logits[n]) - onehot(target[n])), zero rows for ignored targets.
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                             const Tensor& lse, const Tensor& dloss, Tensor& dlogits);
+// The mean of a loss over the targets that take part in it, formed where the tensors live, so a GPU
+// step reads nothing back to the host. count [1] (i64) = the number of targets (i32 or i64, any shape)
+// that are not ignore_index.
+void count_targets(const Tensor& targets, int64_t ignore_index, Tensor& count);
+// mean [1] = sum(values) * (1 / count), 0 when count is 0 (a fully ignored batch has loss 0).
+void mean_over_count(const Tensor& values, const Tensor& count, Tensor& mean);
+// Its backward: every element of dvalues = dmean / count, 0 when count is 0. dmean [1].
+void mean_over_count_backward(const Tensor& dmean, const Tensor& count, Tensor& dvalues);
 
 // ---- NormHead (tensor/kernels/normhead.cpp) -----------------------------------------------------
 // inv_norm[j] = 1 / (sqrt(sum_v w[v, j]^2) + eps) for the head w [V, H] (sums in f64, row order).

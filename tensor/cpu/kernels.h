@@ -49,6 +49,9 @@ void log_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& loss, Tensor& lse);
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                             const Tensor& lse, const Tensor& dloss, Tensor& dlogits);
+void count_targets(const Tensor& targets, int64_t ignore_index, Tensor& count);
+void mean_over_count(const Tensor& values, const Tensor& count, Tensor& mean);
+void mean_over_count_backward(const Tensor& dmean, const Tensor& count, Tensor& dvalues);
 
 // ---- NormHead (normhead.cc) ----------------------------------------------------------------------
 void column_inv_norm(const Tensor& w, double eps, Tensor& inv_norm);

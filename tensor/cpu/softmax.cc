@@ -287,5 +287,28 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t
                                                    dlogits.raw_data(), targets.numel(), logits.dim(-1));
 }
 
+void count_targets(const Tensor& targets, int64_t ignore_index, Tensor& count) {
+  int64_t kept = 0;
+  LT_INDEX_SWITCH(targets.dtype(), I, {
+    const I* ids = targets.data<I>();
+    for (int64_t n = 0; n < targets.numel(); ++n) kept += ids[n] != ignore_index;
+  });
+  *count.data<int64_t>() = kept;
+}
+
+// The sum, then one multiplication by 1 / count rounded to the dtype: the arithmetic of
+// kernels::sum followed by kernels::scale, which the losses used before the count became a tensor.
+void mean_over_count(const Tensor& values, const Tensor& count, Tensor& mean) {
+  const int64_t kept = *count.data<int64_t>();
+  if (kept == 0) return mean.zero_();
+  sum(values, mean);
+  axpby(1.0 / static_cast<double>(kept), mean, 0.0, mean);
+}
+
+void mean_over_count_backward(const Tensor& dmean, const Tensor& count, Tensor& dvalues) {
+  const int64_t kept = *count.data<int64_t>();
+  dvalues.fill_(kept == 0 ? 0.0 : dmean.item() / static_cast<double>(kept));
+}
+
 }  // namespace lt::cpu
 #endif  // HWY_ONCE

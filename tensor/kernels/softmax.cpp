@@ -1,4 +1,4 @@
-// The softmax and cross-entropy front doors.
+// The softmax and cross-entropy front doors, and the mean over the targets that take part in a loss.
 #include "tensor/dtype_switch.h"
 #include "tensor/kernels/dispatch.h"
 
@@ -27,6 +27,13 @@ void check_targets(const Tensor& logits, const Tensor& targets, int64_t ignore_i
                ") is outside the vocabulary [0, ", V, ")");
     }
   });
+}
+
+// count: the one-element i64 tensor of count_targets, on the device of `like`.
+void check_count(const Tensor& count, const Tensor& like, const char* op) {
+  LT_CHECK(count.defined() && count.dtype() == DType::I64 && count.numel() == 1, op,
+           ": count must be one i64 element, got ", count.defined() ? count.str() : "undefined");
+  check_device(count, like, op, "count");
 }
 
 }  // namespace
@@ -77,6 +84,31 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t
   check_shape(dloss, targets.shape(), "cross_entropy_backward", "dloss");
   check_same(dlogits, logits, "cross_entropy_backward", "dlogits");
   cpu::cross_entropy_backward(logits, targets, ignore_index, lse, dloss, dlogits);
+}
+
+void count_targets(const Tensor& targets, int64_t ignore_index, Tensor& count) {
+  check_index(targets, "count_targets", "targets");
+  check_count(count, targets, "count_targets");
+  require_cpu(targets, "count_targets");
+  cpu::count_targets(targets, ignore_index, count);
+}
+
+void mean_over_count(const Tensor& values, const Tensor& count, Tensor& mean) {
+  check_float(values, "mean_over_count", "values");
+  check_count(count, values, "mean_over_count");
+  check_like(mean, values, "mean_over_count", "mean");
+  LT_CHECK(mean.numel() == 1, "mean_over_count: mean must hold one element, got ", mean.str());
+  require_cpu(values, "mean_over_count");
+  cpu::mean_over_count(values, count, mean);
+}
+
+void mean_over_count_backward(const Tensor& dmean, const Tensor& count, Tensor& dvalues) {
+  check_float(dmean, "mean_over_count_backward", "dmean");
+  LT_CHECK(dmean.numel() == 1, "mean_over_count_backward: dmean must hold one element, got ", dmean.str());
+  check_count(count, dmean, "mean_over_count_backward");
+  check_like(dvalues, dmean, "mean_over_count_backward", "dvalues");
+  require_cpu(dmean, "mean_over_count_backward");
+  cpu::mean_over_count_backward(dmean, count, dvalues);
 }
 
 }  // namespace lt::kernels
