@@ -5,7 +5,7 @@
 #include "nn/gradcheck_cases.h"
 
 #include "autograd/ops.h"
-#include "nn/layers.h"
+#include "nn/normhead.h"
 
 namespace lt {
 

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "autograd/ops.h"
-#include "nn/layers.h"
+#include "nn/normhead.h"
 #include "tests/test_util.h"
 
 namespace lt {
