@@ -37,8 +37,6 @@ Variable log_softmax(const Variable& x);  // over the last dim
 // Mean cross-entropy of logits [N, V] against targets [N] (i32/i64) over the targets that are not
 // ignore_index; scalar [1]. 0 when every target is ignored.
 Variable cross_entropy(const Variable& logits, const Tensor& targets, int64_t ignore_index = -100);
-// The number of targets that take part in a cross-entropy: those that are not ignore_index.
-int64_t count_targets(const Tensor& targets, int64_t ignore_index);
 
 // ---- position and attention (autograd/ops/rope.cpp, autograd/ops/attention.cpp) -------------------
 Variable rope(const Variable& x, double theta, int64_t pos_offset = 0);  // x [B, T, H, D]

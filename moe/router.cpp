@@ -29,9 +29,8 @@ struct RouterAuxNode : Node {
   double balance_scale = 0, z_scale = 0;  // the factors of the two sums above, times alpha
   const char* name() const override { return "router_aux_loss"; }
   std::vector<Tensor> backward(const Tensor& g) override {
-    const double upstream = g.item();
     Tensor dlogits = Tensor::empty_like(probs);
-    kernels::router_aux_backward(probs, lse, counts_E, upstream * balance_scale, upstream * z_scale, dlogits);
+    kernels::router_aux_backward(probs, lse, counts_E, g, balance_scale, z_scale, dlogits);
     return {dlogits};
   }
 };

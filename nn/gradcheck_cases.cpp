@@ -5,7 +5,7 @@
 #include "nn/gradcheck_cases.h"
 
 #include "autograd/ops.h"
-#include "nn/layers.h"
+#include "nn/normhead.h"
 
 namespace lt {
 
@@ -46,6 +46,40 @@ std::vector<GradCase> nn_gradcheck_cases() {
                      },
                      [targets, norm](const std::vector<Variable>& x) {
                        return normhead_cross_entropy(x[0], x[1], targets, -100, norm);
+                     }});
+  }
+
+  // The per-sequence log-probabilities: B sequences of T positions, every 3rd target ignored, and in the
+  // last case one sequence with every target ignored. B T = 300 spans two chunks of rows.
+  struct SequenceCase {
+    int64_t B, T, H, V;
+    HeadNorm norm;
+    bool one_sequence_ignored;
+    std::string what;
+  };
+  const std::vector<SequenceCase> sequence_cases{{3, 5, 3, 23, HeadNorm::Full, false, "full Jacobian"},
+                                                 {2, 150, 2, 7, HeadNorm::None, false, "plain head, two chunks"},
+                                                 {3, 5, 3, 23, HeadNorm::Detached, false, "detached norm: dh only"},
+                                                 {3, 4, 3, 11, HeadNorm::Full, true, "one sequence ignored"}};
+  for (const SequenceCase& sc : sequence_cases) {
+    std::vector<int32_t> ids(static_cast<size_t>(sc.B * sc.T));
+    Rng target_rng(8);
+    for (size_t n = 0; n < ids.size(); ++n) {
+      const bool ignored = n % 3 == 0 || (sc.one_sequence_ignored && static_cast<int64_t>(n) / sc.T == 1);
+      ids[n] = ignored ? -100 : static_cast<int32_t>(target_rng.below(sc.V));
+    }
+    const Tensor targets = Tensor::from_vector<int32_t>({sc.B, sc.T}, ids);
+    const HeadNorm norm = sc.norm;
+    cases.push_back({"normhead_sequence_logprobs",
+                     sc.what + " B=" + std::to_string(sc.B) + " T=" + std::to_string(sc.T) + " H=" +
+                         std::to_string(sc.H) + " V=" + std::to_string(sc.V),
+                     [sc](Rng& rng) {
+                       Variable head = grad_input({sc.V, sc.H}, rng);
+                       head.set_requires_grad(sc.norm != HeadNorm::Detached);
+                       return std::vector<Variable>{grad_input({sc.B * sc.T, sc.H}, rng), head};
+                     },
+                     [targets, norm](const std::vector<Variable>& x) {
+                       return normhead_sequence_logprobs(x[0], x[1], targets, -100, norm);
                      }});
   }
   return cases;

@@ -1,8 +1,10 @@
 // The building blocks of a decoder: Linear, Embedding, RMSNorm, the SwiGLU MLP, grouped-query
-// attention with fused QKV and RoPE, and NormHead. Attribute names are the Hugging Face ones.
+// attention with fused QKV and RoPE; NormHead and the fused head + losses are in nn/normhead.h.
+// Attribute names are the Hugging Face ones.
 #pragma once
 #include "autograd/ops.h"
 #include "nn/module.h"
+#include "nn/normhead.h"  // so that callers of the layers keep seeing NormHead
 
 namespace lt {
 
@@ -76,24 +78,5 @@ class Attention : public Module {
   Linear& query_key_value_;
   Linear& dense_;
 };
-
-// NormHead (spec/ling.md §5): logits = h (W / ||W||_col)^T, each hidden column of W [V, H] scaled to
-// unit L2 norm over the vocabulary (eps 1e-7). The raw W is the parameter. With `detached` the
-// denominator is a constant in backward (the Hugging Face training path); otherwise the full
-// Jacobian of the normalisation is used.
-Variable column_normalize(const Variable& w_VH, bool detached);
-
-// How the head enters the loss: as it is (norm_head false), or column-normalised with the norm
-// detached or with its full Jacobian, as in column_normalize.
-enum class HeadNorm { None, Detached, Full };
-
-// The mean cross-entropy of logits = h W'^T (W' the head normalised per `norm`) against targets [N]
-// (i32/i64; ignore_index skipped, 0 when every target is), scalar [1], as
-// cross_entropy(matmul(h, column_normalize(W), false, true), targets) but without the [N, V] logits:
-// the rows go through in chunks, and the forward turns each chunk's logits into its gradient at once
-// (the loss is a scalar, so the backward only scales), so only one chunk of [rows, V] ever exists.
-// h [N, H], W [V, H].
-Variable normhead_cross_entropy(const Variable& h_NH, const Variable& head_VH, const Tensor& targets_N,
-                                int64_t ignore_index, HeadNorm norm);
 
 }  // namespace lt

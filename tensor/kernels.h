@@ -1,20 +1,24 @@
 // The kernel interface: every numeric routine the layers above call, device-dispatched.
 //
-// Each function checks its operands (shapes, dtypes, devices) and runs the kernel of the operands'
-// device: the CPU kernels in tensor/cpu/<family>.cc (Highway, dynamic dispatch, f32 and f64), the CUDA
-// kernels in tensor/cuda/<family>.cu where one exists. Outputs are passed in, already allocated, so
-// callers decide where memory comes from. Forward and backward of a family sit side by side.
+// Each op family has one front door, tensor/kernels/<family>.cpp: it checks the operands (shapes,
+// dtypes, one device) and runs the kernel of the operands' device, from one of two peer backends that
+// check nothing themselves: the CPU kernels of tensor/cpu/<family>.cc (Highway, dynamic dispatch, f32
+// and f64) and the CUDA kernels of tensor/cuda/<family>.cu where one exists. A CUDA operand reaching an
+// op with no CUDA kernel yet is one lt::Error ("<op>: no CUDA kernel yet for <tensor>"). Outputs are
+// passed in, already allocated, so callers decide where memory comes from. Forward and backward of a
+// family sit side by side.
 //
 // Determinism: for a given thread count, every kernel returns bit-identical results run after run
 // (work is split by lt::parallel_for, reductions combine chunk results in chunk order, no atomics).
 #pragma once
 #include <cstdint>
 
+#include "tensor/kernel_types.h"
 #include "tensor/tensor.h"
 
 namespace lt::kernels {
 
-// ---- elementwise (tensor/cpu/elementwise.cc) ---------------------------------------------------
+// ---- elementwise (tensor/kernels/elementwise.cpp) -----------------------------------------------
 // Binary ops broadcast `b` over the leading dimensions of `a`: b's shape must equal a trailing part
 // of a's shape (b = [C] against a = [B, T, C], or b the same shape as a). out has a's shape.
 void add(const Tensor& a, const Tensor& b, Tensor& out);
@@ -26,12 +30,12 @@ void axpy(double alpha, const Tensor& x, Tensor& y);     // y += alpha * x, same
 // backward of broadcasting.
 void sum_to(const Tensor& x, Tensor& out);
 
-// ---- reductions (tensor/cpu/reduce.cc) ----------------------------------------------------------
+// ---- reductions (tensor/kernels/reduce.cpp) -----------------------------------------------------
 void sum(const Tensor& x, Tensor& out);           // all elements -> out of one element
 void sum_last_dim(const Tensor& x, Tensor& out);  // [..., N] -> [...]
 void sum_squares(const Tensor& x, Tensor& out);   // sum of x^2 -> one element (gradient norms)
 
-// ---- matrix multiply (tensor/cpu/gemm.cc) --------------------------------------------------------
+// ---- matrix multiply (tensor/kernels/gemm.cpp) --------------------------------------------------
 // c = alpha * op(a) @ op(b) + beta * c, op = transpose when the flag is set (of the last two dims).
 // a: [M, K] ([K, M] transposed) or batched [G, M, K]; b: [K, N] ([N, K] transposed) or [G, K, N];
 // c: [M, N] or [G, M, N]. A 2-D b against a batched a applies b to every batch. A 3-D a with a 2-D b
@@ -39,14 +43,14 @@ void sum_squares(const Tensor& x, Tensor& out);   // sum of x^2 -> one element (
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha = 1.0,
             double beta = 0.0);
 
-// ---- activations (tensor/cpu/activation.cc) ------------------------------------------------------
+// ---- activations (tensor/kernels/activation.cpp) ------------------------------------------------
 void silu(const Tensor& x, Tensor& y);                                  // x * sigmoid(x)
 void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
 // SwiGLU: y = silu(gate) * up, same shapes.
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& y);
 void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup);
 
-// ---- normalisation (tensor/cpu/norm.cc) ----------------------------------------------------------
+// ---- normalisation (tensor/kernels/norm.cpp) ----------------------------------------------------
 // RMSNorm over the last dim C: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps), kept for backward.
 // x, y: [N, C] (any leading shape), w: [C], rstd: [N] (leading shape).
 void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
@@ -54,7 +58,7 @@ void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rs
 void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
                       Tensor& dw);
 
-// ---- softmax and cross-entropy (tensor/cpu/softmax.cc) -------------------------------------------
+// ---- softmax and cross-entropy (tensor/kernels/softmax.cpp) -------------------------------------
 // Over the last dimension.
 void softmax(const Tensor& x, Tensor& y);
 void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
@@ -68,12 +72,20 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_i
 // dlogits[n] = dloss[n] * (softmax(logits[n]) - onehot(target[n])), zero rows for ignored targets.
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                             const Tensor& lse, const Tensor& dloss, Tensor& dlogits);
+// The mean of a loss over the targets that take part in it, formed where the tensors live, so a GPU
+// step reads nothing back to the host. count [1] (i64) = the number of targets (i32 or i64, any shape)
+// that are not ignore_index.
+void count_targets(const Tensor& targets, int64_t ignore_index, Tensor& count);
+// mean [1] = sum(values) * (1 / count), 0 when count is 0 (a fully ignored batch has loss 0).
+void mean_over_count(const Tensor& values, const Tensor& count, Tensor& mean);
+// Its backward: every element of dvalues = dmean / count, 0 when count is 0. dmean [1].
+void mean_over_count_backward(const Tensor& dmean, const Tensor& count, Tensor& dvalues);
 
-// ---- NormHead (tensor/cpu/normhead.cc) -----------------------------------------------------------
+// ---- NormHead (tensor/kernels/normhead.cpp) -----------------------------------------------------
 // inv_norm[j] = 1 / (sqrt(sum_v w[v, j]^2) + eps) for the head w [V, H] (sums in f64, row order).
 void column_inv_norm(const Tensor& w, double eps, Tensor& inv_norm);
 
-// ---- rotary position embedding (tensor/cpu/rope.cc) ----------------------------------------------
+// ---- rotary position embedding (tensor/kernels/rope.cpp) ----------------------------------------
 // x: [B, T, H, D] with D even, rotate-half (NeoX) convention: element i < D/2 pairs with i + D/2 at
 // frequency theta^(-2i/D), position = pos_offset + t. inverse = true rotates by -angle (the backward).
 void rope(const Tensor& x, double theta, int64_t pos_offset, bool inverse, Tensor& y);
@@ -85,7 +97,7 @@ void split_qkv_rope(const Tensor& qkv, double theta, int64_t pos_offset, Tensor&
 void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, double theta, int64_t pos_offset,
                              Tensor& dqkv);
 
-// ---- attention (tensor/cpu/attention.cc) ---------------------------------------------------------
+// ---- attention (tensor/kernels/attention.cpp, attention_decode.cpp) -----------------------------
 // Causal scaled-dot-product attention with grouped-query heads.
 // q: [B, T, Hq, D], k and v: [B, T, Hkv, D], Hq a multiple of Hkv (query head h reads kv head
 // h / (Hq / Hkv)). out: [B, T, Hq, D]; lse: [B, Hq, T] f32/f64 log-sum-exp of each score row, kept
@@ -100,7 +112,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 // Tk >= Tq). Query i sits at position Tk - Tq + i and attends keys 0 .. Tk - Tq + i. No backward.
 void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Tk, double scale, Tensor& out);
 
-// ---- indexing (tensor/cpu/index.cc) --------------------------------------------------------------
+// ---- indexing (tensor/kernels/index.cpp) --------------------------------------------------------
 // out[n, :] = table[idx[n], :]; table [R, C], idx [N] i32/i64 (any leading shape), out [N, C]
 // (idx's shape + [C]). An index outside [0, R) is an error naming the index and R.
 void gather_rows(const Tensor& table, const Tensor& idx, Tensor& out);
@@ -115,7 +127,7 @@ void topk(const Tensor& x, int64_t k, Tensor& values, Tensor& indices);
 void gather_cols(const Tensor& x, const Tensor& idx, Tensor& out);
 void scatter_add_cols(const Tensor& dout, const Tensor& idx, Tensor& dx);
 
-// ---- MoE routing and combine (tensor/cpu/moe.cc) ------------------------------------------------
+// ---- MoE routing and combine (tensor/kernels/moe.cpp) -------------------------------------------
 // The router after its projection, per row of logits [N, E]: probs = softmax(logits) [N, E], lse [N]
 // their log-sum-exp, ids [N, k] i32 the k most probable experts in descending order (ranked as topk
 // does), weights [N, k] their probabilities, divided by their sum when `renormalize`.
@@ -124,11 +136,12 @@ void router_topk(const Tensor& logits, int64_t k, bool renormalize, Tensor& prob
 // dlogits = scale * (d weights / d logits)^T dweights, through the renormalisation and the softmax.
 void router_topk_backward(const Tensor& probs, const Tensor& ids, bool renormalize, const Tensor& dweights,
                           double scale, Tensor& dlogits);
-// The gradient, with respect to the logits, of balance_scale * sum_{n,e} probs[n, e] counts[e] plus
-// z_scale / 2 * sum_n lse[n]^2 (the load-balance and z losses, their constant factors folded in):
-//   dlogits[n, e] = probs[n, e] * (balance_scale * (counts[e] - sum_f probs[n, f] counts[f]) + z_scale * lse[n]).
-void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& counts, double balance_scale,
-                         double z_scale, Tensor& dlogits);
+// The gradient, with respect to the logits, of g (balance_scale * sum_{n,e} probs[n, e] counts[e] plus
+// z_scale / 2 * sum_n lse[n]^2) (the load-balance and z losses, their constant factors folded in), g the
+// upstream gradient [1] of the loss, read by the kernel (no host round trip in the backward):
+//   dlogits[n, e] = g probs[n, e] (balance_scale (counts[e] - sum_f probs[n, f] counts[f]) + z_scale lse[n]).
+void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& counts, const Tensor& upstream,
+                         double balance_scale, double z_scale, Tensor& dlogits);
 // The weighted combine of the experts' outputs: out[n, :] = sum_j w[n, j] * y[pos[n k + j], :] for
 // y [M = N k, C] (rows in expert order), w [N, k], pos [N k] i32 (where each assignment's row sits in y),
 // summed in j order.
@@ -139,25 +152,21 @@ void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& o
 // dw may be undefined.
 void combine_backward_before_down(const Tensor& w, const Tensor& pos, Tensor& t, Tensor& h, Tensor& dw);
 
-// ---- optimiser (tensor/cpu/adamw.cc) -------------------------------------------------------------
+// ---- optimiser (tensor/kernels/adamw.cpp) -------------------------------------------------------
 // One AdamW step over a flat parameter, in place (PyTorch's formulation, decoupled weight decay), with
 // g = grad_scale * grad (gradient clipping folded into the pass):
 //   p *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
 //   p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
-struct AdamWStep {
-  double lr, beta1, beta2, eps, weight_decay;
-  int64_t t;  // 1-based step count for the bias corrections
-  double grad_scale = 1.0;
-};
+// AdamWStep (tensor/kernel_types.h) holds lr, beta1, beta2, eps, weight_decay, t and grad_scale.
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step);
 
-// ---- column slices (tensor/cpu/slice.cc) ---------------------------------------------------------
+// ---- column slices (tensor/kernels/slice.cpp) ---------------------------------------------------
 // dst [N, W] = src[:, start : start + W] for src [N, C]; and dst[:, start : start + W] += src, its
 // backward. Used to split a fused projection (QKV) without general strides.
 void copy_cols(const Tensor& src, int64_t start, Tensor& dst);
 void add_to_cols(const Tensor& src, int64_t start, Tensor& dst);
 
-// ---- MoE statistics and dispatch (tensor/cpu/moe_stats.cc) ---------------------------------------
+// ---- MoE statistics and dispatch (tensor/kernels/moe_stats.cpp) --------------------------------
 // What the router, the dispatch and the metrics need from one routing, computed on the routing's device
 // so that a training step never waits for the host. The sums run in f64 in element order on one
 // thread: they touch O(N E) values, and the fixed order keeps them independent of the thread count

@@ -1,8 +1,9 @@
 // softmax, log_softmax and the mean cross-entropy loss: forward and backward.
 //
 // softmax and log_softmax keep their output, from which the backward follows without recomputing
-// exp over the row. cross_entropy keeps the logits and each row's log-sum-exp; its backward rebuilds
-// softmax(logits) from them in one pass.
+// exp over the row. cross_entropy keeps the logits, each row's log-sum-exp and the number of targets
+// that count (a tensor, so nothing is read back to the host); its backward rebuilds softmax(logits) from
+// them in one pass.
 #include "autograd/ops.h"
 #include "autograd/profile.h"
 #include "tensor/kernels.h"
@@ -35,14 +36,14 @@ Variable softmax_op(const Variable& x, bool log) {
 
 struct CrossEntropyNode : Node {
   Tensor logits, targets, lse;
+  Tensor count;  // [1] i64: the targets that are not ignored
   int64_t ignore_index;
-  int64_t count;  // targets not ignored
   const char* name() const override { return "cross_entropy"; }
   std::vector<Tensor> backward(const Tensor& g) override {
-    if (count == 0) return {Tensor::zeros_like(logits)};
-    // loss = sum(row losses) / count, so every row receives g / count.
-    const Tensor dloss = Tensor::full(targets.shape(), g.item() / static_cast<double>(count), logits.dtype(),
-                                      logits.device());
+    // loss = sum(row losses) / count, so every row receives g / count (0 when every target is ignored,
+    // and the kernel writes zero rows for ignored targets anyway).
+    Tensor dloss = Tensor::empty(targets.shape(), logits.dtype(), logits.device());
+    kernels::mean_over_count_backward(g, count, dloss);
     Tensor dlogits = Tensor::empty_like(logits);
     kernels::cross_entropy_backward(logits, targets, ignore_index, lse, dloss, dlogits);
     return {dlogits};
@@ -50,18 +51,6 @@ struct CrossEntropyNode : Node {
 };
 
 }  // namespace
-
-int64_t count_targets(const Tensor& targets, int64_t ignore_index) {
-  int64_t count = 0;
-  if (targets.dtype() == DType::I32) {
-    const int32_t* ids = targets.data<int32_t>();
-    for (int64_t n = 0; n < targets.numel(); ++n) count += ids[n] != ignore_index;
-  } else {
-    const int64_t* ids = targets.data<int64_t>();
-    for (int64_t n = 0; n < targets.numel(); ++n) count += ids[n] != ignore_index;
-  }
-  return count;
-}
 
 Variable softmax(const Variable& x) { return softmax_op(x, false); }
 Variable log_softmax(const Variable& x) { return softmax_op(x, true); }
@@ -75,20 +64,19 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets, int64_t ig
   Tensor lse = Tensor::empty(targets.shape(), lv.dtype(), lv.device());
   kernels::cross_entropy(lv, targets, ignore_index, row_loss, lse);  // checks targets (dtype, range, cpu)
 
-  // Every target ignored: loss 0 and a zero gradient, so a fully masked batch still back-propagates.
-  const int64_t count = count_targets(targets, ignore_index);
-  Tensor loss = Tensor::zeros({1}, lv.dtype(), lv.device());
-  if (count > 0) {
-    kernels::sum(row_loss, loss);
-    kernels::scale(loss, 1.0 / static_cast<double>(count), loss);
-  }
+  // The count stays a tensor on the logits' device: forming the mean needs no host round trip. Every
+  // target ignored gives loss 0 and a zero gradient, so a fully masked batch still back-propagates.
+  Tensor count = Tensor::empty({1}, DType::I64, lv.device());
+  kernels::count_targets(targets, ignore_index, count);
+  Tensor loss = Tensor::empty({1}, lv.dtype(), lv.device());
+  kernels::mean_over_count(row_loss, count, loss);
   auto node = std::make_shared<CrossEntropyNode>();
   node->ignore_index = ignore_index;
-  node->count = count;
   if (grad_enabled()) {
     node->logits = lv;
     node->targets = targets;
     node->lse = lse;
+    node->count = count;
   }
   return make_result(loss, node, {logits});
 }

@@ -15,12 +15,12 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"  // header-only (templates): no extra library to link
-#include "tensor/cpu/kernel_util.h"
-#include "tensor/kernels.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
 
 HWY_BEFORE_NAMESPACE();
-namespace lt::kernels::HWY_NAMESPACE {
+namespace lt::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 template <class D, class V = hn::Vec<D>>
@@ -119,57 +119,32 @@ void SwigluBackwardKernel(DType dtype, const void* gate, const void* up, const v
                                      static_cast<const T*>(dy), static_cast<T*>(dgate), static_cast<T*>(dup), n));
 }
 
-}  // namespace lt::kernels::HWY_NAMESPACE
+}  // namespace lt::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-namespace lt::kernels {
+namespace lt::cpu {
 HWY_EXPORT(SiluKernel);
 HWY_EXPORT(SiluBackwardKernel);
 HWY_EXPORT(SwigluKernel);
 HWY_EXPORT(SwigluBackwardKernel);
 
-namespace {
-// t is a float tensor of ref's dtype, device and shape.
-void check_same(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
-  check_like(t, ref, op, what);
-  check_shape(t, ref.shape(), op, what);
-}
-}  // namespace
-
 void silu(const Tensor& x, Tensor& y) {
-  check_float(x, "silu", "x");
-  check_same(y, x, "silu", "y");
-  require_cpu(x, "silu");
   HWY_DYNAMIC_DISPATCH(SiluKernel)(x.dtype(), x.raw_data(), y.raw_data(), x.numel());
 }
 
 void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
-  check_float(x, "silu_backward", "x");
-  check_same(dy, x, "silu_backward", "dy");
-  check_same(dx, x, "silu_backward", "dx");
-  require_cpu(x, "silu_backward");
   HWY_DYNAMIC_DISPATCH(SiluBackwardKernel)(x.dtype(), x.raw_data(), dy.raw_data(), dx.raw_data(), x.numel());
 }
 
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
-  check_float(gate, "swiglu", "gate");
-  check_same(up, gate, "swiglu", "up");
-  check_same(y, gate, "swiglu", "y");
-  require_cpu(gate, "swiglu");
   HWY_DYNAMIC_DISPATCH(SwigluKernel)(gate.dtype(), gate.raw_data(), up.raw_data(), y.raw_data(), gate.numel());
 }
 
 void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup) {
-  check_float(gate, "swiglu_backward", "gate");
-  check_same(up, gate, "swiglu_backward", "up");
-  check_same(dy, gate, "swiglu_backward", "dy");
-  check_same(dgate, gate, "swiglu_backward", "dgate");
-  check_same(dup, gate, "swiglu_backward", "dup");
-  require_cpu(gate, "swiglu_backward");
   HWY_DYNAMIC_DISPATCH(SwigluBackwardKernel)(gate.dtype(), gate.raw_data(), up.raw_data(), dy.raw_data(),
                                              dgate.raw_data(), dup.raw_data(), gate.numel());
 }
 
-}  // namespace lt::kernels
+}  // namespace lt::cpu
 #endif  // HWY_ONCE

@@ -5,12 +5,12 @@
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "tensor/cpu/kernel_util.h"
-#include "tensor/kernels.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
 
 HWY_BEFORE_NAMESPACE();
-namespace lt::kernels::HWY_NAMESPACE {
+namespace lt::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 template <class T>
@@ -53,24 +53,17 @@ void AdamWKernel(DType dtype, void* p, const void* g, void* m, void* v, int64_t 
                   AdamWT<T>(static_cast<T*>(p), static_cast<const T*>(g), static_cast<T*>(m), static_cast<T*>(v), n, s));
 }
 
-}  // namespace lt::kernels::HWY_NAMESPACE
+}  // namespace lt::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-namespace lt::kernels {
+namespace lt::cpu {
 HWY_EXPORT(AdamWKernel);
 
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step) {
-  check_float(param, "adamw_step", "param");
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&grad, &m, &v}) {
-    check_like(*t, param, "adamw_step", "state");
-    check_shape(*t, param.shape(), "adamw_step", "state");
-  }
-  LT_CHECK(step.t >= 1, "adamw_step: step count must start at 1");
-  require_cpu(param, "adamw_step");
   HWY_DYNAMIC_DISPATCH(AdamWKernel)(param.dtype(), param.raw_data(), grad.raw_data(), m.raw_data(), v.raw_data(),
                                     param.numel(), step);
 }
 
-}  // namespace lt::kernels
+}  // namespace lt::cpu
 #endif  // HWY_ONCE

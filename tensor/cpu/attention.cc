@@ -35,12 +35,12 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
-#include "tensor/cpu/kernel_util.h"
-#include "tensor/kernels.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
 
 HWY_BEFORE_NAMESPACE();
-namespace lt::kernels::HWY_NAMESPACE {
+namespace lt::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // Query rows and key rows per block. 64 keeps a score tile (16 KiB in f32) and the packed k and v blocks
@@ -363,68 +363,28 @@ void AttentionBackwardKernel(DType dtype, int64_t B, int64_t seq, int64_t Hq, in
                                         static_cast<T*>(dk), static_cast<T*>(dv)));
 }
 
-}  // namespace lt::kernels::HWY_NAMESPACE
+}  // namespace lt::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-namespace lt::kernels {
+namespace lt::cpu {
 HWY_EXPORT(AttentionKernel);
 HWY_EXPORT(AttentionBackwardKernel);
 
-namespace {
-
-struct AttentionSizes {
-  int64_t B, T, Hq, Hkv, D;
-};
-
-// Checks the operands shared by forward and backward and returns the sizes.
-AttentionSizes check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                               const Tensor& lse) {
-  check_float(q, op, "q");
-  check_like(k, q, op, "k");
-  check_like(v, q, op, "v");
-  check_like(out, q, op, "out");
-  check_like(lse, q, op, "lse");
-  LT_CHECK(q.ndim() == 4, op, ": q must be [B, T, Hq, D], got ", q.str());
-  LT_CHECK(k.ndim() == 4, op, ": k must be [B, T, Hkv, D], got ", k.str());
-  const int64_t B = q.dim(0), T = q.dim(1), Hq = q.dim(2), D = q.dim(3), Hkv = k.dim(2);
-  LT_CHECK(k.dim(0) == B && k.dim(1) == T && k.dim(3) == D, op, ": k ", k.str(), " differs from q ", q.str(),
-           " in batch, length or head dim");
-  LT_CHECK(Hkv > 0 && Hq % Hkv == 0, op, ": query heads (", Hq, ") must be a multiple of kv heads (", Hkv, ")");
-  LT_CHECK(D > 0, op, ": head dim must be positive, got ", q.str());
-  check_shape(v, k.shape(), op, "v");
-  check_shape(out, q.shape(), op, "out");
-  check_shape(lse, {B, Hq, T}, op, "lse");
-  require_cpu(q, op);
-  return {B, T, Hq, Hkv, D};
-}
-
-}  // namespace
-
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse) {
-  const AttentionSizes n = check_attention("attention", q, k, v, out, lse);
   if (q.numel() == 0) return;
-  HWY_DYNAMIC_DISPATCH(AttentionKernel)(q.dtype(), n.B, n.T, n.Hq, n.Hkv, n.D, q.raw_data(), k.raw_data(),
-                                        v.raw_data(), scale, out.raw_data(), lse.raw_data());
+  HWY_DYNAMIC_DISPATCH(AttentionKernel)(q.dtype(), q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), q.raw_data(),
+                                        k.raw_data(), v.raw_data(), scale, out.raw_data(), lse.raw_data());
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& dout, double scale, Tensor& dq, Tensor& dk, Tensor& dv) {
-  const char* op = "attention_backward";
-  const AttentionSizes n = check_attention(op, q, k, v, out, lse);
-  check_like(dout, q, op, "dout");
-  check_like(dq, q, op, "dq");
-  check_like(dk, q, op, "dk");
-  check_like(dv, q, op, "dv");
-  check_shape(dout, q.shape(), op, "dout");
-  check_shape(dq, q.shape(), op, "dq");
-  check_shape(dk, k.shape(), op, "dk");
-  check_shape(dv, k.shape(), op, "dv");
   if (q.numel() == 0 && k.numel() == 0) return;
-  HWY_DYNAMIC_DISPATCH(AttentionBackwardKernel)(q.dtype(), n.B, n.T, n.Hq, n.Hkv, n.D, q.raw_data(), k.raw_data(),
-                                                v.raw_data(), out.raw_data(), lse.raw_data(), dout.raw_data(), scale,
-                                                dq.raw_data(), dk.raw_data(), dv.raw_data());
+  HWY_DYNAMIC_DISPATCH(AttentionBackwardKernel)(q.dtype(), q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3),
+                                                q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
+                                                lse.raw_data(), dout.raw_data(), scale, dq.raw_data(), dk.raw_data(),
+                                                dv.raw_data());
 }
 
-}  // namespace lt::kernels
+}  // namespace lt::cpu
 #endif  // HWY_ONCE

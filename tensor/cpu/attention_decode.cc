@@ -3,27 +3,15 @@
 #include <cmath>
 #include <vector>
 
-#include "tensor/cpu/kernel_util.h"
-#include "tensor/kernels.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
 
-namespace lt::kernels {
+namespace lt::cpu {
 
 void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Tk, double scale, Tensor& out) {
-  check_float(q, "attention_decode", "q");
-  check_like(k, q, "attention_decode", "k");
-  check_like(v, q, "attention_decode", "v");
-  check_like(out, q, "attention_decode", "out");
-  LT_CHECK(q.ndim() == 4 && k.ndim() == 4 && k.shape() == v.shape(), "attention_decode: q ", q.str(), ", k ", k.str(),
-           ", v ", v.str(), " must be [B, T, H, D]");
   const int64_t B = q.dim(0), Tq = q.dim(1), Hq = q.dim(2), D = q.dim(3);
   const int64_t capacity = k.dim(1), Hkv = k.dim(2);
-  LT_CHECK(k.dim(0) == B && k.dim(3) == D && Hkv > 0 && Hq % Hkv == 0, "attention_decode: k ", k.str(),
-           " does not fit q ", q.str());
-  LT_CHECK(Tq <= Tk && Tk <= capacity, "attention_decode: need Tq <= Tk <= capacity, got ", Tq, ", ", Tk, ", ",
-           capacity);
-  check_shape(out, q.shape(), "attention_decode", "out");
-  require_cpu(q, "attention_decode");
   const int64_t group = Hq / Hkv;
   LT_FLOAT_SWITCH(q.dtype(), T, {
     const T* pq = q.data<T>();
@@ -59,4 +47,4 @@ void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, int64_t
   });
 }
 
-}  // namespace lt::kernels
+}  // namespace lt::cpu

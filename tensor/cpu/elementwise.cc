@@ -3,12 +3,12 @@
 #define HWY_TARGET_INCLUDE "tensor/cpu/elementwise.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "tensor/cpu/kernel_util.h"
-#include "tensor/kernels.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
 
 HWY_BEFORE_NAMESPACE();
-namespace lt::kernels::HWY_NAMESPACE {
+namespace lt::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 template <BinaryOp kOp, class V>
@@ -104,71 +104,27 @@ void SumRowsKernel(DType dtype, const void* x, void* out, int64_t rows, int64_t 
   LT_FLOAT_SWITCH(dtype, T, SumRowsT<T>(static_cast<const T*>(x), static_cast<T*>(out), rows, inner));
 }
 
-}  // namespace lt::kernels::HWY_NAMESPACE
+}  // namespace lt::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-namespace lt::kernels {
+namespace lt::cpu {
 HWY_EXPORT(BinaryKernel);
 HWY_EXPORT(AxpbyKernel);
 HWY_EXPORT(SumRowsKernel);
 
-namespace {
-// The size of the trailing part of a's shape that b's shape equals (b broadcasts over the rest).
-int64_t broadcast_inner(const Tensor& a, const Tensor& b, const char* op) {
-  const Shape& sa = a.shape();
-  const Shape& sb = b.shape();
-  bool suffix = sb.size() <= sa.size();
-  for (size_t i = 0; suffix && i < sb.size(); ++i) suffix = sb[sb.size() - 1 - i] == sa[sa.size() - 1 - i];
-  LT_CHECK(suffix, op, ": cannot broadcast ", shape_str(sb), " over ", shape_str(sa));
-  return b.numel();
-}
-
-void binary(BinaryOp op, const char* name, const Tensor& a, const Tensor& b, Tensor& out) {
-  check_float(a, name, "a");
-  check_like(b, a, name, "b");
-  check_like(out, a, name, "out");
-  check_shape(out, a.shape(), name, "out");
-  const int64_t inner = broadcast_inner(a, b, name);
-  if (a.numel() == 0) return;
-#ifdef LINGTRAIN_CUDA
-  if (!a.is_cpu()) return cuda::binary(op, a, b, out, inner);
-#endif
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, int64_t inner) {
   HWY_DYNAMIC_DISPATCH(BinaryKernel)(op, a.dtype(), a.raw_data(), b.raw_data(), out.raw_data(), a.numel(), inner);
 }
-}  // namespace
 
-void add(const Tensor& a, const Tensor& b, Tensor& out) { binary(BinaryOp::Add, "add", a, b, out); }
-void sub(const Tensor& a, const Tensor& b, Tensor& out) { binary(BinaryOp::Sub, "sub", a, b, out); }
-void mul(const Tensor& a, const Tensor& b, Tensor& out) { binary(BinaryOp::Mul, "mul", a, b, out); }
-
-void scale(const Tensor& x, double alpha, Tensor& out) {
-  check_float(x, "scale", "x");
-  check_like(out, x, "scale", "out");
-  check_shape(out, x.shape(), "scale", "out");
-#ifdef LINGTRAIN_CUDA
-  if (!x.is_cpu()) return cuda::axpby(alpha, x, 0.0, out);
-#endif
-  HWY_DYNAMIC_DISPATCH(AxpbyKernel)(x.dtype(), alpha, x.raw_data(), 0.0, out.raw_data(), x.numel());
-}
-
-void axpy(double alpha, const Tensor& x, Tensor& y) {
-  check_float(x, "axpy", "x");
-  check_like(y, x, "axpy", "y");
-  check_shape(y, x.shape(), "axpy", "y");
-#ifdef LINGTRAIN_CUDA
-  if (!x.is_cpu()) return cuda::axpby(alpha, x, 1.0, y);
-#endif
-  HWY_DYNAMIC_DISPATCH(AxpbyKernel)(x.dtype(), alpha, x.raw_data(), 1.0, y.raw_data(), x.numel());
+void axpby(double alpha, const Tensor& x, double beta, Tensor& y) {
+  HWY_DYNAMIC_DISPATCH(AxpbyKernel)(x.dtype(), alpha, x.raw_data(), beta, y.raw_data(), x.numel());
 }
 
 void sum_to(const Tensor& x, Tensor& out) {
-  check_float(x, "sum_to", "x");
-  check_like(out, x, "sum_to", "out");
-  const int64_t inner = broadcast_inner(x, out, "sum_to");
-  require_cpu(x, "sum_to");
+  const int64_t inner = out.numel();
   HWY_DYNAMIC_DISPATCH(SumRowsKernel)(x.dtype(), x.raw_data(), out.raw_data(), inner ? x.numel() / inner : 0, inner);
 }
 
-}  // namespace lt::kernels
+}  // namespace lt::cpu
 #endif  // HWY_ONCE

@@ -36,12 +36,12 @@
 #include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "tensor/cpu/kernel_util.h"
-#include "tensor/kernels.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
 
 HWY_BEFORE_NAMESPACE();
-namespace lt::kernels::HWY_NAMESPACE {
+namespace lt::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // Register budget of the micro-kernel: kTileRows x kTileVectors accumulators, kTileVectors B vectors and
@@ -549,36 +549,19 @@ void GemmKernel(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, i
                                    T(beta)}));
 }
 
-}  // namespace lt::kernels::HWY_NAMESPACE
+}  // namespace lt::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-namespace lt::kernels {
+namespace lt::cpu {
 HWY_EXPORT(GemmKernel);
 
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta) {
-  check_float(a, "matmul", "a");
-  check_like(b, a, "matmul", "b");
-  check_like(c, a, "matmul", "c");
-  LT_CHECK(a.ndim() == 2 || a.ndim() == 3, "matmul: a must be 2-D or 3-D, got ", a.str());
-  LT_CHECK(b.ndim() == 2 || b.ndim() == 3, "matmul: b must be 2-D or 3-D, got ", b.str());
   const bool batched = a.ndim() == 3;
   const int64_t G = batched ? a.dim(0) : 1;
-  LT_CHECK(b.ndim() == 2 || (batched && b.dim(0) == G), "matmul: batch of b ", b.str(), " does not match a ",
-           a.str());
   const int64_t M = trans_a ? a.dim(-1) : a.dim(-2);
   const int64_t K = trans_a ? a.dim(-2) : a.dim(-1);
-  const int64_t Kb = trans_b ? b.dim(-1) : b.dim(-2);
   const int64_t N = trans_b ? b.dim(-2) : b.dim(-1);
-  LT_CHECK(K == Kb, "matmul: inner dimensions differ: ", a.str(), (trans_a ? "^T" : ""), " @ ", b.str(),
-           (trans_b ? "^T" : ""));
-  // Checked dimension by dimension: building the expected Shape would allocate on every call.
-  const bool c_fits = c.ndim() == (batched ? 3 : 2) && (!batched || c.dim(0) == G) && c.dim(-2) == M && c.dim(-1) == N;
-  if (!c_fits) check_shape(c, batched ? Shape{G, M, N} : Shape{M, N}, "matmul", "c");
-  if (c.numel() == 0) return;
-#ifdef LINGTRAIN_CUDA
-  if (!a.is_cpu()) return cuda::matmul(a, trans_a, b, trans_b, c, alpha, beta);
-#endif
   const auto gemm = HWY_DYNAMIC_DISPATCH(GemmKernel);
   const size_t elem = dtype_size(a.dtype());
   const char* pa = static_cast<const char*>(a.raw_data());
@@ -594,5 +577,5 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
          beta, pc + g * M * N * elem);
 }
 
-}  // namespace lt::kernels
+}  // namespace lt::cpu
 #endif  // HWY_ONCE

@@ -4,44 +4,23 @@
 #include <algorithm>
 #include <cmath>
 
-#include "tensor/cpu/kernel_util.h"
+#include "tensor/cpu/kernels.h"
 #include "tensor/cpu/topk_row.h"
-#include "tensor/kernels.h"
+#include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
 
-namespace lt::kernels {
+namespace lt::cpu {
 namespace {
 
 // Rows per chunk so that each chunk touches at least ~4K values.
 int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(cols, 1)); }
-
-void check_router_rows(const Tensor& probs, const Tensor& ids, const char* op) {
-  check_float(probs, op, "probs");
-  require_cpu(probs, op);
-  LT_CHECK(probs.ndim() == 2, op, ": probs must be [N, E], got ", probs.str());
-  LT_CHECK(ids.defined() && ids.dtype() == DType::I32 && ids.ndim() == 2 && ids.dim(0) == probs.dim(0), op,
-           ": ids must be i32 [", probs.dim(0), ", k], got ", ids.defined() ? ids.str() : "undefined");
-}
 
 }  // namespace
 
 // Per row: max, then exp and the sum in f64, so lse and probs are exact to the dtype whatever E.
 void router_topk(const Tensor& logits, int64_t k, bool renormalize, Tensor& probs, Tensor& lse, Tensor& weights,
                  Tensor& ids) {
-  const char* op = "router_topk";
-  check_float(logits, op, "logits");
-  require_cpu(logits, op);
-  LT_CHECK(logits.ndim() == 2, op, ": logits must be [N, E], got ", logits.str());
   const int64_t N = logits.dim(0), E = logits.dim(1);
-  LT_CHECK(k >= 1 && k <= E, op, ": k = ", k, " must be in [1, ", E, "]");
-  check_like(probs, logits, op, "probs");
-  check_shape(probs, logits.shape(), op, "probs");
-  check_like(lse, logits, op, "lse");
-  check_shape(lse, {N}, op, "lse");
-  check_like(weights, logits, op, "weights");
-  check_shape(weights, {N, k}, op, "weights");
-  check_router_rows(probs, ids, op);
-  check_shape(ids, {N, k}, op, "ids");
   LT_FLOAT_SWITCH(logits.dtype(), T, {
     const T* s = logits.data<T>();
     T* p = probs.data<T>();
@@ -74,22 +53,14 @@ void router_topk(const Tensor& logits, int64_t k, bool renormalize, Tensor& prob
 //   ds_e = p_e (dp_e - sum_j dp[i_j] p[i_j]), dp_e = 0 for the experts not chosen (softmax backward).
 void router_topk_backward(const Tensor& probs, const Tensor& ids, bool renormalize, const Tensor& dweights,
                           double scale, Tensor& dlogits) {
-  const char* op = "router_topk_backward";
-  check_router_rows(probs, ids, op);
   const int64_t N = probs.dim(0), E = probs.dim(1), k = ids.dim(1);
-  check_like(dweights, probs, op, "dweights");
-  check_shape(dweights, ids.shape(), op, "dweights");
-  check_like(dlogits, probs, op, "dlogits");
-  check_shape(dlogits, probs.shape(), op, "dlogits");
-  constexpr int64_t kMaxK = 64;  // the per-row scratch of dp below
-  LT_CHECK(k <= kMaxK, op, ": k = ", k, " exceeds ", kMaxK);
   LT_FLOAT_SWITCH(probs.dtype(), T, {
     const T* p = probs.data<T>();
     const int32_t* id = ids.data<int32_t>();
     const T* dw = dweights.data<T>();
     T* ds = dlogits.data<T>();
     parallel_for(N, row_grain(E), [&](int64_t begin, int64_t end) {
-      T dp[kMaxK];
+      T dp[kernels::kRouterMaxTopK];
       for (int64_t n = begin; n < end; ++n) {
         const T* p_n = p + n * E;
         const int32_t* id_n = id + n * k;
@@ -114,20 +85,14 @@ void router_topk_backward(const Tensor& probs, const Tensor& ids, bool renormali
   });
 }
 
-void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& counts, double balance_scale,
-                         double z_scale, Tensor& dlogits) {
-  const char* op = "router_aux_backward";
-  check_float(probs, op, "probs");
-  require_cpu(probs, op);
-  LT_CHECK(probs.ndim() == 2, op, ": probs must be [N, E], got ", probs.str());
+void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& counts, const Tensor& upstream,
+                         double balance_scale, double z_scale, Tensor& dlogits) {
   const int64_t N = probs.dim(0), E = probs.dim(1);
-  check_like(lse, probs, op, "lse");
-  check_shape(lse, {N}, op, "lse");
-  check_like(counts, probs, op, "counts");
-  check_shape(counts, {E}, op, "counts");
-  check_like(dlogits, probs, op, "dlogits");
-  check_shape(dlogits, probs.shape(), op, "dlogits");
   LT_FLOAT_SWITCH(probs.dtype(), T, {
+    // The upstream factor joins the scales in f64, as a host-side product of the two would.
+    const double g = static_cast<double>(upstream.data<T>()[0]);
+    balance_scale *= g;
+    z_scale *= g;
     const T* p = probs.data<T>();
     const T* l = lse.data<T>();
     const T* c = counts.data<T>();
@@ -145,30 +110,8 @@ void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& c
   });
 }
 
-namespace {
-
-void check_combine(const Tensor& y, const Tensor& w, const Tensor& pos, const char* op) {
-  check_float(y, op, "y");
-  require_cpu(y, op);
-  LT_CHECK(y.ndim() == 2, op, ": y must be [M, C], got ", y.str());
-  check_like(w, y, op, "w");
-  LT_CHECK(w.ndim() == 2 && w.numel() == y.dim(0), op, ": w must be [N, k] with N k = ", y.dim(0), ", got ",
-           w.str());
-  LT_CHECK(pos.defined() && pos.dtype() == DType::I32 && pos.numel() == w.numel(), op, ": pos must be i32 of ",
-           w.numel(), " positions, got ", pos.defined() ? pos.str() : "undefined");
-  const int32_t* p = pos.data<int32_t>();
-  for (int64_t a = 0; a < pos.numel(); ++a)
-    LT_CHECK(p[a] >= 0 && p[a] < y.dim(0), op, ": position ", p[a], " of assignment ", a, " outside [0, ", y.dim(0),
-             ")");
-}
-
-}  // namespace
-
 void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out) {
-  check_combine(y, w, pos, "combine_rows");
   const int64_t N = w.dim(0), k = w.dim(1), C = y.dim(1);
-  check_like(out, y, "combine_rows", "out");
-  check_shape(out, {N, C}, "combine_rows", "out");
   LT_FLOAT_SWITCH(y.dtype(), T, {
     const T* py = y.data<T>();
     const T* pw = w.data<T>();
@@ -190,14 +133,6 @@ void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& o
 }
 
 void combine_backward_before_down(const Tensor& w, const Tensor& pos, Tensor& t, Tensor& h, Tensor& dw) {
-  const char* op = "combine_backward_before_down";
-  check_combine(t, w, pos, op);
-  check_like(h, t, op, "h");
-  check_shape(h, t.shape(), op, "h");
-  if (dw.defined()) {
-    check_like(dw, w, op, "dw");
-    check_shape(dw, w.shape(), op, "dw");
-  }
   const int64_t C = t.dim(1);
   LT_FLOAT_SWITCH(t.dtype(), T, {
     const T* pw = w.data<T>();
@@ -225,4 +160,4 @@ void combine_backward_before_down(const Tensor& w, const Tensor& pos, Tensor& t,
   });
 }
 
-}  // namespace lt::kernels
+}  // namespace lt::cpu

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "tensor/cpu/kernel_util.h"
-#include "tensor/kernels.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
 
-namespace lt::kernels {
+namespace lt::cpu {
 namespace {
 
 constexpr int64_t kColumnBlock = 64;  // one block's f64 sums stay in registers / L1
@@ -34,12 +34,7 @@ void ColumnInvNormT(const T* w, T* inv_norm, int64_t rows, int64_t cols, double 
 }  // namespace
 
 void column_inv_norm(const Tensor& w, double eps, Tensor& inv_norm) {
-  check_float(w, "column_inv_norm", "w");
-  LT_CHECK(w.ndim() == 2, "column_inv_norm: w must be 2-D [V, H], got ", w.str());
-  check_like(inv_norm, w, "column_inv_norm", "inv_norm");
-  check_shape(inv_norm, {w.dim(1)}, "column_inv_norm", "inv_norm");
-  require_cpu(w, "column_inv_norm");
   LT_FLOAT_SWITCH(w.dtype(), T, ColumnInvNormT<T>(w.data<T>(), inv_norm.data<T>(), w.dim(0), w.dim(1), eps));
 }
 
-}  // namespace lt::kernels
+}  // namespace lt::cpu

@@ -5,12 +5,12 @@
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "tensor/cpu/kernel_util.h"
-#include "tensor/kernels.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
 
 HWY_BEFORE_NAMESPACE();
-namespace lt::kernels::HWY_NAMESPACE {
+namespace lt::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // Sum of x[0, n): vector lanes accumulate independently, then are reduced; the order is fixed by n
@@ -94,40 +94,26 @@ void SumLastDimKernel(DType dtype, const void* x, void* out, int64_t rows, int64
   LT_FLOAT_SWITCH(dtype, T, SumLastDimT<T>(static_cast<const T*>(x), static_cast<T*>(out), rows, n));
 }
 
-}  // namespace lt::kernels::HWY_NAMESPACE
+}  // namespace lt::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-namespace lt::kernels {
+namespace lt::cpu {
 HWY_EXPORT(SumAllKernel);
 HWY_EXPORT(SumLastDimKernel);
 HWY_EXPORT(SumSquaresKernel);
 
 void sum(const Tensor& x, Tensor& out) {
-  check_float(x, "sum", "x");
-  check_like(out, x, "sum", "out");
-  LT_CHECK(out.numel() == 1, "sum: out must hold one element, got ", out.str());
-  require_cpu(x, "sum");
   HWY_DYNAMIC_DISPATCH(SumAllKernel)(x.dtype(), x.raw_data(), out.raw_data(), x.numel());
 }
 
 void sum_squares(const Tensor& x, Tensor& out) {
-  check_float(x, "sum_squares", "x");
-  check_like(out, x, "sum_squares", "out");
-  LT_CHECK(out.numel() == 1, "sum_squares: out must hold one element, got ", out.str());
-  require_cpu(x, "sum_squares");
   HWY_DYNAMIC_DISPATCH(SumSquaresKernel)(x.dtype(), x.raw_data(), out.raw_data(), x.numel());
 }
 
 void sum_last_dim(const Tensor& x, Tensor& out) {
-  check_float(x, "sum_last_dim", "x");
-  check_like(out, x, "sum_last_dim", "out");
-  LT_CHECK(x.ndim() >= 1, "sum_last_dim: x must have at least one dimension");
-  Shape lead(x.shape().begin(), x.shape().end() - 1);
-  check_shape(out, lead, "sum_last_dim", "out");
-  require_cpu(x, "sum_last_dim");
   HWY_DYNAMIC_DISPATCH(SumLastDimKernel)(x.dtype(), x.raw_data(), out.raw_data(), out.numel(), x.dim(-1));
 }
 
-}  // namespace lt::kernels
+}  // namespace lt::cpu
 #endif  // HWY_ONCE

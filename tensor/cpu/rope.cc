@@ -22,24 +22,24 @@
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "tensor/cpu/kernel_util.h"
-#include "tensor/kernels.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
 
 #ifndef LINGTRAIN_ROPE_HEAD_ROWS  // once, outside the per-target namespaces: the dispatched signature uses it
 #define LINGTRAIN_ROPE_HEAD_ROWS
-namespace lt::kernels {
+namespace lt::cpu {
 // Where the head vectors sit: row r = token * heads + h is the D values at
 // base + token * token_stride + offset + h * D. A compact [B, T, H, D] tensor has token_stride H * D and
 // offset 0; a block of columns of a fused projection has the projection's width and the block's start.
 struct HeadRows {
   int64_t token_stride, offset;
 };
-}  // namespace lt::kernels
+}  // namespace lt::cpu
 #endif
 
 HWY_BEFORE_NAMESPACE();
-namespace lt::kernels::HWY_NAMESPACE {
+namespace lt::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // Rotates every head vector of x into y; row r is at sequence index (r / heads) % seq, whose cos and
@@ -92,11 +92,11 @@ void RopeKernel(DType dtype, bool inverse, const void* x, HeadRows x_rows, void*
   });
 }
 
-}  // namespace lt::kernels::HWY_NAMESPACE
+}  // namespace lt::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-namespace lt::kernels {
+namespace lt::cpu {
 HWY_EXPORT(RopeKernel);
 
 namespace {
@@ -143,45 +143,6 @@ const RopeTable<T>& rope_table(int64_t pos_offset, int64_t seq, int64_t D, doubl
   return table;
 }
 
-}  // namespace
-
-void rope(const Tensor& x, double theta, int64_t pos_offset, bool inverse, Tensor& y) {
-  check_float(x, "rope", "x");
-  check_like(y, x, "rope", "y");
-  LT_CHECK(x.ndim() == 4, "rope: x must be [B, T, H, D], got ", x.str());
-  check_shape(y, x.shape(), "rope", "y");
-  LT_CHECK(x.dim(3) % 2 == 0, "rope: head dim D must be even, got ", x.str());
-  LT_CHECK(theta > 0, "rope: theta must be positive, got ", theta);
-  LT_CHECK(pos_offset >= 0, "rope: pos_offset must be >= 0, got ", pos_offset);
-  require_cpu(x, "rope");
-  if (x.numel() == 0) return;
-  const int64_t seq = x.dim(1), heads = x.dim(2), D = x.dim(3);
-  const HeadRows compact{heads * D, 0};
-  LT_FLOAT_SWITCH(x.dtype(), T, {
-    const RopeTable<T>& table = rope_table<T>(pos_offset, seq, D, theta);
-    HWY_DYNAMIC_DISPATCH(RopeKernel)(x.dtype(), inverse, x.raw_data(), compact, y.raw_data(), compact,
-                                     x.numel() / D, seq, heads, D, table.cos_table.data(), table.sin_table.data());
-  });
-}
-
-namespace {
-
-// The shapes of split_qkv_rope and its backward: qkv [B, T, (Hq + 2 Hkv) D], q [B, T, Hq, D],
-// k and v [B, T, Hkv, D].
-void check_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, double theta, int64_t pos_offset,
-               const char* op) {
-  check_float(qkv, op, "qkv");
-  require_cpu(qkv, op);
-  for (const Tensor* t : {&q, &k, &v}) check_like(*t, qkv, op, "q, k, v");
-  LT_CHECK(q.ndim() == 4 && k.ndim() == 4, op, ": q and k must be [B, T, H, D], got ", q.str(), ", ", k.str());
-  const int64_t B = q.dim(0), T = q.dim(1), Hq = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
-  check_shape(k, {B, T, Hkv, D}, op, "k");
-  check_shape(v, {B, T, Hkv, D}, op, "v");
-  check_shape(qkv, {B, T, (Hq + 2 * Hkv) * D}, op, "qkv");
-  LT_CHECK(D % 2 == 0, op, ": head dim D must be even, got ", D);
-  LT_CHECK(theta > 0 && pos_offset >= 0, op, ": theta must be positive and pos_offset >= 0");
-}
-
 // Copies the v block between the projection's rows (width C, v at column start) and compact v.
 void copy_v_block(const Tensor& from, int64_t from_stride, int64_t from_start, Tensor& to, int64_t to_stride,
                   int64_t to_start, int64_t tokens, int64_t width) {
@@ -197,8 +158,18 @@ void copy_v_block(const Tensor& from, int64_t from_stride, int64_t from_start, T
 
 }  // namespace
 
+void rope(const Tensor& x, double theta, int64_t pos_offset, bool inverse, Tensor& y) {
+  if (x.numel() == 0) return;
+  const int64_t seq = x.dim(1), heads = x.dim(2), D = x.dim(3);
+  const HeadRows compact{heads * D, 0};
+  LT_FLOAT_SWITCH(x.dtype(), T, {
+    const RopeTable<T>& table = rope_table<T>(pos_offset, seq, D, theta);
+    HWY_DYNAMIC_DISPATCH(RopeKernel)(x.dtype(), inverse, x.raw_data(), compact, y.raw_data(), compact,
+                                     x.numel() / D, seq, heads, D, table.cos_table.data(), table.sin_table.data());
+  });
+}
+
 void split_qkv_rope(const Tensor& qkv, double theta, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v) {
-  check_qkv(qkv, q, k, v, theta, pos_offset, "split_qkv_rope");
   const int64_t tokens = q.dim(0) * q.dim(1), seq = q.dim(1), Hq = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
   const int64_t C = qkv.dim(2);
   if (tokens == 0) return;
@@ -216,7 +187,6 @@ void split_qkv_rope(const Tensor& qkv, double theta, int64_t pos_offset, Tensor&
 
 void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, double theta, int64_t pos_offset,
                              Tensor& dqkv) {
-  check_qkv(dqkv, dq, dk, dv, theta, pos_offset, "split_qkv_rope_backward");
   const int64_t tokens = dq.dim(0) * dq.dim(1), seq = dq.dim(1), Hq = dq.dim(2), Hkv = dk.dim(2), D = dq.dim(3);
   const int64_t C = dqkv.dim(2);
   if (tokens == 0) return;
@@ -232,5 +202,5 @@ void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& d
   copy_v_block(dv, Hkv * D, 0, dqkv, C, (Hq + Hkv) * D, tokens, Hkv * D);
 }
 
-}  // namespace lt::kernels
+}  // namespace lt::cpu
 #endif  // HWY_ONCE

@@ -17,12 +17,12 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"  // header-only (templates): no extra library to link
-#include "tensor/cpu/kernel_util.h"
-#include "tensor/kernels.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
 
 HWY_BEFORE_NAMESPACE();
-namespace lt::kernels::HWY_NAMESPACE {
+namespace lt::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // A multiple of every vector width, so only the last block of a row has a partial vector.
@@ -244,11 +244,11 @@ void CrossEntropyBackwardKernel(DType dtype, DType target_dtype, const void* x, 
                                                               V)));
 }
 
-}  // namespace lt::kernels::HWY_NAMESPACE
+}  // namespace lt::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-namespace lt::kernels {
+namespace lt::cpu {
 HWY_EXPORT(SoftmaxKernel);
 HWY_EXPORT(SoftmaxBackwardKernel);
 HWY_EXPORT(CrossEntropyKernel);
@@ -256,88 +256,59 @@ HWY_EXPORT(CrossEntropyBackwardKernel);
 
 namespace {
 
-// x [..., V] with V > 0 on the CPU.
-void check_rows(const Tensor& x, const char* op, const char* what) {
-  check_float(x, op, what);
-  LT_CHECK(x.ndim() >= 1 && x.dim(-1) > 0, op, ": ", what, " must have a non-empty last dimension, got ", x.str());
-  require_cpu(x, op);
-}
-
-void check_same(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
-  check_like(t, ref, op, what);
-  check_shape(t, ref.shape(), op, what);
-}
-
-void softmax_forward(bool log, const char* op, const Tensor& x, Tensor& y) {
-  check_rows(x, op, "x");
-  check_same(y, x, op, "y");
+void softmax_rows(bool log, const Tensor& x, Tensor& y) {
   const int64_t V = x.dim(-1);
   HWY_DYNAMIC_DISPATCH(SoftmaxKernel)(x.dtype(), log, x.raw_data(), y.raw_data(), x.numel() / V, V);
 }
 
-void softmax_backward_rows(bool log, const char* op, const Tensor& y, const Tensor& dy, Tensor& dx) {
-  check_rows(y, op, "y");
-  check_same(dy, y, op, "dy");
-  check_same(dx, y, op, "dx");
+void softmax_backward_rows(bool log, const Tensor& y, const Tensor& dy, Tensor& dx) {
   const int64_t V = y.dim(-1);
   HWY_DYNAMIC_DISPATCH(SoftmaxBackwardKernel)(y.dtype(), log, y.raw_data(), dy.raw_data(), dx.raw_data(),
                                               y.numel() / V, V);
 }
 
-// targets: integer ids of logits' leading shape, each in [0, V) or equal to ignore_index.
-void check_targets(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const char* op) {
-  check_index(targets, op, "targets");
-  require_cpu(targets, op);
-  check_shape(targets, Shape(logits.shape().begin(), logits.shape().end() - 1), op, "targets");
-  const int64_t V = logits.dim(-1);
-  LT_INDEX_SWITCH(targets.dtype(), I, {
-    const I* ids = targets.data<I>();
-    for (int64_t n = 0; n < targets.numel(); ++n) {
-      const int64_t id = static_cast<int64_t>(ids[n]);
-      LT_CHECK(id == ignore_index || (id >= 0 && id < V), op, ": target id ", id, " (row ", n,
-               ") is outside the vocabulary [0, ", V, ")");
-    }
-  });
-}
-
 }  // namespace
 
-void softmax(const Tensor& x, Tensor& y) { softmax_forward(false, "softmax", x, y); }
-void log_softmax(const Tensor& x, Tensor& y) { softmax_forward(true, "log_softmax", x, y); }
-
-void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
-  softmax_backward_rows(false, "softmax_backward", y, dy, dx);
-}
-void log_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
-  softmax_backward_rows(true, "log_softmax_backward", y, dy, dx);
-}
+void softmax(const Tensor& x, Tensor& y) { softmax_rows(false, x, y); }
+void log_softmax(const Tensor& x, Tensor& y) { softmax_rows(true, x, y); }
+void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) { softmax_backward_rows(false, y, dy, dx); }
+void log_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) { softmax_backward_rows(true, y, dy, dx); }
 
 void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& loss, Tensor& lse) {
-  check_rows(logits, "cross_entropy", "logits");
-  check_targets(logits, targets, ignore_index, "cross_entropy");
-  check_like(loss, logits, "cross_entropy", "loss");
-  check_shape(loss, targets.shape(), "cross_entropy", "loss");
-  check_like(lse, logits, "cross_entropy", "lse");
-  check_shape(lse, targets.shape(), "cross_entropy", "lse");
-  const int64_t V = logits.dim(-1);
   HWY_DYNAMIC_DISPATCH(CrossEntropyKernel)(logits.dtype(), targets.dtype(), logits.raw_data(), targets.raw_data(),
-                                           ignore_index, loss.raw_data(), lse.raw_data(), targets.numel(), V);
+                                           ignore_index, loss.raw_data(), lse.raw_data(), targets.numel(),
+                                           logits.dim(-1));
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& lse,
                             const Tensor& dloss, Tensor& dlogits) {
-  check_rows(logits, "cross_entropy_backward", "logits");
-  check_targets(logits, targets, ignore_index, "cross_entropy_backward");
-  check_like(lse, logits, "cross_entropy_backward", "lse");
-  check_shape(lse, targets.shape(), "cross_entropy_backward", "lse");
-  check_like(dloss, logits, "cross_entropy_backward", "dloss");
-  check_shape(dloss, targets.shape(), "cross_entropy_backward", "dloss");
-  check_same(dlogits, logits, "cross_entropy_backward", "dlogits");
-  const int64_t V = logits.dim(-1);
   HWY_DYNAMIC_DISPATCH(CrossEntropyBackwardKernel)(logits.dtype(), targets.dtype(), logits.raw_data(),
                                                    targets.raw_data(), ignore_index, lse.raw_data(), dloss.raw_data(),
-                                                   dlogits.raw_data(), targets.numel(), V);
+                                                   dlogits.raw_data(), targets.numel(), logits.dim(-1));
 }
 
-}  // namespace lt::kernels
+void count_targets(const Tensor& targets, int64_t ignore_index, Tensor& count) {
+  int64_t kept = 0;
+  LT_INDEX_SWITCH(targets.dtype(), I, {
+    const I* ids = targets.data<I>();
+    for (int64_t n = 0; n < targets.numel(); ++n) kept += ids[n] != ignore_index;
+  });
+  *count.data<int64_t>() = kept;
+}
+
+// The sum, then one multiplication by 1 / count rounded to the dtype: the arithmetic of
+// kernels::sum followed by kernels::scale, which the losses used before the count became a tensor.
+void mean_over_count(const Tensor& values, const Tensor& count, Tensor& mean) {
+  const int64_t kept = *count.data<int64_t>();
+  if (kept == 0) return mean.zero_();
+  sum(values, mean);
+  axpby(1.0 / static_cast<double>(kept), mean, 0.0, mean);
+}
+
+void mean_over_count_backward(const Tensor& dmean, const Tensor& count, Tensor& dvalues) {
+  const int64_t kept = *count.data<int64_t>();
+  dvalues.fill_(kept == 0 ? 0.0 : dmean.item() / static_cast<double>(kept));
+}
+
+}  // namespace lt::cpu
 #endif  // HWY_ONCE

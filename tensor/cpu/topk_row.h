@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace lt::kernels {
+namespace lt::cpu {
 
 // The ranking of top-k: larger values first, NaN above everything (as torch.topk does, so a diverged
 // router shows up in the selection instead of being silently skipped), equal values by lower index.
@@ -36,4 +36,4 @@ inline void TopKRow(const T* row, int64_t cols, int64_t k, T* best_values, int32
   }
 }
 
-}  // namespace lt::kernels
+}  // namespace lt::cpu

@@ -2,9 +2,8 @@
 // cuBLAS handle per device, synchronous copies, and the checks that turn a CUDA or cuBLAS status into
 // one lt::Error line.
 //
-// Only compiled when LINGTRAIN_CUDA is defined. The header stays C++17 and free of tensor.h (Device and
-// CachingAllocator are only declared here) because nvcc compiles the .cu files as C++17 and the tensor
-// headers are C++20.
+// Only compiled when LINGTRAIN_CUDA is defined. Device and CachingAllocator are only declared here, so
+// the allocator and the device query can include this header without the tensor headers.
 //
 // Every kernel, copy and cuBLAS call runs on the legacy default stream of its device, so they execute
 // in the order they were issued without explicit synchronisation.

@@ -5,10 +5,11 @@
 // results are deterministic and need no atomics. Memory bound: the arithmetic is not the cost.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "tensor/cuda/cuda_runtime.h"
-#include "tensor/cuda/launch.h"
-#include "tensor/error.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/dtype_switch.h"
 
 namespace lt::cuda {
 namespace {
@@ -73,21 +74,6 @@ void launch_fill_words(void* data, int64_t n, uint64_t bits) {
   fill_kernel<<<blocks_for(n), kThreadsPerBlock>>>(static_cast<Word*>(data), n, static_cast<Word>(bits));
 }
 
-}  // namespace
-
-template <class T>
-void launch_add(const T* a, const T* b, T* out, int64_t n, int64_t inner) {
-  launch_binary<Add>(a, b, out, n, inner);
-}
-template <class T>
-void launch_sub(const T* a, const T* b, T* out, int64_t n, int64_t inner) {
-  launch_binary<Sub>(a, b, out, n, inner);
-}
-template <class T>
-void launch_mul(const T* a, const T* b, T* out, int64_t n, int64_t inner) {
-  launch_binary<Mul>(a, b, out, n, inner);
-}
-
 template <class T>
 void launch_axpby(T alpha, const T* x, T beta, T* y, int64_t n) {
   if (n == 0) return;
@@ -107,13 +93,61 @@ void launch_fill(void* data, int64_t n, size_t elem_bytes, uint64_t bits) {
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
-template void launch_add<float>(const float*, const float*, float*, int64_t, int64_t);
-template void launch_add<double>(const double*, const double*, double*, int64_t, int64_t);
-template void launch_sub<float>(const float*, const float*, float*, int64_t, int64_t);
-template void launch_sub<double>(const double*, const double*, double*, int64_t, int64_t);
-template void launch_mul<float>(const float*, const float*, float*, int64_t, int64_t);
-template void launch_mul<double>(const double*, const double*, double*, int64_t, int64_t);
-template void launch_axpby<float>(float, const float*, float, float*, int64_t);
-template void launch_axpby<double>(double, const double*, double, double*, int64_t);
+// The bit pattern of `value` stored as one element of `dtype`, as Tensor::fill_ stores it on the CPU.
+uint64_t element_bits(DType dtype, double value) {
+  uint64_t bits = 0;
+  switch (dtype) {
+    case DType::F32: {
+      const float v = static_cast<float>(value);
+      std::memcpy(&bits, &v, sizeof v);
+      break;
+    }
+    case DType::F64: std::memcpy(&bits, &value, sizeof value); break;
+    case DType::BF16: bits = f32_to_bf16(static_cast<float>(value)); break;
+    case DType::I32: {
+      const int32_t v = static_cast<int32_t>(value);
+      std::memcpy(&bits, &v, sizeof v);
+      break;
+    }
+    case DType::I64: {
+      const int64_t v = static_cast<int64_t>(value);
+      std::memcpy(&bits, &v, sizeof v);
+      break;
+    }
+  }
+  return bits;
+}
+
+}  // namespace
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, int64_t inner) {
+  const DeviceGuard guard(a.device().index);
+  LT_FLOAT_SWITCH(a.dtype(), T, {
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* po = out.data<T>();
+    switch (op) {
+      case BinaryOp::Add: launch_binary<Add>(pa, pb, po, a.numel(), inner); break;
+      case BinaryOp::Sub: launch_binary<Sub>(pa, pb, po, a.numel(), inner); break;
+      case BinaryOp::Mul: launch_binary<Mul>(pa, pb, po, a.numel(), inner); break;
+    }
+  });
+}
+
+void axpby(double alpha, const Tensor& x, double beta, Tensor& y) {
+  const DeviceGuard guard(x.device().index);
+  LT_FLOAT_SWITCH(x.dtype(), T, launch_axpby(T(alpha), x.data<T>(), T(beta), y.data<T>(), x.numel()));
+}
+
+void fill(Tensor& t, double value) {
+  if (t.numel() == 0) return;
+  const DeviceGuard guard(t.device().index);
+  // Zero is all-zero bytes in every dtype (and -0.0 becomes +0.0, as in the CPU fill_).
+  if (value == 0.0) {
+    LT_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), nullptr));
+    return;
+  }
+  launch_fill(t.raw_data(), t.numel(), dtype_size(t.dtype()), element_bits(t.dtype(), value));
+}
 
 }  // namespace lt::cuda

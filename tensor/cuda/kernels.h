@@ -1,21 +1,29 @@
-// The CUDA kernels behind lt::kernels (tensor/kernels.h). lt::kernels checks the operands (shapes,
-// dtypes, one device) and calls these for CUDA tensors; they run on the operands' device, on its
-// default stream, and return without waiting for the GPU (copies to the host wait).
+// The CUDA backend: the kernels behind the front doors of tensor/kernels/<family>.cpp, a peer of the
+// CPU backend (tensor/cpu/kernels.h). Each function has the contract of the lt::kernels function it
+// serves (tensor/kernels.h) and checks nothing: the front door has checked shapes, dtypes and that
+// every operand is on one device. They run on that device's default stream and return without waiting
+// for the GPU (copies to the host wait).
+//
+// Declared whether or not the backend is compiled: the front doors call these only inside
+// `if constexpr (kCudaBackend)` (tensor/kernels/dispatch.h), so a build without nvcc needs no definition.
+//
+// Adding a CUDA kernel: one .cu file (its device code and the Tensor-level function that launches it),
+// the function's declaration here, the CUDA branch in its front door, and one entry in cuda_cases() of
+// tests/cuda/test_cuda.cpp, which compares it with the CPU kernel.
 #pragma once
 #include <cstdint>
 
+#include "tensor/kernel_types.h"
 #include "tensor/tensor.h"
-
-namespace lt::kernels {
-enum class BinaryOp;  // Add, Sub, Mul: defined in tensor/cpu/kernel_util.h
-}
 
 namespace lt::cuda {
 
-// out[i] = a[i] op b[i % inner], f32 or f64 (tensor/cuda/elementwise.cu).
-void binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, int64_t inner);
+using kernels::BinaryOp;
 
-// y = alpha * x + beta * y, f32 or f64; beta == 0 means y is only written (tensor/cuda/elementwise.cu).
+// out[i] = a[i] op b[i % inner], f32 or f64 (elementwise.cu).
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, int64_t inner);
+
+// y = alpha * x + beta * y, f32 or f64; beta == 0 means y is only written (elementwise.cu).
 void axpby(double alpha, const Tensor& x, double beta, Tensor& y);
 
 // Every element of t = value converted to t's dtype (any dtype; bf16 rounds to nearest even).

@@ -1,12 +1,21 @@
-// The CUDA backend. The CudaBuild tests run on every machine: the build flag, a device query that
-// cannot crash without a driver, clean errors. The CudaKernels tests compare each CUDA kernel with the
-// CPU kernel on the same inputs and skip where no GPU is present.
+// The CUDA backend. CudaBuild runs on every machine: the build flag, the device count against the
+// runtime's own answer, clean errors. CudaMatchesCpu is the table of every op that has a CUDA kernel:
+// each case draws its inputs from fixed seeds, runs the op once on CPU tensors and once on CUDA copies
+// of them, and compares the outputs. CudaDevice covers copies, the allocator and the errors of the
+// front doors. Cases that need a GPU skip where cudaGetDeviceCount fails or finds none.
+//
+// A new CUDA kernel gets one entry in cuda_cases() below.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensor/allocator.h"
@@ -23,6 +32,11 @@ namespace {
 using test::expect_close;
 using test::random_tensor;
 
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+bool have_gpu() { return cuda_device_count() > 0; }
+constexpr const char* kNoGpu = "no usable CUDA device (cudaGetDeviceCount failed or found none)";
+
 TEST(CudaBuild, CompiledFlagMatchesTheBuild) {
 #ifdef LINGTRAIN_CUDA
   EXPECT_TRUE(cuda_compiled());
@@ -31,32 +45,15 @@ TEST(CudaBuild, CompiledFlagMatchesTheBuild) {
 #endif
 }
 
-TEST(CudaBuild, DeviceCountIsSafeToQuery) {
-  const int count = cuda_device_count();
-  EXPECT_GE(count, 0);
-  EXPECT_EQ(cuda_device_count(), count);
-  if (!cuda_compiled()) {
-    EXPECT_EQ(count, 0);
-  }
-}
-
-TEST(CudaBuild, TensorOnAMissingDeviceIsAnError) {
-  // cuda:<count> never exists; on a machine without a GPU, or a build without CUDA, that is cuda:0.
-  const int missing = cuda_device_count();
-  try {
-    Tensor::empty({4}, DType::F32, Device::cuda(missing));
-    ADD_FAILURE() << "creating a tensor on cuda:" << missing << " did not fail";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find("CUDA"), std::string::npos) << message;
-    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-  }
-  // The failure left no sticky state behind.
-  EXPECT_EQ(cuda_device_count(), missing);
-}
-
 #ifdef LINGTRAIN_CUDA
-TEST(CudaBuild, RuntimeCountMatchesPublicCount) { EXPECT_EQ(cuda::device_count(), cuda_device_count()); }
+// The count is the runtime's when cudaGetDeviceCount succeeds and 0 when it reports an error (error 35
+// without a driver), whatever it left in its output.
+TEST(CudaBuild, DeviceCountIsZeroWhenTheRuntimeReportsAnError) {
+  int runtime_count = -1;
+  const cudaError_t status = cudaGetDeviceCount(&runtime_count);
+  cudaGetLastError();  // a failed query sticks as the last error; later checks must not see it
+  EXPECT_EQ(cuda_device_count(), status == cudaSuccess ? runtime_count : 0) << cudaGetErrorName(status);
+}
 
 TEST(CudaBuild, CudaErrorsBecomeOneLine) {
   try {
@@ -77,15 +74,176 @@ TEST(CudaBuild, CudaErrorsBecomeOneLine) {
     EXPECT_NE(message.find("CUBLAS_STATUS_INVALID_VALUE"), std::string::npos) << message;
   }
 }
+#else
+TEST(CudaBuild, NoDeviceWithoutTheBackend) { EXPECT_EQ(cuda_device_count(), 0); }
 #endif
 
-class CudaKernels : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (or no driver) on this machine";
+TEST(CudaBuild, TensorOnAMissingDeviceIsAnError) {
+  // cuda:<count> never exists; on a machine without a GPU, or a build without CUDA, that is cuda:0.
+  const int missing = cuda_device_count();
+  try {
+    Tensor::empty({4}, DType::F32, Device::cuda(missing));
+    ADD_FAILURE() << "creating a tensor on cuda:" << missing << " did not fail";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("CUDA"), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
-  static Device gpu() { return Device::cuda(0); }
+  // The failure left no sticky state behind.
+  EXPECT_EQ(cuda_device_count(), missing);
+}
+
+// ---- the CUDA-vs-CPU table ---------------------------------------------------------------------------
+
+// What one run of a case produced, each output named for the failure message.
+using Outputs = std::vector<std::pair<std::string, Tensor>>;
+
+struct OpCase {
+  std::string op;       // the kernel under test
+  std::string variant;  // dtype, shapes, flags: with op, the test's name
+  double tolerance;     // relative, with the same absolute floor; 0: bit-identical bytes
+  // Draws the inputs (fixed seeds, so both runs see the same values), puts them on `device`, runs the
+  // op there and returns its outputs.
+  std::function<Outputs(Device device)> run;
 };
+
+void PrintTo(const OpCase& c, std::ostream* out) { *out << c.op << " " << c.variant; }
+
+// gtest names allow letters, digits and underscores only.
+std::string case_name(const ::testing::TestParamInfo<OpCase>& info) {
+  std::string name;
+  for (const char ch : info.param.op + "_" + info.param.variant) {
+    const bool keep = std::isalnum(static_cast<unsigned char>(ch));
+    if (keep) name += ch;
+    else if (!name.empty() && name.back() != '_') name += '_';
+  }
+  while (!name.empty() && name.back() == '_') name.pop_back();
+  return name;
+}
+
+Tensor input(const Shape& shape, uint64_t seed, DType dtype, Device device) {
+  return random_tensor(shape, seed, dtype).to(device);
+}
+
+using BinaryKernel = void (*)(const Tensor&, const Tensor&, Tensor&);
+
+// b broadcast over a's leading dims (and equal shapes), out a new tensor and out == a (in place).
+OpCase binary_case(std::string op, BinaryKernel kernel, DType dtype) {
+  return {std::move(op), dtype_name(dtype), 0.0, [kernel, dtype](Device device) {
+            Outputs outputs;
+            for (const auto& [a_shape, b_shape] : std::vector<std::pair<Shape, Shape>>{
+                     {{1}, {1}}, {{3, 17}, {17}}, {{129}, {129}}, {{5, 3, 129}, {3, 129}}, {{2, 1000}, {1000}}}) {
+              const Tensor a = input(a_shape, 1, dtype, device), b = input(b_shape, 2, dtype, device);
+              Tensor out = Tensor::empty(a_shape, dtype, device);
+              kernel(a, b, out);
+              Tensor in_place = a.clone();
+              kernel(in_place, b, in_place);
+              const std::string shapes = shape_str(a_shape) + " with " + shape_str(b_shape);
+              outputs.push_back({shapes, out});
+              outputs.push_back({shapes + " in place", in_place});
+            }
+            return outputs;
+          }};
+}
+
+const std::vector<Shape> kVectorShapes{{1}, {1000}, {3, 4099}};
+
+OpCase scale_case(DType dtype, double tolerance) {
+  return {"scale", dtype_name(dtype), tolerance, [dtype](Device device) {
+            Outputs outputs;
+            for (const Shape& shape : kVectorShapes) {
+              // scale only writes its output: NaN already there must not leak into the result.
+              Tensor out = Tensor::full(shape, kNaN, dtype, device);
+              kernels::scale(input(shape, 5, dtype, device), 0.37, out);
+              outputs.push_back({shape_str(shape), out});
+            }
+            return outputs;
+          }};
+}
+
+OpCase axpy_case(DType dtype, double tolerance) {
+  return {"axpy", dtype_name(dtype), tolerance, [dtype](Device device) {
+            Outputs outputs;
+            for (const Shape& shape : kVectorShapes) {
+              Tensor y = input(shape, 6, dtype, device);
+              kernels::axpy(-1.5, input(shape, 5, dtype, device), y);
+              outputs.push_back({shape_str(shape), y});
+            }
+            return outputs;
+          }};
+}
+
+// Tensor::fill_ (and so zeros and full) in every dtype, over a tensor that held something else.
+OpCase fill_case(DType dtype) {
+  return {"fill", dtype_name(dtype), 0.0, [dtype](Device device) {
+            Outputs outputs;
+            for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{257}, int64_t{100003}}) {
+              for (const double value : {2.5, -3.0, 1e-3, 0.0, -0.0, 7e5}) {
+                Tensor t = Tensor::full({n}, 99.0, dtype, device);
+                t.fill_(value);
+                outputs.push_back({"n=" + std::to_string(n) + " value=" + std::to_string(value), t});
+              }
+            }
+            return outputs;
+          }};
+}
+
+struct GemmShape {
+  std::string name;
+  int64_t G, M, N, K;  // G == 0: 2-D a
+  bool b_batched;
+};
+
+// c = alpha op(a) op(b) + beta c for (alpha, beta) = (1, 0), where c starts as NaN that must not be read,
+// and (1.5, 0.5).
+OpCase matmul_case(const GemmShape& s, bool trans_a, bool trans_b, DType dtype, double tolerance) {
+  std::string variant = std::string(dtype_name(dtype)) + " " + s.name;
+  if (trans_a) variant += " trans_a";
+  if (trans_b) variant += " trans_b";
+  return {"matmul", variant, tolerance, [s, trans_a, trans_b, dtype](Device device) {
+            Shape a_shape = trans_a ? Shape{s.K, s.M} : Shape{s.M, s.K};
+            Shape b_shape = trans_b ? Shape{s.N, s.K} : Shape{s.K, s.N};
+            Shape c_shape{s.M, s.N};
+            if (s.G > 0) {
+              a_shape.insert(a_shape.begin(), s.G);
+              c_shape.insert(c_shape.begin(), s.G);
+              if (s.b_batched) b_shape.insert(b_shape.begin(), s.G);
+            }
+            const Tensor a = input(a_shape, 7, dtype, device), b = input(b_shape, 8, dtype, device);
+            Outputs outputs;
+            for (const auto& [alpha, beta] : std::vector<std::pair<double, double>>{{1.0, 0.0}, {1.5, 0.5}}) {
+              Tensor c = beta == 0.0 ? Tensor::full(c_shape, kNaN, dtype, device) : input(c_shape, 9, dtype, device);
+              kernels::matmul(a, trans_a, b, trans_b, c, alpha, beta);
+              outputs.push_back({"beta=" + std::to_string(beta), c});
+            }
+            return outputs;
+          }};
+}
+
+std::vector<OpCase> cuda_cases() {
+  std::vector<OpCase> cases;
+  for (const DType dtype : {DType::F32, DType::F64}) {
+    const bool f32 = dtype == DType::F32;
+    cases.push_back(binary_case("add", kernels::add, dtype));
+    cases.push_back(binary_case("sub", kernels::sub, dtype));
+    cases.push_back(binary_case("mul", kernels::mul, dtype));
+    cases.push_back(scale_case(dtype, f32 ? 1e-6 : 1e-14));
+    cases.push_back(axpy_case(dtype, f32 ? 1e-6 : 1e-14));
+    for (const GemmShape& shape : std::vector<GemmShape>{
+             {"plain", 0, 13, 17, 19, false},
+             {"one element", 0, 1, 1, 1, false},
+             {"batched", 3, 5, 9, 7, true},
+             {"batched shared b", 4, 6, 11, 8, false},  // tall GEMM, or stride 0 when a is transposed
+             {"K=0", 0, 4, 6, 0, false}}) {             // c = beta * c
+      for (const bool trans_a : {false, true})
+        for (const bool trans_b : {false, true})
+          cases.push_back(matmul_case(shape, trans_a, trans_b, dtype, f32 ? 1e-5 : 1e-12));
+    }
+  }
+  for (const DType dtype : {DType::F32, DType::F64, DType::BF16, DType::I32, DType::I64})
+    cases.push_back(fill_case(dtype));
+  return cases;
+}
 
 // The bytes of a tensor, copied to the host.
 std::vector<unsigned char> host_bytes(const Tensor& t) {
@@ -95,7 +253,59 @@ std::vector<unsigned char> host_bytes(const Tensor& t) {
   return bytes;
 }
 
-TEST_F(CudaKernels, CopiesRoundTripBitForBit) {
+std::vector<double> host_values(const Tensor& t) { return t.to(Device::cpu()).to(DType::F64).to_vector<double>(); }
+
+class CudaMatchesCpu : public ::testing::TestWithParam<OpCase> {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << kNoGpu;
+  }
+};
+
+TEST_P(CudaMatchesCpu, OnTheSameInputs) {
+  const OpCase& c = GetParam();
+  const Outputs expected = c.run(Device::cpu());
+  const Outputs actual = c.run(Device::cuda(0));
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    SCOPED_TRACE(expected[i].first);
+    const Tensor& gpu_out = actual[i].second;
+    ASSERT_EQ(gpu_out.device(), Device::cuda(0));
+    ASSERT_EQ(gpu_out.shape(), expected[i].second.shape());
+    if (c.tolerance == 0) EXPECT_EQ(host_bytes(gpu_out), host_bytes(expected[i].second));
+    else expect_close(host_values(gpu_out), host_values(expected[i].second), c.tolerance, c.tolerance, c.op);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaMatchesCpu, ::testing::ValuesIn(cuda_cases()), case_name);
+
+// The CPU half of every case, on every machine: a case that cannot even run there is found without a GPU.
+TEST(CudaCases, EveryCaseRunsOnTheCpu) {
+  std::vector<std::string> names;
+  for (const OpCase& c : cuda_cases()) {
+    SCOPED_TRACE(c.op + " " + c.variant);
+    for (const auto& [what, out] : c.run(Device::cpu())) {
+      EXPECT_TRUE(out.is_cpu()) << what;
+      if (!is_floating(out.dtype())) continue;
+      for (const double v : host_values(out)) ASSERT_TRUE(std::isfinite(v)) << what;
+    }
+    names.push_back(case_name({c, 0}));
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end()) << "two cases share a test name";
+}
+
+// ---- device tests beside the table ----------------------------------------------------------------------
+
+class CudaDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << kNoGpu;
+  }
+  static Device gpu() { return Device::cuda(0); }
+};
+
+TEST_F(CudaDevice, CopiesRoundTripBitForBit) {
   for (const DType dtype : {DType::F32, DType::F64, DType::BF16}) {
     for (const Shape& shape : {Shape{0}, Shape{1}, Shape{7, 33}, Shape{3, 1000}}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + shape_str(shape));
@@ -118,7 +328,7 @@ TEST_F(CudaKernels, CopiesRoundTripBitForBit) {
   EXPECT_EQ(Tensor::from_vector<int32_t>({3}, small_ids, gpu()).to_vector<int32_t>(), small_ids);
 }
 
-TEST_F(CudaKernels, CopiesBetweenDevices) {
+TEST_F(CudaDevice, CopiesBetweenDevices) {
   if (cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
   const Tensor host = random_tensor({5, 77}, 12);
   const Tensor on_first = host.to(gpu());
@@ -128,130 +338,25 @@ TEST_F(CudaKernels, CopiesBetweenDevices) {
   EXPECT_EQ(host_bytes(on_second.to(gpu())), host_bytes(host));
 }
 
-TEST_F(CudaKernels, FillMatchesCpu) {
-  for (const DType dtype : {DType::F32, DType::F64, DType::BF16, DType::I32, DType::I64}) {
-    for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{257}, int64_t{100003}}) {
-      for (const double value : {2.5, -3.0, 1e-3, 0.0, -0.0, 7e5}) {
-        SCOPED_TRACE(std::string(dtype_name(dtype)) + " n=" + std::to_string(n) + " value=" + std::to_string(value));
-        Tensor device = Tensor::full({n}, 99.0, dtype, gpu());  // every element must be overwritten
-        device.fill_(value);
-        EXPECT_EQ(host_bytes(device), host_bytes(Tensor::full({n}, value, dtype)));
-      }
-    }
-  }
-  Tensor zeros = Tensor::zeros({3, 5}, DType::F32, gpu());
-  EXPECT_EQ(zeros.to_vector<float>(), std::vector<float>(15, 0.0f));
-}
-
-template <class T>
-void check_binary_matches_cpu(DType dtype, Device gpu) {
-  for (const auto& [a_shape, b_shape] : std::vector<std::pair<Shape, Shape>>{
-           {{1}, {1}}, {{3, 17}, {17}}, {{129}, {129}}, {{5, 3, 129}, {3, 129}}, {{2, 1000}, {1000}}}) {
-    SCOPED_TRACE(std::string(dtype_name(dtype)) + shape_str(a_shape) + " op " + shape_str(b_shape));
-    const Tensor a = random_tensor(a_shape, 1, dtype), b = random_tensor(b_shape, 2, dtype);
-    const Tensor a_gpu = a.to(gpu), b_gpu = b.to(gpu);
-    Tensor out = Tensor::empty_like(a), out_gpu = Tensor::empty_like(a_gpu);
-    kernels::add(a, b, out);
-    kernels::add(a_gpu, b_gpu, out_gpu);
-    expect_close(out_gpu.to_vector<T>(), out.to_vector<T>(), 0, 0, "add");
-    kernels::sub(a, b, out);
-    kernels::sub(a_gpu, b_gpu, out_gpu);
-    expect_close(out_gpu.to_vector<T>(), out.to_vector<T>(), 0, 0, "sub");
-    kernels::mul(a, b, out);
-    kernels::mul(a_gpu, b_gpu, out_gpu);
-    expect_close(out_gpu.to_vector<T>(), out.to_vector<T>(), 0, 0, "mul");
-    // In place: out is a.
-    Tensor in_place = a_gpu.clone();
-    kernels::add(in_place, b_gpu, in_place);
-    kernels::add(a, b, out);
-    expect_close(in_place.to_vector<T>(), out.to_vector<T>(), 0, 0, "add in place");
-  }
-}
-
-TEST_F(CudaKernels, BinaryMatchesCpu) {
-  check_binary_matches_cpu<float>(DType::F32, gpu());
-  check_binary_matches_cpu<double>(DType::F64, gpu());
-  // Operands on different devices are an error, not a read of device memory on the host.
+TEST_F(CudaDevice, OperandsOnDifferentDevicesAreAnError) {
+  // An error from the front door, not a read of device memory on the host.
   const Tensor a = random_tensor({4}, 3), b = random_tensor({4}, 4);
   Tensor out = Tensor::empty({4}, DType::F32, gpu());
   EXPECT_THROW(kernels::add(a.to(gpu()), b, out), Error);
 }
 
-template <class T>
-void check_axpby_matches_cpu(DType dtype, Device gpu, double tolerance) {
-  for (const Shape& shape : {Shape{1}, Shape{1000}, Shape{3, 4099}}) {
-    SCOPED_TRACE(std::string(dtype_name(dtype)) + shape_str(shape));
-    const Tensor x = random_tensor(shape, 5, dtype), y = random_tensor(shape, 6, dtype);
-    const Tensor x_gpu = x.to(gpu);
-
-    Tensor scaled = Tensor::empty_like(x);
-    kernels::scale(x, 0.37, scaled);
-    // scale only writes its output: NaN already there must not leak into the result.
-    Tensor scaled_gpu = Tensor::full(shape, std::numeric_limits<double>::quiet_NaN(), dtype, gpu);
-    kernels::scale(x_gpu, 0.37, scaled_gpu);
-    expect_close(scaled_gpu.to_vector<T>(), scaled.to_vector<T>(), tolerance, tolerance, "scale");
-
-    Tensor updated = y.clone(), updated_gpu = y.to(gpu);
-    kernels::axpy(-1.5, x, updated);
-    kernels::axpy(-1.5, x_gpu, updated_gpu);
-    expect_close(updated_gpu.to_vector<T>(), updated.to_vector<T>(), tolerance, tolerance, "axpy");
+TEST_F(CudaDevice, AnOpWithoutACudaKernelIsOneClearError) {
+  const Tensor x = random_tensor({2, 3}, 13).to(gpu());
+  Tensor y = Tensor::empty_like(x);
+  try {
+    kernels::silu(x, y);
+    ADD_FAILURE() << "silu ran on " << x.str() << " without a CUDA kernel";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "silu: no CUDA kernel yet for " + x.str());
   }
 }
 
-TEST_F(CudaKernels, ScaleAndAxpyMatchCpu) {
-  check_axpby_matches_cpu<float>(DType::F32, gpu(), 1e-6);
-  check_axpby_matches_cpu<double>(DType::F64, gpu(), 1e-14);
-}
-
-template <class T>
-void check_matmul_matches_cpu(DType dtype, Device gpu, double tolerance) {
-  struct Case {
-    int64_t G, M, N, K;  // G == 0: 2-D a
-    bool b_batched;
-  };
-  const std::vector<Case> cases{
-      {0, 13, 17, 19, false},  // plain 2-D
-      {0, 1, 1, 1, false},     // degenerate
-      {3, 5, 9, 7, true},      // batched a and b
-      {4, 6, 11, 8, false},    // batched a, one shared b (tall GEMM, or stride 0 when a is transposed)
-      {0, 4, 6, 0, false},     // K = 0: c = beta * c
-  };
-  for (const Case& cs : cases) {
-    for (const bool trans_a : {false, true}) {
-      for (const bool trans_b : {false, true}) {
-        for (const auto& [alpha, beta] : std::vector<std::pair<double, double>>{{1.0, 0.0}, {1.5, 0.5}}) {
-          SCOPED_TRACE(std::string(dtype_name(dtype)) + " G=" + std::to_string(cs.G) + " M=" + std::to_string(cs.M) +
-                       " N=" + std::to_string(cs.N) + " K=" + std::to_string(cs.K) + " trans_a=" +
-                       std::to_string(trans_a) + " trans_b=" + std::to_string(trans_b) +
-                       " beta=" + std::to_string(beta));
-          Shape a_shape = trans_a ? Shape{cs.K, cs.M} : Shape{cs.M, cs.K};
-          Shape b_shape = trans_b ? Shape{cs.N, cs.K} : Shape{cs.K, cs.N};
-          Shape c_shape{cs.M, cs.N};
-          if (cs.G > 0) {
-            a_shape.insert(a_shape.begin(), cs.G);
-            c_shape.insert(c_shape.begin(), cs.G);
-            if (cs.b_batched) b_shape.insert(b_shape.begin(), cs.G);
-          }
-          const Tensor a = random_tensor(a_shape, 7, dtype), b = random_tensor(b_shape, 8, dtype);
-          // beta == 0 must not read c, so the GPU c starts as NaN; otherwise both start from the same c.
-          Tensor c = random_tensor(c_shape, 9, dtype);
-          Tensor c_gpu = beta == 0.0 ? Tensor::full(c_shape, std::numeric_limits<double>::quiet_NaN(), dtype, gpu)
-                                     : c.to(gpu);
-          kernels::matmul(a, trans_a, b, trans_b, c, alpha, beta);
-          kernels::matmul(a.to(gpu), trans_a, b.to(gpu), trans_b, c_gpu, alpha, beta);
-          expect_close(c_gpu.to_vector<T>(), c.to_vector<T>(), tolerance, tolerance, "matmul");
-        }
-      }
-    }
-  }
-}
-
-TEST_F(CudaKernels, MatmulMatchesCpu) {
-  check_matmul_matches_cpu<float>(DType::F32, gpu(), 1e-5);
-  check_matmul_matches_cpu<double>(DType::F64, gpu(), 1e-12);
-}
-
-TEST_F(CudaKernels, CachingAllocatorReusesDeviceBlocks) {
+TEST_F(CudaDevice, CachingAllocatorReusesDeviceBlocks) {
   CachingAllocator& allocator = allocator_for(gpu());
   void* first_block = nullptr;
   {

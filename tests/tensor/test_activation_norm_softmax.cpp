@@ -409,5 +409,38 @@ TEST(CrossEntropyKernels, RejectsBadOperands) {
                Error);
 }
 
+// The mean over the kept targets, formed from a count tensor (so a GPU step reads nothing back): the
+// arithmetic of sum, then scale by 1 / count, bit for bit; 0 and zero row weights when every target is
+// ignored.
+TEST(CrossEntropyKernels, MeanOverTheKeptTargets) {
+  const Tensor values = random_tensor({5}, 60);
+  Tensor count = Tensor::empty({1}, DType::I64), mean = Tensor::empty({1}), dvalues = Tensor::empty({5});
+  for (const Tensor& targets : {Tensor::from_vector<int32_t>({5}, {3, -100, 0, -100, 7}),
+                                Tensor::from_vector<int64_t>({5}, {3, -100, 0, -100, 7})}) {
+    kernels::count_targets(targets, -100, count);
+    EXPECT_EQ(count.to_vector<int64_t>(), std::vector<int64_t>{3});
+  }
+  kernels::mean_over_count(values, count, mean);
+  Tensor expected = Tensor::empty({1});
+  kernels::sum(values, expected);
+  kernels::scale(expected, 1.0 / 3.0, expected);
+  EXPECT_EQ(mean.item(), expected.item());
+  kernels::mean_over_count_backward(Tensor::full({1}, 0.3), count, dvalues);
+  EXPECT_EQ(dvalues.to_vector<float>(), std::vector<float>(5, static_cast<float>(double(0.3f) / 3.0)));
+
+  kernels::count_targets(Tensor::from_vector<int64_t>({2, 1}, {-100, -100}), -100, count);
+  EXPECT_EQ(count.to_vector<int64_t>(), std::vector<int64_t>{0});
+  kernels::mean_over_count(values, count, mean);
+  EXPECT_EQ(mean.item(), 0.0);
+  kernels::mean_over_count_backward(Tensor::full({1}, 0.3), count, dvalues);
+  EXPECT_EQ(dvalues.to_vector<float>(), std::vector<float>(5, 0.0f));
+
+  Tensor f32_count = Tensor::empty({1});
+  EXPECT_THROW(kernels::count_targets(Tensor::from_vector<int32_t>({1}, {0}), -100, f32_count), Error);
+  EXPECT_THROW(kernels::count_targets(Tensor::zeros({3}), -100, count), Error);  // float targets
+  Tensor two = Tensor::empty({2});
+  EXPECT_THROW(kernels::mean_over_count(values, count, two), Error);
+}
+
 }  // namespace
 }  // namespace lt

@@ -1,75 +1,12 @@
-// The Tensor-level CUDA kernels: unwrap the operands, select the device, and call the elementwise
-// launchers (tensor/cuda/elementwise.cu) or cuBLAS. Host code only, so it is compiled as C++20 with
-// the rest of the library. CMake globs every .cpp under tensor/ whether or not CUDA is on, hence the guard.
-#ifdef LINGTRAIN_CUDA
-#include "tensor/cuda/kernels.h"
-
-#include <cstring>
-
-#include "tensor/cpu/kernel_util.h"
+// Matrix multiply on the GPU through cuBLAS: c = alpha * op(a) @ op(b) + beta * c, plain or batched,
+// in one strided-batched call. Host code only; nvcc compiles it with the CUDA backend.
 #include "tensor/cuda/cuda_runtime.h"
-#include "tensor/cuda/launch.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/dtype_switch.h"
 
 namespace lt::cuda {
-
-void binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, int64_t inner) {
-  const DeviceGuard guard(a.device().index);
-  LT_FLOAT_SWITCH(a.dtype(), T, {
-    const T* pa = a.data<T>();
-    const T* pb = b.data<T>();
-    T* po = out.data<T>();
-    switch (op) {
-      case kernels::BinaryOp::Add: launch_add(pa, pb, po, a.numel(), inner); break;
-      case kernels::BinaryOp::Sub: launch_sub(pa, pb, po, a.numel(), inner); break;
-      case kernels::BinaryOp::Mul: launch_mul(pa, pb, po, a.numel(), inner); break;
-    }
-  });
-}
-
-void axpby(double alpha, const Tensor& x, double beta, Tensor& y) {
-  const DeviceGuard guard(x.device().index);
-  LT_FLOAT_SWITCH(x.dtype(), T, launch_axpby(T(alpha), x.data<T>(), T(beta), y.data<T>(), x.numel()));
-}
-
 namespace {
-// The bit pattern of `value` stored as one element of `dtype`, as Tensor::fill_ stores it on the CPU.
-uint64_t element_bits(DType dtype, double value) {
-  uint64_t bits = 0;
-  switch (dtype) {
-    case DType::F32: {
-      const float v = static_cast<float>(value);
-      std::memcpy(&bits, &v, sizeof v);
-      break;
-    }
-    case DType::F64: std::memcpy(&bits, &value, sizeof value); break;
-    case DType::BF16: bits = f32_to_bf16(static_cast<float>(value)); break;
-    case DType::I32: {
-      const int32_t v = static_cast<int32_t>(value);
-      std::memcpy(&bits, &v, sizeof v);
-      break;
-    }
-    case DType::I64: {
-      const int64_t v = static_cast<int64_t>(value);
-      std::memcpy(&bits, &v, sizeof v);
-      break;
-    }
-  }
-  return bits;
-}
-}  // namespace
 
-void fill(Tensor& t, double value) {
-  if (t.numel() == 0) return;
-  const DeviceGuard guard(t.device().index);
-  // Zero is all-zero bytes in every dtype (and -0.0 becomes +0.0, as in the CPU fill_).
-  if (value == 0.0) {
-    LT_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), nullptr));
-    return;
-  }
-  launch_fill(t.raw_data(), t.numel(), dtype_size(t.dtype()), element_bits(t.dtype(), value));
-}
-
-namespace {
 cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t op_first, cublasOperation_t op_second,
                                     int64_t m, int64_t n, int64_t k, float alpha, const float* first,
                                     int64_t ld_first, int64_t stride_first, const float* second, int64_t ld_second,
@@ -87,6 +24,7 @@ cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t op_
   return cublasDgemmStridedBatched_64(handle, op_first, op_second, m, n, k, &alpha, first, ld_first, stride_first,
                                       second, ld_second, stride_second, &beta, c, ldc, stride_c, batches);
 }
+
 }  // namespace
 
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta) {
@@ -129,4 +67,3 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
 }
 
 }  // namespace lt::cuda
-#endif  // LINGTRAIN_CUDA

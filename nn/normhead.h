@@ -1,0 +1,38 @@
+// NormHead (spec/ling.md §5) and the fused head + loss ops built on it: the mean cross-entropy of
+// pre-training and SFT, and the per-sequence log-probabilities of DPO. Neither materialises the
+// [N, V] logits: rows go through the head in chunks.
+#pragma once
+#include <cstdint>
+
+#include "autograd/variable.h"
+
+namespace lt {
+
+// NormHead: logits = h (W / ||W||_col)^T, each hidden column of W [V, H] scaled to unit L2 norm over the
+// vocabulary (eps 1e-7). The raw W is the parameter. With `detached` the denominator is a constant in
+// backward (the Hugging Face training path); otherwise the full Jacobian of the normalisation is used.
+Variable column_normalize(const Variable& w_VH, bool detached);
+
+// How the head enters the loss: as it is (norm_head false), or column-normalised with the norm
+// detached or with its full Jacobian, as in column_normalize.
+enum class HeadNorm { None, Detached, Full };
+
+// The mean cross-entropy of logits = h W'^T (W' the head normalised per `norm`) against targets [N]
+// (i32/i64; ignore_index skipped, 0 when every target is), scalar [1], as
+// cross_entropy(matmul(h, column_normalize(W), false, true), targets) but without the [N, V] logits:
+// the rows go through in chunks, and the forward turns each chunk's logits into its gradient at once
+// (the loss is a scalar, so the backward only scales), so only one chunk of [rows, V] ever exists.
+// h [N, H], W [V, H].
+Variable normhead_cross_entropy(const Variable& h_NH, const Variable& head_VH, const Tensor& targets_N,
+                                int64_t ignore_index, HeadNorm norm);
+
+// The summed log-probability of each sequence's targets, [B]:
+//   out[b] = sum over t with targets[b, t] != ignore_index of log softmax(logits[b, t])[targets[b, t]],
+// logits = h W'^T as in normhead_cross_entropy, h [B T, H] (row b T + t is position t of sequence b),
+// targets [B, T]. DPO's log p(response | prompt) with the prompt's targets set to ignore_index.
+// Differentiable in h and W: the backward recomputes the logits chunk by chunk (the upstream gradient
+// differs per sequence, so it cannot be folded into the forward), again without the [N, V] logits.
+Variable normhead_sequence_logprobs(const Variable& h_NH, const Variable& head_VH, const Tensor& targets_BT,
+                                    int64_t ignore_index, HeadNorm norm);
+
+}  // namespace lt

@@ -1,0 +1,21 @@
+// Types that the kernel interface (tensor/kernels.h) and both backends (tensor/cpu/kernels.h,
+// tensor/cuda/kernels.h) share, so that neither backend header needs the other.
+#pragma once
+#include <cstdint>
+
+namespace lt::kernels {
+
+// The binary elementwise ops: one kernel per backend, parameterised by the op.
+enum class BinaryOp { Add, Sub, Mul };
+
+// The largest k that router_topk_backward takes: the size of its per-row scratch, on every backend.
+inline constexpr int64_t kRouterMaxTopK = 64;
+
+// The hyperparameters of one AdamW step (kernels::adamw_step).
+struct AdamWStep {
+  double lr, beta1, beta2, eps, weight_decay;
+  int64_t t;  // 1-based step count for the bias corrections
+  double grad_scale = 1.0;
+};
+
+}  // namespace lt::kernels

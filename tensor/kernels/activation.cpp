@@ -1,0 +1,39 @@
+// The activation front doors: SiLU and SwiGLU, forward and backward.
+#include "tensor/kernels/dispatch.h"
+
+namespace lt::kernels {
+
+void silu(const Tensor& x, Tensor& y) {
+  check_float(x, "silu", "x");
+  check_same(y, x, "silu", "y");
+  require_cpu(x, "silu");
+  cpu::silu(x, y);
+}
+
+void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  check_float(x, "silu_backward", "x");
+  check_same(dy, x, "silu_backward", "dy");
+  check_same(dx, x, "silu_backward", "dx");
+  require_cpu(x, "silu_backward");
+  cpu::silu_backward(x, dy, dx);
+}
+
+void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
+  check_float(gate, "swiglu", "gate");
+  check_same(up, gate, "swiglu", "up");
+  check_same(y, gate, "swiglu", "y");
+  require_cpu(gate, "swiglu");
+  cpu::swiglu(gate, up, y);
+}
+
+void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup) {
+  check_float(gate, "swiglu_backward", "gate");
+  check_same(up, gate, "swiglu_backward", "up");
+  check_same(dy, gate, "swiglu_backward", "dy");
+  check_same(dgate, gate, "swiglu_backward", "dgate");
+  check_same(dup, gate, "swiglu_backward", "dup");
+  require_cpu(gate, "swiglu_backward");
+  cpu::swiglu_backward(gate, up, dy, dgate, dup);
+}
+
+}  // namespace lt::kernels

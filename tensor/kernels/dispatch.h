@@ -1,0 +1,61 @@
+// What every front door of tensor/kernels/<family>.cpp shares: the argument checks, and the choice of
+// the backend that runs the op. The front doors check everything a kernel relies on (dtypes, shapes,
+// one device, index ranges), so the kernels of tensor/cpu/ and tensor/cuda/ check nothing.
+#pragma once
+#include "tensor/cpu/kernels.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/kernels.h"
+
+namespace lt::kernels {
+
+// Whether this build has the CUDA backend. A front door calls lt::cuda only inside
+// `if constexpr (kCudaBackend)`: without the backend that call is a discarded statement, which needs no
+// definition to link, and no CUDA tensor can exist to reach it.
+#ifdef LINGTRAIN_CUDA
+inline constexpr bool kCudaBackend = true;
+#else
+inline constexpr bool kCudaBackend = false;
+#endif
+
+inline void check_float(const Tensor& t, const char* op, const char* what) {
+  LT_CHECK(t.defined(), op, ": ", what, " is undefined");
+  LT_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64, op, ": ", what, " must be f32 or f64, got ",
+           t.str());
+}
+
+inline void check_index(const Tensor& t, const char* op, const char* what) {
+  LT_CHECK(t.defined(), op, ": ", what, " is undefined");
+  LT_CHECK(t.dtype() == DType::I32 || t.dtype() == DType::I64, op, ": ", what, " must be i32 or i64, got ",
+           t.str());
+}
+
+// Same dtype and device as the reference operand.
+inline void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
+  LT_CHECK(t.defined(), op, ": ", what, " is undefined");
+  LT_CHECK(t.dtype() == ref.dtype() && t.device() == ref.device(), op, ": ", what, " is ", t.str(),
+           ", expected ", dtype_name(ref.dtype()), " on ", ref.device().str());
+}
+
+// Same device as the reference operand (an index tensor next to float data).
+inline void check_device(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
+  LT_CHECK(t.device() == ref.device(), op, ": ", what, " is ", t.str(), ", expected it on ", ref.device().str());
+}
+
+inline void check_shape(const Tensor& t, const Shape& shape, const char* op, const char* what) {
+  LT_CHECK(t.shape() == shape, op, ": ", what, " has shape ", shape_str(t.shape()), ", expected ",
+           shape_str(shape));
+}
+
+// Same dtype, device and shape as the reference operand.
+inline void check_same(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
+  check_like(t, ref, op, what);
+  check_shape(t, ref.shape(), op, what);
+}
+
+// The backend choice of an op with no CUDA kernel yet: the CPU, or one clear error for a CUDA operand
+// before anything reads device memory on the host.
+inline void require_cpu(const Tensor& t, const char* op) {
+  LT_CHECK(t.is_cpu(), op, ": no CUDA kernel yet for ", t.str());
+}
+
+}  // namespace lt::kernels

@@ -1,0 +1,56 @@
+// The elementwise front doors: add, sub, mul with broadcasting, scale, axpy, sum_to.
+#include "tensor/kernels/dispatch.h"
+
+namespace lt::kernels {
+namespace {
+
+// The size of the trailing part of a's shape that b's shape equals (b broadcasts over the rest).
+int64_t broadcast_inner(const Tensor& a, const Tensor& b, const char* op) {
+  const Shape& sa = a.shape();
+  const Shape& sb = b.shape();
+  bool suffix = sb.size() <= sa.size();
+  for (size_t i = 0; suffix && i < sb.size(); ++i) suffix = sb[sb.size() - 1 - i] == sa[sa.size() - 1 - i];
+  LT_CHECK(suffix, op, ": cannot broadcast ", shape_str(sb), " over ", shape_str(sa));
+  return b.numel();
+}
+
+void binary(BinaryOp op, const char* name, const Tensor& a, const Tensor& b, Tensor& out) {
+  check_float(a, name, "a");
+  check_like(b, a, name, "b");
+  check_same(out, a, name, "out");
+  const int64_t inner = broadcast_inner(a, b, name);
+  if (a.numel() == 0) return;
+  if constexpr (kCudaBackend) {
+    if (!a.is_cpu()) return cuda::binary(op, a, b, out, inner);
+  }
+  cpu::binary(op, a, b, out, inner);
+}
+
+// y = alpha * x + beta * y, the kernel behind scale (beta 0: y is only written) and axpy (beta 1).
+void axpby(const char* name, const char* y_name, double alpha, const Tensor& x, double beta, Tensor& y) {
+  check_float(x, name, "x");
+  check_same(y, x, name, y_name);
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return cuda::axpby(alpha, x, beta, y);
+  }
+  cpu::axpby(alpha, x, beta, y);
+}
+
+}  // namespace
+
+void add(const Tensor& a, const Tensor& b, Tensor& out) { binary(BinaryOp::Add, "add", a, b, out); }
+void sub(const Tensor& a, const Tensor& b, Tensor& out) { binary(BinaryOp::Sub, "sub", a, b, out); }
+void mul(const Tensor& a, const Tensor& b, Tensor& out) { binary(BinaryOp::Mul, "mul", a, b, out); }
+
+void scale(const Tensor& x, double alpha, Tensor& out) { axpby("scale", "out", alpha, x, 0.0, out); }
+void axpy(double alpha, const Tensor& x, Tensor& y) { axpby("axpy", "y", alpha, x, 1.0, y); }
+
+void sum_to(const Tensor& x, Tensor& out) {
+  check_float(x, "sum_to", "x");
+  check_like(out, x, "sum_to", "out");
+  broadcast_inner(x, out, "sum_to");
+  require_cpu(x, "sum_to");
+  cpu::sum_to(x, out);
+}
+
+}  // namespace lt::kernels

@@ -1,0 +1,32 @@
+// The matrix-multiply front door: c = alpha * op(a) @ op(b) + beta * c, plain or batched.
+#include "tensor/kernels/dispatch.h"
+
+namespace lt::kernels {
+
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta) {
+  check_float(a, "matmul", "a");
+  check_like(b, a, "matmul", "b");
+  check_like(c, a, "matmul", "c");
+  LT_CHECK(a.ndim() == 2 || a.ndim() == 3, "matmul: a must be 2-D or 3-D, got ", a.str());
+  LT_CHECK(b.ndim() == 2 || b.ndim() == 3, "matmul: b must be 2-D or 3-D, got ", b.str());
+  const bool batched = a.ndim() == 3;
+  const int64_t G = batched ? a.dim(0) : 1;
+  LT_CHECK(b.ndim() == 2 || (batched && b.dim(0) == G), "matmul: batch of b ", b.str(), " does not match a ",
+           a.str());
+  const int64_t M = trans_a ? a.dim(-1) : a.dim(-2);
+  const int64_t K = trans_a ? a.dim(-2) : a.dim(-1);
+  const int64_t Kb = trans_b ? b.dim(-1) : b.dim(-2);
+  const int64_t N = trans_b ? b.dim(-2) : b.dim(-1);
+  LT_CHECK(K == Kb, "matmul: inner dimensions differ: ", a.str(), (trans_a ? "^T" : ""), " @ ", b.str(),
+           (trans_b ? "^T" : ""));
+  // Checked dimension by dimension: building the expected Shape would allocate on every call.
+  const bool c_fits = c.ndim() == (batched ? 3 : 2) && (!batched || c.dim(0) == G) && c.dim(-2) == M && c.dim(-1) == N;
+  if (!c_fits) check_shape(c, batched ? Shape{G, M, N} : Shape{M, N}, "matmul", "c");
+  if (c.numel() == 0) return;
+  if constexpr (kCudaBackend) {
+    if (!a.is_cpu()) return cuda::matmul(a, trans_a, b, trans_b, c, alpha, beta);
+  }
+  cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta);
+}
+
+}  // namespace lt::kernels

@@ -1,0 +1,49 @@
+// The rotary position embedding front doors: RoPE on [B, T, H, D], and the split of a fused QKV
+// projection with RoPE on q and k, forward and backward.
+#include "tensor/kernels/dispatch.h"
+
+namespace lt::kernels {
+namespace {
+
+// The shapes of split_qkv_rope and its backward: qkv [B, T, (Hq + 2 Hkv) D], q [B, T, Hq, D],
+// k and v [B, T, Hkv, D].
+void check_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, double theta, int64_t pos_offset,
+               const char* op) {
+  check_float(qkv, op, "qkv");
+  require_cpu(qkv, op);
+  for (const Tensor* t : {&q, &k, &v}) check_like(*t, qkv, op, "q, k, v");
+  LT_CHECK(q.ndim() == 4 && k.ndim() == 4, op, ": q and k must be [B, T, H, D], got ", q.str(), ", ", k.str());
+  const int64_t B = q.dim(0), T = q.dim(1), Hq = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
+  check_shape(k, {B, T, Hkv, D}, op, "k");
+  check_shape(v, {B, T, Hkv, D}, op, "v");
+  check_shape(qkv, {B, T, (Hq + 2 * Hkv) * D}, op, "qkv");
+  LT_CHECK(D % 2 == 0, op, ": head dim D must be even, got ", D);
+  LT_CHECK(theta > 0 && pos_offset >= 0, op, ": theta must be positive and pos_offset >= 0");
+}
+
+}  // namespace
+
+void rope(const Tensor& x, double theta, int64_t pos_offset, bool inverse, Tensor& y) {
+  check_float(x, "rope", "x");
+  check_like(y, x, "rope", "y");
+  LT_CHECK(x.ndim() == 4, "rope: x must be [B, T, H, D], got ", x.str());
+  check_shape(y, x.shape(), "rope", "y");
+  LT_CHECK(x.dim(3) % 2 == 0, "rope: head dim D must be even, got ", x.str());
+  LT_CHECK(theta > 0, "rope: theta must be positive, got ", theta);
+  LT_CHECK(pos_offset >= 0, "rope: pos_offset must be >= 0, got ", pos_offset);
+  require_cpu(x, "rope");
+  cpu::rope(x, theta, pos_offset, inverse, y);
+}
+
+void split_qkv_rope(const Tensor& qkv, double theta, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v) {
+  check_qkv(qkv, q, k, v, theta, pos_offset, "split_qkv_rope");
+  cpu::split_qkv_rope(qkv, theta, pos_offset, q, k, v);
+}
+
+void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, double theta, int64_t pos_offset,
+                             Tensor& dqkv) {
+  check_qkv(dqkv, dq, dk, dv, theta, pos_offset, "split_qkv_rope_backward");
+  cpu::split_qkv_rope_backward(dq, dk, dv, theta, pos_offset, dqkv);
+}
+
+}  // namespace lt::kernels

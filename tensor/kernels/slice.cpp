@@ -1,0 +1,31 @@
+// The column-slice front doors: copy a block of columns out of a matrix, or add one back in.
+#include "tensor/kernels/dispatch.h"
+
+namespace lt::kernels {
+namespace {
+
+void check_slice(const Tensor& wide, const Tensor& narrow, int64_t start, const char* op) {
+  check_float(wide, op, "matrix");
+  check_like(narrow, wide, op, "slice");
+  LT_CHECK(wide.ndim() >= 1 && narrow.ndim() >= 1, op, ": operands need a last dimension");
+  const int64_t rows = wide.dim(-1) ? wide.numel() / wide.dim(-1) : 0;
+  const int64_t narrow_rows = narrow.dim(-1) ? narrow.numel() / narrow.dim(-1) : 0;
+  LT_CHECK(rows == narrow_rows, op, ": ", wide.str(), " and ", narrow.str(), " differ in rows");
+  LT_CHECK(start >= 0 && start + narrow.dim(-1) <= wide.dim(-1), op, ": columns [", start, ", ",
+           start + narrow.dim(-1), ") out of range for ", wide.str());
+  require_cpu(wide, op);
+}
+
+}  // namespace
+
+void copy_cols(const Tensor& src, int64_t start, Tensor& dst) {
+  check_slice(src, dst, start, "copy_cols");
+  cpu::copy_cols(src, start, dst);
+}
+
+void add_to_cols(const Tensor& src, int64_t start, Tensor& dst) {
+  check_slice(dst, src, start, "add_to_cols");
+  cpu::add_to_cols(src, start, dst);
+}
+
+}  // namespace lt::kernels
