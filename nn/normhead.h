@@ -1,4 +1,4 @@
-// NormHead (spec/ling.md §5) and the fused head + loss ops built on it: the mean cross-entropy of
+// NormHead (docs/architecture.md §4) and the fused head + loss ops built on it: the mean cross-entropy of
 // pre-training and SFT, and the per-sequence log-probabilities of DPO. Neither materialises the
 // [N, V] logits: rows go through the head in chunks.
 #pragma once
