@@ -131,14 +131,21 @@ void run_head_pass(const HeadPass& p) {
   }
 }
 
-// The head's gradient of a pass, scaled, as input `input` of `node`: through the full Jacobian where
-// the norm has one, then written (or added) straight into the leaf's gradient buffer when it has one.
-Tensor head_gradient(Node& node, size_t input, const HeadPass& p, double scale) {
+// The head's gradient of a pass, scaled by the one-element `upstream` (undefined: 1), as input `input`
+// of `node`: through the full Jacobian where the norm has one, then written (or added) straight into
+// the leaf's gradient buffer when it has one.
+Tensor head_gradient(Node& node, size_t input, const HeadPass& p, const Tensor& upstream) {
   Tensor dhead = p.dhead_VH;
   if (p.norm == HeadNorm::Full) full_normalization_backward(p.w_VH, p.inv_norm_H, dhead);
   GradTarget target = node.grad_target(input, dhead);
-  if (target.beta == 0) kernels::scale(dhead, scale, target.tensor);
-  else kernels::axpy(scale, dhead, target.tensor);
+  if (!upstream.defined()) {
+    if (target.beta == 0) kernels::scale(dhead, 1.0, target.tensor);
+    else kernels::axpy(1.0, dhead, target.tensor);
+  } else if (target.beta == 0) {
+    kernels::scale_by(dhead, upstream, 1.0, target.tensor);
+  } else {
+    kernels::axpy_by(upstream, 1.0, dhead, target.tensor);
+  }
   return target.returned();
 }
 
@@ -148,14 +155,13 @@ struct NormHeadCrossEntropyNode : Node {
   HeadPass pass;  // its dh and dhead hold the gradients at upstream gradient 1
   const char* name() const override { return "normhead_cross_entropy"; }
   std::vector<Tensor> backward(const Tensor& g) override {
-    const double scale = g.item();
     Tensor dh;
     if (needs_grad(0)) {
-      kernels::scale(pass.dh_NH, scale, pass.dh_NH);
+      kernels::scale_by(pass.dh_NH, g, 1.0, pass.dh_NH);
       dh = pass.dh_NH;
     }
     Tensor dw;
-    if (needs_grad(1)) dw = head_gradient(*this, 1, pass, scale);
+    if (needs_grad(1)) dw = head_gradient(*this, 1, pass, g);
     return {dh, dw};
   }
 };
@@ -179,7 +185,7 @@ struct NormHeadSequenceLogprobsNode : Node {
     if (needs_grad(1)) backward_pass.dhead_VH = Tensor::empty_like(pass.w_VH);
     run_head_pass(backward_pass);
     Tensor dw;
-    if (needs_grad(1)) dw = head_gradient(*this, 1, backward_pass, 1.0);
+    if (needs_grad(1)) dw = head_gradient(*this, 1, backward_pass, Tensor());
     return {backward_pass.dh_NH, dw};
   }
 };

@@ -26,6 +26,10 @@ void sub(const Tensor& a, const Tensor& b, Tensor& out);
 void mul(const Tensor& a, const Tensor& b, Tensor& out);
 void scale(const Tensor& x, double alpha, Tensor& out);  // out = alpha * x (out may be x)
 void axpy(double alpha, const Tensor& x, Tensor& y);     // y += alpha * x, same shapes
+// The same with the factor alpha * s[0] read from a one-element tensor s on x's device (an upstream
+// gradient) where the data lives, so a backward never waits for the host to read it.
+void scale_by(const Tensor& x, const Tensor& s, double alpha, Tensor& out);
+void axpy_by(const Tensor& s, double alpha, const Tensor& x, Tensor& y);
 // Sums `x` over its leading dimensions down to out's shape (a trailing part of x's shape): the
 // backward of broadcasting.
 void sum_to(const Tensor& x, Tensor& out);

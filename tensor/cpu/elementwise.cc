@@ -121,6 +121,11 @@ void axpby(double alpha, const Tensor& x, double beta, Tensor& y) {
   HWY_DYNAMIC_DISPATCH(AxpbyKernel)(x.dtype(), alpha, x.raw_data(), beta, y.raw_data(), x.numel());
 }
 
+void axpby_by(const Tensor& s, double factor, const Tensor& x, double beta, Tensor& y) {
+  const double value = s.dtype() == DType::F32 ? static_cast<double>(s.data<float>()[0]) : s.data<double>()[0];
+  axpby(factor * value, x, beta, y);
+}
+
 void sum_to(const Tensor& x, Tensor& out) {
   const int64_t inner = out.numel();
   HWY_DYNAMIC_DISPATCH(SumRowsKernel)(x.dtype(), x.raw_data(), out.raw_data(), inner ? x.numel() / inner : 0, inner);

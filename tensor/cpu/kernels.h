@@ -20,6 +20,8 @@ using kernels::BinaryOp;
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, int64_t inner);
 // y = alpha * x + beta * y; beta == 0 means y is only written (scale and axpy).
 void axpby(double alpha, const Tensor& x, double beta, Tensor& y);
+// axpby with alpha = factor * s[0], s one element of x's dtype.
+void axpby_by(const Tensor& s, double factor, const Tensor& x, double beta, Tensor& y);
 void sum_to(const Tensor& x, Tensor& out);
 
 // ---- reductions (reduce.cc) ----------------------------------------------------------------------

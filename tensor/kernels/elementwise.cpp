@@ -36,7 +36,23 @@ void axpby(const char* name, const char* y_name, double alpha, const Tensor& x, 
   cpu::axpby(alpha, x, beta, y);
 }
 
+// axpby with alpha = factor * s[0].
+void axpby_by(const char* name, const char* y_name, const Tensor& s, double factor, const Tensor& x, double beta,
+              Tensor& y) {
+  check_float(x, name, "x");
+  check_same(y, x, name, y_name);
+  check_like(s, x, name, "s");
+  LT_CHECK(s.numel() == 1, name, ": s must hold one element, got ", s.str());
+  require_cpu(x, name);
+  cpu::axpby_by(s, factor, x, beta, y);
+}
+
 }  // namespace
+
+void scale_by(const Tensor& x, const Tensor& s, double alpha, Tensor& out) {
+  axpby_by("scale_by", "out", s, alpha, x, 0.0, out);
+}
+void axpy_by(const Tensor& s, double alpha, const Tensor& x, Tensor& y) { axpby_by("axpy_by", "y", s, alpha, x, 1.0, y); }
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) { binary(BinaryOp::Add, "add", a, b, out); }
 void sub(const Tensor& a, const Tensor& b, Tensor& out) { binary(BinaryOp::Sub, "sub", a, b, out); }
