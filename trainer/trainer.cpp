@@ -53,11 +53,10 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     context.training = true;
     context.warmup_steps = settings_.routing_warmup_steps;
     context.rng = &state_.routing_rng;
-    Clock::time_point backward_start;
+    Clock::time_point t1;
     {
       const LossBreakdown loss = objective_(model_, batch, context);
-      const Clock::time_point t1 = Clock::now();
-      stats.forward_seconds += seconds_between(t0, t1);
+      t1 = Clock::now();
       scale(loss.total, 1.0 / m).backward();
       totals.push_back(loss.total.value());
       lms.push_back(loss.lm.value());
@@ -65,9 +64,9 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
       balance.push_back(loss.balance);
       z.push_back(loss.z);
       routing.push_back(std::move(context.stats));
-      backward_start = t1;
     }  // the graph's last references go here, inside the backward phase
-    stats.backward_seconds += seconds_between(backward_start, Clock::now());
+    stats.forward_seconds += seconds_between(t0, t1);
+    stats.backward_seconds += seconds_between(t1, Clock::now());
     stats.tokens += batch.inputs.numel();
     stats.sequences += batch.inputs.dim(0);
   }
