@@ -3,7 +3,9 @@
 # Called by `make` before configuring; safe to run any number of times.
 set -euo pipefail
 
-packages=(g++ cmake ninja-build make libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev nlohmann-json3-dev)
+# MPICH rather than Open MPI: its mpiexec runs as root and oversubscribes cores with no extra flags.
+packages=(g++ cmake ninja-build make libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev nlohmann-json3-dev
+          mpich libmpich-dev)
 
 missing=()
 for p in "${packages[@]}"; do

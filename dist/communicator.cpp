@@ -1,0 +1,190 @@
+#include "dist/communicator.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#ifdef LINGTRAIN_MPI
+#include <mpi.h>
+#endif
+
+namespace lt {
+
+namespace {
+
+void check_contiguous_cpu(const Tensor& t, const char* op, const char* what) {
+  LT_CHECK(t.defined() && t.is_cpu(), op, ": ", what, " must be a CPU tensor (the MPI communicator moves host memory), got ",
+           t.defined() ? t.str() : "undefined");
+}
+
+void check_reducible(const Tensor& t, const char* op, const char* what) {
+  check_contiguous_cpu(t, op, what);
+  LT_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64, op, ": ", what, " must be f32 or f64, got ", t.str());
+}
+
+// out[i] = sum over r of parts[r][i] in rank order (then / count for a mean): the fixed order is what
+// makes the result independent of timing.
+template <class T>
+void sum_in_rank_order(const T* parts, int ranks, int64_t n, ReduceOp op, T* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = parts[i];
+  for (int r = 1; r < ranks; ++r)
+    for (int64_t i = 0; i < n; ++i) out[i] += parts[static_cast<int64_t>(r) * n + i];
+  if (op == ReduceOp::Mean) {
+    const T inv = static_cast<T>(1.0 / ranks);
+    for (int64_t i = 0; i < n; ++i) out[i] *= inv;
+  }
+}
+
+void sum_in_rank_order(DType dtype, const void* parts, int ranks, int64_t n, ReduceOp op, void* out) {
+  if (dtype == DType::F32) sum_in_rank_order(static_cast<const float*>(parts), ranks, n, op, static_cast<float*>(out));
+  else sum_in_rank_order(static_cast<const double*>(parts), ranks, n, op, static_cast<double*>(out));
+}
+
+class SingleProcess : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string describe() const override { return "single process"; }
+  void all_reduce(Tensor& x, ReduceOp) override { check_reducible(x, "all_reduce", "x"); }
+  void all_gather(const Tensor& in, Tensor& out) override {
+    LT_CHECK(out.numel() == in.numel() && out.dtype() == in.dtype(), "all_gather: out must hold ", in.numel(),
+             " elements of ", dtype_name(in.dtype()), ", got ", out.str());
+    out.copy_from(in.reshape(out.shape()));
+  }
+  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp) override {
+    check_reducible(in, "reduce_scatter", "in");
+    LT_CHECK(out.numel() == in.numel() && out.dtype() == in.dtype(), "reduce_scatter: out must hold ", in.numel(),
+             " elements of ", dtype_name(in.dtype()), ", got ", out.str());
+    out.copy_from(in.reshape(out.shape()));
+  }
+  void broadcast(Tensor&, int root) override { LT_CHECK(root == 0, "broadcast: root ", root, " outside 1 rank"); }
+  void barrier() override {}
+  std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<SingleProcess>(); }
+};
+
+#ifdef LINGTRAIN_MPI
+
+void check_mpi(int code, const char* call) {
+  if (code == MPI_SUCCESS) return;
+  char message[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, message, &length);
+  fail("MPI ", call, " failed: ", std::string(message, static_cast<size_t>(length)));
+}
+
+MPI_Datatype mpi_type(DType dtype) { return dtype == DType::F32 ? MPI_FLOAT : MPI_DOUBLE; }
+
+class Mpi : public Communicator {
+ public:
+  explicit Mpi(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+    check_mpi(MPI_Comm_rank(comm_, &rank_), "Comm_rank");
+    check_mpi(MPI_Comm_size(comm_, &size_), "Comm_size");
+  }
+  ~Mpi() override {
+    if (owned_) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string describe() const override { return "MPI (" + std::to_string(size_) + " ranks)"; }
+
+  // Rank r owns elements [r n / P, (r + 1) n / P): it receives them from everyone, sums them in rank
+  // order, and the owned sums are gathered back into x.
+  void all_reduce(Tensor& x, ReduceOp op) override {
+    check_reducible(x, "all_reduce", "x");
+    const int64_t n = x.numel(), element = static_cast<int64_t>(dtype_size(x.dtype()));
+    std::vector<int> counts(size_), offsets(size_);
+    for (int r = 0; r < size_; ++r) {
+      offsets[r] = static_cast<int>(n * r / size_);
+      counts[r] = static_cast<int>(n * (r + 1) / size_) - offsets[r];
+    }
+    const int mine = counts[rank_];
+    scratch_.resize(static_cast<size_t>(mine * size_ * element + mine * element));
+    char* received = scratch_.data();
+    char* reduced = received + mine * size_ * element;
+    std::vector<int> receive_counts(size_, mine), receive_offsets(size_);
+    for (int r = 0; r < size_; ++r) receive_offsets[r] = r * mine;
+    const MPI_Datatype type = mpi_type(x.dtype());
+    check_mpi(MPI_Alltoallv(x.raw_data(), counts.data(), offsets.data(), type, received, receive_counts.data(),
+                            receive_offsets.data(), type, comm_),
+              "Alltoallv");
+    sum_in_rank_order(x.dtype(), received, size_, mine, op, reduced);
+    check_mpi(MPI_Allgatherv(reduced, mine, type, x.raw_data(), counts.data(), offsets.data(), type, comm_),
+              "Allgatherv");
+  }
+
+  void all_gather(const Tensor& in, Tensor& out) override {
+    check_contiguous_cpu(in, "all_gather", "in");
+    check_contiguous_cpu(out, "all_gather", "out");
+    LT_CHECK(out.numel() == in.numel() * size_ && out.dtype() == in.dtype(), "all_gather: out must hold ",
+             in.numel() * size_, " elements of ", dtype_name(in.dtype()), ", got ", out.str());
+    const int bytes = static_cast<int>(in.nbytes());
+    check_mpi(MPI_Allgather(in.raw_data(), bytes, MPI_BYTE, out.raw_data(), bytes, MPI_BYTE, comm_), "Allgather");
+  }
+
+  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
+    check_reducible(in, "reduce_scatter", "in");
+    check_contiguous_cpu(out, "reduce_scatter", "out");
+    LT_CHECK(in.numel() == out.numel() * size_ && out.dtype() == in.dtype(), "reduce_scatter: in must hold ", size_,
+             " x ", out.numel(), " elements of ", dtype_name(out.dtype()), ", got ", in.str());
+    const int n = static_cast<int>(out.numel());
+    scratch_.resize(static_cast<size_t>(in.nbytes()));
+    check_mpi(MPI_Alltoall(in.raw_data(), n, mpi_type(in.dtype()), scratch_.data(), n, mpi_type(in.dtype()), comm_),
+              "Alltoall");
+    sum_in_rank_order(in.dtype(), scratch_.data(), size_, n, op, out.raw_data());
+  }
+
+  void broadcast(Tensor& x, int root) override {
+    check_contiguous_cpu(x, "broadcast", "x");
+    LT_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside ", size_, " ranks");
+    check_mpi(MPI_Bcast(x.raw_data(), static_cast<int>(x.nbytes()), MPI_BYTE, root, comm_), "Bcast");
+  }
+
+  void barrier() override { check_mpi(MPI_Barrier(comm_), "Barrier"); }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm sub;
+    check_mpi(MPI_Comm_split(comm_, color, key, &sub), "Comm_split");
+    return std::make_unique<Mpi>(sub, true);
+  }
+
+ private:
+  MPI_Comm comm_;
+  bool owned_;
+  int rank_ = 0, size_ = 1;
+  std::vector<char> scratch_;  // reused across calls: steady-state steps allocate nothing
+};
+
+void finalize_mpi() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+#endif  // LINGTRAIN_MPI
+
+}  // namespace
+
+bool launched_by_mpi() {
+  // MPICH's hydra (and other PMI launchers) set PMI_SIZE; Open MPI sets OMPI_COMM_WORLD_SIZE.
+  return std::getenv("PMI_SIZE") != nullptr || std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+}
+
+std::unique_ptr<Communicator> make_single_process_communicator() { return std::make_unique<SingleProcess>(); }
+
+std::unique_ptr<Communicator> make_world_communicator() {
+  if (!launched_by_mpi()) return make_single_process_communicator();
+#ifdef LINGTRAIN_MPI
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "Init_thread");
+    std::atexit(finalize_mpi);
+  }
+  return std::make_unique<Mpi>(MPI_COMM_WORLD, false);
+#else
+  fail("launched by an MPI launcher, but this lingtrain was built without MPI (install libmpich-dev and rebuild)");
+#endif
+}
+
+}  // namespace lt

@@ -1,0 +1,51 @@
+// The communicator: how the processes of one training run exchange tensors. Two implementations:
+// one process (the default: nothing to exchange, no MPI involved) and MPI across the processes that
+// `mpirun -n N build/lingtrain ...` starts (CPU tensors). The data-parallel and EDiT layers above speak
+// only this interface, on slices of the flat parameter and gradient buffers.
+//
+// Determinism: a reduction gives the same bytes for the same world size whatever the timing. MPI's own
+// reductions may combine partial sums in an order that depends on the algorithm it picks, so the
+// reductions here never use them: every rank receives the values it owns from every other rank (an
+// all-to-all), adds them in rank order, and the results are gathered back.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "tensor/tensor.h"
+
+namespace lt {
+
+enum class ReduceOp { Sum, Mean };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "single process" or "MPI (N ranks)", for logs and errors.
+  virtual std::string describe() const = 0;
+
+  // x (any shape, f32 or f64, contiguous on the CPU) becomes the sum (or mean) over the ranks of their
+  // x, identical bytes on every rank.
+  virtual void all_reduce(Tensor& x, ReduceOp op) = 0;
+  // Rank r's `in` [n] goes to out[r n : (r + 1) n] on every rank; out [size n].
+  virtual void all_gather(const Tensor& in, Tensor& out) = 0;
+  // in [size n] on every rank; out [n] on rank r is the sum (or mean) over ranks of in[r n : (r + 1) n].
+  virtual void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) = 0;
+  // x takes root's value on every rank.
+  virtual void broadcast(Tensor& x, int root) = 0;
+  virtual void barrier() = 0;
+  // The ranks that pass the same color form a new communicator, ordered by key then by rank (the rows
+  // and columns of a 2-D mesh). Collective: every rank calls it.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+};
+
+// Whether this process was started by an MPI launcher (mpirun / mpiexec set the process-manager
+// variables); a plain run is one process and never initialises MPI.
+bool launched_by_mpi();
+// The world: MPI when launched by an MPI launcher (and compiled with MPI), else a single process.
+// Fails with one clear line when launched by mpirun but built without MPI.
+std::unique_ptr<Communicator> make_world_communicator();
+std::unique_ptr<Communicator> make_single_process_communicator();
+
+}  // namespace lt

@@ -1,0 +1,124 @@
+// The communicator's collectives across real MPI ranks: run by CTest as `mpiexec -n N
+// dist_mpi_tests N` for N = 2 and 4. The first check is that the world really has N ranks: a binary
+// built against one MPI and launched by another runs N independent one-rank jobs without complaint.
+// Reductions must equal the rank-order sum of every rank's values bit for bit, and repeat exactly.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "dist/communicator.h"
+#include "tensor/derive_seed.h"
+#include "tensor/random.h"
+
+namespace lt {
+namespace {
+
+std::unique_ptr<Communicator> world;
+int expected_size = 0;
+
+// Rank r's values: a stream of (seed, r), so every rank can recompute every other rank's.
+Tensor values_of(int rank, int64_t n, DType dtype, uint64_t seed) {
+  Rng rng(derive_seed(seed, static_cast<uint64_t>(rank)));
+  return Tensor::randn({n}, rng, 1.0, dtype);
+}
+
+template <class T>
+std::vector<T> rank_order_sum(int64_t n, DType dtype, uint64_t seed, bool mean) {
+  std::vector<T> total = values_of(0, n, dtype, seed).to_vector<T>();
+  for (int r = 1; r < world->size(); ++r) {
+    const std::vector<T> v = values_of(r, n, dtype, seed).to_vector<T>();
+    for (int64_t i = 0; i < n; ++i) total[i] += v[i];
+  }
+  if (mean)
+    for (T& x : total) x *= static_cast<T>(1.0 / world->size());
+  return total;
+}
+
+TEST(Collectives, TheWorldHasTheLaunchedSize) {
+  ASSERT_TRUE(launched_by_mpi()) << "not started by an MPI launcher";
+  EXPECT_EQ(world->size(), expected_size) << "launched by an MPI other than the one lingtrain is built with?";
+  EXPECT_GE(world->rank(), 0);
+  EXPECT_LT(world->rank(), world->size());
+}
+
+TEST(Collectives, AllReduceIsTheRankOrderSumBitForBit) {
+  // Sizes below, at and above the rank count, and not multiples of it.
+  for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{1001}}) {
+    Tensor x = values_of(world->rank(), n, DType::F32, 11);
+    world->all_reduce(x, ReduceOp::Sum);
+    EXPECT_EQ(x.to_vector<float>(), rank_order_sum<float>(n, DType::F32, 11, false)) << "n " << n;
+    Tensor m = values_of(world->rank(), n, DType::F64, 12);
+    world->all_reduce(m, ReduceOp::Mean);
+    EXPECT_EQ(m.to_vector<double>(), rank_order_sum<double>(n, DType::F64, 12, true)) << "n " << n;
+  }
+}
+
+TEST(Collectives, AllReduceRepeatsExactly) {
+  std::vector<float> first;
+  for (int i = 0; i < 5; ++i) {
+    Tensor x = values_of(world->rank(), 4099, DType::F32, 13);
+    world->all_reduce(x, ReduceOp::Mean);
+    if (i == 0) first = x.to_vector<float>();
+    else EXPECT_EQ(x.to_vector<float>(), first) << "repeat " << i;
+  }
+}
+
+TEST(Collectives, AllGatherReduceScatterBroadcast) {
+  const int P = world->size(), r = world->rank();
+  const int64_t n = 7;
+  Tensor mine = values_of(r, n, DType::F64, 14), gathered = Tensor::empty({P * n}, DType::F64);
+  world->all_gather(mine, gathered);
+  for (int q = 0; q < P; ++q)
+    EXPECT_EQ(gathered.narrow(q * n, n).to_vector<double>(), values_of(q, n, DType::F64, 14).to_vector<double>());
+
+  Tensor in = values_of(r, P * n, DType::F32, 15), out = Tensor::empty({n}, DType::F32);
+  world->reduce_scatter(in, out, ReduceOp::Sum);
+  const std::vector<float> total = rank_order_sum<float>(P * n, DType::F32, 15, false);
+  EXPECT_EQ(out.to_vector<float>(), std::vector<float>(total.begin() + r * n, total.begin() + (r + 1) * n));
+
+  Tensor b = Tensor::full({5}, static_cast<double>(r), DType::I64);
+  world->broadcast(b, P - 1);
+  EXPECT_EQ(b.to_vector<int64_t>(), std::vector<int64_t>(5, P - 1));
+  world->barrier();
+}
+
+TEST(Collectives, SplitMakesTheRowsAndColumnsOfAMesh) {
+  const int P = world->size(), r = world->rank();
+  const int columns = P % 2 == 0 ? 2 : 1;  // rows of `columns` consecutive ranks
+  auto row = world->split(r / columns, r);
+  auto column = world->split(r % columns, r);
+  EXPECT_EQ(row->size(), columns);
+  EXPECT_EQ(row->rank(), r % columns);
+  EXPECT_EQ(column->size(), P / columns);
+  EXPECT_EQ(column->rank(), r / columns);
+  // A sum within the row: the ranks of this row, in order.
+  Tensor x = Tensor::full({3}, static_cast<double>(r), DType::F64);
+  row->all_reduce(x, ReduceOp::Sum);
+  const int first = r / columns * columns;
+  double expected = 0;
+  for (int q = first; q < first + columns; ++q) expected += q;
+  EXPECT_EQ(x.to_vector<double>(), std::vector<double>(3, expected));
+}
+
+}  // namespace
+}  // namespace lt
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: mpiexec -n N dist_mpi_tests N\n");
+    return 2;
+  }
+  lt::expected_size = std::atoi(argv[1]);
+  lt::world = lt::make_world_communicator();
+  // Only rank 0 reports; every rank's failures still set its exit code, which mpiexec passes on.
+  if (lt::world->rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int result = RUN_ALL_TESTS();
+  lt::world.reset();
+  return result;
+}
