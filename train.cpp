@@ -169,7 +169,8 @@ int cmd_pretrain(const std::vector<std::string>& args) {
       {"recipe", ""},        {"model", "tiny"},     {"seed", "1"},         {"routing-warmup", "50"},
       {"out", "out/tiny"},   {"threads", "0"},      {"resume", ""},        {"eval-every", "200"},
       {"eval-tokens", "65536"}, {"ckpt-every", "200"}, {"metrics", ""},    {"sample-prompt", "The "},
-      {"sample-tokens", "200"}, {"time-limit", "0"},      {"stop-at", "0"}};
+      {"sample-tokens", "200"}, {"time-limit", "0"},      {"stop-at", "0"},
+      {"dist", "dp"}};
   for (const std::string& flag : kStageFlags) defaults[flag] = "";
   const Flags flags(args, defaults);
   apply_threads(flags);
@@ -202,7 +203,9 @@ int cmd_pretrain(const std::vector<std::string>& args) {
   options.sample_tokens = flags.positive("sample-tokens");
   options.time_limit_seconds = flags.number("time-limit");
   options.stop_at_step = flags.integer("stop-at");
+  options.dist = flags.str("dist");
   Json summary = lt::run_pretraining(recipe, options);
+  if (summary.is_null()) return 0;  // a rank other than 0 of a multi-process run: rank 0 reports
   if (summary.contains("sample")) {
     std::printf("sample: %s%s\n", options.sample_prompt.c_str(), summary["sample"].get<std::string>().c_str());
     summary.erase("sample");

@@ -36,6 +36,8 @@ Variable MoEBlock::forward(const Variable& x_BTH, MoEContext& context) {
   router.warmup_steps = context.warmup_steps;
   router.step = context.step;
   router.training = context.training;
+  router.noise_rank = context.noise_rank;
+  router.noise_ranks = context.noise_ranks;
   LT_CHECK(context.rng != nullptr || !context.training, "MoEBlock: training needs a random generator");
   Rng no_rng(0);
   const Routing routing =

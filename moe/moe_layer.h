@@ -18,6 +18,7 @@ struct MoEContext {
   bool training = false;
   int64_t warmup_steps = 0;
   Rng* rng = nullptr;
+  int noise_rank = 0, noise_ranks = 1;  // data parallel: this rank's share of the warmup noise (moe/router.h)
   std::vector<Variable> aux_losses;  // per MoE layer: aux_coef * balance + z_coef * z
   std::vector<ExpertStats> stats;    // per MoE layer
 };

@@ -54,7 +54,8 @@ Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSetting
     alpha = static_cast<double>(settings.step) / static_cast<double>(settings.warmup_steps);
     // s_hat = alpha s + (1 - alpha)(mu + sigma eps). eps is drawn on the host from the trainer's generator
     // in element order and in double (a copy to the device, never a wait for it); mu and sigma stay there.
-    const Tensor eps = Tensor::randn(s.shape(), rng, 1.0, DType::F64, s.device());
+    const Tensor eps = Tensor::randn({settings.noise_ranks * N, E}, rng, 1.0, DType::F64, s.device())
+                           .narrow(settings.noise_rank * N, N);
     r.logits = Tensor::empty_like(s);
     kernels::routing_warmup_noise(warmup_stats, eps, alpha, r.logits);
     kernels::axpy(alpha, s, r.logits);

@@ -30,6 +30,10 @@ struct RouterSettings {
   int64_t step = 0;          // the global optimiser step (alpha = min(step / W, 1))
   bool training = false;     // warmup and its statistics apply only in training
   bool update_warmup_stats = true;  // false keeps mu/sigma fixed (gradient checks)
+  // Data parallel: this process routes rows [noise_rank N, (noise_rank + 1) N) of a batch of
+  // noise_ranks N rows. Every rank draws the noise of the whole batch and keeps its rows, so the
+  // generator stays in step on every rank and the noise is what one process would draw for it.
+  int noise_rank = 0, noise_ranks = 1;
 };
 
 // The router is two fused ops on the projection's logits s = x W_g^T: the choice (warmup mixing,

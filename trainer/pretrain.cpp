@@ -6,12 +6,16 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <optional>
 
 #include "data/corpus.h"
 #include "tensor/derive_seed.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
+#include "dist/communicator.h"
+#include "dist/data_parallel.h"
 #include "io/metrics.h"
 #include "model/config.h"
 #include "trainer/checkpoint.h"
@@ -81,6 +85,42 @@ StageData stage_data(const StageSettings& stage, const RunOptions& options, int6
   return data;
 }
 
+// Every rank must run the same recipe into the same folder: a mismatch would pair different data in
+// the collectives. The fingerprint's two 32-bit halves are exact in f64; their means equal every
+// rank's own values only when all ranks agree.
+void check_same_run_on_every_rank(Communicator& world, const std::string& run) {
+  if (world.size() == 1) return;
+  const uint64_t h = std::hash<std::string>{}(run);
+  const std::vector<double> own = {static_cast<double>(h >> 32), static_cast<double>(h & 0xffffffffu)};
+  Tensor mean = Tensor::from_vector<double>({2}, own);
+  world.all_reduce(mean, ReduceOp::Mean);
+  LT_CHECK(mean.to_vector<double>() == own, "rank ", world.rank(),
+           " was started with other settings than the rest (recipe, flags, --out or --resume differ)");
+}
+
+// The step's statistics over all ranks: the losses and entropies averaged, the expert loads added (the
+// token counts are already global). Returns whether any rank asked to stop.
+bool share_step_statistics(DataParallel& dp, StepStats& stats, bool stop) {
+  const int ranks = dp.comm().size();
+  if (ranks == 1) return stop;
+  std::vector<double> values = {stats.loss, stats.lm_loss, stats.aux_loss, stats.balance_loss, stats.z_loss,
+                                stop ? 1.0 : 0.0};
+  for (const LayerRouting& layer : stats.moe_layers) {
+    values.push_back(layer.routing_entropy);
+    values.insert(values.end(), layer.tokens_per_expert.begin(), layer.tokens_per_expert.end());
+  }
+  dp.sum(values);
+  size_t i = 0;
+  for (double* mean : {&stats.loss, &stats.lm_loss, &stats.aux_loss, &stats.balance_loss, &stats.z_loss})
+    *mean = values[i++] / ranks;
+  const bool any_stop = values[i++] > 0;
+  for (LayerRouting& layer : stats.moe_layers) {
+    layer.routing_entropy = values[i++] / ranks;
+    for (int64_t& load : layer.tokens_per_expert) load = static_cast<int64_t>(values[i++]);
+  }
+  return any_stop;
+}
+
 }  // namespace
 
 Json run_pretraining(const Recipe& requested, const RunOptions& options) {
@@ -99,7 +139,16 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
     for (const auto& [key, value] : options.stage_overrides.items()) recipe_json["stages"][stage][key] = value;
     recipe = Recipe::from_json(recipe_json, source);
   }
-  std::FILE* out = options.progress;
+  // Under mpirun every rank runs this function; rank 0 alone writes the metrics, the checkpoints and
+  // the progress lines, and evaluates.
+  LT_CHECK(options.dist == "dp", "unknown --dist '", options.dist, "' (dp)");
+  const std::unique_ptr<Communicator> world = make_world_communicator();
+  DataParallel data_parallel(*world);
+  const bool lead = world->rank() == 0;
+  check_same_run_on_every_rank(*world, recipe.to_json().dump() + options.out_dir + options.resume);
+  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> silent(lead ? nullptr : std::fopen("/dev/null", "w"),
+                                                                 &std::fclose);
+  std::FILE* out = lead ? options.progress : silent.get();
 
   const LingConfig config =
       options.resume.empty() ? resolve_config(recipe.model) : load_checkpoint_config(options.resume);
@@ -109,7 +158,10 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   TrainerSettings settings;
   settings.seed = recipe.seed;
   settings.routing_warmup_steps = recipe.routing_warmup;
+  settings.rank = world->rank();
+  settings.world_size = world->size();
   Trainer trainer(model, settings);
+  trainer.hooks().after_backward = [&](FlatParameters& params) { data_parallel.average(params, model); };
   TrainState& state = trainer.state();
   if (!options.resume.empty()) {
     const std::string source = checkpoint_folder(options.resume) + "/trainer_state.json";
@@ -117,11 +169,11 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
     load_checkpoint_optimizer(options.resume, trainer.optimizer());
   }
 
-  std::filesystem::create_directories(options.out_dir);
-  MetricsLog metrics(options.metrics_path.empty() ? options.out_dir + "/metrics.jsonl" : options.metrics_path);
+  if (lead) std::filesystem::create_directories(options.out_dir);
+  MetricsLog metrics(!lead ? "" : options.metrics_path.empty() ? options.out_dir + "/metrics.jsonl" : options.metrics_path);
   const ParameterCount counts = count_parameters(config);
   const int64_t total_steps = recipe.total_steps();
-  const bool interactive = isatty(fileno(out));
+  const bool interactive = lead && isatty(fileno(out));
   const auto run_start = Clock::now();
   const int64_t first_step = state.step;
   const std::string checkpoint_dir = options.out_dir + "/checkpoint";
@@ -129,6 +181,7 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   StageData data;
   int64_t T = 0, B = 0;  // of the current stage, set as it starts
   auto save = [&]() {
+    if (!lead) return;
     const Json trainer_state = {{"state", train_state_to_json(state, model)}, {"recipe", recipe.to_json()}, {"seq_len", T}};
     save_checkpoint(checkpoint_dir, model, &trainer.optimizer(), trainer_state);
   };
@@ -149,12 +202,15 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
     LT_CHECK(T <= model.config().max_position_embeddings, "stage '", stage.name, "': seq ", T,
              " exceeds max_position_embeddings ", model.config().max_position_embeddings, " of the model");
     if (stage.rope_theta > 0) model.set_rope_theta(stage.rope_theta);
-    data = stage_data(stage, options, config.vocab_size, data);
-    BatchSampler sampler(data.train, B, T, stage_sampler_seed(recipe.seed, state.stage));
+    // Rank 0 generates the embedded corpus if it is missing; the others read it once it is complete.
+    if (lead) data = stage_data(stage, options, config.vocab_size, data);
+    world->barrier();
+    if (!lead) data = stage_data(stage, options, config.vocab_size, data);
+    BatchSampler sampler(data.train, B, T, stage_sampler_seed(recipe.seed, state.stage), world->rank(), world->size());
     if (resuming_this_stage) sampler.restore(state.data_cursor);
     TrainerSettings& s = trainer.settings();
     s.schedule = stage.schedule;
-    s.stage_total_tokens = stage.total_tokens();
+    s.stage_total_tokens = stage.total_tokens() * world->size();
     s.clip = stage.clip;
     trainer.optimizer().settings().weight_decay = stage.weight_decay;
     if (state.step == first_step || recipe.stages.size() > 1)
@@ -168,17 +224,20 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
       micro_batches.clear();
       const int64_t micro = stage.micro_batches_at(state.stage_step);
       for (int64_t i = 0; i < micro; ++i) micro_batches.push_back(sampler.next());
-      const StepStats stats = trainer.step(micro_batches);
+      StepStats stats = trainer.step(micro_batches);
       state.data_cursor = sampler.cursor();
-      last_loss = stats.lm_loss;
       const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
+      const bool time_up = lead && options.time_limit_seconds > 0 && elapsed > options.time_limit_seconds;
+      // The ranks agree on the stop (rank 0's clock decides) in the same exchange as the statistics.
+      const bool stop_for_time = share_step_statistics(data_parallel, stats, time_up);
+      last_loss = stats.lm_loss;
       const double eta =
           elapsed / static_cast<double>(std::max<int64_t>(state.step - first_step, 1)) *
           static_cast<double>(total_steps - state.step);
       Json record = step_record(stats, state.tokens_seen);
       if (recipe.stages.size() > 1) record["stage"] = stage.name;
       const bool last = state.step == total_steps;
-      if (options.eval_every > 0 && state.step % options.eval_every == 0 && !last) {
+      if (lead && options.eval_every > 0 && state.step % options.eval_every == 0 && !last) {
         const double val = heldout_loss(options.eval_tokens);
         if (!std::isnan(val)) record["val_loss"] = val;
       }
@@ -191,7 +250,7 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
         std::fprintf(out, "%sstep %lld: held-out loss %.4f\n", interactive ? "\n" : "",
                      static_cast<long long>(state.step), record["val_loss"].get<double>());
       if (options.ckpt_every > 0 && state.step % options.ckpt_every == 0 && !last) save();
-      if (options.time_limit_seconds > 0 && elapsed > options.time_limit_seconds && !last) {
+      if (stop_for_time && !last) {
         std::fprintf(out, "\ntime limit of %.0f s reached at step %lld\n", options.time_limit_seconds,
                      static_cast<long long>(state.step));
         stopped = true;
@@ -212,6 +271,7 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
     }
   }
   save();
+  if (!lead) return Json();
   const double val = heldout_loss(0);
   if (!std::isnan(val)) std::fprintf(out, "\nheld-out loss (whole %s): %.4f\n", data.val_path.c_str(), val);
   double unigram = NAN;
@@ -222,7 +282,8 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
                   {"train_loss", last_loss},
                   {"val_loss", std::isnan(val) ? Json(nullptr) : Json(val)},
                   {"val_unigram_entropy", std::isnan(unigram) ? Json(nullptr) : Json(unigram)},
-                  {"checkpoint", checkpoint_dir}};
+                  {"checkpoint", checkpoint_dir},
+                  {"world_size", world->size()}};
   if (!options.sample_prompt.empty()) {
     SamplingSettings sampling;
     sampling.max_new_tokens = options.sample_tokens;

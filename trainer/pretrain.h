@@ -22,11 +22,13 @@ struct RunOptions {
   int64_t sample_tokens = 200;
   double time_limit_seconds = 0;     // stop (with a checkpoint) once exceeded; 0: none
   int64_t stop_at_step = 0;          // stop (with a checkpoint) after this global step; 0: run to the end
-  std::FILE* progress = stderr;      // the live progress lines
+  std::FILE* progress = stderr;      // the live progress lines (rank 0's only)
+  std::string dist = "dp";           // under mpirun: data parallel (every rank a whole replica)
 };
 
 // Runs `recipe` (ignored when resuming: the checkpoint's recipe runs) and returns the summary: steps,
-// tokens, last train loss, held-out loss and the corpus's unigram entropy, checkpoint path, sample.
+// tokens, last train loss, held-out loss and the corpus's unigram entropy, checkpoint path, sample,
+// world size. Under mpirun every rank runs it; ranks other than 0 return null.
 Json run_pretraining(const Recipe& recipe, const RunOptions& options);
 
 }  // namespace lt

@@ -53,6 +53,8 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     context.training = true;
     context.warmup_steps = settings_.routing_warmup_steps;
     context.rng = &state_.routing_rng;
+    context.noise_rank = settings_.rank;
+    context.noise_ranks = settings_.world_size;
     Clock::time_point t1;
     {
       const LossBreakdown loss = objective_(model_, batch, context);
@@ -112,6 +114,9 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     LT_PROFILE_PHASE_SCOPE("zero_grad", profile::Phase::Optimizer);
     params_.zero_grad();
   }
+  // Every rank steps the same batch size, so the step's tokens over all ranks are world_size times these.
+  stats.tokens *= settings_.world_size;
+  stats.sequences *= settings_.world_size;
   state_.tokens_seen += stats.tokens;
   state_.stage_tokens += stats.tokens;
   if (stats.decision != UpdateDecision::Retry) {

@@ -30,6 +30,7 @@ struct TrainerSettings {
   LRSchedule schedule;              // of the current stage, at (stage_step, stage token fraction)
   double stage_total_tokens = 1;    // the token budget of the current stage, for the wsd halving point
   uint64_t seed = 1;                // seeds the routing-warmup noise stream
+  int rank = 0, world_size = 1;     // data parallel: this process's share of each step's batch
 };
 
 // What the hook before the update decides.
