@@ -14,6 +14,7 @@
 #include "data/shard.h"
 #include "data/text_to_shards.h"
 #include "data/tokenizer.h"
+#include "dist/communicator.h"
 #include "model/gradcheck_cases.h"
 #include "model/ling.h"
 #include "tensor/kernels.h"
@@ -365,7 +366,12 @@ int main(int argc, char** argv) {
   try {
     return command->second(std::vector<std::string>(argv + 2, argv + argc));
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "lingtrain: error: %s\n", e.what());
+    // In a multi-process run the line names the rank, and every other rank is ended with it.
+    const int rank = lt::process_rank();
+    if (rank >= 0) std::fprintf(stderr, "lingtrain: error: rank %d: %s\n", rank, e.what());
+    else std::fprintf(stderr, "lingtrain: error: %s\n", e.what());
+    std::fflush(stderr);
+    lt::abort_all_ranks(1);
     return 1;
   }
 }

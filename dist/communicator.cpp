@@ -1,5 +1,6 @@
 #include "dist/communicator.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -163,6 +164,42 @@ void finalize_mpi() {
 #endif  // LINGTRAIN_MPI
 
 }  // namespace
+
+namespace {
+#ifdef LINGTRAIN_MPI
+// Whether MPI is up (initialised, not yet finalised) with more than one rank.
+bool mpi_world_running(int& rank) {
+  int initialized = 0, finalized = 0, size = 1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return false;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return size > 1;
+}
+#endif
+}  // namespace
+
+int process_rank() {
+#ifdef LINGTRAIN_MPI
+  int rank = 0;
+  if (mpi_world_running(rank)) return rank;
+#endif
+  return -1;
+}
+
+void abort_all_ranks(int exit_code) {
+#ifdef LINGTRAIN_MPI
+  int rank = 0;
+  if (mpi_world_running(rank)) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(exit_code);
+  }
+#else
+  (void)exit_code;
+#endif
+}
 
 bool launched_by_mpi() {
   // MPICH's hydra (and other PMI launchers) set PMI_SIZE; Open MPI sets OMPI_COMM_WORLD_SIZE.

@@ -48,4 +48,12 @@ bool launched_by_mpi();
 std::unique_ptr<Communicator> make_world_communicator();
 std::unique_ptr<Communicator> make_single_process_communicator();
 
+// This process's rank in a multi-process run, or -1 when it runs alone (for error messages).
+int process_rank();
+// Ends this rank of a multi-process run at once with exit_code, for an error: without MPI_Finalize
+// (a collective, which would wait for the others), so the launcher sees a rank die and ends the rest,
+// as it does for a killed rank. MPI_Abort would end them too, but can tear the launcher down before it
+// forwards this rank's last error line. Does nothing when the process runs alone.
+void abort_all_ranks(int exit_code);
+
 }  // namespace lt

@@ -94,8 +94,8 @@ void check_same_run_on_every_rank(Communicator& world, const std::string& run) {
   const std::vector<double> own = {static_cast<double>(h >> 32), static_cast<double>(h & 0xffffffffu)};
   Tensor mean = Tensor::from_vector<double>({2}, own);
   world.all_reduce(mean, ReduceOp::Mean);
-  LT_CHECK(mean.to_vector<double>() == own, "rank ", world.rank(),
-           " was started with other settings than the rest (recipe, flags, --out or --resume differ)");
+  LT_CHECK(mean.to_vector<double>() == own,
+           "this rank was started with other settings than the rest (recipe, flags, --out or --resume differ)");
 }
 
 // The step's statistics over all ranks: the losses and entropies averaged, the expert loads added (the

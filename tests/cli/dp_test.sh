@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data parallel under mpiexec: N ranks x batch B train like one process with N micro-batches of B (the
 # same windows, the same mean gradient; only the summation order of the gradient average differs),
-# rank 0 alone reports, and a run resumes bit for bit at the same world size, routing warmup included.
+# rank 0 alone reports, a run resumes bit for bit at the same world size, routing warmup included, and
+# faults end the whole run promptly: mismatched settings, an error on one rank, a killed rank.
 # Usage: dp_test.sh path/to/lingtrain
 set -u
 bin=$(realpath "$1")
@@ -44,5 +45,34 @@ mpiexec -n 2 "$bin" pretrain --resume part/checkpoint --out part --threads 1 --s
   --ckpt-every 0 >/dev/null 2>&1 || fail "dp resume"
 cmp -s full/checkpoint/model.safetensors part/checkpoint/model.safetensors || fail "dp: resumed weights differ"
 cmp -s full/checkpoint/optimizer.safetensors part/checkpoint/optimizer.safetensors || fail "dp: resumed optimizer differs"
+
+# Faults. Ranks started with different settings refuse to start.
+mpiexec -n 1 "$bin" pretrain "${common[@]}" --batch 2 --out mm : -n 1 "$bin" pretrain "${common[@]}" --batch 2 --steps 7 \
+  --out mm >/dev/null 2>mm.err && fail "ranks with different flags started"
+grep -q "other settings" mm.err || fail "mismatched ranks: no clear line ($(head -1 mm.err))"
+# An error on one rank (rank 0 cannot create --out) ends the others, which wait in a collective.
+echo file >notadir
+timeout 60 mpiexec -n 2 "$bin" pretrain "${common[@]}" --batch 2 --out notadir >/dev/null 2>nd.err
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "an erroring rank: mpiexec exited $rc (124: the other rank hung)"
+grep -q "error: rank 0: .*notadir" nd.err || fail "an erroring rank: no line naming the rank ($(head -1 nd.err))"
+# A killed rank ends the run within seconds, and the last checkpoint stays complete.
+mpiexec -n 2 "$bin" pretrain "${common[@]}" --batch 2 --steps 100000 --ckpt-every 2 --out killed >/dev/null 2>&1 &
+launcher=$!
+for _ in $(seq 1 300); do [ -f killed/checkpoint/model.safetensors ] && break; sleep 0.1; done
+victim=$(pgrep -P "$(pgrep -P $launcher | head -1)" | tail -1)
+if [ -n "$victim" ]; then
+  kill -9 "$victim"
+  for _ in $(seq 1 200); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $launcher 2>/dev/null; then
+    fail "a killed rank: the run went on for 20 s"
+    kill $launcher
+  fi
+  wait $launcher && fail "a killed rank: mpiexec exited 0"
+  "$bin" eval --ckpt killed/checkpoint --data data/val_000000.bin >/dev/null 2>&1 || fail "a killed rank: checkpoint unreadable"
+else
+  fail "a killed rank: no rank process found under mpiexec"
+  kill $launcher
+fi
 
 if [ "$failures" -eq 0 ]; then echo "dp: all checks passed"; else echo "dp: $failures check(s) failed"; exit 1; fi
