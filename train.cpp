@@ -165,13 +165,25 @@ Json stage_from_flags(const Flags& flags) {
   return stage;
 }
 
+// --straggle RANK:FACTOR
+void parse_straggle(const std::string& value, lt::RunOptions& options) {
+  const size_t colon = value.find(':');
+  char* end = nullptr;
+  const long rank = colon == std::string::npos ? -1 : std::strtol(value.c_str(), &end, 10);
+  const bool rank_ok = colon != std::string::npos && end == value.c_str() + colon && rank >= 0;
+  const double factor = rank_ok ? std::strtod(value.c_str() + colon + 1, &end) : 0;
+  if (!rank_ok || *end != '\0' || !(factor >= 1)) fail("flag --straggle needs RANK:FACTOR with FACTOR >= 1, got '", value, "'");
+  options.straggle_rank = static_cast<int>(rank);
+  options.straggle_factor = factor;
+}
+
 int cmd_pretrain(const std::vector<std::string>& args) {
   std::map<std::string, std::string> defaults = {
       {"recipe", ""},        {"model", "tiny"},     {"seed", "1"},         {"routing-warmup", "50"},
       {"out", "out/tiny"},   {"threads", "0"},      {"resume", ""},        {"eval-every", "200"},
       {"eval-tokens", "65536"}, {"ckpt-every", "200"}, {"metrics", ""},    {"sample-prompt", "The "},
       {"sample-tokens", "200"}, {"time-limit", "0"},      {"stop-at", "0"},
-      {"dist", "dp"}};
+      {"dist", "dp"},           {"straggle", ""}};
   for (const std::string& flag : kStageFlags) defaults[flag] = "";
   const Flags flags(args, defaults);
   apply_threads(flags);
@@ -205,6 +217,7 @@ int cmd_pretrain(const std::vector<std::string>& args) {
   options.time_limit_seconds = flags.number("time-limit");
   options.stop_at_step = flags.integer("stop-at");
   options.dist = flags.str("dist");
+  if (!flags.str("straggle").empty()) parse_straggle(flags.str("straggle"), options);
   Json summary = lt::run_pretraining(recipe, options);
   if (summary.is_null()) return 0;  // a rank other than 0 of a multi-process run: rank 0 reports
   if (summary.contains("sample")) {

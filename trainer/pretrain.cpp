@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <thread>
 #include <optional>
 
 #include "data/corpus.h"
@@ -142,6 +143,7 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   // Under mpirun every rank runs this function; rank 0 alone writes the metrics, the checkpoints and
   // the progress lines, and evaluates.
   LT_CHECK(options.dist == "dp", "unknown --dist '", options.dist, "' (dp)");
+  LT_CHECK(options.straggle_factor >= 1, "--straggle: the factor must be >= 1, got ", options.straggle_factor);
   const std::unique_ptr<Communicator> world = make_world_communicator();
   DataParallel data_parallel(*world);
   const bool lead = world->rank() == 0;
@@ -176,6 +178,8 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   const bool interactive = lead && isatty(fileno(out));
   const auto run_start = Clock::now();
   const int64_t first_step = state.step;
+  LT_CHECK(options.straggle_rank < world->size(), "--straggle: rank ", options.straggle_rank, " is outside the ",
+           world->size(), " ranks");
   const std::string checkpoint_dir = options.out_dir + "/checkpoint";
 
   StageData data;
@@ -225,6 +229,8 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
       const int64_t micro = stage.micro_batches_at(state.stage_step);
       for (int64_t i = 0; i < micro; ++i) micro_batches.push_back(sampler.next());
       StepStats stats = trainer.step(micro_batches);
+      if (world->rank() == options.straggle_rank)
+        std::this_thread::sleep_for(std::chrono::duration<double>((options.straggle_factor - 1) * stats.seconds));
       state.data_cursor = sampler.cursor();
       const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
       const bool time_up = lead && options.time_limit_seconds > 0 && elapsed > options.time_limit_seconds;
@@ -270,6 +276,7 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
       break;  // the finished last stage stays the current one, so a resume with more steps extends it
     }
   }
+  const double train_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
   save();
   if (!lead) return Json();
   const double val = heldout_loss(0);
@@ -283,7 +290,8 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
                   {"val_loss", std::isnan(val) ? Json(nullptr) : Json(val)},
                   {"val_unigram_entropy", std::isnan(unigram) ? Json(nullptr) : Json(unigram)},
                   {"checkpoint", checkpoint_dir},
-                  {"world_size", world->size()}};
+                  {"world_size", world->size()},
+                  {"wall_s", train_seconds}};  // the training steps of this process, without the final eval
   if (!options.sample_prompt.empty()) {
     SamplingSettings sampling;
     sampling.max_new_tokens = options.sample_tokens;

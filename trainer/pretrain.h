@@ -24,6 +24,10 @@ struct RunOptions {
   int64_t stop_at_step = 0;          // stop (with a checkpoint) after this global step; 0: run to the end
   std::FILE* progress = stderr;      // the live progress lines (rank 0's only)
   std::string dist = "dp";           // under mpirun: data parallel (every rank a whole replica)
+  // For measuring uneven hardware: rank straggle_rank's steps take straggle_factor times as long (it
+  // sleeps for the extra time after each step's compute). straggle_rank -1: none.
+  int straggle_rank = -1;
+  double straggle_factor = 1.0;
 };
 
 // Runs `recipe` (ignored when resuming: the checkpoint's recipe runs) and returns the summary: steps,

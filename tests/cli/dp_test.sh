@@ -56,6 +56,9 @@ timeout 60 mpiexec -n 2 "$bin" pretrain "${common[@]}" --batch 2 --out notadir >
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "an erroring rank: mpiexec exited $rc (124: the other rank hung)"
 grep -q "error: rank 0: .*notadir" nd.err || fail "an erroring rank: no line naming the rank ($(head -1 nd.err))"
+mpiexec -n 2 "$bin" pretrain "${common[@]}" --batch 2 --straggle 2:2 --out badstraggle >/dev/null 2>bs.err &&
+  fail "--straggle of a rank outside the world accepted"
+grep -q "outside the 2 ranks" bs.err || fail "--straggle: no clear line ($(head -1 bs.err))"
 # A killed rank ends the run within seconds, and the last checkpoint stays complete.
 mpiexec -n 2 "$bin" pretrain "${common[@]}" --batch 2 --steps 100000 --ckpt-every 2 --out killed >/dev/null 2>&1 &
 launcher=$!
