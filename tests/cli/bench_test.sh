@@ -2,12 +2,7 @@
 # `lingtrain bench --config NAME` ends with one JSON line holding the documented keys, and a bad flag
 # gives one clear error line. One warm-up and one measured step of moe-s: a few seconds.
 # Usage: bench_test.sh path/to/lingtrain
-set -u
-bin=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "$0")/common.sh"
 
 "$bin" bench --config moe-s --threads 1 --steps 1 --warmup 1 --profile 1 >"$work/out.txt" 2>"$work/err.txt" ||
   fail "bench exited non-zero: $(cat "$work/err.txt")"
@@ -26,13 +21,8 @@ grep -q '"threads":1' <<<"$last" || fail "threads is not 1: $last"
 # nlohmann::json writes keys in sorted order: op, percent, phase.
 grep -Eq '"op":"matmul","percent":[^,]*,"phase":"backward"' <<<"$last" || fail "no matmul backward in the profile: $last"
 
-if "$bin" bench --config moe-s --stepz 1 >"$work/out.txt" 2>"$work/err.txt"; then fail "bad flag: exited 0"; fi
-[ "$(wc -l <"$work/err.txt")" -eq 1 ] || fail "bad flag: stderr is not one line: $(cat "$work/err.txt")"
-grep -q "unknown flag --stepz" "$work/err.txt" || fail "bad flag: $(cat "$work/err.txt")"
-if "$bin" bench --config tiny --steps 1 >"$work/out.txt" 2>"$work/err.txt"; then fail "no bench shape: exited 0"; fi
-grep -q "has no bench shape" "$work/err.txt" || fail "no bench shape: $(cat "$work/err.txt")"
-if "$bin" bench --part nonsense >"$work/out.txt" 2>"$work/err.txt"; then fail "bad part: exited 0"; fi
-grep -q "flag --part must be all, kernels or steps" "$work/err.txt" || fail "bad part: $(cat "$work/err.txt")"
+expect_error "bad flag" "unknown flag --stepz" "$bin" bench --config moe-s --stepz 1
+expect_error "no bench shape" "has no bench shape" "$bin" bench --config tiny --steps 1
+expect_error "bad part" "flag --part must be all, kernels or steps" "$bin" bench --part nonsense
 
-[ "$failures" -eq 0 ] && echo "bench CLI checks passed"
-exit $((failures > 0))
+finish bench

@@ -2,30 +2,10 @@
 # End-to-end checks of the lingtrain binary: resume is bit-identical to an uninterrupted run, a
 # checkpoint round-trips through eval, and bad input gives one clear error line and a non-zero exit.
 # Usage: cli_test.sh path/to/lingtrain
-set -u
-bin=$(realpath "$1")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-# expect_error NAME PATTERN CMD...: CMD must exit non-zero with exactly one stderr line matching PATTERN.
-expect_error() {
-  local name=$1 pattern=$2
-  shift 2
-  if "$@" >out.txt 2>err.txt; then fail "$name: exited 0"; return; fi
-  local lines
-  lines=$(wc -l <err.txt)
-  [ "$lines" -eq 1 ] || fail "$name: $lines stderr lines: $(cat err.txt)"
-  grep -q -- "$pattern" err.txt || fail "$name: stderr '$(cat err.txt)' lacks '$pattern'"
-}
+source "$(dirname "$0")/common.sh"
 
 # A small text corpus, made into shards by the binary itself.
-for i in $(seq 1 400); do echo "line $i: the quick brown fox $((i * 7 % 13)) jumps over $((i % 5)) lazy dogs."; done >a.txt
-for i in $(seq 1 100); do echo "int f$i(int x) { return x * $i + $((i % 3)); }"; done >b.txt
-"$bin" shards --out data/train a.txt b.txt >/dev/null || fail "shards"
-"$bin" shards --out data/val b.txt >/dev/null || fail "shards val"
+make_text_shards
 train=data/train_000000.bin
 val=data/val_000000.bin
 common=(--model tiny --data "$train" --val "$val" --batch 2 --seq 32 --threads 2 --sample-prompt "" --eval-every 0
@@ -98,4 +78,4 @@ expect_error "bad shard header" "badheader.bin" "$bin" eval --ckpt full/checkpoi
 expect_error "token >= vocab" "1000" "$bin" eval --ckpt full/checkpoint --data bigtoken.bin
 expect_error "missing checkpoint" "nowhere" "$bin" eval --ckpt nowhere --data "$val"
 
-if [ "$failures" -eq 0 ]; then echo "cli: all checks passed"; else echo "cli: $failures check(s) failed"; exit 1; fi
+finish cli

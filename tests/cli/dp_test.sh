@@ -4,17 +4,9 @@
 # rank 0 alone reports, a run resumes bit for bit at the same world size, routing warmup included, and
 # faults end the whole run promptly: mismatched settings, an error on one rank, a killed rank.
 # Usage: dp_test.sh path/to/lingtrain
-set -u
-bin=$(realpath "$1")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "$0")/common.sh"
 
-for i in $(seq 1 400); do echo "line $i: the quick brown fox $((i * 7 % 13)) jumps over $((i % 5)) lazy dogs."; done >a.txt
-"$bin" shards --out data/train a.txt >/dev/null || fail "shards"
-"$bin" shards --out data/val a.txt >/dev/null || fail "shards val"
+make_text_shards
 common=(--model tiny --data data/train_000000.bin --val data/val_000000.bin --seq 32 --threads 1 --sample-prompt ""
   --eval-every 0 --ckpt-every 0 --warmup-steps 2 --steps 6)
 
@@ -78,4 +70,4 @@ else
   kill $launcher
 fi
 
-if [ "$failures" -eq 0 ]; then echo "dp: all checks passed"; else echo "dp: $failures check(s) failed"; exit 1; fi
+finish dp
