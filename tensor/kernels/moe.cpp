@@ -66,12 +66,8 @@ void router_topk_backward(const Tensor& probs, const Tensor& ids, bool renormali
 void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& counts, const Tensor& upstream,
                          double balance_scale, double z_scale, Tensor& dlogits) {
   const char* op = "router_aux_backward";
-  check_float(probs, op, "probs");
-  require_cpu(probs, op);
-  LT_CHECK(probs.ndim() == 2, op, ": probs must be [N, E], got ", probs.str());
-  const int64_t N = probs.dim(0), E = probs.dim(1);
-  check_like(lse, probs, op, "lse");
-  check_shape(lse, {N}, op, "lse");
+  check_probs_and_lse(probs, lse, op);
+  const int64_t E = probs.dim(1);
   check_like(counts, probs, op, "counts");
   check_shape(counts, {E}, op, "counts");
   check_like(upstream, probs, op, "upstream");

@@ -60,12 +60,8 @@ void routing_warmup_noise(const Tensor& stats, const Tensor& eps, double alpha, 
 void router_aux_loss(const Tensor& probs, const Tensor& lse, const Tensor& ids, double balance_coef, double z_coef,
                      Tensor& counts, Tensor& balance, Tensor& z, Tensor& aux) {
   const char* op = "router_aux_loss";
-  check_float(probs, op, "probs");
-  require_cpu(probs, op);
-  LT_CHECK(probs.ndim() == 2, op, ": probs must be [N, E], got ", probs.str());
+  check_probs_and_lse(probs, lse, op);
   const int64_t N = probs.dim(0), E = probs.dim(1);
-  check_like(lse, probs, op, "lse");
-  check_shape(lse, {N}, op, "lse");
   check_expert_ids(ids, N, E, op);
   check_like(counts, probs, op, "counts");
   check_shape(counts, {E}, op, "counts");
@@ -85,12 +81,8 @@ void router_aux_loss(const Tensor& probs, const Tensor& lse, const Tensor& ids, 
 void routing_entropy(const Tensor& probs, const Tensor& logits, const Tensor& lse, Tensor& entropy,
                      Tensor& max_logit) {
   const char* op = "routing_entropy";
-  check_float(probs, op, "probs");
-  require_cpu(probs, op);
-  LT_CHECK(probs.ndim() == 2, op, ": probs must be [N, E], got ", probs.str());
+  check_probs_and_lse(probs, lse, op);
   check_same(logits, probs, op, "logits");
-  check_like(lse, probs, op, "lse");
-  check_shape(lse, {probs.dim(0)}, op, "lse");
   check_f64(entropy, {1}, probs, op, "entropy");
   check_f64(max_logit, {1}, probs, op, "max_logit");
   cpu::routing_entropy(probs, logits, lse, entropy, max_logit);
