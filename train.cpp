@@ -177,6 +177,58 @@ void parse_straggle(const std::string& value, lt::RunOptions& options) {
   options.straggle_factor = factor;
 }
 
+// The EDiT / A-EDiT flags (dist/edit.h) with the reference implementation's defaults.
+const std::map<std::string, std::string> kEditFlags = {
+    {"shard-group", "1"},        {"local-sgd-warmup", "0"},   {"sync-interval", "1"},    {"sync-seconds", "600"},
+    {"min-total-steps", "100"},  {"step-weight", "off"},      {"step-weight-ratio", "0.5"},
+    {"weight-by-norm", "off"},   {"weight-temperature", "1"}, {"skip-anomaly", "off"},   {"ewma-alpha", "0.02"},
+    {"ewma-warmup", "120"},      {"ewma-threshold", "3"},     {"clip-pseudo-grad", "0"}, {"outer-optimizer", "average"},
+    {"outer-lr", "0.7"},         {"outer-momentum", "0.8"},   {"outer-nesterov", "on"}};
+
+bool on_off(const Flags& flags, const std::string& name) {
+  const std::string& v = flags.str(name);
+  if (v != "on" && v != "off") fail("flag --", name, " needs on or off, got '", v, "'");
+  return v == "on";
+}
+
+lt::EditSettings edit_from_flags(const Flags& flags, const std::string& dist) {
+  if (dist == "dp")
+    for (const auto& [flag, value] : kEditFlags)
+      if (flags.was_set(flag)) fail("flag --", flag, " belongs to --dist edit or aedit");
+  if (dist != "aedit")
+    for (const char* flag : {"sync-seconds", "min-total-steps", "step-weight", "step-weight-ratio"})
+      if (flags.was_set(flag)) fail("flag --", flag, " belongs to --dist aedit (time-based sync)");
+  if (dist == "aedit" && flags.was_set("sync-interval")) fail("flag --sync-interval belongs to --dist edit; aedit syncs by time (--sync-seconds)");
+  lt::EditSettings e;
+  e.shard_group = static_cast<int>(flags.positive("shard-group"));
+  e.local_sgd_warmup = flags.integer("local-sgd-warmup");
+  e.sync_interval = flags.positive("sync-interval");
+  e.sync_seconds = flags.number("sync-seconds");
+  if (!(e.sync_seconds > 0)) fail("flag --sync-seconds must be > 0, got ", e.sync_seconds);
+  e.min_total_steps = flags.integer("min-total-steps");
+  e.step_weight = on_off(flags, "step-weight");
+  e.step_weight_ratio = flags.number("step-weight-ratio");
+  e.weight_by_norm = on_off(flags, "weight-by-norm");
+  e.temperature = flags.number("weight-temperature");
+  e.skip_anomaly = on_off(flags, "skip-anomaly");
+  e.detector.alpha = flags.number("ewma-alpha");
+  e.detector.warmup_steps = flags.integer("ewma-warmup");
+  e.detector.threshold = flags.number("ewma-threshold");
+  e.clip_pseudo_grad = flags.number("clip-pseudo-grad");
+  const std::string outer = flags.str("outer-optimizer");
+  if (outer != "average" && outer != "sgd") fail("flag --outer-optimizer needs average or sgd, got '", outer, "'");
+  e.outer_sgd = outer == "sgd";
+  if (!e.outer_sgd)
+    for (const char* flag : {"outer-lr", "outer-momentum", "outer-nesterov"})
+      if (flags.was_set(flag)) fail("flag --", flag, " belongs to --outer-optimizer sgd");
+  e.outer.lr = flags.number("outer-lr");
+  e.outer.momentum = flags.number("outer-momentum");
+  e.outer.nesterov = on_off(flags, "outer-nesterov");
+  if (!(e.outer.lr > 0) || e.outer.momentum < 0 || e.outer.momentum >= 1)
+    fail("the outer optimizer needs --outer-lr > 0 and 0 <= --outer-momentum < 1");
+  return e;
+}
+
 int cmd_pretrain(const std::vector<std::string>& args) {
   std::map<std::string, std::string> defaults = {
       {"recipe", ""},        {"model", "tiny"},     {"seed", "1"},         {"routing-warmup", "50"},
@@ -185,6 +237,7 @@ int cmd_pretrain(const std::vector<std::string>& args) {
       {"sample-tokens", "200"}, {"time-limit", "0"},      {"stop-at", "0"},
       {"dist", "dp"},           {"straggle", ""}};
   for (const std::string& flag : kStageFlags) defaults[flag] = "";
+  defaults.insert(kEditFlags.begin(), kEditFlags.end());
   const Flags flags(args, defaults);
   apply_threads(flags);
   const Json stage = stage_from_flags(flags);
@@ -217,6 +270,7 @@ int cmd_pretrain(const std::vector<std::string>& args) {
   options.time_limit_seconds = flags.number("time-limit");
   options.stop_at_step = flags.integer("stop-at");
   options.dist = flags.str("dist");
+  options.edit = edit_from_flags(flags, options.dist);
   if (!flags.str("straggle").empty()) parse_straggle(flags.str("straggle"), options);
   Json summary = lt::run_pretraining(recipe, options);
   if (summary.is_null()) return 0;  // a rank other than 0 of a multi-process run: rank 0 reports
@@ -345,6 +399,13 @@ void usage(FILE* out) {
                "           of the tokens) | inverse_sqrt | constant] [--seed S] [--threads N]\n"
                "           [--rope-theta X] [--resume DIR] ...  pre-train (default: the embedded corpus)\n"
                "  pretrain --recipe tiny|R.json [--out DIR]   the stages of a recipe in order (resumable)\n"
+               "  mpirun -n N lingtrain pretrain ... [--dist dp|edit|aedit] [--straggle RANK:FACTOR]\n"
+               "           several processes: dp (default) averages gradients every step; edit is local SGD with\n"
+               "           layer-wise sync [--shard-group S] [--local-sgd-warmup N] [--sync-interval N]\n"
+               "           [--outer-optimizer average|sgd --outer-lr X --outer-momentum X --outer-nesterov on|off]\n"
+               "           [--clip-pseudo-grad X] [--weight-by-norm on --weight-temperature T] [--skip-anomaly on\n"
+               "           --ewma-alpha X --ewma-warmup N --ewma-threshold X]; aedit syncs by time instead\n"
+               "           [--sync-seconds X] [--min-total-steps K] [--step-weight on --step-weight-ratio R]\n"
                "  eval --ckpt DIR --data FILE.bin [--seq T]   mean next-token loss over the whole file\n"
                "  sample --ckpt DIR --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--top-p P]\n"
                "  shards --out PREFIX FILE...                 text files to llm.c token shards\n"

@@ -1,5 +1,6 @@
 #include "dist/communicator.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -58,6 +59,10 @@ class SingleProcess : public Communicator {
              " elements of ", dtype_name(in.dtype()), ", got ", out.str());
     out.copy_from(in.reshape(out.shape()));
   }
+  void gather(const Tensor& in, Tensor& out, int root) override {
+    LT_CHECK(root == 0, "gather: root ", root, " outside 1 rank");
+    all_gather(in, out);
+  }
   void broadcast(Tensor&, int root) override { LT_CHECK(root == 0, "broadcast: root ", root, " outside 1 rank"); }
   void barrier() override {}
   std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<SingleProcess>(); }
@@ -111,6 +116,8 @@ class Mpi : public Communicator {
     sum_in_rank_order(x.dtype(), received, size_, mine, op, reduced);
     check_mpi(MPI_Allgatherv(reduced, mine, type, x.raw_data(), counts.data(), offsets.data(), type, comm_),
               "Allgatherv");
+    // Out: every element this rank does not own, then its owned sums to each other rank.
+    bytes_sent_ += ((n - mine) + static_cast<int64_t>(mine) * (size_ - 1)) * element;
   }
 
   void all_gather(const Tensor& in, Tensor& out) override {
@@ -120,6 +127,22 @@ class Mpi : public Communicator {
              in.numel() * size_, " elements of ", dtype_name(in.dtype()), ", got ", out.str());
     const int bytes = static_cast<int>(in.nbytes());
     check_mpi(MPI_Allgather(in.raw_data(), bytes, MPI_BYTE, out.raw_data(), bytes, MPI_BYTE, comm_), "Allgather");
+    bytes_sent_ += static_cast<int64_t>(bytes) * (size_ - 1);
+  }
+
+  void gather(const Tensor& in, Tensor& out, int root) override {
+    check_contiguous_cpu(in, "gather", "in");
+    LT_CHECK(root >= 0 && root < size_, "gather: root ", root, " outside ", size_, " ranks");
+    if (rank_ == root) {
+      check_contiguous_cpu(out, "gather", "out");
+      LT_CHECK(out.numel() == in.numel() * size_ && out.dtype() == in.dtype(), "gather: out must hold ",
+               in.numel() * size_, " elements of ", dtype_name(in.dtype()), ", got ", out.str());
+    }
+    const int bytes = static_cast<int>(in.nbytes());
+    check_mpi(MPI_Gather(in.raw_data(), bytes, MPI_BYTE, rank_ == root ? out.raw_data() : nullptr, bytes, MPI_BYTE,
+                         root, comm_),
+              "Gather");
+    if (rank_ != root) bytes_sent_ += bytes;
   }
 
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
@@ -131,6 +154,7 @@ class Mpi : public Communicator {
     scratch_.resize(static_cast<size_t>(in.nbytes()));
     check_mpi(MPI_Alltoall(in.raw_data(), n, mpi_type(in.dtype()), scratch_.data(), n, mpi_type(in.dtype()), comm_),
               "Alltoall");
+    bytes_sent_ += static_cast<int64_t>(n) * (size_ - 1) * static_cast<int64_t>(dtype_size(in.dtype()));
     sum_in_rank_order(in.dtype(), scratch_.data(), size_, n, op, out.raw_data());
   }
 
@@ -138,6 +162,7 @@ class Mpi : public Communicator {
     check_contiguous_cpu(x, "broadcast", "x");
     LT_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside ", size_, " ranks");
     check_mpi(MPI_Bcast(x.raw_data(), static_cast<int>(x.nbytes()), MPI_BYTE, root, comm_), "Bcast");
+    if (rank_ == root) bytes_sent_ += static_cast<int64_t>(x.nbytes()) * (size_ - 1);
   }
 
   void barrier() override { check_mpi(MPI_Barrier(comm_), "Barrier"); }
@@ -204,6 +229,27 @@ void abort_all_ranks(int exit_code) {
 bool launched_by_mpi() {
   // MPICH's hydra (and other PMI launchers) set PMI_SIZE; Open MPI sets OMPI_COMM_WORLD_SIZE.
   return std::getenv("PMI_SIZE") != nullptr || std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+}
+
+std::vector<std::string> gather_text(Communicator& comm, const std::string& text, int root) {
+  // Lengths first, then every text padded to the longest (a gather takes equal parts), as raw bytes in
+  // i64 words.
+  Tensor length = Tensor::full({1}, static_cast<double>(text.size()), DType::I64);
+  Tensor lengths = Tensor::empty({comm.size()}, DType::I64);
+  comm.all_gather(length, lengths);
+  const std::vector<int64_t> sizes = lengths.to_vector<int64_t>();
+  const int64_t longest = *std::max_element(sizes.begin(), sizes.end());
+  const int64_t words = (longest + 7) / 8;
+  Tensor own = Tensor::zeros({words}, DType::I64);
+  std::memcpy(own.raw_data(), text.data(), text.size());
+  Tensor all = Tensor::empty({words * comm.size()}, DType::I64);
+  comm.gather(own, all, root);
+  std::vector<std::string> out;
+  if (comm.rank() != root) return out;
+  const char* bytes = static_cast<const char*>(all.raw_data());
+  for (int r = 0; r < comm.size(); ++r)
+    out.emplace_back(bytes + static_cast<int64_t>(r) * words * 8, static_cast<size_t>(sizes[static_cast<size_t>(r)]));
+  return out;
 }
 
 std::unique_ptr<Communicator> make_single_process_communicator() { return std::make_unique<SingleProcess>(); }

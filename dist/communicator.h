@@ -10,6 +10,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -32,13 +33,25 @@ class Communicator {
   virtual void all_gather(const Tensor& in, Tensor& out) = 0;
   // in [size n] on every rank; out [n] on rank r is the sum (or mean) over ranks of in[r n : (r + 1) n].
   virtual void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) = 0;
+  // Rank r's `in` [n] goes to out[r n : (r + 1) n] on root (out [size n]); other ranks' out is not used.
+  virtual void gather(const Tensor& in, Tensor& out, int root) = 0;
   // x takes root's value on every rank.
   virtual void broadcast(Tensor& x, int root) = 0;
   virtual void barrier() = 0;
   // The ranks that pass the same color form a new communicator, ordered by key then by rank (the rows
   // and columns of a 2-D mesh). Collective: every rank calls it.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // The payload bytes this rank has sent to other ranks through this communicator (what it puts on the
+  // wire, whatever the library adds): the measure behind "bytes moved per step".
+  int64_t bytes_sent() const { return bytes_sent_; }
+
+ protected:
+  int64_t bytes_sent_ = 0;
 };
+
+// Every rank's `text` on root, in rank order (empty elsewhere): for per-rank state of any length.
+std::vector<std::string> gather_text(Communicator& comm, const std::string& text, int root);
 
 // Whether this process was started by an MPI launcher (mpirun / mpiexec set the process-manager
 // variables); a plain run is one process and never initialises MPI.

@@ -1,5 +1,6 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -7,27 +8,52 @@
 
 namespace lt {
 
-AdamW::AdamW(FlatParameters& params, AdamWSettings settings) : params_(params), settings_(settings) {
+namespace {
+// The runs of `params` clipped to `owned`, empty ones dropped.
+std::vector<FlatParameters::Run> owned_runs(const FlatParameters& params, const FlatParameters::Range& owned,
+                                            bool split_by_decay) {
+  std::vector<FlatParameters::Run> out;
+  for (FlatParameters::Run run : params.runs_with_grad(split_by_decay)) {
+    run.begin = std::max(run.begin, owned.begin);
+    run.end = std::min(run.end, owned.end);
+    if (run.begin < run.end) out.push_back(run);
+  }
+  return out;
+}
+}  // namespace
+
+AdamW::AdamW(FlatParameters& params, AdamWSettings settings, int shard, int shards)
+    : params_(params), owned_(params.shard(shard, shards)), settings_(settings) {
   const Tensor& values = params_.values();
-  exp_avg_ = Tensor::zeros({values.numel()}, values.dtype(), values.device());
-  exp_avg_sq_ = Tensor::zeros({values.numel()}, values.dtype(), values.device());
+  exp_avg_ = Tensor::zeros({owned_.size()}, values.dtype(), values.device());
+  exp_avg_sq_ = Tensor::zeros({owned_.size()}, values.dtype(), values.device());
 }
 
-double AdamW::grad_norm() const {
+double AdamW::grad_sum_squares() const {
   double total = 0;
   const Tensor& grads = params_.grads();
-  for (const FlatParameters::Run& run : params_.runs_with_grad(/*split_by_decay=*/false)) {
+  for (const FlatParameters::Run& run : owned_runs(params_, owned_, /*split_by_decay=*/false)) {
     Tensor sq = Tensor::empty({1}, grads.dtype(), grads.device());
     kernels::sum_squares(grads.narrow(run.begin, run.end - run.begin), sq);
     total += sq.item();
   }
-  return std::sqrt(total);
+  return total;
+}
+
+double AdamW::grad_norm() const {
+  LT_CHECK(owned_.size() == params_.numel(), "AdamW::grad_norm: the optimiser owns one shard; complete its ",
+           "grad_sum_squares() across the shards");
+  return std::sqrt(grad_sum_squares());
+}
+
+void AdamW::clip_to(double norm, double max_norm) {
+  // PyTorch's clip_grad_norm_ adds 1e-6 too.
+  grad_scale_ = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
 }
 
 double AdamW::clip_grad_norm(double max_norm) {
   const double norm = grad_norm();
-  // PyTorch's clip_grad_norm_ adds 1e-6 too.
-  grad_scale_ = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+  clip_to(norm, max_norm);
   return norm;
 }
 
@@ -35,9 +61,9 @@ void AdamW::step(double lr) {
   ++t_;
   Tensor& values = params_.values();
   const Tensor& grads = params_.grads();
-  for (const FlatParameters::Run& run : params_.runs_with_grad(/*split_by_decay=*/true)) {
-    const int64_t n = run.end - run.begin;
-    Tensor p = values.narrow(run.begin, n), m = exp_avg_.narrow(run.begin, n), v = exp_avg_sq_.narrow(run.begin, n);
+  for (const FlatParameters::Run& run : owned_runs(params_, owned_, /*split_by_decay=*/true)) {
+    const int64_t n = run.end - run.begin, at = run.begin - owned_.begin;
+    Tensor p = values.narrow(run.begin, n), m = exp_avg_.narrow(at, n), v = exp_avg_sq_.narrow(at, n);
     const double decay = run.weight_decay ? settings_.weight_decay : 0.0;
     const kernels::AdamWStep s{lr, settings_.beta1, settings_.beta2, settings_.eps, decay, t_, grad_scale_};
     kernels::adamw_step(p, grads.narrow(run.begin, n), m, v, s);
@@ -46,6 +72,7 @@ void AdamW::step(double lr) {
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state() const {
+  LT_CHECK(owned_.size() == params_.numel(), "AdamW::state: a sharded optimiser saves shard_state() per rank");
   std::vector<std::pair<std::string, Tensor>> out;
   for (size_t i = 0; i < params_.parameters().size(); ++i) {
     const std::string& name = params_.parameters()[i].parameter.name;
@@ -57,6 +84,7 @@ std::vector<std::pair<std::string, Tensor>> AdamW::state() const {
 
 void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps_taken,
                        const std::string& origin) {
+  LT_CHECK(owned_.size() == params_.numel(), "AdamW::load_state: a sharded optimiser loads load_shard_state()");
   std::map<std::string, Tensor> by_name(state.begin(), state.end());
   for (size_t i = 0; i < params_.parameters().size(); ++i) {
     const std::string& param = params_.parameters()[i].parameter.name;
@@ -69,6 +97,23 @@ void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& state,
                shape_str(it->second.shape()), ", the model needs ", shape_str(slot.shape()));
       slot.copy_from(it->second.to(slot.dtype()).to(slot.device()));
     }
+  }
+  t_ = steps_taken;
+}
+
+std::vector<std::pair<std::string, Tensor>> AdamW::shard_state() const {
+  return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}};
+}
+
+void AdamW::load_shard_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps_taken,
+                             const std::string& origin) {
+  std::map<std::string, Tensor> by_name(state.begin(), state.end());
+  for (auto [name, slot] : {std::pair{"exp_avg", &exp_avg_}, std::pair{"exp_avg_sq", &exp_avg_sq_}}) {
+    auto it = by_name.find(name);
+    LT_CHECK(it != by_name.end(), origin, ": optimiser shard state has no tensor '", name, "'");
+    LT_CHECK(it->second.shape() == slot->shape(), origin, ": optimiser tensor '", name, "' has shape ",
+             shape_str(it->second.shape()), ", this rank's shard needs ", shape_str(slot->shape()));
+    slot->copy_from(it->second.to(slot->dtype()).to(slot->device()));
   }
   t_ = steps_taken;
 }

@@ -5,6 +5,10 @@
 // The update runs over the flat parameter buffer (optim/flat_parameters.h): the moments are two more
 // buffers of the same layout, and a step is one fused kernel pass per stretch of parameters that share
 // a weight decay, the gradient norm one reduction per stretch that holds gradients.
+//
+// Sharded (ZeRO-2 style, dist/edit.h): with shards > 1 this optimiser owns one shard of the flat
+// buffers; its moments cover that shard only, and it reads the gradients and updates the values there
+// alone. The gradient norm is then this shard's part; the caller completes it across the shards.
 #pragma once
 #include <string>
 #include <vector>
@@ -19,27 +23,38 @@ struct AdamWSettings {
 
 class AdamW {
  public:
-  // Moments of the layout of `params`, which must outlive the optimiser.
-  AdamW(FlatParameters& params, AdamWSettings settings);
+  // Moments of the layout of `params` (of its shard `shard` of `shards`), which must outlive the optimiser.
+  AdamW(FlatParameters& params, AdamWSettings settings, int shard = 0, int shards = 1);
 
-  // Global L2 norm of all gradients (parameters without a gradient count as zero), a deterministic
-  // reduction over the flat gradient buffer.
+  // Sum of the squared gradients of the owned stretch (parameters without a gradient count as zero), a
+  // deterministic reduction over the flat gradient buffer.
+  double grad_sum_squares() const;
+  // The L2 norm of all gradients when the optimiser is not sharded.
   double grad_norm() const;
-  // Returns the pre-clip norm, and when norm > max_norm makes the next step() use the gradients
-  // scaled by max_norm / norm (the scale rides along in the AdamW kernel: no pass of its own).
+  // Given the gradients' global norm, makes the next step() use them scaled by max_norm / norm when
+  // norm > max_norm (the scale rides along in the AdamW kernel: no pass of its own).
+  void clip_to(double norm, double max_norm);
+  // grad_norm() then clip_to(); returns the pre-clip norm.
   double clip_grad_norm(double max_norm);
   // One update at learning rate lr. Parameters without a gradient are left untouched.
   void step(double lr);
 
   int64_t steps_taken() const { return t_; }
+  const FlatParameters::Range& owned() const { return owned_; }
   AdamWSettings& settings() { return settings_; }  // a later stage may change the weight decay
   // Moments by parameter name ("<name>.exp_avg", "<name>.exp_avg_sq"), for checkpoints.
   std::vector<std::pair<std::string, Tensor>> state() const;
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps_taken,
                   const std::string& origin);
+  // The owned shard's moments as two flat tensors ("exp_avg", "exp_avg_sq"), for per-rank checkpoints
+  // of a sharded optimiser.
+  std::vector<std::pair<std::string, Tensor>> shard_state() const;
+  void load_shard_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps_taken,
+                        const std::string& origin);
 
  private:
   FlatParameters& params_;
+  FlatParameters::Range owned_;  // the stretch of the flat buffers this optimiser updates
   Tensor exp_avg_, exp_avg_sq_;
   AdamWSettings settings_;
   int64_t t_ = 0;

@@ -35,7 +35,8 @@ std::string FlatParameters::layer_of(const std::string& name) {
   return last_dot == std::string::npos ? name : name.substr(0, last_dot);
 }
 
-FlatParameters::FlatParameters(std::vector<Parameter> params) {
+FlatParameters::FlatParameters(std::vector<Parameter> params, int shards) {
+  LT_CHECK(shards >= 1, "flat parameters: shards must be >= 1, got ", shards);
   const DType dtype = params.empty() ? DType::F32 : params.front().value->value().dtype();
   const Device device = params.empty() ? Device::cpu() : params.front().value->value().device();
   int64_t total = 0;
@@ -49,6 +50,10 @@ FlatParameters::FlatParameters(std::vector<Parameter> params) {
     total = align_up(total + v.numel());
     layers_.back().end = total;
   }
+  // Each shard a whole number of aligned blocks; the last layer's range takes the tail padding.
+  const int64_t shard_multiple = kAlignElements * shards;
+  total = (total + shard_multiple - 1) / shard_multiple * shard_multiple;
+  if (!layers_.empty()) layers_.back().end = total;
   values_ = Tensor::zeros({total}, dtype, device);
   grads_ = Tensor::zeros({total}, dtype, device);
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -61,6 +66,13 @@ FlatParameters::FlatParameters(std::vector<Parameter> params) {
   // The parameters' former storage would otherwise sit in the allocator's cache for the whole run,
   // doubling the parameters' share of the resident memory.
   allocator_for(device).empty_cache();
+}
+
+FlatParameters::Range FlatParameters::shard(int index, int count) const {
+  LT_CHECK(count >= 1 && index >= 0 && index < count && numel() % (kAlignElements * count) == 0,
+           "flat parameters: shard ", index, " of ", count, " does not split ", numel(), " elements into aligned shards");
+  const int64_t size = numel() / count;
+  return {"shard " + std::to_string(index) + "/" + std::to_string(count), index * size, (index + 1) * size};
 }
 
 Tensor FlatParameters::view(const Tensor& flat, size_t param) const {

@@ -31,8 +31,10 @@ class FlatParameters {
     Range range;  // the parameter's own elements, without the alignment padding after them
   };
 
-  // The parameters must share one dtype and device; their values are moved into the flat buffer.
-  explicit FlatParameters(std::vector<Parameter> params);
+  // The parameters must share one dtype and device; their values are moved into the flat buffer. With
+  // shards > 1 the buffers are padded at the end so that they split into `shards` equal, aligned
+  // shards (ZeRO-style sharding of the gradients and optimiser state: dist/edit.h).
+  explicit FlatParameters(std::vector<Parameter> params, int shards = 1);
   FlatParameters(const FlatParameters&) = delete;
   FlatParameters& operator=(const FlatParameters&) = delete;
 
@@ -46,6 +48,9 @@ class FlatParameters {
   // Consecutive parameters of one layer form its range (padding included, so ranges tile the buffer).
   const std::vector<Range>& layers() const { return layers_; }
   int64_t numel() const { return values_.numel(); }
+  // Shard `index` of `count` equal stretches of the buffers; count must divide the shards the buffers
+  // were laid out for.
+  Range shard(int index, int count) const;
 
   Tensor& values() { return values_; }
   Tensor& grads() { return grads_; }

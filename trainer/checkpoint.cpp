@@ -15,7 +15,7 @@ const char* const kStepsTakenKey = "adamw_steps_taken";
 }  // namespace
 
 void save_checkpoint(const std::string& dir, LingForCausalLM& model, const AdamW* optimizer,
-                     const Json& trainer_state) {
+                     const Json& trainer_state, const std::function<void(const std::string&)>& write_extra) {
   write_directory_atomic(dir, [&](const std::string& staging) {
     write_json_file(staging + "/config.json", config_to_json(model.config()));
     save_safetensors(staging + "/model.safetensors", hf_state_dict(model), {{"format", "pt"}});
@@ -25,6 +25,7 @@ void save_checkpoint(const std::string& dir, LingForCausalLM& model, const AdamW
       save_safetensors(staging + "/optimizer.safetensors", optimizer->state(),
                        {{"format", "pt"}, {kStepsTakenKey, std::to_string(optimizer->steps_taken())}});
     write_json_file(staging + "/trainer_state.json", trainer_state);
+    if (write_extra) write_extra(staging);
   });
 }
 

@@ -4,11 +4,16 @@
 //   model.safetensors       f32 weights under the Hugging Face names
 //   optimizer.safetensors   AdamW moments by lingtrain parameter name; its metadata holds the update count
 //   trainer_state.json      the TrainState (trainer/train_state.h) and the recipe being run
+//   edit/rank-NNNNN.safetensors   EDiT runs only: each rank's own state (its replica's shard of the
+//                           values and AdamW moments, the anchor and outer momentum, its TrainState and
+//                           detectors in the metadata); optimizer.safetensors is then absent and
+//                           model.safetensors holds replica 0
 //
 // The folder is written atomically (io/atomic_file.h): a run killed at any moment leaves the previous
 // checkpoint complete. Released models arrive as Hugging Face folders whose weights may be sharded
 // (model.safetensors.index.json naming several shard files); the loaders read both forms.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "io/json.h"
@@ -17,8 +22,10 @@
 
 namespace lt {
 
+// write_extra, when given, adds files to the folder before it is published (it gets the staging path).
 void save_checkpoint(const std::string& dir, LingForCausalLM& model, const AdamW* optimizer,
-                     const Json& trainer_state);
+                     const Json& trainer_state,
+                     const std::function<void(const std::string&)>& write_extra = {});
 
 // The folder to read: `dir`, or the previous complete one if a writer died mid-swap. Fails naming dir
 // when no checkpoint exists there.

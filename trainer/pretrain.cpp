@@ -17,6 +17,8 @@
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
+#include "dist/edit.h"
+#include "io/safetensors.h"
 #include "io/metrics.h"
 #include "model/config.h"
 #include "trainer/checkpoint.h"
@@ -122,6 +124,13 @@ bool share_step_statistics(DataParallel& dp, StepStats& stats, bool stop) {
   return any_stop;
 }
 
+// Where a checkpoint folder keeps rank r's own state in an EDiT run.
+std::string rank_state_path(const std::string& folder, int rank) {
+  char name[48];
+  std::snprintf(name, sizeof name, "/edit/rank-%05d.safetensors", rank);
+  return folder + name;
+}
+
 }  // namespace
 
 Json run_pretraining(const Recipe& requested, const RunOptions& options) {
@@ -142,15 +151,26 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   }
   // Under mpirun every rank runs this function; rank 0 alone writes the metrics, the checkpoints and
   // the progress lines, and evaluates.
-  LT_CHECK(options.dist == "dp", "unknown --dist '", options.dist, "' (dp)");
+  LT_CHECK(options.dist == "dp" || options.dist == "edit" || options.dist == "aedit", "unknown --dist '", options.dist,
+           "' (dp, edit, aedit)");
   LT_CHECK(options.straggle_factor >= 1, "--straggle: the factor must be >= 1, got ", options.straggle_factor);
   const std::unique_ptr<Communicator> world = make_world_communicator();
   DataParallel data_parallel(*world);
   const bool lead = world->rank() == 0;
-  check_same_run_on_every_rank(*world, recipe.to_json().dump() + options.out_dir + options.resume);
+  const bool local_sgd = options.dist != "dp";
+  EditSettings edit_settings = options.edit;
+  edit_settings.time_based = options.dist == "aedit";
+  const Json dist_json = {{"mode", options.dist}, {"world_size", world->size()}, {"edit", edit_settings.to_json()}};
+  check_same_run_on_every_rank(*world, recipe.to_json().dump() + options.out_dir + options.resume + dist_json.dump());
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> silent(lead ? nullptr : std::fopen("/dev/null", "w"),
                                                                  &std::fclose);
   std::FILE* out = lead ? options.progress : silent.get();
+  if (!options.resume.empty()) {
+    const Json saved_dist = saved_state.value("dist", Json{{"mode", "dp"}, {"world_size", 1}});
+    const bool saved_local_sgd = saved_dist.value("mode", std::string("dp")) != "dp";
+    LT_CHECK(saved_local_sgd == local_sgd, checkpoint_folder(options.resume), ": written by a --dist ",
+             saved_dist.value("mode", std::string("dp")), " run; resume it with that --dist");
+  }
 
   const LingConfig config =
       options.resume.empty() ? resolve_config(recipe.model) : load_checkpoint_config(options.resume);
@@ -162,13 +182,45 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   settings.routing_warmup_steps = recipe.routing_warmup;
   settings.rank = world->rank();
   settings.world_size = world->size();
+  std::optional<EditMesh> mesh;
+  if (local_sgd) {
+    mesh = EditMesh::build(*world, edit_settings.shard_group);
+    settings.shard = mesh->shard();
+    settings.shards = mesh->shards();
+  }
   Trainer trainer(model, settings);
-  trainer.hooks().after_backward = [&](FlatParameters& params) { data_parallel.average(params, model); };
   TrainState& state = trainer.state();
+  std::unique_ptr<Edit> edit;
+  if (local_sgd) {
+    edit = std::make_unique<Edit>(std::move(*mesh), edit_settings, trainer.parameters(), model);
+    trainer.hooks().after_backward = [&](FlatParameters&) { edit->reduce_gradients(state.step); };
+    trainer.hooks().complete_grad_sum_squares = [&](double own) { return edit->complete_grad_sum_squares(own); };
+    trainer.hooks().after_update = [&](FlatParameters&) { edit->share_updated_shard(); };
+  } else {
+    trainer.hooks().after_backward = [&](FlatParameters& params) { data_parallel.average(params, model); };
+  }
+  int64_t steps_since_sync = 0;  // this replica's steps since the last EDiT sync
+  const FlatParameters::Range owned = trainer.optimizer().owned();
   if (!options.resume.empty()) {
     const std::string source = checkpoint_folder(options.resume) + "/trainer_state.json";
     train_state_from_json(saved_state.at("state"), source, state, model);
-    load_checkpoint_optimizer(options.resume, trainer.optimizer());
+    if (!edit) {
+      load_checkpoint_optimizer(options.resume, trainer.optimizer());
+    } else {
+      const std::string path = rank_state_path(checkpoint_folder(options.resume), world->rank());
+      LT_CHECK(std::filesystem::exists(path), path, ": missing (resume an EDiT checkpoint with the same number of ranks)");
+      const SafetensorsFile file = load_safetensors(path);
+      const auto text = file.metadata.find("state");
+      LT_CHECK(text != file.metadata.end(), path, ": no 'state' in the metadata");
+      const Json own = parse_json(text->second, path);
+      train_state_from_json(own.at("state"), path, state, model);
+      trainer.optimizer().load_shard_state({{"exp_avg", file.get("exp_avg")}, {"exp_avg_sq", file.get("exp_avg_sq")}},
+                                           own.at("adamw_steps").get<int64_t>(), path);
+      trainer.parameters().values().narrow(owned.begin, owned.size()).copy_from(file.get("values", {owned.size()}, DType::F32));
+      edit->load_state(file.tensors, own.at("edit"), path);
+      edit->share_updated_shard();
+      steps_since_sync = own.at("steps_since_sync").get<int64_t>();
+    }
   }
 
   if (lead) std::filesystem::create_directories(options.out_dir);
@@ -181,19 +233,68 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   LT_CHECK(options.straggle_rank < world->size(), "--straggle: rank ", options.straggle_rank, " is outside the ",
            world->size(), " ranks");
   const std::string checkpoint_dir = options.out_dir + "/checkpoint";
+  auto bytes_sent = [&]() { return world->bytes_sent() + (edit ? edit->bytes_sent() : 0); };
 
   StageData data;
   int64_t T = 0, B = 0;  // of the current stage, set as it starts
+  // Collective under EDiT (every rank's own state travels to rank 0, which writes the one folder).
   auto save = [&]() {
+    const Json trainer_state = {
+        {"state", train_state_to_json(state, model)}, {"recipe", recipe.to_json()}, {"seq_len", T}, {"dist", dist_json}};
+    if (!edit) {
+      if (lead) save_checkpoint(checkpoint_dir, model, &trainer.optimizer(), trainer_state);
+      return;
+    }
+    NamedTensors own = {{"values", trainer.parameters().values().narrow(owned.begin, owned.size())}};
+    for (const auto& t : trainer.optimizer().shard_state()) own.push_back(t);
+    for (const auto& t : edit->state_tensors()) own.push_back(t);
+    const Json own_json = {{"state", train_state_to_json(state, model)},
+                           {"adamw_steps", trainer.optimizer().steps_taken()},
+                           {"edit", edit->state_json()},
+                           {"steps_since_sync", steps_since_sync}};
+    const std::vector<std::string> texts = gather_text(*world, own_json.dump(), 0);
+    std::vector<Tensor> all;
+    for (const auto& [name, t] : own) {
+      all.push_back(lead ? Tensor::empty({t.numel() * world->size()}, t.dtype()) : Tensor());
+      world->gather(t, all.back(), 0);
+    }
     if (!lead) return;
-    const Json trainer_state = {{"state", train_state_to_json(state, model)}, {"recipe", recipe.to_json()}, {"seq_len", T}};
-    save_checkpoint(checkpoint_dir, model, &trainer.optimizer(), trainer_state);
+    save_checkpoint(checkpoint_dir, model, nullptr, trainer_state, [&](const std::string& staging) {
+      std::filesystem::create_directories(staging + "/edit");
+      for (int r = 0; r < world->size(); ++r) {
+        NamedTensors rank_tensors;
+        for (size_t i = 0; i < own.size(); ++i)
+          rank_tensors.emplace_back(own[i].first, all[i].narrow(r * own[i].second.numel(), own[i].second.numel()));
+        save_safetensors(rank_state_path(staging, r), rank_tensors, {{"state", texts[static_cast<size_t>(r)]}});
+      }
+    });
   };
   // Periodic held-out loss on the first eval_tokens tokens (all when 0); the whole file at the end.
   auto heldout_loss = [&](int64_t limit) -> double {
     if (!data.val.defined()) return NAN;
     const int64_t n = limit > 0 ? std::min(data.val.numel(), limit) : data.val.numel();
     return evaluate(model, data.val.narrow(0, n), T, B).mean();
+  };
+  auto straggle = [&](double step_seconds) {
+    if (world->rank() == options.straggle_rank)
+      std::this_thread::sleep_for(std::chrono::duration<double>((options.straggle_factor - 1) * step_seconds));
+  };
+  auto print_progress = [&](Json& record, double loss, double lr, double grad_norm) {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
+    const double eta = elapsed / static_cast<double>(std::max<int64_t>(state.step - first_step, 1)) *
+                       static_cast<double>(total_steps - state.step);
+    std::fprintf(out, "%sstep %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | ETA %s%s",
+                 interactive ? "\r" : "", static_cast<long long>(state.step), static_cast<long long>(total_steps), loss,
+                 lr, grad_norm, record["tokens_per_s"].get<double>(), format_duration(eta).c_str(),
+                 interactive ? "   " : "\n");
+    if (record.contains("val_loss"))
+      std::fprintf(out, "%sstep %lld: held-out loss %.4f\n", interactive ? "\n" : "", static_cast<long long>(state.step),
+                   record["val_loss"].get<double>());
+  };
+  auto crossed = [](int64_t before, int64_t after, int64_t every) { return every > 0 && after / every > before / every; };
+  auto sync_record = [](const SyncReport& r) {
+    return Json{{"dropped", r.dropped}, {"skipped_layers", r.skipped_layers}, {"pseudo_grad_norm", r.mean_norm},
+                {"seconds", r.seconds}};
   };
 
   double last_loss = NAN;
@@ -224,48 +325,157 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
                    static_cast<long long>(data.train.numel()), num_threads());
 
     std::vector<TokenBatch> micro_batches;
-    while (state.stage_step < stage.steps) {
+    auto train_one_step = [&]() {
       micro_batches.clear();
       const int64_t micro = stage.micro_batches_at(state.stage_step);
       for (int64_t i = 0; i < micro; ++i) micro_batches.push_back(sampler.next());
       StepStats stats = trainer.step(micro_batches);
-      if (world->rank() == options.straggle_rank)
-        std::this_thread::sleep_for(std::chrono::duration<double>((options.straggle_factor - 1) * stats.seconds));
+      straggle(stats.seconds);
       state.data_cursor = sampler.cursor();
-      const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
-      const bool time_up = lead && options.time_limit_seconds > 0 && elapsed > options.time_limit_seconds;
-      // The ranks agree on the stop (rank 0's clock decides) in the same exchange as the statistics.
-      const bool stop_for_time = share_step_statistics(data_parallel, stats, time_up);
-      last_loss = stats.lm_loss;
-      const double eta =
-          elapsed / static_cast<double>(std::max<int64_t>(state.step - first_step, 1)) *
-          static_cast<double>(total_steps - state.step);
-      Json record = step_record(stats, state.tokens_seen);
-      if (recipe.stages.size() > 1) record["stage"] = stage.name;
-      const bool last = state.step == total_steps;
-      if (lead && options.eval_every > 0 && state.step % options.eval_every == 0 && !last) {
-        const double val = heldout_loss(options.eval_tokens);
-        if (!std::isnan(val)) record["val_loss"] = val;
+      ++steps_since_sync;
+      return stats;
+    };
+
+    if (edit_settings.time_based) {
+      // A-EDiT: each replica steps at its own pace; the ranks meet only when a round ends (the timer
+      // fired, or the replica used its share of the stage's remaining steps). The stage's budget is
+      // stage.steps steps per replica in total, so it sees as many tokens as the other modes.
+      const int R = edit->mesh().replicas(), me = edit->mesh().replica();
+      const int64_t budget = stage.steps * R;
+      const int64_t step_at_stage_start = state.step - state.stage_step;
+      const int64_t tokens_at_stage_start = state.tokens_seen - state.stage_tokens;
+      const int64_t tokens_per_replica_step = stage.batch * stage.seq * edit->mesh().shards();
+      int64_t done = state.stage_step * R;  // replica-steps of this stage
+      std::vector<double> share(static_cast<size_t>(R), 1.0 / R);
+      auto quota_of_this_replica = [&]() {
+        // The remaining replica-steps split by each replica's share of the last round's steps, the
+        // rounding remainder to the lowest replicas: the quotas add up to exactly the budget.
+        const int64_t remaining = budget - done;
+        std::vector<int64_t> quotas(static_cast<size_t>(R));
+        int64_t given = 0;
+        for (int m = 0; m < R; ++m) given += quotas[static_cast<size_t>(m)] = static_cast<int64_t>(std::floor(remaining * share[static_cast<size_t>(m)]));
+        for (int m = 0; given < remaining; m = (m + 1) % R, ++given) ++quotas[static_cast<size_t>(m)];
+        return quotas[static_cast<size_t>(me)];
+      };
+      int64_t quota = quota_of_this_replica(), round_steps = 0;
+      double round_loss = 0;
+      auto round_start = Clock::now();
+      StepStats last;
+      while (done < budget) {
+        bool fired = round_steps >= quota ||
+                     std::chrono::duration<double>(Clock::now() - round_start).count() >= edit_settings.sync_seconds;
+        if (edit->mesh().shards() > 1) {  // the ranks of a replica step together, so they decide together
+          Tensor any = Tensor::full({1}, fired ? 1.0 : 0.0, DType::F64);
+          edit->mesh().shard_group->all_reduce(any, ReduceOp::Sum);
+          fired = any.item() > 0;
+        }
+        if (!fired) {
+          last = train_one_step();
+          ++round_steps;
+          round_loss += last.lm_loss;
+          continue;
+        }
+        // The round's end: every replica's steps (counted once, by its shard 0) and losses, and rank 0's
+        // verdicts, in one exchange.
+        const double round_seconds = std::chrono::duration<double>(Clock::now() - round_start).count();
+        const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
+        const bool counts_here = edit->mesh().shard() == 0;
+        std::vector<double> values(static_cast<size_t>(2 * R + 3), 0.0);
+        if (counts_here) {
+          values[static_cast<size_t>(me)] = static_cast<double>(round_steps);
+          values[static_cast<size_t>(R + me)] = static_cast<double>(steps_since_sync);
+          values[static_cast<size_t>(2 * R)] = round_loss;
+        }
+        values[static_cast<size_t>(2 * R + 1)] = lead && options.time_limit_seconds > 0 && elapsed > options.time_limit_seconds;
+        data_parallel.sum(values);
+        int64_t round_total = 0, since_sync_total = 0;
+        for (int m = 0; m < R; ++m) {
+          round_total += static_cast<int64_t>(values[static_cast<size_t>(m)]);
+          since_sync_total += static_cast<int64_t>(values[static_cast<size_t>(R + m)]);
+        }
+        done += round_total;
+        const int64_t step_before = state.step;
+        // The schedule follows the replicas' mean progress; every rank snaps to it here.
+        state.stage_step = done / R;
+        state.step = step_at_stage_start + state.stage_step;
+        state.stage_tokens = done * tokens_per_replica_step;
+        state.tokens_seen = tokens_at_stage_start + state.stage_tokens;
+        const bool time_up = values[static_cast<size_t>(2 * R + 1)] > 0;
+        const bool stop_here = options.stop_at_step > 0 && state.step >= options.stop_at_step;
+        const bool final_round = done >= budget || time_up || stop_here;
+        Json record = {{"step", state.step},
+                       {"loss", round_total > 0 ? values[static_cast<size_t>(2 * R)] / static_cast<double>(round_total) : NAN},
+                       {"lr", last.lr},
+                       {"tokens", state.tokens_seen},
+                       {"tokens_per_s", static_cast<double>(round_total * tokens_per_replica_step) / round_seconds},
+                       {"round_seconds", round_seconds}};
+        std::vector<int64_t> per_replica;
+        for (int m = 0; m < R; ++m) per_replica.push_back(static_cast<int64_t>(values[static_cast<size_t>(m)]));
+        record["replica_steps"] = per_replica;
+        if (since_sync_total >= edit_settings.min_total_steps || final_round) {
+          record["sync"] = sync_record(edit->sync(steps_since_sync));
+          steps_since_sync = 0;
+        } else {
+          record["sync"] = "skipped";
+        }
+        if (round_total > 0) {
+          last_loss = record["loss"].get<double>();
+          for (int m = 0; m < R; ++m) share[static_cast<size_t>(m)] = static_cast<double>(per_replica[static_cast<size_t>(m)]) / static_cast<double>(round_total);
+        }
+        const bool last_step = state.step >= total_steps;
+        if (lead && crossed(step_before, state.step, options.eval_every) && !last_step) {
+          const double val = heldout_loss(options.eval_tokens);
+          if (!std::isnan(val)) record["val_loss"] = val;
+        }
+        metrics.write(record);
+        if (round_total > 0) print_progress(record, last_loss, last.lr, last.grad_norm);
+        if (crossed(step_before, state.step, options.ckpt_every) && !last_step && !final_round) save();
+        if (time_up || stop_here) {
+          std::fprintf(out, "\nstopping at step %lld (%s)\n", static_cast<long long>(state.step),
+                       time_up ? "time limit" : "as asked");
+          stopped = true;
+          break;
+        }
+        quota = quota_of_this_replica();
+        round_steps = 0;
+        round_loss = 0;
+        round_start = Clock::now();
       }
-      metrics.write(record);
-      std::fprintf(out, "%sstep %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | ETA %s%s",
-                   interactive ? "\r" : "", static_cast<long long>(state.step), static_cast<long long>(total_steps),
-                   stats.lm_loss, stats.lr, stats.grad_norm, record["tokens_per_s"].get<double>(),
-                   format_duration(eta).c_str(), interactive ? "   " : "\n");
-      if (record.contains("val_loss"))
-        std::fprintf(out, "%sstep %lld: held-out loss %.4f\n", interactive ? "\n" : "",
-                     static_cast<long long>(state.step), record["val_loss"].get<double>());
-      if (options.ckpt_every > 0 && state.step % options.ckpt_every == 0 && !last) save();
-      if (stop_for_time && !last) {
-        std::fprintf(out, "\ntime limit of %.0f s reached at step %lld\n", options.time_limit_seconds,
-                     static_cast<long long>(state.step));
-        stopped = true;
+    } else {
+      while (state.stage_step < stage.steps) {
+        std::optional<SyncReport> synced;
+        if (edit && edit->sync_due(state.step)) {
+          synced = edit->sync(steps_since_sync);
+          steps_since_sync = 0;
+        }
+        StepStats stats = train_one_step();
+        const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
+        const bool time_up = lead && options.time_limit_seconds > 0 && elapsed > options.time_limit_seconds;
+        // The ranks agree on the stop (rank 0's clock decides) in the same exchange as the statistics.
+        const bool stop_for_time = share_step_statistics(data_parallel, stats, time_up);
+        last_loss = stats.lm_loss;
+        Json record = step_record(stats, state.tokens_seen);
+        if (recipe.stages.size() > 1) record["stage"] = stage.name;
+        if (synced) record["sync"] = sync_record(*synced);
+        const bool last = state.step == total_steps;
+        if (lead && options.eval_every > 0 && state.step % options.eval_every == 0 && !last) {
+          const double val = heldout_loss(options.eval_tokens);
+          if (!std::isnan(val)) record["val_loss"] = val;
+        }
+        metrics.write(record);
+        print_progress(record, stats.lm_loss, stats.lr, stats.grad_norm);
+        if (options.ckpt_every > 0 && state.step % options.ckpt_every == 0 && !last) save();
+        if (stop_for_time && !last) {
+          std::fprintf(out, "\ntime limit of %.0f s reached at step %lld\n", options.time_limit_seconds,
+                       static_cast<long long>(state.step));
+          stopped = true;
+        }
+        if (options.stop_at_step > 0 && state.step >= options.stop_at_step && !last) {
+          std::fprintf(out, "\nstopping at step %lld as asked\n", static_cast<long long>(state.step));
+          stopped = true;
+        }
+        if (stopped) break;
       }
-      if (options.stop_at_step > 0 && state.step >= options.stop_at_step && !last) {
-        std::fprintf(out, "\nstopping at step %lld as asked\n", static_cast<long long>(state.step));
-        stopped = true;
-      }
-      if (stopped) break;
     }
     if (stopped) break;
     if (state.stage + 1 < static_cast<int64_t>(recipe.stages.size())) {
@@ -276,7 +486,15 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
       break;  // the finished last stage stays the current one, so a resume with more steps extends it
     }
   }
+  // A finished EDiT run ends with a sync, so the checkpoint and the held-out loss are of the one model
+  // every replica agrees on.
+  if (edit && !stopped && steps_since_sync > 0 && edit->mesh().replicas() > 1) {
+    edit->sync(steps_since_sync);
+    steps_since_sync = 0;
+  }
   const double train_seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
+  const int64_t steps_run = state.step - first_step;
+  const double comm_bytes_per_step = static_cast<double>(bytes_sent()) / static_cast<double>(std::max<int64_t>(steps_run, 1));
   save();
   if (!lead) return Json();
   const double val = heldout_loss(0);
@@ -291,7 +509,9 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
                   {"val_unigram_entropy", std::isnan(unigram) ? Json(nullptr) : Json(unigram)},
                   {"checkpoint", checkpoint_dir},
                   {"world_size", world->size()},
-                  {"wall_s", train_seconds}};  // the training steps of this process, without the final eval
+                  {"dist", options.dist},
+                  {"wall_s", train_seconds},  // the training steps of this process, without the final eval
+                  {"comm_bytes_per_step", comm_bytes_per_step}};  // sent by rank 0, per step of this run
   if (!options.sample_prompt.empty()) {
     SamplingSettings sampling;
     sampling.max_new_tokens = options.sample_tokens;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "dist/edit.h"
 #include "io/json.h"
 #include "trainer/recipe.h"
 
@@ -23,7 +24,8 @@ struct RunOptions {
   double time_limit_seconds = 0;     // stop (with a checkpoint) once exceeded; 0: none
   int64_t stop_at_step = 0;          // stop (with a checkpoint) after this global step; 0: run to the end
   std::FILE* progress = stderr;      // the live progress lines (rank 0's only)
-  std::string dist = "dp";           // under mpirun: data parallel (every rank a whole replica)
+  std::string dist = "dp";           // under mpirun: dp (data parallel), edit or aedit (dist/edit.h)
+  EditSettings edit;                 // edit / aedit: the mesh, the sync and its penalties
   // For measuring uneven hardware: rank straggle_rank's steps take straggle_factor times as long (it
   // sleeps for the extra time after each step's compute). straggle_rank -1: none.
   int straggle_rank = -1;

@@ -1,6 +1,7 @@
 #include "trainer/trainer.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "autograd/ops.h"
 #include "autograd/profile.h"
@@ -25,8 +26,8 @@ Trainer::Trainer(LingForCausalLM& model, TrainerSettings settings, Objective obj
     : model_(model),
       settings_(std::move(settings)),
       objective_(std::move(objective)),
-      params_(model.parameters()),
-      optimizer_(params_, settings_.adam) {
+      params_(model.parameters(), settings_.shards),
+      optimizer_(params_, settings_.adam, settings_.shard, settings_.shards) {
   state_.routing_rng = Rng(derive_seed(settings_.seed, kRoutingNoiseStream));
 }
 
@@ -77,7 +78,10 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   if (hooks_.after_backward) hooks_.after_backward(params_);
   {
     LT_PROFILE_PHASE_SCOPE("grad_norm", profile::Phase::Optimizer);
-    stats.grad_norm = optimizer_.clip_grad_norm(settings_.clip);
+    double sum_squares = optimizer_.grad_sum_squares();
+    if (hooks_.complete_grad_sum_squares) sum_squares = hooks_.complete_grad_sum_squares(sum_squares);
+    stats.grad_norm = std::sqrt(sum_squares);
+    optimizer_.clip_to(stats.grad_norm, settings_.clip);
   }
   // The step's statistics, read back once; summed in micro-batch order as one running sum would be.
   for (size_t i = 0; i < totals.size(); ++i) {
@@ -109,6 +113,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   if (stats.decision == UpdateDecision::Apply) {
     LT_PROFILE_PHASE_SCOPE("adamw", profile::Phase::Optimizer);
     optimizer_.step(stats.lr);
+    if (hooks_.after_update) hooks_.after_update(params_);
   }
   {
     LT_PROFILE_PHASE_SCOPE("zero_grad", profile::Phase::Optimizer);

@@ -6,9 +6,11 @@
 //   for each micro-batch: objective forward (the graph is built) -> backward (the gradient, scaled by
 //     1 / micro-batches, accumulates in the flat gradient buffer)
 //   hook after_backward   the gradients of this process are complete (dist averages them here)
-//   gradient norm         one reduction over the flat gradient buffer
+//   gradient norm         one reduction over the flat gradient buffer (hook complete_grad_sum_squares
+//                         adds the other shards' parts when the optimiser is sharded)
 //   hook before_update    losses and gradient norm are known (a spike guard may skip or retry)
 //   clip + AdamW update   clipping rides along in the update kernel
+//   hook after_update     a sharded optimiser's updated shard goes to the other shards
 // and the statistics of the step are read back from the device once, at the end.
 #pragma once
 #include <functional>
@@ -31,6 +33,9 @@ struct TrainerSettings {
   double stage_total_tokens = 1;    // the token budget of the current stage, for the wsd halving point
   uint64_t seed = 1;                // seeds the routing-warmup noise stream
   int rank = 0, world_size = 1;     // data parallel: this process's share of each step's batch
+  // Sharded optimiser (ZeRO-2, dist/edit.h): this process updates shard `shard` of `shards` of the
+  // flat buffers; the hooks complete the gradient norm and share the updated values.
+  int shard = 0, shards = 1;
 };
 
 // What the hook before the update decides.
@@ -58,7 +63,11 @@ struct StepStats {
 
 struct StepHooks {
   std::function<void(FlatParameters&)> after_backward;
+  // The squared gradient norm of this process's shard -> of all shards (sharded optimiser only).
+  std::function<double(double)> complete_grad_sum_squares;
   std::function<UpdateDecision(const StepStats&)> before_update;
+  // After an applied update: a sharded optimiser's shards are shared with the other shards here.
+  std::function<void(FlatParameters&)> after_update;
 };
 
 // The loss of one micro-batch. Pre-training's is the next-token cross-entropy plus the MoE auxiliary

@@ -11,12 +11,19 @@
 #include "dist/communicator.h"
 #include "tensor/derive_seed.h"
 #include "tensor/random.h"
+#include "tests/mpi/mpi_world.h"
 
 namespace lt {
-namespace {
 
+namespace mpi_test {
 std::unique_ptr<Communicator> world;
 int expected_size = 0;
+}  // namespace mpi_test
+
+namespace {
+
+using mpi_test::expected_size;
+using mpi_test::world;
 
 // Rank r's values: a stream of (seed, r), so every rank can recompute every other rank's.
 Tensor values_of(int rank, int64_t n, DType dtype, uint64_t seed) {
@@ -111,14 +118,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: mpiexec -n N dist_mpi_tests N\n");
     return 2;
   }
-  lt::expected_size = std::atoi(argv[1]);
-  lt::world = lt::make_world_communicator();
+  lt::mpi_test::expected_size = std::atoi(argv[1]);
+  lt::mpi_test::world = lt::make_world_communicator();
   // Only rank 0 reports; every rank's failures still set its exit code, which mpiexec passes on.
-  if (lt::world->rank() != 0) {
+  if (lt::mpi_test::world->rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
   }
   const int result = RUN_ALL_TESTS();
-  lt::world.reset();
+  lt::mpi_test::world.reset();
   return result;
 }

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# EDiT and A-EDiT under mpiexec: the ZeRO-2 shard groups train exactly like data parallel while the
+# replicas still average their gradients (the local-SGD warmup), an EDiT run with every penalty on
+# resumes bit for bit (2 ranks, and 4 ranks in shard groups of 2), A-EDiT lets a fast replica take more
+# steps than a slow one while the run still sees its token budget, and misused flags are refused.
+# Usage: edit_test.sh path/to/lingtrain
+source "$(dirname "$0")/common.sh"
+
+make_text_shards
+common=(--model tiny --data data/train_000000.bin --val data/val_000000.bin --seq 32 --threads 1 --sample-prompt ""
+  --eval-every 0 --ckpt-every 0 --warmup-steps 2 --steps 6 --batch 1)
+
+# close A B: every lm_loss of metrics files A and B agrees to a relative 1e-5.
+close() {
+  paste <(grep -o '"lm_loss":[^,]*' "$1" | cut -d: -f2) <(grep -o '"lm_loss":[^,]*' "$2" | cut -d: -f2) |
+    awk 'BEGIN { bad = 0; n = 0 } { n++; d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad++ }
+         END { exit (bad > 0 || n != 6) }'
+}
+
+# ZeRO-2: while the warmup averages gradients across replicas, EDiT is data parallel with the gradients
+# and AdamW sharded, so it must train as dp does (up to the order of the gradient sums).
+for mesh in "2 2" "4 2" "4 1"; do
+  set -- $mesh
+  [ -d dp$1 ] || mpiexec -n $1 "$bin" pretrain "${common[@]}" --out dp$1 >/dev/null 2>&1 || fail "dp $1"
+  mpiexec -n $1 "$bin" pretrain "${common[@]}" --dist edit --shard-group $2 --local-sgd-warmup 100 --out z$1$2 \
+    >/dev/null 2>&1 || fail "edit $1 ranks, shard group $2"
+  close dp$1/metrics.jsonl z$1$2/metrics.jsonl || fail "edit in warmup, $1 ranks, shard group $2: losses differ from dp"
+done
+
+# Resume bit for bit with every knob that keeps state: the anchor, the outer momentum, the detectors.
+knobs=(--dist edit --sync-interval 2 --outer-optimizer sgd --skip-anomaly on --ewma-warmup 1 --weight-by-norm on
+  --clip-pseudo-grad 1)
+for mesh in "2 1" "4 2"; do
+  set -- $mesh
+  mpiexec -n $1 "$bin" pretrain "${common[@]}" "${knobs[@]}" --routing-warmup 4 --steps 8 --shard-group $2 \
+    --out full$1 >/dev/null 2>&1 || fail "edit $1 full run"
+  mpiexec -n $1 "$bin" pretrain "${common[@]}" "${knobs[@]}" --routing-warmup 4 --steps 8 --shard-group $2 \
+    --out part$1 --stop-at 3 >/dev/null 2>&1 || fail "edit $1 stopped run"
+  mpiexec -n $1 "$bin" pretrain --resume part$1/checkpoint --out part$1 --threads 1 --sample-prompt "" --eval-every 0 \
+    --ckpt-every 0 "${knobs[@]}" --shard-group $2 >/dev/null 2>resume$1.err || fail "edit $1 resume: $(head -1 resume$1.err)"
+  for f in model.safetensors $(cd full$1/checkpoint && echo edit/*); do
+    cmp -s full$1/checkpoint/$f part$1/checkpoint/$f || fail "edit $1 ranks: resumed $f differs"
+  done
+  [ "$(ls full$1/checkpoint/edit | wc -l)" = "$1" ] || fail "edit $1 ranks: not one state file per rank"
+  grep -q '"sync":{' full$1/metrics.jsonl || fail "edit $1 ranks: no sync in the metrics"
+done
+
+# A-EDiT: rank 1 three times slower; rounds of 0.3 s. The fast replica takes more of the steps, and the
+# stage's budget (steps x replicas) is met exactly.
+mpiexec -n 2 "$bin" pretrain "${common[@]}" --steps 40 --dist aedit --sync-seconds 0.3 --min-total-steps 4 \
+  --straggle 1:3 --out aedit >aedit.txt 2>aedit.err || fail "aedit: $(tail -1 aedit.err)"
+grep -q '"tokens":2560,' aedit.txt || fail "aedit: the summary does not count 40 x 2 x 32 tokens: $(cat aedit.txt)"
+awk -F'"replica_steps":\\[' 'NF > 1 { split($2, s, /[],]/); a += s[1]; b += s[2] } END { exit !(a > 1.5 * b && a + b == 80) }' \
+  aedit/metrics.jsonl || fail "aedit: the fast replica did not take most of the 80 steps: $(grep -o 'replica_steps[^]]*' aedit/metrics.jsonl | tr '\n' ' ')"
+
+# Misuse: one clear line each.
+expect_error "edit flag under dp" "belongs to --dist edit" "$bin" pretrain "${common[@]}" --sync-interval 4
+expect_error "sync-interval under aedit" "aedit syncs by time" "$bin" pretrain "${common[@]}" --dist aedit --sync-interval 4
+mpiexec -n 2 "$bin" pretrain "${common[@]}" --dist edit --shard-group 3 --out sg >/dev/null 2>sg.err &&
+  fail "a shard group that does not divide the ranks accepted"
+grep -q "must divide the number of ranks (2)" sg.err || fail "shard group 3 of 2 ranks: no clear line ($(head -1 sg.err))"
+expect_error "edit checkpoint resumed as dp" "resume it with that --dist" "$bin" pretrain --resume full2/checkpoint --out x \
+  --threads 1 --steps 9
+expect_error "edit checkpoint on another world" "same number of ranks" "$bin" pretrain --resume full2/checkpoint --out y \
+  --threads 1 --dist edit --steps 9
+
+finish edit
