@@ -7,6 +7,10 @@
 // reductions may combine partial sums in an order that depends on the algorithm it picks, so the
 // reductions here never use them: every rank receives the values it owns from every other rank (an
 // all-to-all), adds them in rank order, and the results are gathered back.
+//
+// A third implementation, in dist/nccl_communicator.h, runs these collectives on CUDA tensors through
+// NCCL, one GPU per rank (the MPI world only hands out NCCL's id). Its reductions are built the same
+// way, so they give the same bytes as the MPI ones for the same data.
 #pragma once
 #include <memory>
 #include <string>
