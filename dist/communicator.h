@@ -1,16 +1,14 @@
-// The communicator: how the processes of one training run exchange tensors. Two implementations:
-// one process (the default: nothing to exchange, no MPI involved) and MPI across the processes that
-// `mpirun -n N build/lingtrain ...` starts (CPU tensors). The data-parallel and EDiT layers above speak
-// only this interface, on slices of the flat parameter and gradient buffers.
+// The communicator: how the processes of one training run exchange tensors. Three implementations:
+// one process (the default: nothing to exchange, no MPI involved), MPI across the processes that
+// `mpirun -n N build/lingtrain ...` starts (CPU tensors), and NCCL between their GPUs (CUDA tensors,
+// dist/nccl_communicator.h). The data-parallel and EDiT layers above speak only this interface, on
+// slices of the flat parameter and gradient buffers.
 //
 // Determinism: a reduction gives the same bytes for the same world size whatever the timing. MPI's own
 // reductions may combine partial sums in an order that depends on the algorithm it picks, so the
 // reductions here never use them: every rank receives the values it owns from every other rank (an
 // all-to-all), adds them in rank order, and the results are gathered back.
-//
-// A third implementation, in dist/nccl_communicator.h, runs these collectives on CUDA tensors through
-// NCCL, one GPU per rank (the MPI world only hands out NCCL's id). Its reductions are built the same
-// way, so they give the same bytes as the MPI ones for the same data.
+// NCCL's reductions are built the same way, so they give the same bytes as MPI's for the same data.
 #pragma once
 #include <memory>
 #include <string>
@@ -30,7 +28,7 @@ class Communicator {
   // "single process" or "MPI (N ranks)", for logs and errors.
   virtual std::string describe() const = 0;
 
-  // x (any shape, f32 or f64, contiguous on the CPU) becomes the sum (or mean) over the ranks of their
+  // x (any shape, f32 or f64, contiguous, on the implementation's device) becomes the sum (or mean) over the ranks of their
   // x, identical bytes on every rank.
   virtual void all_reduce(Tensor& x, ReduceOp op) = 0;
   // Rank r's `in` [n] goes to out[r n : (r + 1) n] on every rank; out [size n].

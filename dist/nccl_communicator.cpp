@@ -98,6 +98,7 @@ class Nccl : public Communicator {
                "ncclAllGather");
     if (!in_place)
       LT_CUDA_CHECK(cudaMemcpyAsync(x.raw_data(), gathered, x.nbytes(), cudaMemcpyDeviceToDevice, kStream));
+    bytes_sent_ += ((n - counts[rank_]) + chunk * (size_ - 1)) * element;
   }
 
   void all_gather(const Tensor& in, Tensor& out) override {
@@ -107,6 +108,29 @@ class Nccl : public Communicator {
              in.numel() * size_, " elements of ", dtype_name(in.dtype()), ", got ", out.str());
     const cuda::DeviceGuard guard(device_.index);
     check_nccl(ncclAllGather(in.raw_data(), out.raw_data(), in.nbytes(), ncclUint8, comm_, kStream), "ncclAllGather");
+    bytes_sent_ += static_cast<int64_t>(in.nbytes()) * (size_ - 1);
+  }
+
+  // Point to point into root's slices (NCCL has no gather of its own); root copies its own part.
+  void gather(const Tensor& in, Tensor& out, int root) override {
+    check_on_device(in, "gather", "in");
+    LT_CHECK(root >= 0 && root < size_, "gather: root ", root, " outside ", size_, " ranks");
+    const size_t bytes = in.nbytes();
+    const cuda::DeviceGuard guard(device_.index);
+    if (rank_ != root) {
+      check_nccl(ncclSend(in.raw_data(), bytes, ncclUint8, root, comm_, kStream), "ncclSend");
+      bytes_sent_ += static_cast<int64_t>(bytes);
+      return;
+    }
+    check_on_device(out, "gather", "out");
+    LT_CHECK(out.numel() == in.numel() * size_ && out.dtype() == in.dtype(), "gather: out must hold ",
+             in.numel() * size_, " elements of ", dtype_name(in.dtype()), ", got ", out.str());
+    char* slices = static_cast<char*>(out.raw_data());
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    for (int q = 0; q < size_; ++q)
+      if (q != root) check_nccl(ncclRecv(slices + q * bytes, bytes, ncclUint8, q, comm_, kStream), "ncclRecv");
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    LT_CUDA_CHECK(cudaMemcpyAsync(slices + root * bytes, in.raw_data(), bytes, cudaMemcpyDeviceToDevice, kStream));
   }
 
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
@@ -121,6 +145,7 @@ class Nccl : public Communicator {
     char* received = scratch(in.nbytes());
     exchange_owned_slices(in, offsets, counts, received);
     sum_in_rank_order_cuda(in.dtype(), received, size_, n, op, out.raw_data());
+    bytes_sent_ += n * (size_ - 1) * static_cast<int64_t>(dtype_size(in.dtype()));
   }
 
   void broadcast(Tensor& x, int root) override {
@@ -129,6 +154,7 @@ class Nccl : public Communicator {
     const cuda::DeviceGuard guard(device_.index);
     check_nccl(ncclBroadcast(x.raw_data(), x.raw_data(), x.nbytes(), ncclUint8, root, comm_, kStream),
                "ncclBroadcast");
+    if (rank_ == root) bytes_sent_ += static_cast<int64_t>(x.nbytes()) * (size_ - 1);
   }
 
   // An all-reduce of one integer (its value is never read), waited for on the host: once it has

@@ -123,7 +123,7 @@ TEST_F(Nccl, ReduceScatterEqualsMpisBitForBit) {
       }
 }
 
-TEST_F(Nccl, AllGatherAndBroadcastMoveTheBytes) {
+TEST_F(Nccl, AllGatherGatherAndBroadcastMoveTheBytes) {
   const int P = mpi->size(), r = mpi->rank();
   for (DType dtype : {DType::F64, DType::BF16}) {
     const Tensor mine = values_of(r, 7, dtype, 24);
@@ -141,6 +141,10 @@ TEST_F(Nccl, AllGatherAndBroadcastMoveTheBytes) {
     mpi->broadcast(on_cpu, root);
     nccl->broadcast(on_gpu, root);
     EXPECT_EQ(bytes_of(on_gpu), bytes_of(on_cpu)) << "root " << root;
+    Tensor at_root_cpu = Tensor::empty({P * 33}), at_root_gpu = Tensor::empty({P * 33}, DType::F32, device);
+    mpi->gather(original, at_root_cpu, root);
+    nccl->gather(original.to(device), at_root_gpu, root);
+    if (r == root) EXPECT_EQ(bytes_of(at_root_gpu), bytes_of(at_root_cpu)) << "gather to root " << root;
   }
   nccl->barrier();
 }
