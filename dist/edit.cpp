@@ -101,9 +101,9 @@ void Edit::share_updated_shard() {
   mesh_.shard_group->all_gather(gathered_, params_.values());
 }
 
-bool Edit::sync_due(int64_t step) const {
-  return !settings_.time_based && step >= settings_.local_sgd_warmup &&
-         (step - settings_.local_sgd_warmup) % settings_.sync_interval == 0;
+bool Edit::sync_due(int64_t steps) const {
+  return !settings_.time_based && anchor_.defined() && steps > settings_.local_sgd_warmup &&
+         (steps - settings_.local_sgd_warmup) % settings_.sync_interval == 0;
 }
 
 SyncReport Edit::sync(int64_t local_steps) {

@@ -90,8 +90,9 @@ class Edit {
   double complete_grad_sum_squares(double own);      // the gradient norm across the shard group
   void share_updated_shard();                        // after_update
 
-  // Step-based EDiT: whether a sync is due before step `step`.
-  bool sync_due(int64_t step) const;
+  // Step-based EDiT: whether a sync is due once `steps` steps have been taken (every sync_interval
+  // steps after the warmup).
+  bool sync_due(int64_t steps) const;
   // Synchronises the replicas (collective over the world). local_steps: this replica's steps since the
   // last sync (A-EDiT's step weighting). The first call takes the anchor and changes nothing.
   SyncReport sync(int64_t local_steps);

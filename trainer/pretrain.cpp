@@ -298,7 +298,7 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   };
 
   double last_loss = NAN;
-  bool stopped = false;
+  bool stopped = false, stopped_for_time = false;
   for (; state.stage < static_cast<int64_t>(recipe.stages.size()) && !stopped; ++state.stage) {
     const StageSettings& stage = recipe.stages[static_cast<size_t>(state.stage)];
     const bool resuming_this_stage = state.stage_step > 0 || state.data_cursor.position > 0 || state.data_cursor.epoch > 0;
@@ -336,7 +336,54 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
       return stats;
     };
 
-    if (edit_settings.time_based) {
+    // The steps every rank takes together: all of them under dp and edit; under aedit, the synchronous
+    // warmup (the replicas average their gradients every step, so they cannot run at their own pace).
+    const int64_t lockstep_end =
+        !edit_settings.time_based
+            ? stage.steps
+            : std::clamp(edit_settings.local_sgd_warmup - (state.step - state.stage_step), int64_t{0}, stage.steps);
+    while (state.stage_step < lockstep_end) {
+      // The anchor is taken as local steps begin; a sync then follows every sync_interval-th step, so
+      // evaluations and checkpoints at those steps see the synchronised model.
+      if (edit && !edit->has_anchor() && state.step >= edit_settings.local_sgd_warmup) {
+        edit->sync(0);
+        steps_since_sync = 0;
+      }
+      StepStats stats = train_one_step();
+      std::optional<SyncReport> synced;
+      if (edit && edit->sync_due(state.step)) {
+        synced = edit->sync(steps_since_sync);
+        steps_since_sync = 0;
+      }
+      const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
+      const bool time_up = lead && options.time_limit_seconds > 0 && elapsed > options.time_limit_seconds;
+      // The ranks agree on the stop (rank 0's clock decides) in the same exchange as the statistics.
+      const bool stop_for_time = share_step_statistics(data_parallel, stats, time_up);
+      last_loss = stats.lm_loss;
+      Json record = step_record(stats, state.tokens_seen);
+      record["elapsed_s"] = elapsed;
+      if (recipe.stages.size() > 1) record["stage"] = stage.name;
+      if (synced) record["sync"] = sync_record(*synced);
+      const bool last = state.step == total_steps;
+      if (lead && options.eval_every > 0 && state.step % options.eval_every == 0 && !last) {
+        const double val = heldout_loss(options.eval_tokens);
+        if (!std::isnan(val)) record["val_loss"] = val;
+      }
+      metrics.write(record);
+      print_progress(record, stats.lm_loss, stats.lr, stats.grad_norm);
+      if (options.ckpt_every > 0 && state.step % options.ckpt_every == 0 && !last) save();
+      if (stop_for_time && !last) {
+        std::fprintf(out, "\ntime limit of %.0f s reached at step %lld\n", options.time_limit_seconds,
+                     static_cast<long long>(state.step));
+        stopped = stopped_for_time = true;
+      }
+      if (options.stop_at_step > 0 && state.step >= options.stop_at_step && !last) {
+        std::fprintf(out, "\nstopping at step %lld as asked\n", static_cast<long long>(state.step));
+        stopped = true;
+      }
+      if (stopped) break;
+    }
+    if (!stopped && edit_settings.time_based && state.stage_step < stage.steps) {
       // A-EDiT: each replica steps at its own pace; the ranks meet only when a round ends (the timer
       // fired, or the replica used its share of the stage's remaining steps). The stage's budget is
       // stage.steps steps per replica in total, so it sees as many tokens as the other modes.
@@ -357,6 +404,10 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
         for (int m = 0; given < remaining; m = (m + 1) % R, ++given) ++quotas[static_cast<size_t>(m)];
         return quotas[static_cast<size_t>(me)];
       };
+      if (!edit->has_anchor()) {  // the replicas are still one model: the anchor
+        edit->sync(0);
+        steps_since_sync = 0;
+      }
       int64_t quota = quota_of_this_replica(), round_steps = 0;
       double round_loss = 0;
       auto round_start = Clock::now();
@@ -408,7 +459,8 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
                        {"lr", last.lr},
                        {"tokens", state.tokens_seen},
                        {"tokens_per_s", static_cast<double>(round_total * tokens_per_replica_step) / round_seconds},
-                       {"round_seconds", round_seconds}};
+                       {"round_seconds", round_seconds},
+                       {"elapsed_s", elapsed}};
         std::vector<int64_t> per_replica;
         for (int m = 0; m < R; ++m) per_replica.push_back(static_cast<int64_t>(values[static_cast<size_t>(m)]));
         record["replica_steps"] = per_replica;
@@ -441,41 +493,6 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
         round_loss = 0;
         round_start = Clock::now();
       }
-    } else {
-      while (state.stage_step < stage.steps) {
-        std::optional<SyncReport> synced;
-        if (edit && edit->sync_due(state.step)) {
-          synced = edit->sync(steps_since_sync);
-          steps_since_sync = 0;
-        }
-        StepStats stats = train_one_step();
-        const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
-        const bool time_up = lead && options.time_limit_seconds > 0 && elapsed > options.time_limit_seconds;
-        // The ranks agree on the stop (rank 0's clock decides) in the same exchange as the statistics.
-        const bool stop_for_time = share_step_statistics(data_parallel, stats, time_up);
-        last_loss = stats.lm_loss;
-        Json record = step_record(stats, state.tokens_seen);
-        if (recipe.stages.size() > 1) record["stage"] = stage.name;
-        if (synced) record["sync"] = sync_record(*synced);
-        const bool last = state.step == total_steps;
-        if (lead && options.eval_every > 0 && state.step % options.eval_every == 0 && !last) {
-          const double val = heldout_loss(options.eval_tokens);
-          if (!std::isnan(val)) record["val_loss"] = val;
-        }
-        metrics.write(record);
-        print_progress(record, stats.lm_loss, stats.lr, stats.grad_norm);
-        if (options.ckpt_every > 0 && state.step % options.ckpt_every == 0 && !last) save();
-        if (stop_for_time && !last) {
-          std::fprintf(out, "\ntime limit of %.0f s reached at step %lld\n", options.time_limit_seconds,
-                       static_cast<long long>(state.step));
-          stopped = true;
-        }
-        if (options.stop_at_step > 0 && state.step >= options.stop_at_step && !last) {
-          std::fprintf(out, "\nstopping at step %lld as asked\n", static_cast<long long>(state.step));
-          stopped = true;
-        }
-        if (stopped) break;
-      }
     }
     if (stopped) break;
     if (state.stage + 1 < static_cast<int64_t>(recipe.stages.size())) {
@@ -486,9 +503,10 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
       break;  // the finished last stage stays the current one, so a resume with more steps extends it
     }
   }
-  // A finished EDiT run ends with a sync, so the checkpoint and the held-out loss are of the one model
-  // every replica agrees on.
-  if (edit && !stopped && steps_since_sync > 0 && edit->mesh().replicas() > 1) {
+  // A finished EDiT run (or one out of time) ends with a sync, so the checkpoint and the held-out loss
+  // are of the one model every replica agrees on. A run stopped with --stop-at does not: its resume
+  // must continue exactly as if it had never stopped.
+  if (edit && (!stopped || stopped_for_time) && steps_since_sync > 0 && edit->mesh().replicas() > 1) {
     edit->sync(steps_since_sync);
     steps_since_sync = 0;
   }
