@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "autograd/ops.h"
 #include "optim/adamw.h"
@@ -95,6 +96,46 @@ TEST(AdamW, StateRoundTrips) {
     EXPECT_EQ(back[i].second.to_vector<double>(), state[i].second.to_vector<double>()) << state[i].first;
   }
   EXPECT_EQ(restored.steps_taken(), 1);
+}
+
+// ZeRO-style sharding: three optimisers that each own one shard of the same flat buffers together take
+// exactly the step of one optimiser over all of it, their moments are their shards of its moments, and
+// their squared gradient norms add up to its.
+TEST(AdamW, ShardsTogetherTakeTheWholeStep) {
+  Rng rng(9), same(9);
+  ThreeParameters sharded(rng), whole(same);
+  FlatParameters sharded_params(sharded.parameters(), 3), whole_params(whole.parameters(), 3);
+  ASSERT_EQ(sharded_params.numel() % (3 * 16), 0);
+  const AdamWSettings settings;
+  std::vector<std::unique_ptr<AdamW>> shards;
+  for (int s = 0; s < 3; ++s) shards.push_back(std::make_unique<AdamW>(sharded_params, settings, s, 3));
+  AdamW reference(whole_params, settings);
+  for (int64_t t = 1; t <= 3; ++t) {
+    backward(sharded, t != 2);
+    backward(whole, t != 2);
+    double sum_squares = 0;
+    for (const auto& shard : shards) sum_squares += shard->grad_sum_squares();
+    const double norm = reference.grad_norm();
+    EXPECT_NEAR(std::sqrt(sum_squares), norm, 1e-12);
+    for (const auto& shard : shards) {
+      shard->clip_to(norm, 1.0);
+      shard->step(0.1);
+    }
+    reference.clip_to(norm, 1.0);
+    reference.step(0.1);
+    EXPECT_EQ(sharded_params.values().to_vector<double>(), whole_params.values().to_vector<double>()) << "step " << t;
+    sharded_params.zero_grad();
+    whole_params.zero_grad();
+  }
+  const Tensor whole_exp_avg = Tensor::zeros({whole_params.numel()}, DType::F64);
+  for (size_t i = 0; i < whole_params.parameters().size(); ++i)
+    whole_params.view(whole_exp_avg, i).copy_from(reference.state()[2 * i].second);
+  for (int s = 0; s < 3; ++s) {
+    const FlatParameters::Range owned = shards[static_cast<size_t>(s)]->owned();
+    EXPECT_EQ(shards[static_cast<size_t>(s)]->shard_state()[0].second.to_vector<double>(),
+              whole_exp_avg.narrow(owned.begin, owned.size()).to_vector<double>())
+        << "shard " << s;
+  }
 }
 
 }  // namespace
