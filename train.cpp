@@ -1,12 +1,15 @@
 // lingtrain: the command-line front end. Every stage of training is a subcommand of this one binary;
 // the layers below know nothing of flags or output formats.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -59,8 +62,10 @@ class Flags {
   long long integer(const std::string& name) const {
     const std::string& v = str(name);
     char* end = nullptr;
+    errno = 0;
     const long long parsed = std::strtoll(v.c_str(), &end, 10);
     if (v.empty() || *end != '\0') fail("flag --", name, " needs an integer, got '", v, "'");
+    if (errno == ERANGE) fail("flag --", name, " is out of range: '", v, "'");
     return parsed;
   }
   long long positive(const std::string& name) const {
@@ -229,6 +234,55 @@ lt::EditSettings edit_from_flags(const Flags& flags, const std::string& dist) {
   return e;
 }
 
+// The spike guard's flags (optim/spike_guard.h) with its defaults.
+const std::map<std::string, std::string> kSpikeFlags = {
+    {"spike-guard", "on"},    {"spike-threshold", "6"}, {"spike-warmup", "50"},     {"spike-alpha", "0.02"},
+    {"spike-retries", "3"},   {"spike-lr-cut", "0.5"},  {"spike-cut-after", "2"},   {"spike-cooldown", "200"},
+    {"nan-reload-after", "3"}, {"max-reloads", "3"},     {"inject", ""}};
+
+lt::SpikeGuardSettings spike_guard_from_flags(const Flags& flags) {
+  lt::SpikeGuardSettings g;
+  g.enabled = on_off(flags, "spike-guard");
+  g.detector.threshold = flags.number("spike-threshold");
+  g.detector.warmup_steps = flags.integer("spike-warmup");
+  g.detector.alpha = flags.number("spike-alpha");
+  g.max_retries = flags.integer("spike-retries");
+  g.lr_cut = flags.number("spike-lr-cut");
+  g.spikes_to_cut = flags.integer("spike-cut-after");
+  g.cooldown_steps = flags.integer("spike-cooldown");
+  g.bad_steps_to_reload = flags.integer("nan-reload-after");
+  g.max_reloads = flags.integer("max-reloads");
+  g.validate();
+  return g;
+}
+
+// --inject spike@STEP:FACTOR | nan@STEP[:COUNT], comma-separated (for tests of the guard).
+std::vector<lt::Injection> injections_from_flag(const std::string& value) {
+  std::vector<lt::Injection> out;
+  std::stringstream list(value);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    lt::Injection injection;
+    const size_t at = item.find('@'), colon = item.find(':');
+    injection.kind = item.substr(0, at);
+    char* end = nullptr;
+    const std::string step = at == std::string::npos ? "" : item.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1);
+    injection.step = std::strtoll(step.c_str(), &end, 10);
+    bool ok = (injection.kind == "spike" || injection.kind == "nan") && !step.empty() && *end == '\0' && injection.step >= 0;
+    const std::string argument = colon == std::string::npos ? "" : item.substr(colon + 1);
+    if (injection.kind == "spike") {
+      injection.factor = std::strtod(argument.c_str(), &end);
+      ok = ok && !argument.empty() && *end == '\0' && std::isfinite(injection.factor);
+    } else if (!argument.empty()) {
+      injection.count = std::strtoll(argument.c_str(), &end, 10);
+      ok = ok && *end == '\0' && injection.count >= 1;
+    }
+    if (!ok) fail("flag --inject needs spike@STEP:FACTOR or nan@STEP[:COUNT], got '", item, "'");
+    out.push_back(injection);
+  }
+  return out;
+}
+
 int cmd_pretrain(const std::vector<std::string>& args) {
   std::map<std::string, std::string> defaults = {
       {"recipe", ""},        {"model", "tiny"},     {"seed", "1"},         {"routing-warmup", "50"},
@@ -238,6 +292,7 @@ int cmd_pretrain(const std::vector<std::string>& args) {
       {"dist", "dp"},           {"straggle", ""}};
   for (const std::string& flag : kStageFlags) defaults[flag] = "";
   defaults.insert(kEditFlags.begin(), kEditFlags.end());
+  defaults.insert(kSpikeFlags.begin(), kSpikeFlags.end());
   const Flags flags(args, defaults);
   apply_threads(flags);
   const Json stage = stage_from_flags(flags);
@@ -259,8 +314,16 @@ int cmd_pretrain(const std::vector<std::string>& args) {
     if (flags.was_set("seed") || flags.str("recipe").empty()) recipe.seed = static_cast<uint64_t>(flags.integer("seed"));
     if (flags.was_set("routing-warmup") || flags.str("recipe").empty())
       recipe.routing_warmup = flags.integer("routing-warmup");
+    if (recipe.routing_warmup < 0) fail("flag --routing-warmup must be >= 0, got ", recipe.routing_warmup);
   }
   options.out_dir = flags.str("out");
+  // A resume writes next to the checkpoint it continues unless told otherwise, never into the default
+  // folder (which may hold another run).
+  if (!options.resume.empty() && !flags.was_set("out")) {
+    const std::filesystem::path checkpoint = std::filesystem::path(options.resume).lexically_normal();
+    options.out_dir = (checkpoint.has_filename() ? checkpoint : checkpoint.parent_path()).parent_path().string();
+    if (options.out_dir.empty()) options.out_dir = ".";
+  }
   options.eval_every = flags.integer("eval-every");
   options.eval_tokens = flags.integer("eval-tokens");
   options.ckpt_every = flags.integer("ckpt-every");
@@ -271,6 +334,8 @@ int cmd_pretrain(const std::vector<std::string>& args) {
   options.stop_at_step = flags.integer("stop-at");
   options.dist = flags.str("dist");
   options.edit = edit_from_flags(flags, options.dist);
+  options.spike_guard = spike_guard_from_flags(flags);
+  if (!flags.str("inject").empty()) options.injections = injections_from_flag(flags.str("inject"));
   if (!flags.str("straggle").empty()) parse_straggle(flags.str("straggle"), options);
   Json summary = lt::run_pretraining(recipe, options);
   if (summary.is_null()) return 0;  // a rank other than 0 of a multi-process run: rank 0 reports
@@ -297,9 +362,12 @@ int cmd_eval(const std::vector<std::string>& args) {
     LT_CHECK(state.contains("seq_len"), ckpt, ": trainer_state.json has no seq_len; pass --seq");
     T = state.at("seq_len").get<int64_t>();
   }
+  LT_CHECK(T <= model.config().max_position_embeddings, "flag --seq ", T, " exceeds max_position_embeddings ",
+           model.config().max_position_embeddings, " of ", ckpt);
   const lt::Tensor tokens = lt::read_token_shard_tensor(flags.str("data"), model.config().vocab_size);
   LT_CHECK(tokens.numel() >= 2, flags.str("data"), ": fewer than 2 tokens, nothing to predict");
   const lt::LossSum loss = lt::evaluate(model, tokens, T, flags.positive("batch"));
+  LT_CHECK(std::isfinite(loss.mean()), ckpt, ": the loss is not finite (weights of a diverged run?)");
   std::printf("%s\n", Json{{"loss", loss.mean()}, {"tokens", loss.tokens}, {"seq", T}}.dump().c_str());
   return 0;
 }
@@ -406,6 +474,9 @@ void usage(FILE* out) {
                "           [--clip-pseudo-grad X] [--weight-by-norm on --weight-temperature T] [--skip-anomaly on\n"
                "           --ewma-alpha X --ewma-warmup N --ewma-threshold X]; aedit syncs by time instead\n"
                "           [--sync-seconds X] [--min-total-steps K] [--step-weight on --step-weight-ratio R]\n"
+               "  pretrain ... [--spike-guard on|off] [--spike-threshold Z] [--spike-warmup N] [--spike-retries N]\n"
+               "           [--spike-lr-cut X --spike-cut-after N --spike-cooldown N] [--nan-reload-after K]\n"
+               "           [--max-reloads M]   the loss-spike guard and NaN recovery (docs/reliability.md)\n"
                "  eval --ckpt DIR --data FILE.bin [--seq T]   mean next-token loss over the whole file\n"
                "  sample --ckpt DIR --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--top-p P]\n"
                "  shards --out PREFIX FILE...                 text files to llm.c token shards\n"

@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <filesystem>
+
 #include "model/preset_texts.h"
 #include "tensor/error.h"
 
@@ -14,6 +16,7 @@ void LingConfig::validate(const std::string& origin) const {
   positive(num_hidden_layers, "num_hidden_layers");
   positive(num_attention_heads, "num_attention_heads");
   positive(num_key_value_heads, "num_key_value_heads");
+  positive(max_position_embeddings, "max_position_embeddings");
   LT_CHECK(num_attention_heads % num_key_value_heads == 0, origin, ": num_attention_heads (", num_attention_heads,
            ") must be a multiple of num_key_value_heads (", num_key_value_heads, ")");
   LT_CHECK(head_dim > 0 || hidden_size % num_attention_heads == 0, origin, ": hidden_size (", hidden_size,
@@ -165,8 +168,15 @@ Json config_to_json(const LingConfig& c) {
 }
 
 LingConfig resolve_config(const std::string& preset_or_path) {
-  for (const std::string& name : preset_names())
+  std::string presets;
+  for (const std::string& name : preset_names()) {
     if (name == preset_or_path) return preset_config(name);
+    presets += (presets.empty() ? "" : ", ") + name;
+  }
+  // A bare name that is no preset is a typo far more often than a config file in the working folder.
+  LT_CHECK(preset_or_path.find('/') != std::string::npos || preset_or_path.find(".json") != std::string::npos ||
+               std::filesystem::exists(preset_or_path),
+           "unknown model '", preset_or_path, "' (presets: ", presets, "; or the path of a config.json)");
   return load_config(preset_or_path);
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <thread>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
 #include "dist/edit.h"
+#include "optim/spike_guard.h"
 #include "io/safetensors.h"
 #include "io/metrics.h"
 #include "model/config.h"
@@ -25,6 +27,7 @@
 #include "trainer/evaluate.h"
 #include "trainer/generate.h"
 #include "trainer/trainer.h"
+#include "tensor/kernels.h"
 #include "tensor/threadpool.h"
 
 namespace lt {
@@ -146,8 +149,19 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
     const int64_t stage = saved_state.at("state").value("stage", int64_t{0});
     LT_CHECK(stage >= 0 && stage < static_cast<int64_t>(recipe_json.at("stages").size()), source, ": stage ", stage,
              " is not in its recipe");
-    for (const auto& [key, value] : options.stage_overrides.items()) recipe_json["stages"][stage][key] = value;
+    const int64_t stage_step = saved_state.at("state").value("stage_step", int64_t{0});
+    for (const auto& [key, value] : options.stage_overrides.items()) {
+      // The data cursor counts windows of the saved shape: mid-stage, the shape of a batch is fixed.
+      LT_CHECK(stage_step == 0 || (key != "seq" && key != "batch" && key != "accum") ||
+                   recipe_json["stages"][stage].value(key, value) == value,
+               "flag --", key, " cannot change in the middle of a stage when resuming (the checkpoint's is ",
+               recipe_json["stages"][stage].value(key, Json()).dump(), ")");
+      recipe_json["stages"][stage][key] = value;
+    }
     recipe = Recipe::from_json(recipe_json, source);
+    LT_CHECK(recipe.stages[static_cast<size_t>(stage)].steps >= stage_step, "--steps ",
+             recipe.stages[static_cast<size_t>(stage)].steps, " is below the ", stage_step,
+             " steps the checkpoint's stage has already taken");
   }
   // Under mpirun every rank runs this function; rank 0 alone writes the metrics, the checkpoints and
   // the progress lines, and evaluates.
@@ -161,7 +175,8 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   EditSettings edit_settings = options.edit;
   edit_settings.time_based = options.dist == "aedit";
   const Json dist_json = {{"mode", options.dist}, {"world_size", world->size()}, {"edit", edit_settings.to_json()}};
-  check_same_run_on_every_rank(*world, recipe.to_json().dump() + options.out_dir + options.resume + dist_json.dump());
+  check_same_run_on_every_rank(*world, recipe.to_json().dump() + options.out_dir + options.resume + dist_json.dump() +
+                                           options.spike_guard.to_json().dump());
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> silent(lead ? nullptr : std::fopen("/dev/null", "w"),
                                                                  &std::fclose);
   std::FILE* out = lead ? options.progress : silent.get();
@@ -175,7 +190,6 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   const LingConfig config =
       options.resume.empty() ? resolve_config(recipe.model) : load_checkpoint_config(options.resume);
   LingForCausalLM model(config, recipe.seed);
-  if (!options.resume.empty()) load_checkpoint_weights(options.resume, model);
 
   TrainerSettings settings;
   settings.seed = recipe.seed;
@@ -188,7 +202,21 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
     settings.shard = mesh->shard();
     settings.shards = mesh->shards();
   }
-  Trainer trainer(model, settings);
+  // Test-only faults (--inject): the loss of the first `count` attempts at a step scaled, or made NaN.
+  std::map<int64_t, int64_t> injected_attempts;
+  Objective objective = language_model_objective;
+  if (!options.injections.empty())
+    objective = [&](LingForCausalLM& m, const TokenBatch& batch, MoEContext& context) {
+      LossBreakdown loss = language_model_objective(m, batch, context);
+      for (const Injection& injection : options.injections)
+        if (injection.step == context.step && injected_attempts[injection.step] < injection.count) {
+          const double factor = injection.kind == "nan" ? NAN : injection.factor;
+          loss.total = scale(loss.total, factor);
+          loss.lm = scale(loss.lm, factor);
+        }
+      return loss;
+    };
+  Trainer trainer(model, settings, objective);
   TrainState& state = trainer.state();
   std::unique_ptr<Edit> edit;
   if (local_sgd) {
@@ -201,30 +229,57 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   }
   int64_t steps_since_sync = 0;  // this replica's steps since the last EDiT sync
   const FlatParameters::Range owned = trainer.optimizer().owned();
-  if (!options.resume.empty()) {
-    const std::string source = checkpoint_folder(options.resume) + "/trainer_state.json";
-    train_state_from_json(saved_state.at("state"), source, state, model);
+  SpikeGuard guard(options.spike_guard);
+  // A checkpoint's weights, optimiser and training state into this run: to resume, and to recover from
+  // a diverged step. Under EDiT each rank reads its own state and the replica's shards are gathered.
+  auto restore = [&](const std::string& dir, bool reloading) {
+    const std::string folder = checkpoint_folder(dir);
+    const Json saved = load_trainer_state(dir);
+    load_checkpoint_weights(dir, model);
+    train_state_from_json(saved.at("state"), folder + "/trainer_state.json", state, model);
+    // A reload keeps the guard as it is: its count of reloads and its cuts must outlive the reload.
+    if (!reloading && saved.contains("spike_guard")) guard.load(saved.at("spike_guard"), folder + "/trainer_state.json");
     if (!edit) {
-      load_checkpoint_optimizer(options.resume, trainer.optimizer());
-    } else {
-      const std::string path = rank_state_path(checkpoint_folder(options.resume), world->rank());
-      LT_CHECK(std::filesystem::exists(path), path, ": missing (resume an EDiT checkpoint with the same number of ranks)");
-      const SafetensorsFile file = load_safetensors(path);
-      const auto text = file.metadata.find("state");
-      LT_CHECK(text != file.metadata.end(), path, ": no 'state' in the metadata");
-      const Json own = parse_json(text->second, path);
-      train_state_from_json(own.at("state"), path, state, model);
-      trainer.optimizer().load_shard_state({{"exp_avg", file.get("exp_avg")}, {"exp_avg_sq", file.get("exp_avg_sq")}},
-                                           own.at("adamw_steps").get<int64_t>(), path);
-      trainer.parameters().values().narrow(owned.begin, owned.size()).copy_from(file.get("values", {owned.size()}, DType::F32));
-      edit->load_state(file.tensors, own.at("edit"), path);
-      edit->share_updated_shard();
-      steps_since_sync = own.at("steps_since_sync").get<int64_t>();
+      load_checkpoint_optimizer(dir, trainer.optimizer());
+      return;
     }
-  }
+    const std::string path = rank_state_path(folder, world->rank());
+    LT_CHECK(std::filesystem::exists(path), path, ": missing (resume an EDiT checkpoint with the same number of ranks)");
+    const SafetensorsFile file = load_safetensors(path);
+    const auto text = file.metadata.find("state");
+    LT_CHECK(text != file.metadata.end(), path, ": no 'state' in the metadata");
+    const Json own = parse_json(text->second, path);
+    const JsonObject fields(own, path);
+    train_state_from_json(fields.object("state").json(), path, state, model);
+    trainer.optimizer().load_shard_state({{"exp_avg", file.get("exp_avg")}, {"exp_avg_sq", file.get("exp_avg_sq")}},
+                                         fields.get<int64_t>("adamw_steps"), path);
+    trainer.parameters().values().narrow(owned.begin, owned.size()).copy_from(file.get("values", {owned.size()}, DType::F32));
+    edit->load_state(file.tensors, fields.object("edit").json(), path);
+    edit->share_updated_shard();
+    steps_since_sync = fields.get<int64_t>("steps_since_sync");
+  };
+  if (!options.resume.empty()) restore(options.resume, /*reloading=*/false);
+  // The guard's inputs are the same on every rank that must decide together: the whole world (dp,
+  // edit), or the ranks of one replica (aedit, whose replicas never wait for each other).
+  Communicator* agreeing = !local_sgd ? world.get() : edit_settings.time_based ? edit->mesh().shard_group.get() : world.get();
+  std::optional<SpikeGuard::Verdict> verdict;
+  trainer.hooks().before_update = [&](const StepStats& stats) {
+    Tensor observed = Tensor::from_vector<double>({2}, {stats.loss, stats.grad_norm});
+    if (agreeing->size() > 1) agreeing->all_reduce(observed, ReduceOp::Mean);
+    const std::vector<double> mean = observed.to_vector<double>();
+    for (const Injection& injection : options.injections)
+      if (injection.step == state.step) {
+        ++injected_attempts[state.step];
+        break;
+      }
+    verdict = guard.judge(state.step, mean[0], mean[1]);
+    const bool update = verdict->action == SpikeGuard::Action::Apply || verdict->action == SpikeGuard::Action::Accept;
+    return update ? UpdateDecision::Apply : UpdateDecision::Retry;
+  };
 
   if (lead) std::filesystem::create_directories(options.out_dir);
-  MetricsLog metrics(!lead ? "" : options.metrics_path.empty() ? options.out_dir + "/metrics.jsonl" : options.metrics_path);
+  MetricsLog metrics(!lead ? "" : options.metrics_path.empty() ? options.out_dir + "/metrics.jsonl" : options.metrics_path,
+                     options.resume.empty() ? -1 : state.step);
   const ParameterCount counts = count_parameters(config);
   const int64_t total_steps = recipe.total_steps();
   const bool interactive = lead && isatty(fileno(out));
@@ -239,8 +294,17 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   int64_t T = 0, B = 0;  // of the current stage, set as it starts
   // Collective under EDiT (every rank's own state travels to rank 0, which writes the one folder).
   auto save = [&]() {
-    const Json trainer_state = {
-        {"state", train_state_to_json(state, model)}, {"recipe", recipe.to_json()}, {"seq_len", T}, {"dist", dist_json}};
+    // A non-finite weight would make every later resume diverge at once; the guard keeps them out, and
+    // this keeps them out of the checkpoint whatever happened.
+    Tensor sum_squares = Tensor::empty({1}, trainer.parameters().values().dtype());
+    kernels::sum_squares(trainer.parameters().values(), sum_squares);
+    LT_CHECK(std::isfinite(sum_squares.item()), "the weights are not finite at step ", state.step,
+             ": not writing a checkpoint over ", checkpoint_dir);
+    const Json trainer_state = {{"state", train_state_to_json(state, model)},
+                                {"recipe", recipe.to_json()},
+                                {"seq_len", T},
+                                {"dist", dist_json},
+                                {"spike_guard", guard.to_json()}};
     if (!edit) {
       if (lead) save_checkpoint(checkpoint_dir, model, &trainer.optimizer(), trainer_state);
       return;
@@ -307,6 +371,8 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
     LT_CHECK(T <= model.config().max_position_embeddings, "stage '", stage.name, "': seq ", T,
              " exceeds max_position_embeddings ", model.config().max_position_embeddings, " of the model");
     if (stage.rope_theta > 0) model.set_rope_theta(stage.rope_theta);
+    // A fresh run starts with a checkpoint of its initial state: the guard always has one to go back to.
+    if (state.step == 0 && options.resume.empty()) save();
     // Rank 0 generates the embedded corpus if it is missing; the others read it once it is complete.
     if (lead) data = stage_data(stage, options, config.vocab_size, data);
     world->barrier();
@@ -329,11 +395,37 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
       micro_batches.clear();
       const int64_t micro = stage.micro_batches_at(state.stage_step);
       for (int64_t i = 0; i < micro; ++i) micro_batches.push_back(sampler.next());
+      trainer.settings().lr_scale = guard.lr_factor(state.step);
       StepStats stats = trainer.step(micro_batches);
       straggle(stats.seconds);
       state.data_cursor = sampler.cursor();
-      ++steps_since_sync;
+      if (stats.decision != UpdateDecision::Retry) ++steps_since_sync;
+      if (verdict->action == SpikeGuard::Action::Reload) {
+        // Non-finite steps in a row: back to the last checkpoint, at a lower learning rate, past the
+        // data that led here.
+        LT_CHECK(!edit_settings.time_based, "non-finite steps under --dist aedit (its replicas cannot reload ",
+                 "together): resume from ", checkpoint_dir, " with a lower --lr");
+        const SamplerCursor position = sampler.cursor();
+        const int64_t stage_now = state.stage;
+        restore(checkpoint_dir, /*reloading=*/true);
+        LT_CHECK(state.stage == stage_now, "non-finite steps right after a stage change: resume from ", checkpoint_dir,
+                 " with a lower --lr");
+        guard.reloaded();
+        state.data_cursor = position;
+        std::fprintf(out, "%sstep %lld: %lld non-finite steps in a row; reloaded %s, learning rate now x%g\n",
+                     interactive ? "\n" : "", static_cast<long long>(state.step),
+                     static_cast<long long>(options.spike_guard.bad_steps_to_reload), checkpoint_dir.c_str(),
+                     guard.lr_factor(state.step));
+      }
       return stats;
+    };
+    // The guard's verdict in the metrics record and on the progress line, when it did anything.
+    auto report_verdict = [&](Json& record) {
+      if (!verdict || verdict->kind.empty()) return;
+      record["spike"] = {{"kind", verdict->kind}, {"z", verdict->z}, {"action", SpikeGuard::action_name(verdict->action)}};
+      std::fprintf(out, "%sstep %lld: %s spike (z %.1f): %s\n", interactive ? "\n" : "",
+                   static_cast<long long>(state.step), verdict->kind.c_str(), verdict->z,
+                   SpikeGuard::action_name(verdict->action));
     };
 
     // The steps every rank takes together: all of them under dp and edit; under aedit, the synchronous
@@ -364,6 +456,11 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
       record["elapsed_s"] = elapsed;
       if (recipe.stages.size() > 1) record["stage"] = stage.name;
       if (synced) record["sync"] = sync_record(*synced);
+      report_verdict(record);
+      if (stats.decision == UpdateDecision::Retry) {  // the step is taken again on the next batch
+        metrics.write(record);
+        continue;
+      }
       const bool last = state.step == total_steps;
       if (lead && options.eval_every > 0 && state.step % options.eval_every == 0 && !last) {
         const double val = heldout_loss(options.eval_tokens);
@@ -422,8 +519,10 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
         }
         if (!fired) {
           last = train_one_step();
-          ++round_steps;
-          round_loss += last.lm_loss;
+          if (last.decision != UpdateDecision::Retry) {
+            ++round_steps;
+            round_loss += last.lm_loss;
+          }
           continue;
         }
         // The round's end: every replica's steps (counted once, by its shard 0) and losses, and rank 0's

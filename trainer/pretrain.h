@@ -4,12 +4,23 @@
 #pragma once
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "dist/edit.h"
 #include "io/json.h"
+#include "optim/spike_guard.h"
 #include "trainer/recipe.h"
 
 namespace lt {
+
+// A test-only fault (--inject): at step `step`, the loss of the first `count` attempts is multiplied by
+// `factor` ("spike"; its gradients with it) or made NaN ("nan").
+struct Injection {
+  std::string kind;
+  int64_t step = 0;
+  double factor = 1;
+  int64_t count = 1;
+};
 
 struct RunOptions {
   std::string out_dir = "out/tiny";  // checkpoint/, metrics.jsonl and, for the embedded corpus, data/
@@ -26,6 +37,8 @@ struct RunOptions {
   std::FILE* progress = stderr;      // the live progress lines (rank 0's only)
   std::string dist = "dp";           // under mpirun: dp (data parallel), edit or aedit (dist/edit.h)
   EditSettings edit;                 // edit / aedit: the mesh, the sync and its penalties
+  SpikeGuardSettings spike_guard;    // loss spikes and non-finite steps (optim/spike_guard.h)
+  std::vector<Injection> injections;
   // For measuring uneven hardware: rank straggle_rank's steps take straggle_factor times as long (it
   // sleeps for the extra time after each step's compute). straggle_rank -1: none.
   int straggle_rank = -1;

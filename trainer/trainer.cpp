@@ -32,7 +32,8 @@ Trainer::Trainer(LingForCausalLM& model, TrainerSettings settings, Objective obj
 }
 
 double Trainer::next_lr() const {
-  return settings_.schedule.at(state_.stage_step,
+  return settings_.lr_scale *
+         settings_.schedule.at(state_.stage_step,
                                static_cast<double>(state_.stage_tokens) / std::max(settings_.stage_total_tokens, 1.0));
 }
 

@@ -30,6 +30,7 @@ struct TrainerSettings {
   double clip = 1.0;                // global gradient-norm clipping; 0 disables
   int64_t routing_warmup_steps = 0;  // stochastic routing warmup length W (0: none)
   LRSchedule schedule;              // of the current stage, at (stage_step, stage token fraction)
+  double lr_scale = 1.0;            // on the schedule's rate (the spike guard's cuts)
   double stage_total_tokens = 1;    // the token budget of the current stage, for the wsd halving point
   uint64_t seed = 1;                // seeds the routing-warmup noise stream
   int rank = 0, world_size = 1;     // data parallel: this process's share of each step's batch
