@@ -371,14 +371,15 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
     LT_CHECK(T <= model.config().max_position_embeddings, "stage '", stage.name, "': seq ", T,
              " exceeds max_position_embeddings ", model.config().max_position_embeddings, " of the model");
     if (stage.rope_theta > 0) model.set_rope_theta(stage.rope_theta);
-    // A fresh run starts with a checkpoint of its initial state: the guard always has one to go back to.
-    if (state.step == 0 && options.resume.empty()) save();
     // Rank 0 generates the embedded corpus if it is missing; the others read it once it is complete.
     if (lead) data = stage_data(stage, options, config.vocab_size, data);
     world->barrier();
     if (!lead) data = stage_data(stage, options, config.vocab_size, data);
     BatchSampler sampler(data.train, B, T, stage_sampler_seed(recipe.seed, state.stage), world->rank(), world->size());
     if (resuming_this_stage) sampler.restore(state.data_cursor);
+    // A fresh run starts with a checkpoint of its initial state (once its data has proved readable): the
+    // guard always has one to go back to.
+    if (state.step == 0 && options.resume.empty()) save();
     TrainerSettings& s = trainer.settings();
     s.schedule = stage.schedule;
     s.stage_total_tokens = stage.total_tokens() * world->size();
