@@ -6,6 +6,7 @@
 #include "model/ling.h"
 #include "trainer/recipe.h"
 #include "trainer/train_state.h"
+#include "tests/io/temp_dir.h"
 
 namespace lt {
 namespace {
@@ -103,6 +104,31 @@ TEST(TrainState, JsonRoundTripWithBuffers) {
   Json extra = json;
   extra["module_buffers"]["other"] = json["module_buffers"]["stats"];
   EXPECT_THROW(train_state_from_json(extra, "s.json", back, b), Error);
+}
+
+// Found by tests/fuzz/fuzz_trainer_json: an integer field holding a number that nlohmann stores as a
+// double (one past UINT64_MAX, 1e300) used to be cast without a range check, undefined behaviour.
+TEST(TrainState, OutOfRangeIntegersAreCleanErrors) {
+  class WithBuffer : public Module {
+   public:
+    WithBuffer() { add_buffer("stats", Tensor::from_vector<double>({3}, {0.0, 1.0, 0.0})); }
+  };
+  WithBuffer model;
+  TrainState state;
+  const Json good = parse_json(train_state_to_json(state, model).dump(), "dumped");
+
+  Json word_too_large = good;
+  word_too_large["rng"]["routing"]["words"][3] = parse_json("18446744073709551716", "literal");
+  test::expect_error([&] { train_state_from_json(word_too_large, "s.json", state, model); },
+                     {"s.json: rng word must be a non-negative integer, got 1.8446744073709552e+19"});
+  Json shape_float = good;
+  shape_float["module_buffers"]["stats"]["shape"] = Json::array({1e300});
+  test::expect_error([&] { train_state_from_json(shape_float, "s.json", state, model); },
+                     {"s.json: buffer 'stats' shape must be an integer, got 1e+300"});
+  Json shape_scalar = good;
+  shape_scalar["module_buffers"]["stats"]["shape"] = 3;
+  test::expect_error([&] { train_state_from_json(shape_scalar, "s.json", state, model); },
+                     {"s.json: buffer 'stats' shape must be a list, got 3"});
 }
 
 }  // namespace
