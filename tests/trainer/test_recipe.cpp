@@ -51,6 +51,21 @@ TEST(Recipe, ErrorsNameTheKey) {
   EXPECT_NE(where.find("stage 1"), std::string::npos) << where;
 }
 
+// Caught by UBSan under tests/fuzz/fuzz_trainer_json: sizes whose products overflow int64 (undefined behaviour in
+// the batch ramp, the token budget and the step total) are refused when the recipe is read.
+TEST(Recipe, SizesBeyondA64BitTokenCountAreRefused) {
+  const int64_t huge = int64_t{1} << 62;
+  auto recipe_with = [](Json stages) { return Json{{"stages", stages}}; };
+  test::expect_error([&] { Recipe::from_json(recipe_with(Json::array({{{"batch", huge}, {"seq", 4}}})), "r.json"); },
+                     {"r.json: stage 0: steps x batch x accum x seq exceed a 64-bit token count"});
+  test::expect_error(
+      [&] { Recipe::from_json(recipe_with(Json::array({{{"steps", 10}, {"batch_warmup_start", huge}}})), "r.json"); },
+      {"r.json: stage 0: steps x batch x accum x seq exceed a 64-bit token count"});
+  const Json half = {{"steps", huge / 2}, {"batch", 1}, {"seq", 1}};  // each fits alone, not both together
+  test::expect_error([&] { Recipe::from_json(recipe_with(Json::array({half, half})), "r.json"); },
+                     {"r.json: the stages together exceed a 64-bit token count"});
+}
+
 TEST(Recipe, StageTokensFollowTheBatchRamp) {
   StageSettings s;
   s.steps = 10;
