@@ -116,9 +116,13 @@ int64_t StageSettings::micro_batches_at(int64_t step) const {
 }
 
 double StageSettings::total_tokens() const {
+  // Past the batch ramp every step takes `accum` micro-batches, so only the ramp's steps are walked: a
+  // walk over all of a recipe's steps hung on a large step count (tests/fuzz/fuzz_trainer_json).
+  const BatchRamp r = ramp();
+  const int64_t ramp_end = r.ramp_steps > 0 && r.start > 0 ? std::min(steps, r.ramp_steps) : 0;
   double total = 0;
-  for (int64_t s = 0; s < steps; ++s) total += static_cast<double>(micro_batches_at(s) * batch * seq);
-  return total;
+  for (int64_t s = 0; s < ramp_end; ++s) total += static_cast<double>(micro_batches_at(s) * batch * seq);
+  return total + static_cast<double>(steps - ramp_end) * static_cast<double>(accum * batch * seq);
 }
 
 Recipe Recipe::from_json(const Json& json, const std::string& source) {

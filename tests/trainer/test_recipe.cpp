@@ -66,6 +66,19 @@ TEST(Recipe, SizesBeyondA64BitTokenCountAreRefused) {
                      {"r.json: the stages together exceed a 64-bit token count"});
 }
 
+// Found by tests/fuzz/fuzz_trainer_json (a timeout): the token budget walked every step of the stage.
+TEST(Recipe, StageTokensOfALongStageAreCountedAtOnce) {
+  StageSettings s;
+  s.steps = int64_t{1} << 40;  // a walk would take hours; the sums stay exact in a double
+  s.batch = 2;
+  s.seq = 3;
+  s.accum = 5;
+  EXPECT_EQ(s.total_tokens(), static_cast<double>(s.steps) * 2 * 3 * 5);
+  s.batch_warmup_start = 2;
+  s.batch_warmup_steps = 4;  // micro-batches 1, 2, 3, 4, then 5 for the rest
+  EXPECT_EQ(s.total_tokens(), (1 + 2 + 3 + 4 + static_cast<double>(s.steps - 4) * 5) * 2 * 3);
+}
+
 TEST(Recipe, StageTokensFollowTheBatchRamp) {
   StageSettings s;
   s.steps = 10;
