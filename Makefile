@@ -5,7 +5,7 @@ JOBS  ?= $(shell nproc)
 NVCC  := $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release $(if $(NVCC),-DCMAKE_CUDA_COMPILER=$(NVCC))
 
-.PHONY: all setup configure build test gradcheck train clean
+.PHONY: all setup configure build test gradcheck train clean fuzz
 
 all: build
 
@@ -34,3 +34,24 @@ clean:
 TRAIN_FLAGS ?=
 train: build
 	$(BUILD)/lingtrain pretrain --model tiny --out out/tiny $(TRAIN_FLAGS)
+
+# libFuzzer on the readers of untrusted files (tests/fuzz/), under ASan and UBSan, in its own clang build
+# (build-fuzz/). Each harness runs FUZZ_SECONDS on a scratch copy of its seed corpus, so the repository's
+# corpus stays as committed; a crash leaves its input as build-fuzz/crash-* and stops `make fuzz`.
+# Not part of `make test`. `make fuzz FUZZ_SECONDS=600` for the long run.
+FUZZ_BUILD    ?= build-fuzz
+FUZZ_SECONDS  ?= 60
+FUZZ_HARNESSES := safetensors shard config trainer_json
+fuzz:
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" -DLINGTRAIN_CUDA=OFF -DLINGTRAIN_FUZZ=ON
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_HARNESSES))
+	@set -e; for harness in $(FUZZ_HARNESSES); do \
+	  corpus=$(FUZZ_BUILD)/corpus/$$harness; rm -rf $$corpus; mkdir -p $$corpus; \
+	  cp tests/fuzz/corpus/$$harness/* $$corpus/; \
+	  echo "== fuzz_$$harness for $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_BUILD)/fuzz_$$harness $$corpus -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 \
+	    -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/crash-$$harness- 2> $(FUZZ_BUILD)/fuzz_$$harness.log \
+	    || { tail -40 $(FUZZ_BUILD)/fuzz_$$harness.log; exit 1; }; \
+	  grep -E 'stat::number_of_executed_units|Done [0-9]+ runs' $(FUZZ_BUILD)/fuzz_$$harness.log; \
+	done

@@ -48,6 +48,12 @@ Json parse_json(std::string_view text, const std::string& source) {
     }
     fail(source, ": invalid JSON at line ", line, ", column ", column, " (byte ", failed_at, "): ",
          parse_error_detail(error.what()));
+  } catch (const Json::out_of_range& error) {
+    // A number literal too large for a double ("1E400") is syntactically valid, so nlohmann throws
+    // out_of_range (406), not parse_error, and gives no position; found by tests/fuzz/fuzz_safetensors.
+    const std::string message = error.what();
+    const size_t detail = message.find("] ");
+    fail(source, ": invalid JSON: ", detail == std::string::npos ? message : message.substr(detail + 2));
   }
 }
 

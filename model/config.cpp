@@ -1,11 +1,68 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "model/preset_texts.h"
 #include "tensor/error.h"
 
 namespace lt {
+
+namespace {
+
+// int64 arithmetic that remembers an overflow instead of wrapping: the sizes come from config.json, and
+// absurd ones must be an error, not signed overflow (undefined behaviour; caught by UBSan under tests/fuzz/fuzz_config).
+class CheckedInt {
+ public:
+  CheckedInt(int64_t value) : value_(value) {}  // implicit, so formulas read as plain arithmetic
+  friend CheckedInt operator+(CheckedInt a, CheckedInt b) {
+    CheckedInt sum(0);
+    sum.overflow_ = a.overflow_ || b.overflow_ || __builtin_add_overflow(a.value_, b.value_, &sum.value_);
+    return sum;
+  }
+  friend CheckedInt operator*(CheckedInt a, CheckedInt b) {
+    CheckedInt product(0);
+    product.overflow_ = a.overflow_ || b.overflow_ || __builtin_mul_overflow(a.value_, b.value_, &product.value_);
+    return product;
+  }
+  std::optional<int64_t> value() const { return overflow_ ? std::nullopt : std::optional<int64_t>(value_); }
+
+ private:
+  int64_t value_;
+  bool overflow_ = false;
+};
+
+// The parameter count, or nothing when it overflows int64. Layers come in two kinds (dense, MoE), so
+// they are counted per kind rather than one by one: num_hidden_layers may be anything a file says.
+std::optional<ParameterCount> checked_parameter_count(const LingConfig& c) {
+  const CheckedInt H = c.hidden_size, hd = c.resolved_head_dim();
+  const CheckedInt attention = (CheckedInt(c.num_attention_heads) + 2 * CheckedInt(c.num_key_value_heads)) * hd * H +
+                               H * c.num_attention_heads * hd;
+  const CheckedInt per_layer = attention + 2 * H;  // and the two norms
+  const int64_t moe_layers =
+      c.num_experts > 0 ? std::max<int64_t>(0, c.num_hidden_layers - c.first_k_dense_replace) : 0;
+  const int64_t dense_layers = c.num_hidden_layers - moe_layers;
+
+  // The embedding, the lm_head, the final norm, and each layer's attention and norms.
+  CheckedInt total = 2 * CheckedInt(c.vocab_size) * H + H + CheckedInt(c.num_hidden_layers) * per_layer;
+  CheckedInt active = total;
+  if (dense_layers > 0) {  // unused sizes of an all-MoE model must not overflow the count
+    const CheckedInt dense_mlp = 3 * H * c.intermediate_size;
+    total = total + dense_layers * dense_mlp;
+    active = active + dense_layers * dense_mlp;
+  }
+  if (moe_layers > 0) {  // per token, k routed experts are active, not all E
+    const CheckedInt expert = 3 * H * c.moe_intermediate_size;
+    const CheckedInt router_and_shared = CheckedInt(c.num_experts) * H + expert * c.num_shared_experts;
+    total = total + moe_layers * (router_and_shared + CheckedInt(c.num_experts) * expert);
+    active = active + moe_layers * (router_and_shared + CheckedInt(c.num_experts_per_tok) * expert);
+  }
+  if (!total.value() || !active.value()) return std::nullopt;
+  return ParameterCount{*total.value(), *active.value()};
+}
+
+}  // namespace
 
 void LingConfig::validate(const std::string& origin) const {
   auto positive = [&](int64_t v, const char* key) {
@@ -40,6 +97,7 @@ void LingConfig::validate(const std::string& origin) const {
   LT_CHECK(!use_bias && !use_qkv_bias, origin, ": use_bias / use_qkv_bias are not supported (every released Ling "
            "config sets them false)");
   LT_CHECK(!tie_word_embeddings, origin, ": tie_word_embeddings is not supported (Ling unties the head)");
+  LT_CHECK(checked_parameter_count(*this), origin, ": the sizes give more parameters than a 64-bit count holds");
 }
 
 LingConfig preset_config(const std::string& name) {
@@ -60,26 +118,9 @@ std::vector<std::string> preset_names() {
 }
 
 ParameterCount count_parameters(const LingConfig& c) {
-  const int64_t H = c.hidden_size, hd = c.resolved_head_dim();
-  const int64_t attention = (c.num_attention_heads + 2 * c.num_key_value_heads) * hd * H + H * c.num_attention_heads * hd;
-  const int64_t norms = 2 * H;
-  const int64_t expert = 3 * H * c.moe_intermediate_size;
-  ParameterCount count;
-  count.total = count.active = 2 * c.vocab_size * H + H;  // embedding, lm_head, final norm
-  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    int64_t total = attention + norms, active = attention + norms;
-    if (c.is_moe_layer(layer)) {
-      const int64_t shared = expert * c.num_shared_experts, router = c.num_experts * H;
-      total += router + shared + c.num_experts * expert;
-      active += router + shared + c.num_experts_per_tok * expert;
-    } else {
-      total += 3 * H * c.intermediate_size;
-      active += 3 * H * c.intermediate_size;
-    }
-    count.total += total;
-    count.active += active;
-  }
-  return count;
+  const std::optional<ParameterCount> count = checked_parameter_count(c);
+  LT_CHECK(count, "count_parameters: the sizes give more parameters than a 64-bit count holds");
+  return *count;
 }
 
 }  // namespace lt

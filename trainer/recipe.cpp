@@ -1,6 +1,7 @@
 #include "trainer/recipe.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "tensor/error.h"
@@ -20,6 +21,19 @@ const std::set<std::string>& stage_keys() {
 void check_known_keys(const Json& json, const std::set<std::string>& known, const std::string& where) {
   for (const auto& [key, value] : json.items())
     LT_CHECK(known.count(key), where, ": unknown key '", key, "'");
+}
+
+// An upper bound on the tokens a stage consumes: its steps times the most sequences a step may take
+// under the batch ramp (whole micro-batches), times seq. Nothing when that overflows int64: the token
+// counters are int64, and the budget and schedule arithmetic must not overflow (undefined behaviour) on
+// absurd sizes in a recipe file. Caught by UBSan under tests/fuzz/fuzz_trainer_json.
+std::optional<int64_t> stage_token_bound(const StageSettings& s) {
+  int64_t sequences = 0, tokens = 0, total = 0;
+  if (__builtin_mul_overflow(s.batch, s.accum, &sequences) ||
+      __builtin_add_overflow(std::max(sequences, s.batch_warmup_start), s.batch, &sequences) ||
+      __builtin_mul_overflow(sequences, s.seq, &tokens) || __builtin_mul_overflow(tokens, s.steps, &total))
+    return std::nullopt;
+  return total;
 }
 
 StageSettings stage_from_json(const JsonObject& o, const std::string& where) {
@@ -49,6 +63,7 @@ StageSettings stage_from_json(const JsonObject& o, const std::string& where) {
   LT_CHECK(s.clip >= 0 && s.weight_decay >= 0, where, ": clip and weight_decay must be >= 0");
   LT_CHECK(s.batch_warmup_start >= 0 && s.batch_warmup_steps >= 0, where,
            ": batch_warmup_start and batch_warmup_steps must be >= 0");
+  LT_CHECK(stage_token_bound(s), where, ": steps x batch x accum x seq exceed a 64-bit token count");
   try {
     s.schedule.validate();
   } catch (const Error& e) {
@@ -101,9 +116,13 @@ int64_t StageSettings::micro_batches_at(int64_t step) const {
 }
 
 double StageSettings::total_tokens() const {
+  // Past the batch ramp every step takes `accum` micro-batches, so only the ramp's steps are walked: a
+  // walk over all of a recipe's steps hung on a large step count (tests/fuzz/fuzz_trainer_json).
+  const BatchRamp r = ramp();
+  const int64_t ramp_end = r.ramp_steps > 0 && r.start > 0 ? std::min(steps, r.ramp_steps) : 0;
   double total = 0;
-  for (int64_t s = 0; s < steps; ++s) total += static_cast<double>(micro_batches_at(s) * batch * seq);
-  return total;
+  for (int64_t s = 0; s < ramp_end; ++s) total += static_cast<double>(micro_batches_at(s) * batch * seq);
+  return total + static_cast<double>(steps - ramp_end) * static_cast<double>(accum * batch * seq);
 }
 
 Recipe Recipe::from_json(const Json& json, const std::string& source) {
@@ -118,9 +137,12 @@ Recipe Recipe::from_json(const Json& json, const std::string& source) {
   LT_CHECK(r.routing_warmup >= 0, source, ": routing_warmup must be >= 0");
   LT_CHECK(json.contains("stages") && json.at("stages").is_array() && !json.at("stages").empty(), source,
            ": 'stages' must be a non-empty array");
+  int64_t run_tokens = 0;  // bounds Recipe::total_steps() and the run's token count too
   for (size_t i = 0; i < json.at("stages").size(); ++i) {
     const std::string where = source + ": stage " + std::to_string(i);
     r.stages.push_back(stage_from_json(JsonObject(json.at("stages").at(i), where), where));
+    LT_CHECK(!__builtin_add_overflow(run_tokens, *stage_token_bound(r.stages.back()), &run_tokens), source,
+             ": the stages together exceed a 64-bit token count");
   }
   return r;
 }

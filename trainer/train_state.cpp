@@ -1,6 +1,7 @@
 #include "trainer/train_state.h"
 
 #include <map>
+#include <type_traits>
 
 namespace lt {
 
@@ -11,10 +12,25 @@ Json rng_to_json(const Rng& rng) {
               {"spare_normal", s.spare_normal}};
 }
 
+namespace {
+
+// nlohmann's get<integer>() casts a floating-point value without a range check (undefined behaviour for
+// 1e300, or for a uint64 literal one past the maximum, which it stores as a double), so integers are
+// checked to be stored as integers first. Found by tests/fuzz/fuzz_trainer_json.
+template <class Integer>
+Integer exact_integer(const Json& value, const std::string& source, const std::string& what) {
+  const bool fits = std::is_unsigned_v<Integer> ? value.is_number_unsigned() : value.is_number_integer();
+  LT_CHECK(fits, source, ": ", what, " must be ", std::is_unsigned_v<Integer> ? "a non-negative " : "an ",
+           "integer, got ", value.dump());
+  return value.get<Integer>();
+}
+
+}  // namespace
+
 void rng_from_json(const Json& json, Rng& rng, const std::string& source) {
   try {
     Rng::State s;
-    for (size_t i = 0; i < 4; ++i) s.words[i] = json.at("words").at(i).get<uint64_t>();
+    for (size_t i = 0; i < 4; ++i) s.words[i] = exact_integer<uint64_t>(json.at("words").at(i), source, "rng word");
     s.has_spare_normal = json.at("has_spare_normal").get<bool>();
     s.spare_normal = json.at("spare_normal").get<double>();
     rng.set_state(s);
@@ -63,7 +79,10 @@ void train_state_from_json(const Json& json, const std::string& source, TrainSta
     const Json& entry = saved.json().at(b.name);
     Tensor& destination = *b.value;
     try {
-      const Shape shape = entry.at("shape").get<Shape>();
+      const Json& dims = entry.at("shape");
+      LT_CHECK(dims.is_array(), source, ": buffer '", b.name, "' shape must be a list, got ", dims.dump());
+      Shape shape;
+      for (const Json& dim : dims) shape.push_back(exact_integer<int64_t>(dim, source, "buffer '" + b.name + "' shape"));
       LT_CHECK(shape == destination.shape(), source, ": buffer '", b.name, "' has shape ", shape_str(shape),
                ", the model needs ", shape_str(destination.shape()));
       const std::vector<double> values = entry.at("values").get<std::vector<double>>();

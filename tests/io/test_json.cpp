@@ -19,6 +19,15 @@ TEST(Json, ParseErrorNamesFileLineAndColumn) {
   expect_error([&] { read_json_file(path); }, {path + ": invalid JSON at line 1, column 1"});
 }
 
+// A number beyond double's range parses as valid syntax, so nlohmann throws out_of_range rather than
+// parse_error; it must still come out as one clean line (found by fuzzing the safetensors header).
+TEST(Json, NumberOverflowIsACleanError) {
+  expect_error([] { parse_json("{\"a\": 1E400}", "config.json"); },
+               {"config.json: invalid JSON: number overflow parsing '1E400'"});
+  expect_error([] { parse_json("[-666666666666666E6666666666666606666666666]", "header"); },
+               {"header: invalid JSON: number overflow"});
+}
+
 TEST(Json, MissingFileNamesTheFile) {
   TempDir dir;
   const std::string path = dir.path("absent.json");

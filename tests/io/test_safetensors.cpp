@@ -186,6 +186,9 @@ TEST(Safetensors, EveryMalformedFileIsOneClearError) {
       {"trailing bytes", file_bytes(good, eight_floats + "xx"), "2 trailing bytes after the last tensor's data"},
       {"metadata not strings", file_bytes(R"({"__metadata__":{"step":3}})", ""), "__metadata__ key 'step' must be a string"},
       {"tensor entry not an object", file_bytes(R"({"w":[1,2]})", ""), "tensor 'w' must be described by an object"},
+      // Found by tests/fuzz/fuzz_safetensors: nlohmann throws out_of_range, not parse_error, for this.
+      {"number beyond a double", file_bytes(R"({"w":{"dtype":"F32","shape":[1E400],"data_offsets":[0,4]}})", "abcd"),
+       "header: invalid JSON: number overflow parsing '1E400'"},
   };
   TempDir dir;
   const std::string path = dir.path("model.safetensors");

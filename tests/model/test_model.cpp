@@ -7,6 +7,7 @@
 #include "autograd/ops.h"
 #include "model/hf_names.h"
 #include "model/ling.h"
+#include "tests/io/temp_dir.h"
 #include "tests/model/small_config.h"
 #include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
@@ -55,6 +56,26 @@ TEST(LingConfig, JsonRoundTripAndErrors) {
     EXPECT_NE(std::string(e.what()).find("hidden_size"), std::string::npos) << e.what();
   }
   EXPECT_THROW(resolve_config("no-such-preset-or-file"), Error);
+}
+
+// Caught by UBSan under tests/fuzz/fuzz_config: sizes from a file overflowed the int64 count (undefined behaviour),
+// and the count walked the layers one by one, however many the file asked for.
+TEST(LingConfig, SizesBeyondA64BitCountAreCleanErrors) {
+  Json huge = config_to_json(preset_config("tiny"));
+  huge["vocab_size"] = int64_t{1} << 62;
+  test::expect_error([&] { config_from_json(huge, "cfg.json"); },
+                     {"cfg.json: the sizes give more parameters than a 64-bit count holds"});
+
+  auto count_with_layers = [](int64_t layers) {
+    Json deep = config_to_json(preset_config("tiny"));
+    deep["num_hidden_layers"] = layers;
+    return count_parameters(config_from_json(deep, "cfg.json"));
+  };
+  const ParameterCount four = count_with_layers(4), five = count_with_layers(5);
+  const int64_t many = int64_t{1} << 40;
+  const ParameterCount deep = count_with_layers(many);  // past the dense first layer, each adds the same
+  EXPECT_EQ(deep.total, four.total + (many - 4) * (five.total - four.total));
+  EXPECT_EQ(deep.active, four.active + (many - 4) * (five.active - four.active));
 }
 
 TEST(HfNames, ExpertsAreSplitUnderHuggingFaceNames) {

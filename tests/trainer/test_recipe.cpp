@@ -6,6 +6,7 @@
 #include "model/ling.h"
 #include "trainer/recipe.h"
 #include "trainer/train_state.h"
+#include "tests/io/temp_dir.h"
 
 namespace lt {
 namespace {
@@ -48,6 +49,34 @@ TEST(Recipe, ErrorsNameTheKey) {
   EXPECT_NE(error_of(Json{{"stages", Json::array({Json::object()})}, {"sed", 1}}).find("sed"), std::string::npos);
   const std::string where = error_of(Json{{"stages", Json::array({Json::object(), {{"batch", 0}}})}});
   EXPECT_NE(where.find("stage 1"), std::string::npos) << where;
+}
+
+// Caught by UBSan under tests/fuzz/fuzz_trainer_json: sizes whose products overflow int64 (undefined behaviour in
+// the batch ramp, the token budget and the step total) are refused when the recipe is read.
+TEST(Recipe, SizesBeyondA64BitTokenCountAreRefused) {
+  const int64_t huge = int64_t{1} << 62;
+  auto recipe_with = [](Json stages) { return Json{{"stages", stages}}; };
+  test::expect_error([&] { Recipe::from_json(recipe_with(Json::array({{{"batch", huge}, {"seq", 4}}})), "r.json"); },
+                     {"r.json: stage 0: steps x batch x accum x seq exceed a 64-bit token count"});
+  test::expect_error(
+      [&] { Recipe::from_json(recipe_with(Json::array({{{"steps", 10}, {"batch_warmup_start", huge}}})), "r.json"); },
+      {"r.json: stage 0: steps x batch x accum x seq exceed a 64-bit token count"});
+  const Json half = {{"steps", huge / 2}, {"batch", 1}, {"seq", 1}};  // each fits alone, not both together
+  test::expect_error([&] { Recipe::from_json(recipe_with(Json::array({half, half})), "r.json"); },
+                     {"r.json: the stages together exceed a 64-bit token count"});
+}
+
+// Found by tests/fuzz/fuzz_trainer_json (a timeout): the token budget walked every step of the stage.
+TEST(Recipe, StageTokensOfALongStageAreCountedAtOnce) {
+  StageSettings s;
+  s.steps = int64_t{1} << 40;  // a walk would take hours; the sums stay exact in a double
+  s.batch = 2;
+  s.seq = 3;
+  s.accum = 5;
+  EXPECT_EQ(s.total_tokens(), static_cast<double>(s.steps) * 2 * 3 * 5);
+  s.batch_warmup_start = 2;
+  s.batch_warmup_steps = 4;  // micro-batches 1, 2, 3, 4, then 5 for the rest
+  EXPECT_EQ(s.total_tokens(), (1 + 2 + 3 + 4 + static_cast<double>(s.steps - 4) * 5) * 2 * 3);
 }
 
 TEST(Recipe, StageTokensFollowTheBatchRamp) {
@@ -103,6 +132,31 @@ TEST(TrainState, JsonRoundTripWithBuffers) {
   Json extra = json;
   extra["module_buffers"]["other"] = json["module_buffers"]["stats"];
   EXPECT_THROW(train_state_from_json(extra, "s.json", back, b), Error);
+}
+
+// Found by tests/fuzz/fuzz_trainer_json: an integer field holding a number that nlohmann stores as a
+// double (one past UINT64_MAX, 1e300) used to be cast without a range check, undefined behaviour.
+TEST(TrainState, OutOfRangeIntegersAreCleanErrors) {
+  class WithBuffer : public Module {
+   public:
+    WithBuffer() { add_buffer("stats", Tensor::from_vector<double>({3}, {0.0, 1.0, 0.0})); }
+  };
+  WithBuffer model;
+  TrainState state;
+  const Json good = parse_json(train_state_to_json(state, model).dump(), "dumped");
+
+  Json word_too_large = good;
+  word_too_large["rng"]["routing"]["words"][3] = parse_json("18446744073709551716", "literal");
+  test::expect_error([&] { train_state_from_json(word_too_large, "s.json", state, model); },
+                     {"s.json: rng word must be a non-negative integer, got 1.8446744073709552e+19"});
+  Json shape_float = good;
+  shape_float["module_buffers"]["stats"]["shape"] = Json::array({1e300});
+  test::expect_error([&] { train_state_from_json(shape_float, "s.json", state, model); },
+                     {"s.json: buffer 'stats' shape must be an integer, got 1e+300"});
+  Json shape_scalar = good;
+  shape_scalar["module_buffers"]["stats"]["shape"] = 3;
+  test::expect_error([&] { train_state_from_json(shape_scalar, "s.json", state, model); },
+                     {"s.json: buffer 'stats' shape must be a list, got 3"});
 }
 
 }  // namespace
