@@ -40,21 +40,9 @@ double AdamW::grad_sum_squares() const {
   return total;
 }
 
-double AdamW::grad_norm() const {
-  LT_CHECK(owned_.size() == params_.numel(), "AdamW::grad_norm: the optimiser owns one shard; complete its ",
-           "grad_sum_squares() across the shards");
-  return std::sqrt(grad_sum_squares());
-}
-
 void AdamW::clip_to(double norm, double max_norm) {
   // PyTorch's clip_grad_norm_ adds 1e-6 too.
   grad_scale_ = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
-}
-
-double AdamW::clip_grad_norm(double max_norm) {
-  const double norm = grad_norm();
-  clip_to(norm, max_norm);
-  return norm;
 }
 
 void AdamW::step(double lr) {

@@ -29,13 +29,9 @@ class AdamW {
   // Sum of the squared gradients of the owned stretch (parameters without a gradient count as zero), a
   // deterministic reduction over the flat gradient buffer.
   double grad_sum_squares() const;
-  // The L2 norm of all gradients when the optimiser is not sharded.
-  double grad_norm() const;
   // Given the gradients' global norm, makes the next step() use them scaled by max_norm / norm when
   // norm > max_norm (the scale rides along in the AdamW kernel: no pass of its own).
   void clip_to(double norm, double max_norm);
-  // grad_norm() then clip_to(); returns the pre-clip norm.
-  double clip_grad_norm(double max_norm);
   // One update at learning rate lr. Parameters without a gradient are left untouched.
   void step(double lr);
 
@@ -58,7 +54,7 @@ class AdamW {
   Tensor exp_avg_, exp_avg_sq_;
   AdamWSettings settings_;
   int64_t t_ = 0;
-  double grad_scale_ = 1.0;  // set by clip_grad_norm for the next step
+  double grad_scale_ = 1.0;  // set by clip_to for the next step
 };
 
 }  // namespace lt
