@@ -149,11 +149,10 @@ void set_num_threads(int threads) {
   pool().resize(threads == 0 ? hardware_threads() : threads);
 }
 
-int64_t num_chunks(int64_t n, int64_t grain) {
+int64_t reduction_chunks(int64_t n, int64_t grain) {
   if (n <= 0) return 0;
   grain = std::max<int64_t>(grain, 1);
-  const int64_t by_grain = (n + grain - 1) / grain;
-  return in_parallel_region ? 1 : std::min<int64_t>(num_threads(), by_grain);
+  return std::min<int64_t>((n + grain - 1) / grain, kMaxReductionChunks);
 }
 
 int64_t chunk_begin(int64_t n, int64_t chunks, int64_t c) {
@@ -162,18 +161,22 @@ int64_t chunk_begin(int64_t n, int64_t chunks, int64_t c) {
   return c * base + std::min(c, extra);
 }
 
-void parallel_for_chunks(int64_t n, int64_t grain, IndexedChunkFn fn) {
-  const int64_t chunks = num_chunks(n, grain);
-  if (chunks == 0) return;
+void parallel_for(int64_t n, int64_t grain, ChunkFn fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t chunks = in_parallel_region ? 1 : std::min<int64_t>(num_threads(), (n + grain - 1) / grain);
   if (chunks == 1) {
-    fn(0, 0, n);
+    fn(0, n);
     return;
   }
-  pool().run(chunks, [&](int64_t c) { fn(c, chunk_begin(n, chunks, c), chunk_begin(n, chunks, c + 1)); });
+  pool().run(chunks, [&](int64_t c) { fn(chunk_begin(n, chunks, c), chunk_begin(n, chunks, c + 1)); });
 }
 
-void parallel_for(int64_t n, int64_t grain, ChunkFn fn) {
-  parallel_for_chunks(n, grain, [&](int64_t, int64_t begin, int64_t end) { fn(begin, end); });
+void parallel_for_chunks(int64_t n, int64_t grain, IndexedChunkFn fn) {
+  const int64_t chunks = reduction_chunks(n, grain);
+  parallel_for(chunks, 1, [&](int64_t first, int64_t last) {
+    for (int64_t c = first; c < last; ++c) fn(c, chunk_begin(n, chunks, c), chunk_begin(n, chunks, c + 1));
+  });
 }
 
 }  // namespace lt

@@ -1,9 +1,15 @@
 // A fixed pool of worker threads with deterministic work splitting.
 //
 // parallel_for(n, grain, fn) cuts [0, n) into at most num_threads() contiguous chunks whose bounds
-// depend only on n, grain and the thread count, never on timing. A kernel that reduces per chunk and
-// then combines the chunk results in chunk order therefore gives bit-identical results run after run
-// for a given thread count. Calls made from inside a chunk run serially in the calling thread.
+// depend only on n, grain and the thread count, never on timing: for kernels whose items are
+// independent, where the split cannot change a bit.
+//
+// parallel_for_chunks(n, grain, fn) is for reductions. Its chunk bounds depend only on n and grain,
+// not on the thread count (threads take contiguous runs of whole chunks), so a kernel that reduces per
+// chunk and combines the chunk results in chunk order gives the same bits with 1 thread or 64: a run
+// resumed on a machine with another core count continues the same trajectory.
+//
+// Calls made from inside a chunk run serially in the calling thread.
 //
 // Waking a sleeping thread costs tens of microseconds on a VM, more than a small kernel takes, so a
 // worker spins for a short while after each job before it sleeps, and so does the caller while it
@@ -45,11 +51,15 @@ void set_num_threads(int threads);
 using ChunkFn = FunctionRef<void(int64_t begin, int64_t end)>;
 // Runs fn over [0, n) in chunks of at least `grain` items (the last may be shorter).
 void parallel_for(int64_t n, int64_t grain, ChunkFn fn);
-// The same, telling fn which chunk it runs (for per-chunk partial results combined in chunk order).
+// Runs fn over [0, n) in reduction_chunks(n, grain) chunks, telling fn which chunk it runs, for
+// per-chunk partial results combined in chunk order.
 using IndexedChunkFn = FunctionRef<void(int64_t chunk, int64_t begin, int64_t end)>;
 void parallel_for_chunks(int64_t n, int64_t grain, IndexedChunkFn fn);
-// The chunk bounds parallel_for would use: chunk c covers [chunk_begin(c), chunk_begin(c + 1)).
-int64_t num_chunks(int64_t n, int64_t grain);
+// ceil(n / grain) chunks, but at most kMaxReductionChunks: enough to keep every core of a large machine
+// busy, few enough that combining the partials stays a small fraction of the work.
+inline constexpr int64_t kMaxReductionChunks = 64;
+int64_t reduction_chunks(int64_t n, int64_t grain);
+// An even split of [0, n) into `chunks` parts: chunk c covers [chunk_begin(c), chunk_begin(c + 1)).
 int64_t chunk_begin(int64_t n, int64_t chunks, int64_t c);
 
 }  // namespace lt

@@ -8,8 +8,9 @@
 // Backward, per row with g = w * dy:
 //   dx = rstd * g - x * rstd^3 * mean(g * x)
 //   dw += sum over rows of dy * (x * rstd)
-// Rows are split across threads; each chunk of rows sums its dw contribution into its own partial
-// buffer, and the partials are added in chunk order, so dw is bit-identical run after run.
+// Rows are cut into reduction chunks fixed by N and C (not by the thread count); each chunk sums its dw
+// contribution into its own partial buffer, and the partials are added in chunk order, so dw has the
+// same bits run after run and with any number of threads.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "tensor/cpu/norm.cc"
 #include <algorithm>
@@ -102,7 +103,7 @@ void RmsNormBackwardT(const T* x_NC, const T* w_C, const T* rstd_N, const T* dy_
   // Per-chunk dw partials, kept between calls so steady-state steps allocate nothing.
   static thread_local std::vector<T> partial_dw;
   const int64_t grain = row_grain(C);
-  const int64_t chunks = num_chunks(N, grain);
+  const int64_t chunks = reduction_chunks(N, grain);
   partial_dw.assign(static_cast<size_t>(chunks * C), T(0));
   T* partials = partial_dw.data();
 

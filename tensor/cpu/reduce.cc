@@ -33,9 +33,9 @@ HWY_INLINE T SumSpan(const T* x, int64_t n) {
 
 template <class T>
 void SumAllT(const T* x, T* out, int64_t n) {
-  // Per-chunk partial sums combined in chunk order: deterministic for a given thread count.
+  // Per-chunk partial sums combined in chunk order: the same bits whatever the thread count.
   const int64_t grain = 1 << 15;
-  const int64_t chunks = std::max<int64_t>(num_chunks(n, grain), 1);
+  const int64_t chunks = std::max<int64_t>(reduction_chunks(n, grain), 1);
   std::vector<T> partial(static_cast<size_t>(chunks), T(0));
   parallel_for_chunks(n, grain, [&](int64_t chunk, int64_t begin, int64_t end) {
     partial[static_cast<size_t>(chunk)] = SumSpan(x + begin, end - begin);
@@ -68,7 +68,7 @@ HWY_INLINE T SumSquaresSpan(const T* x, int64_t n) {
 template <class T>
 void SumSquaresT(const T* x, T* out, int64_t n) {
   const int64_t grain = 1 << 15;
-  std::vector<double> partial(static_cast<size_t>(std::max<int64_t>(num_chunks(n, grain), 1)), 0.0);
+  std::vector<double> partial(static_cast<size_t>(std::max<int64_t>(reduction_chunks(n, grain), 1)), 0.0);
   parallel_for_chunks(n, grain, [&](int64_t chunk, int64_t begin, int64_t end) {
     double total = 0;
     for (int64_t i = begin; i < end; i += 4096) total += SumSquaresSpan(x + i, std::min<int64_t>(4096, end - i));

@@ -2,6 +2,7 @@
 # kill -9 trials: a run that checkpoints every step is killed with SIGKILL at random moments (many of
 # them inside a checkpoint write) and resumed, over and over; every resume must find a complete
 # checkpoint, and the final weights and optimiser state must equal an uninterrupted run's bit for bit.
+# Also a resume on another thread count, which must not change a bit either.
 # Also a full disk: the write fails with one clear line and the previous checkpoint stays intact.
 # Usage: kill_test.sh path/to/lingtrain [TRIALS]
 source "$(dirname "$0")/common.sh"
@@ -43,6 +44,18 @@ steps=$(grep -o '"step":[0-9]*' killed/metrics.jsonl | cut -d: -f2)
   fail "metrics log: $(echo "$steps" | wc -l) records for $(echo "$steps" | sort -n | uniq | wc -l) distinct steps, want 400 and 400"
 [ "$(grep -vc '^{.*}$' killed/metrics.jsonl)" = 0 ] || fail "metrics log: a malformed line"
 echo "kill -9 trials: $killed kills ($in_write inside a checkpoint write), $resumed resumes, final weights identical"
+
+# Another core count: a run stopped half-way with 2 threads and resumed with 1 ends with the bits of an
+# uninterrupted 1-thread run. 512 rows per step, so the row reductions split into several chunks.
+cores=(--model tiny --data data/train_000000.bin --seq 64 --batch 8 --sample-prompt "" --eval-every 0 --warmup-steps 2
+  --steps 60)
+"$bin" pretrain "${cores[@]}" --threads 1 --out one_thread >/dev/null 2>&1 || fail "1-thread run"
+"$bin" pretrain "${cores[@]}" --threads 2 --stop-at 30 --out two_threads >/dev/null 2>&1 || fail "2-thread run"
+"$bin" pretrain --resume two_threads/checkpoint --threads 1 --sample-prompt "" --eval-every 0 >/dev/null 2>&1 ||
+  fail "1-thread resume of a 2-thread run"
+for f in model.safetensors optimizer.safetensors; do
+  cmp -s one_thread/checkpoint/$f two_threads/checkpoint/$f || fail "2 threads then 1: $f differs from a 1-thread run"
+done
 
 # A full disk: a small tmpfs would need mount privileges; a file-size limit (ulimit -f, with SIGXFSZ
 # ignored) makes the write fail the same way (EFBIG instead of ENOSPC) without them.

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "autograd/ops.h"
+#include "tensor/kernels.h"
 #include "tensor/threadpool.h"
 #include "tests/test_util.h"
 
@@ -17,8 +18,8 @@ struct RunResult {
   std::vector<Tensor> grads;    // parameter gradients, in parameter order
 };
 
-RunResult run_block(uint64_t seed) {
-  const int64_t B = 2, T = 33, C = 64, Hq = 4, Hkv = 2, D = C / Hq, F = 96, E = 6, V = 97;
+RunResult run_block(uint64_t seed, int64_t B = 2, int64_t T = 33) {
+  const int64_t C = 64, Hq = 4, Hkv = 2, D = C / Hq, F = 96, E = 6, V = 97;
   Rng rng(seed);
   std::vector<Variable> params;
   auto param = [&](const Shape& shape, double std) {
@@ -109,6 +110,48 @@ TEST(Determinism, ForwardAndBackwardAreBitIdenticalRunToRun) {
   // A different seed gives a different run: the comparison above is not vacuous.
   const RunResult other = run_block(4321);
   EXPECT_FALSE(same_bits(first.outputs[0], other.outputs[0]));
+}
+
+// Thread count must not change a single bit: chunk bounds and reduction order are fixed by the data,
+// so a run resumed on a machine with a different core count continues the same trajectory.
+TEST(Determinism, ResultsDoNotDependOnTheThreadCount) {
+  const int original_threads = num_threads();
+  // Enough rows (B*T = 640) that the row-parallel kernels and reductions split into several chunks.
+  const int64_t B = 4, T = 160;
+  set_num_threads(1);
+  const RunResult one = run_block(1234, B, T);
+  for (int threads : {2, 3, 5}) {
+    set_num_threads(threads);
+    const RunResult many = run_block(1234, B, T);
+    for (size_t i = 0; i < one.outputs.size(); ++i)
+      EXPECT_TRUE(same_bits(one.outputs[i], many.outputs[i])) << "output " << i << " with " << threads << " threads";
+    for (size_t i = 0; i < one.grads.size(); ++i)
+      EXPECT_TRUE(same_bits(one.grads[i], many.grads[i])) << "gradient of parameter " << i << " with " << threads
+                                                          << " threads";
+  }
+  set_num_threads(original_threads);
+}
+
+// The whole-tensor reductions behind the loss and the gradient norm, on more elements than one
+// reduction chunk holds.
+TEST(Determinism, LargeReductionsDoNotDependOnTheThreadCount) {
+  const int original_threads = num_threads();
+  Rng rng(7);
+  const Tensor x = Tensor::randn({3'000'017}, rng, 1.0);
+  auto reduce = [&](int threads) {
+    set_num_threads(threads);
+    Tensor total = Tensor::empty({1}, DType::F32), squares = Tensor::empty({1}, DType::F32);
+    kernels::sum(x, total);
+    kernels::sum_squares(x, squares);
+    return std::vector<Tensor>{total, squares};
+  };
+  const std::vector<Tensor> one = reduce(1);
+  for (int threads : {2, 3, 5}) {
+    const std::vector<Tensor> many = reduce(threads);
+    EXPECT_TRUE(same_bits(one[0], many[0])) << "sum with " << threads << " threads";
+    EXPECT_TRUE(same_bits(one[1], many[1])) << "sum of squares with " << threads << " threads";
+  }
+  set_num_threads(original_threads);
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
-// The thread pool: exact coverage of [0, n), chunk bounds that depend only on (n, grain, threads),
-// exceptions carried back to the caller, and nested calls that run serially.
+// The thread pool: exact coverage of [0, n), chunk bounds that depend only on (n, grain, threads) for
+// parallel_for and only on (n, grain) for the reduction chunks, exceptions carried back to the caller,
+// and nested calls that run serially.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -30,7 +32,7 @@ using Range = std::pair<int64_t, int64_t>;
 // The (chunk, begin, end) triples one parallel_for_chunks call ran, in chunk order. Each chunk writes
 // only its own slot, so recording needs no lock.
 std::vector<Range> run_chunks(int64_t n, int64_t grain) {
-  std::vector<Range> ranges(static_cast<size_t>(std::max<int64_t>(num_chunks(n, grain), 0)), Range{-1, -1});
+  std::vector<Range> ranges(static_cast<size_t>(reduction_chunks(n, grain)), Range{-1, -1});
   parallel_for_chunks(n, grain, [&](int64_t chunk, int64_t begin, int64_t end) {
     ranges.at(static_cast<size_t>(chunk)) = {begin, end};
   });
@@ -63,37 +65,39 @@ TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
   }
 }
 
-TEST(ThreadPool, ChunkBoundsDependOnlyOnSizeGrainAndThreads) {
+TEST(ThreadPool, ReductionChunksDependOnlyOnSizeAndGrain) {
   ThreadCountGuard guard;
-  for (int threads = 1; threads <= 4; ++threads) {
-    set_num_threads(threads);
-    for (int64_t n : {1, 5, 17, 1000, 4099})
-      for (int64_t grain : {1, 4, 100}) {
-        SCOPED_TRACE("threads=" + std::to_string(threads) + " n=" + std::to_string(n) + " grain=" + std::to_string(grain));
-        const int64_t chunks = num_chunks(n, grain);
-        const std::vector<Range> first = run_chunks(n, grain);
-        ASSERT_EQ(static_cast<int64_t>(first.size()), chunks);
-        // Contiguous, in chunk order, as chunk_begin says, even split (sizes differ by at most one).
-        int64_t smallest = n, largest = 0;
-        for (int64_t c = 0; c < chunks; ++c) {
-          EXPECT_EQ(first[c].first, chunk_begin(n, chunks, c));
-          EXPECT_EQ(first[c].second, chunk_begin(n, chunks, c + 1));
-          smallest = std::min(smallest, first[c].second - first[c].first);
-          largest = std::max(largest, first[c].second - first[c].first);
-        }
-        EXPECT_EQ(chunk_begin(n, chunks, 0), 0);
-        EXPECT_EQ(chunk_begin(n, chunks, chunks), n);
-        EXPECT_LE(largest - smallest, 1);
-        for (int repeat = 0; repeat < 5; ++repeat) EXPECT_EQ(run_chunks(n, grain), first);
+  for (int64_t n : {1, 5, 17, 64, 65, 1000, 4099, 1000000})
+    for (int64_t grain : {1, 4, 100}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " grain=" + std::to_string(grain));
+      const int64_t chunks = reduction_chunks(n, grain);
+      EXPECT_EQ(chunks, std::min<int64_t>((n + grain - 1) / grain, kMaxReductionChunks));
+      set_num_threads(1);
+      const std::vector<Range> first = run_chunks(n, grain);
+      ASSERT_EQ(static_cast<int64_t>(first.size()), chunks);
+      // Contiguous, in chunk order, as chunk_begin says, even split (sizes differ by at most one).
+      int64_t smallest = n, largest = 0;
+      for (int64_t c = 0; c < chunks; ++c) {
+        EXPECT_EQ(first[c].first, chunk_begin(n, chunks, c));
+        EXPECT_EQ(first[c].second, chunk_begin(n, chunks, c + 1));
+        smallest = std::min(smallest, first[c].second - first[c].first);
+        largest = std::max(largest, first[c].second - first[c].first);
       }
-  }
-  // The same (n, grain, threads) after changing the pool in between gives the same bounds.
-  set_num_threads(3);
-  const std::vector<Range> before = run_chunks(1000, 7);
-  set_num_threads(1);
-  run_chunks(1000, 7);
-  set_num_threads(3);
-  EXPECT_EQ(run_chunks(1000, 7), before);
+      EXPECT_EQ(chunk_begin(n, chunks, 0), 0);
+      EXPECT_EQ(chunk_begin(n, chunks, chunks), n);
+      EXPECT_LE(largest - smallest, 1);
+      // Any thread count, run after run, and from inside another parallel_for: the same bounds.
+      for (int threads : {2, 3, 4, 7}) {
+        set_num_threads(threads);
+        for (int repeat = 0; repeat < 3; ++repeat) EXPECT_EQ(run_chunks(n, grain), first) << threads << " threads";
+      }
+      std::vector<Range> nested;
+      parallel_for(4, 1, [&](int64_t begin, int64_t) {
+        if (begin == 0) nested = run_chunks(n, grain);
+      });
+      EXPECT_EQ(nested, first);
+    }
+  EXPECT_EQ(reduction_chunks(0, 1), 0);
 }
 
 TEST(ThreadPool, ResizingBetweenRunsKeepsWorking) {
@@ -145,7 +149,6 @@ TEST(ThreadPool, NestedCallsRunSeriallyWithoutDeadlock) {
     std::vector<int64_t> inner_chunks(static_cast<size_t>(outer), 0);
     parallel_for(outer, 1, [&](int64_t begin, int64_t end) {
       for (int64_t o = begin; o < end; ++o) {
-        EXPECT_EQ(num_chunks(inner, 1), 1);  // inside a chunk everything is one chunk
         parallel_for(inner, 1, [&](int64_t b, int64_t e) {
           ++inner_chunks[static_cast<size_t>(o)];
           EXPECT_EQ(b, 0);
@@ -157,7 +160,9 @@ TEST(ThreadPool, NestedCallsRunSeriallyWithoutDeadlock) {
     EXPECT_EQ(visits, std::vector<int>(static_cast<size_t>(outer * inner), 1));
     EXPECT_EQ(inner_chunks, std::vector<int64_t>(static_cast<size_t>(outer), 1));
     // Outside any chunk again, work is split as before.
-    EXPECT_EQ(num_chunks(inner, 1), threads);
+    std::atomic<int> chunks{0};
+    parallel_for(inner, 1, [&](int64_t, int64_t) { ++chunks; });
+    EXPECT_EQ(chunks.load(), threads);
   }
 }
 
