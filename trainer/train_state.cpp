@@ -69,8 +69,10 @@ void train_state_from_json(const Json& json, const std::string& source, TrainSta
   LT_CHECK(json.contains("rng") && json.at("rng").contains("routing"), source, ": no rng.routing state");
   rng_from_json(json.at("rng").at("routing"), state.routing_rng, source);
   const JsonObject cursor = o.object("data_cursor");
-  state.data_cursor = {static_cast<uint64_t>(cursor.get<int64_t>("epoch")),
-                       static_cast<uint64_t>(cursor.get<int64_t>("position"))};
+  const int64_t epoch = cursor.get<int64_t>("epoch"), position = cursor.get<int64_t>("position");
+  LT_CHECK(epoch >= 0 && position >= 0, source, ": data_cursor epoch and position must be >= 0, got ", epoch, " and ",
+           position);
+  state.data_cursor = {static_cast<uint64_t>(epoch), static_cast<uint64_t>(position)};
 
   const JsonObject saved = o.object("module_buffers");
   std::map<std::string, bool> restored;

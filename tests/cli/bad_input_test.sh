@@ -70,6 +70,9 @@ rm -rf t9 && cp -r "$ckpt" t9 && printf '{"vocab_size": 320,' >t9/config.json
 expect_error "malformed config.json" "t9/config.json" "$bin" eval --ckpt t9 --data "$val"
 rm -rf t10 && cp -r "$ckpt" t10 && printf '{"state": 1}' >t10/trainer_state.json
 expect_error "malformed trainer_state.json" "t10/trainer_state.json" "$bin" pretrain --resume t10 --threads 1
+rm -rf t11 && cp -r "$ckpt" t11 && sed 's/"epoch": *[0-9]*/"epoch": -3/' "$ckpt/trainer_state.json" >t11/trainer_state.json
+expect_error "negative data cursor" "t11/trainer_state.json: data_cursor epoch and position must be >= 0" \
+  "$bin" pretrain --resume t11 --threads 1
 
 # Token shards.
 shard_with badmagic.bin 0 '\x01\x02\x03\x04'
