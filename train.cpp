@@ -14,10 +14,13 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "data/bpe_tokenizer.h"
+#include "data/bpe_trainer.h"
 #include "data/shard.h"
 #include "data/text_to_shards.h"
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
+#include "io/input_file.h"
 #include "model/gradcheck_cases.h"
 #include "model/ling.h"
 #include "tensor/kernels.h"
@@ -392,23 +395,69 @@ int cmd_sample(const std::vector<std::string>& args) {
   return 0;
 }
 
-int cmd_shards(const std::vector<std::string>& args) {
-  // lingtrain shards --out PREFIX FILE... (files after the flags)
-  std::vector<std::string> flag_args, files;
+// Splits "--flag value" pairs from the positional arguments (files, texts) between and after them.
+struct FlagsAndPositionals {
+  std::vector<std::string> flags, positionals;
+};
+FlagsAndPositionals split_positionals(const std::vector<std::string>& args) {
+  FlagsAndPositionals out;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i].rfind("--", 0) == 0) {
-      flag_args.push_back(args[i]);
-      if (args[i].find('=') == std::string::npos && i + 1 < args.size()) flag_args.push_back(args[++i]);
+      out.flags.push_back(args[i]);
+      if (args[i].find('=') == std::string::npos && i + 1 < args.size()) out.flags.push_back(args[++i]);
     } else {
-      files.push_back(args[i]);
+      out.positionals.push_back(args[i]);
     }
   }
-  Flags flags(flag_args, {{"out", ""}, {"tokens-per-shard", std::to_string(lt::kDefaultTokensPerShard)}});
+  return out;
+}
+
+int cmd_shards(const std::vector<std::string>& args) {
+  // lingtrain shards --out PREFIX [--tokenizer tokenizer.json] FILE... (files after the flags)
+  const FlagsAndPositionals split = split_positionals(args);
+  const std::vector<std::string>& files = split.positionals;
+  Flags flags(split.flags,
+              {{"out", ""}, {"tokenizer", ""}, {"tokens-per-shard", std::to_string(lt::kDefaultTokensPerShard)}});
   if (flags.str("out").empty() || files.empty()) fail("shards needs --out PREFIX and at least one text file");
+  const std::unique_ptr<lt::Tokenizer> tokenizer = lt::load_tokenizer(flags.str("tokenizer"));
   const lt::ShardsWritten written =
-      lt::text_files_to_shards(files, lt::ByteTokenizer(), flags.str("out"), flags.positive("tokens-per-shard"));
+      lt::text_files_to_shards(files, *tokenizer, flags.str("out"), flags.positive("tokens-per-shard"));
   for (const std::string& path : written.paths) std::printf("%s\n", path.c_str());
   std::printf("%s\n", Json{{"documents", written.documents}, {"tokens", written.tokens}}.dump().c_str());
+  return 0;
+}
+
+// lingtrain tokenizer train --vocab N --out tokenizer.json [--pattern ling|llama3|gpt2] TEXT...
+// lingtrain tokenizer encode [--tokenizer T] [--special 1] TEXT...   one JSON line per text
+int cmd_tokenizer(const std::vector<std::string>& args) {
+  if (args.empty() || (args[0] != "train" && args[0] != "encode"))
+    fail("tokenizer needs a subcommand: train or encode");
+  const FlagsAndPositionals split = split_positionals({args.begin() + 1, args.end()});
+  if (args[0] == "train") {
+    Flags flags(split.flags, {{"vocab", "4096"}, {"out", ""}, {"pattern", "ling"}});
+    if (flags.str("out").empty() || split.positionals.empty())
+      fail("tokenizer train needs --out tokenizer.json and at least one text file");
+    lt::BpeTrainSettings settings;
+    settings.vocab_size = flags.positive("vocab");
+    settings.pattern = flags.str("pattern");
+    std::vector<std::string> texts;
+    for (const std::string& path : split.positionals) texts.push_back(lt::read_file(path));
+    const Json tokenizer = lt::train_bpe({texts.begin(), texts.end()}, settings);
+    lt::write_json_file(flags.str("out"), tokenizer);
+    std::printf("%s\n", Json{{"tokenizer", flags.str("out")},
+                              {"vocab_size", lt::BpeTokenizer::from_json(tokenizer, flags.str("out")).vocab_size()},
+                              {"merges", tokenizer.at("model").at("merges").size()}}
+                             .dump()
+                             .c_str());
+    return 0;
+  }
+  Flags flags(split.flags, {{"tokenizer", ""}, {"special", "0"}});
+  const std::unique_ptr<lt::Tokenizer> tokenizer = lt::load_tokenizer(flags.str("tokenizer"));
+  const bool special = flags.integer("special") != 0;
+  for (const std::string& text : split.positionals) {
+    const std::vector<uint32_t> ids = special ? tokenizer->encode_with_special_tokens(text) : tokenizer->encode(text);
+    std::printf("%s\n", Json{{"text", text}, {"ids", ids}}.dump().c_str());
+  }
   return 0;
 }
 
@@ -479,7 +528,11 @@ void usage(FILE* out) {
                "           [--max-reloads M]   the loss-spike guard and NaN recovery (docs/reliability.md)\n"
                "  eval --ckpt DIR --data FILE.bin [--seq T]   mean next-token loss over the whole file\n"
                "  sample --ckpt DIR --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--top-p P]\n"
-               "  shards --out PREFIX FILE...                 text files to llm.c token shards\n"
+               "  shards --out PREFIX [--tokenizer T] FILE... text files to llm.c token shards (byte tokenizer,\n"
+               "                                 or a byte-level BPE tokenizer.json)\n"
+               "  tokenizer train --vocab N --out tokenizer.json [--pattern ling|llama3|gpt2] FILE...\n"
+               "                                 train a byte-level BPE tokenizer on text files\n"
+               "  tokenizer encode [--tokenizer T] [--special 1] TEXT...   ids of each text, JSON lines\n"
                "  params [--model NAME|config.json]           parameter counts, nothing allocated\n"
                "  bench [--config moe-s|moe-m|dense-124m] [--threads N] [--steps S] [--warmup W] [--profile 1]\n"
                "                                 training-step speed of one config, last line JSON; without\n"
@@ -493,7 +546,8 @@ int main(int argc, char** argv) {
   const std::map<std::string, std::function<int(const std::vector<std::string>&)>> commands = {
       {"--version", cmd_version}, {"version", cmd_version}, {"gradcheck", cmd_gradcheck},
       {"pretrain", cmd_pretrain},  {"eval", cmd_eval},       {"sample", cmd_sample},
-      {"shards", cmd_shards},      {"params", cmd_params},   {"bench", cmd_bench}};
+      {"shards", cmd_shards},      {"params", cmd_params},   {"bench", cmd_bench},
+      {"tokenizer", cmd_tokenizer}};
   if (argc < 2) {
     usage(stderr);
     return 2;

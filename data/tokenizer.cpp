@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "data/bpe_tokenizer.h"
+
 #include "tensor/error.h"
 
 namespace lt {
@@ -69,6 +71,11 @@ std::optional<uint32_t> ByteTokenizer::special_token_id(std::string_view spellin
   for (const SpecialToken& special : kByteSpecialTokens)
     if (special.spelling == spelling) return special.id;
   return std::nullopt;
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
+  if (path.empty()) return std::make_unique<ByteTokenizer>();
+  return std::make_unique<BpeTokenizer>(BpeTokenizer::from_file(path));
 }
 
 void append_document_tokens(std::vector<uint32_t>& stream, std::string_view text, const Tokenizer& tokenizer) {

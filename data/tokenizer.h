@@ -1,8 +1,9 @@
 // Tokenizers turn text into token ids and back. The interface is what training, SFT and sampling need;
-// the default ByteTokenizer needs no files, and a byte-level BPE (Ling's tokenizer.json) can implement
-// the same interface later.
+// the default ByteTokenizer needs no files, and BpeTokenizer (data/bpe_tokenizer.h) reads a Hugging Face
+// tokenizer.json of the byte-level BPE kind.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,6 +31,9 @@ class Tokenizer {
   virtual std::string decode(std::span<const uint32_t> ids) const = 0;
   virtual std::optional<uint32_t> special_token_id(std::string_view spelling) const = 0;
 };
+
+// The tokenizer of a --tokenizer flag: a tokenizer.json, or the byte tokenizer when `path` is empty.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 
 // How a document enters a token stream (a shard): eos first, then its plain-text tokens, as llm.c's
 // data scripts write them. Every document then starts from the same context, and the model learns to

@@ -5,7 +5,7 @@ set -euo pipefail
 
 # MPICH rather than Open MPI: its mpiexec runs as root and oversubscribes cores with no extra flags.
 packages=(g++ cmake ninja-build make libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev nlohmann-json3-dev
-          mpich libmpich-dev)
+          libpcre2-dev mpich libmpich-dev)
 
 missing=()
 for p in "${packages[@]}"; do
