@@ -334,6 +334,10 @@ BpeTokenizer BpeTokenizer::from_json(const Json& json, const std::string& source
   std::stable_sort(t.added_.begin(), t.added_.end(),
                    [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
 
+  // Tables are indexed by id, so ids must be (nearly) dense: a stray id of 2^31 would ask for gigabytes.
+  const size_t tokens = entries.size() + t.added_.size();
+  LT_CHECK(max_id < 2 * tokens + 1024, source, ": token ids are not dense (the largest is ", max_id, " for ", tokens,
+           " tokens)");
   t.vocab_size_ = int64_t{max_id} + 1;
   t.id_bytes_.assign(static_cast<size_t>(t.vocab_size_), "");
   t.id_defined_.assign(static_cast<size_t>(t.vocab_size_), false);

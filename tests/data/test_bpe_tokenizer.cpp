@@ -115,6 +115,7 @@ TEST(BpeTokenizer, RefusesWhatItDoesNotImplementWithOneLine) {
       {"not byte-level vocabulary", [](Json& j) { j["model"]["vocab"]["▁the"] = 5000; }, {"not made of byte-level"}},
       {"single_word", [](Json& j) { j["added_tokens"][0]["single_word"] = true; }, {"single_word is not supported"}},
       {"no end of text", [](Json& j) { j["added_tokens"][0]["content"] = "<eos>"; }, {"no end-of-text token"}},
+      {"sparse ids", [](Json& j) { j["added_tokens"][0]["id"] = 2000000000; }, {"token ids are not dense"}},
       {"decoder", [](Json& j) { j["decoder"] = {{"type", "WordPiece"}}; }, {"decoder 'WordPiece'"}},
   };
   for (const Case& c : cases) {
