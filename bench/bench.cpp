@@ -15,6 +15,9 @@
 #include "autograd/profile.h"
 #include "bench/flops.h"
 #include "bench/fma_peak.h"
+#include "data/bpe_tokenizer.h"
+#include "data/bpe_trainer.h"
+#include "data/corpus.h"
 #include "tensor/derive_seed.h"
 #include "model/ling.h"
 #include "tensor/allocator.h"
@@ -352,6 +355,38 @@ Json run_step_bench(const StepBenchOptions& o) {
   return result;
 }
 
+// Byte-level BPE on the embedded corpus (all five domains): training a 4096-token vocabulary on 1 MB,
+// then encoding and decoding 4 MB in one thread. Speeds in MB of text per second.
+Json run_tokenizer_bench() {
+  std::string text;
+  for (const CorpusDocument& document : generate_corpus(1, size_t{4} << 20)) text += document.text;
+  const std::string_view training(text.data(), std::min<size_t>(text.size(), size_t{1} << 20));
+  BpeTrainSettings settings;
+  settings.vocab_size = 4096;
+  const Clock::time_point train_start = Clock::now();
+  const BpeTokenizer tokenizer = BpeTokenizer::from_json(train_bpe({training}, settings), "bench tokenizer");
+  const double train_s = seconds_between(train_start, Clock::now());
+  const Clock::time_point encode_start = Clock::now();
+  const std::vector<uint32_t> ids = tokenizer.encode(text);
+  const double encode_s = seconds_between(encode_start, Clock::now());
+  const Clock::time_point decode_start = Clock::now();
+  const std::string decoded = tokenizer.decode(ids);
+  const double decode_s = seconds_between(decode_start, Clock::now());
+  LT_CHECK(decoded == text, "bench: the BPE round trip changed the text");
+  const double mb = static_cast<double>(text.size()) / 1e6;
+  std::printf("BPE tokenizer (pattern %s, vocab %d, 1 thread): trained on 1 MB in %.2f s; %.1f MB encoded at %.1f MB/s "
+              "(%.2f bytes/token), decoded at %.1f MB/s\n",
+              settings.pattern.c_str(), static_cast<int>(settings.vocab_size), train_s, mb, mb / encode_s,
+              static_cast<double>(text.size()) / static_cast<double>(ids.size()), mb / decode_s);
+  return {{"pattern", settings.pattern},
+          {"vocab_size", settings.vocab_size},
+          {"train_s", round_to(train_s, 3)},
+          {"text_mb", round_to(mb, 2)},
+          {"encode_mb_per_s", round_to(mb / encode_s, 2)},
+          {"decode_mb_per_s", round_to(mb / decode_s, 2)},
+          {"bytes_per_token", round_to(static_cast<double>(text.size()) / static_cast<double>(ids.size()), 3)}};
+}
+
 Json run_kernel_bench(int threads) {
   const int previous_threads = num_threads();
   std::vector<int> thread_counts = {1};
@@ -389,7 +424,7 @@ Json run_kernel_bench(int threads) {
     rows.push_back(row);
   }
   set_num_threads(previous_threads);
-  return {{"fma_peak", peaks}, {"gemm", rows}};
+  return {{"fma_peak", peaks}, {"gemm", rows}, {"tokenizer", run_tokenizer_bench()}};
 }
 
 BenchPart parse_bench_part(const std::string& name) {

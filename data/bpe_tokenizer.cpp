@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <queue>
 #include <utility>
 
@@ -137,16 +138,16 @@ bool parse_pre_tokenizer(const Json& json, const std::string& source, std::vecto
   fail(source, ": pre_tokenizer type '", type, "' is not supported (byte-level BPE: Sequence, Split, Digits, ByteLevel)");
 }
 
-// One step on one piece: the pieces it splits into, by Hugging Face's rules for each behaviour.
-void split_piece(const Step& step, std::string_view piece, std::vector<std::string>& out) {
-  std::string prefixed;
+// One step on one piece: the pieces it splits into, by Hugging Face's rules for each behaviour. Pieces
+// are views of the text; a piece given a prefix space lives in `owned` (a deque: views stay valid).
+void split_piece(const Step& step, std::string_view piece, std::vector<std::string_view>& out,
+                 std::deque<std::string>& owned) {
   if (step.add_prefix_space && !piece.starts_with(' ')) {
-    prefixed = " ";
-    prefixed += piece;
-    piece = prefixed;
+    owned.push_back(" " + std::string(piece));
+    piece = owned.back();
   }
   if (!step.regex) {
-    out.emplace_back(piece);
+    out.push_back(piece);
     return;
   }
   // The piece as alternating stretches: (begin, end, is_match), covering it whole.
@@ -202,7 +203,7 @@ void split_piece(const Step& step, std::string_view piece, std::vector<std::stri
     }
   }
   for (const auto& [begin, end] : kept)
-    if (end > begin) out.emplace_back(piece.substr(begin, end - begin));
+    if (end > begin) out.push_back(piece.substr(begin, end - begin));
 }
 
 bool is_ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
@@ -218,14 +219,15 @@ PreTokenizer PreTokenizer::from_json(const Json& pre_tokenizer, const std::strin
   return p;
 }
 
-void PreTokenizer::split(std::string_view text, std::vector<std::string>& pieces) const {
-  std::vector<std::string> current{std::string(text)}, next;
+void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& pieces,
+                         std::deque<std::string>& owned) const {
+  std::vector<std::string_view> current{text}, next;
   for (const Step& step : steps_) {
     next.clear();
-    for (const std::string& piece : current) split_piece(step, piece, next);
+    for (std::string_view piece : current) split_piece(step, piece, next, owned);
     std::swap(current, next);
   }
-  for (std::string& piece : current) pieces.push_back(std::move(piece));
+  pieces.insert(pieces.end(), current.begin(), current.end());
 }
 
 Json named_pre_tokenizer(const std::string& name) {
@@ -369,7 +371,16 @@ std::vector<uint32_t> BpeTokenizer::encode_with_special_tokens(std::string_view 
   return encode_impl(text, true);
 }
 
+// What one encode call keeps between its pieces: the pre-tokenizer's output, and where the ids of each
+// distinct piece already encoded are, since words repeat (the cache makes long texts several times faster).
+struct BpeTokenizer::EncodeScratch {
+  std::vector<std::string_view> pieces;
+  std::deque<std::string> owned;
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> encoded;  // piece -> (first id, count)
+};
+
 std::vector<uint32_t> BpeTokenizer::encode_impl(std::string_view text, bool with_special) const {
+  EncodeScratch scratch;
   std::vector<uint32_t> ids;
   ids.reserve(text.size() / 3 + 1);
   size_t segment_begin = 0, pos = 0;
@@ -390,19 +401,28 @@ std::vector<uint32_t> BpeTokenizer::encode_impl(std::string_view text, bool with
       while (begin > segment_begin && is_ascii_space(text[begin - 1])) --begin;
     if (matched->rstrip)
       while (end < text.size() && is_ascii_space(text[end])) ++end;
-    encode_text(text.substr(segment_begin, begin - segment_begin), ids);
+    encode_text(text.substr(segment_begin, begin - segment_begin), ids, scratch);
     ids.push_back(matched->id);
     segment_begin = pos = end;
   }
-  encode_text(text.substr(segment_begin), ids);
+  encode_text(text.substr(segment_begin), ids, scratch);
   return ids;
 }
 
-void BpeTokenizer::encode_text(std::string_view text, std::vector<uint32_t>& ids) const {
+void BpeTokenizer::encode_text(std::string_view text, std::vector<uint32_t>& ids, EncodeScratch& scratch) const {
   if (text.empty()) return;
-  std::vector<std::string> pieces;
-  pre_tokenizer_.split(text, pieces);
-  for (const std::string& piece : pieces) encode_piece(piece, ids);
+  scratch.pieces.clear();
+  pre_tokenizer_.split(text, scratch.pieces, scratch.owned);
+  for (std::string_view piece : scratch.pieces) {
+    const auto [entry, is_new] = scratch.encoded.try_emplace(piece, ids.size(), 0);
+    if (is_new) {
+      encode_piece(piece, ids);
+      entry->second.second = ids.size() - entry->second.first;
+    } else {
+      const auto [first, count] = entry->second;
+      for (size_t k = 0; k < count; ++k) ids.push_back(ids[first + k]);
+    }
+  }
 }
 
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<uint32_t>& ids) const {

@@ -20,6 +20,7 @@
 // byte-level symbols.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -41,8 +42,9 @@ class PreTokenizer {
  public:
   // Fails unless the steps end with ByteLevel (see above for what else is refused).
   static PreTokenizer from_json(const Json& pre_tokenizer, const std::string& source);
-  // Appends the pieces of `text` to `pieces`.
-  void split(std::string_view text, std::vector<std::string>& pieces) const;
+  // Appends the pieces of `text` to `pieces`: views of `text`, or of strings added to `owned` for pieces
+  // that ByteLevel gave a prefix space.
+  void split(std::string_view text, std::vector<std::string_view>& pieces, std::deque<std::string>& owned) const;
 
   // How a piece splits in one step (Hugging Face's SplitDelimiterBehavior).
   enum class Behavior { kIsolated, kRemoved, kMergedWithPrevious, kMergedWithNext, kContiguous };
@@ -87,8 +89,9 @@ class BpeTokenizer final : public Tokenizer {
     uint32_t id = 0;
     bool special = false, lstrip = false, rstrip = false;
   };
+  struct EncodeScratch;
   std::vector<uint32_t> encode_impl(std::string_view text, bool with_special) const;
-  void encode_text(std::string_view text, std::vector<uint32_t>& ids) const;
+  void encode_text(std::string_view text, std::vector<uint32_t>& ids, EncodeScratch& scratch) const;
   void encode_piece(std::string_view piece, std::vector<uint32_t>& ids) const;
 
   int64_t vocab_size_ = 0;

@@ -1,6 +1,7 @@
 #include "data/bpe_trainer.h"
 
 #include <algorithm>
+#include <deque>
 #include <queue>
 #include <unordered_map>
 #include <utility>
@@ -53,11 +54,13 @@ Json train_bpe(const std::vector<std::string_view>& texts, const BpeTrainSetting
 
   // Distinct pieces and their counts.
   std::unordered_map<std::string, int64_t> piece_counts;
-  std::vector<std::string> pieces;
+  std::vector<std::string_view> pieces;
+  std::deque<std::string> owned;
   for (std::string_view text : texts) {
     pieces.clear();
-    pre_tokenizer.split(text, pieces);
-    for (std::string& piece : pieces) ++piece_counts[std::move(piece)];
+    owned.clear();
+    pre_tokenizer.split(text, pieces, owned);
+    for (std::string_view piece : pieces) ++piece_counts[std::string(piece)];
   }
   // In sorted order, so the word numbering (and with it nothing else, but the work) is reproducible.
   std::vector<std::pair<std::string, int64_t>> sorted(piece_counts.begin(), piece_counts.end());
