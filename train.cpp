@@ -292,7 +292,7 @@ int cmd_pretrain(const std::vector<std::string>& args) {
       {"out", "out/tiny"},   {"threads", "0"},      {"resume", ""},        {"eval-every", "200"},
       {"eval-tokens", "65536"}, {"ckpt-every", "200"}, {"metrics", ""},    {"sample-prompt", "The "},
       {"sample-tokens", "200"}, {"time-limit", "0"},      {"stop-at", "0"},
-      {"dist", "dp"},           {"straggle", ""}};
+      {"dist", "dp"},           {"straggle", ""},         {"tokenizer", ""}};
   for (const std::string& flag : kStageFlags) defaults[flag] = "";
   defaults.insert(kEditFlags.begin(), kEditFlags.end());
   defaults.insert(kSpikeFlags.begin(), kSpikeFlags.end());
@@ -301,6 +301,7 @@ int cmd_pretrain(const std::vector<std::string>& args) {
   const Json stage = stage_from_flags(flags);
   lt::RunOptions options;
   options.resume = flags.str("resume");
+  options.tokenizer = flags.str("tokenizer");
   lt::Recipe recipe;
   if (!options.resume.empty()) {
     for (const char* fixed : {"recipe", "model", "seed", "routing-warmup"})
@@ -376,8 +377,8 @@ int cmd_eval(const std::vector<std::string>& args) {
 }
 
 int cmd_sample(const std::vector<std::string>& args) {
-  Flags flags(args, {{"ckpt", ""},        {"prompt", ""}, {"tokens", "200"}, {"temperature", "0.8"},
-                     {"top-k", "40"},     {"top-p", "0.95"}, {"seed", "1"},   {"threads", "0"}});
+  Flags flags(args, {{"ckpt", ""},    {"prompt", ""},    {"tokens", "200"}, {"temperature", "0.8"}, {"top-k", "40"},
+                     {"top-p", "0.95"}, {"seed", "1"},     {"threads", "0"},  {"tokenizer", ""}});
   apply_threads(flags);
   if (flags.str("ckpt").empty()) fail("sample needs --ckpt DIR");
   const std::string ckpt = flags.str("ckpt");
@@ -389,9 +390,10 @@ int cmd_sample(const std::vector<std::string>& args) {
   sampling.top_k = flags.integer("top-k");
   sampling.top_p = flags.number("top-p");
   sampling.seed = static_cast<uint64_t>(flags.integer("seed"));
-  const lt::ByteTokenizer tokenizer;
+  const std::unique_ptr<lt::Tokenizer> tokenizer =
+      lt::resolve_tokenizer(flags.str("tokenizer"), ckpt, model.config().vocab_size);
   std::printf("%s%s\n", flags.str("prompt").c_str(),
-              lt::sample_text(model, tokenizer, flags.str("prompt"), sampling).c_str());
+              lt::sample_text(model, *tokenizer, flags.str("prompt"), sampling).c_str());
   return 0;
 }
 
@@ -514,7 +516,8 @@ void usage(FILE* out) {
                "           [--out DIR] [--steps N] [--batch B] [--seq T] [--lr X] [--accum N] [--routing-warmup W]\n"
                "           [--lr-schedule cosine (default) | wsd (Ling's: warmup, constant, halved after --halve-at\n"
                "           of the tokens) | inverse_sqrt | constant] [--seed S] [--threads N]\n"
-               "           [--rope-theta X] [--resume DIR] ...  pre-train (default: the embedded corpus)\n"
+               "           [--rope-theta X] [--resume DIR] [--tokenizer tokenizer.json (kept in checkpoints)]\n"
+               "           ...  pre-train (default: the embedded corpus, tokenised by the run's tokenizer)\n"
                "  pretrain --recipe tiny|R.json [--out DIR]   the stages of a recipe in order (resumable)\n"
                "  mpirun -n N lingtrain pretrain ... [--dist dp|edit|aedit] [--straggle RANK:FACTOR]\n"
                "           several processes: dp (default) averages gradients every step; edit is local SGD with\n"
@@ -528,6 +531,7 @@ void usage(FILE* out) {
                "           [--max-reloads M]   the loss-spike guard and NaN recovery (docs/reliability.md)\n"
                "  eval --ckpt DIR --data FILE.bin [--seq T]   mean next-token loss over the whole file\n"
                "  sample --ckpt DIR --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--top-p P]\n"
+               "         [--tokenizer T (default: the checkpoint's)]\n"
                "  shards --out PREFIX [--tokenizer T] FILE... text files to llm.c token shards (byte tokenizer,\n"
                "                                 or a byte-level BPE tokenizer.json)\n"
                "  tokenizer train --vocab N --out tokenizer.json [--pattern ling|llama3|gpt2] FILE...\n"

@@ -4,6 +4,7 @@
 //   model.safetensors       f32 weights under the Hugging Face names
 //   optimizer.safetensors   AdamW moments by lingtrain parameter name; its metadata holds the update count
 //   trainer_state.json      the TrainState (trainer/train_state.h) and the recipe being run
+//   tokenizer.json          the run's BPE tokenizer, as given (absent: the byte tokenizer)
 //   edit/rank-NNNNN.safetensors   EDiT runs only: each rank's own state (its replica's shard of the
 //                           values and AdamW moments, the anchor and outer momentum, its TrainState and
 //                           detectors in the metadata); optimizer.safetensors is then absent and
@@ -16,15 +17,19 @@
 #include <functional>
 #include <string>
 
+#include <memory>
+
+#include "data/tokenizer.h"
 #include "io/json.h"
 #include "model/ling.h"
 #include "optim/adamw.h"
 
 namespace lt {
 
-// write_extra, when given, adds files to the folder before it is published (it gets the staging path).
+// tokenizer_json: the text of the run's tokenizer.json, empty for the byte tokenizer. write_extra, when
+// given, adds files to the folder before it is published (it gets the staging path).
 void save_checkpoint(const std::string& dir, LingForCausalLM& model, const AdamW* optimizer,
-                     const Json& trainer_state,
+                     const Json& trainer_state, const std::string& tokenizer_json = {},
                      const std::function<void(const std::string&)>& write_extra = {});
 
 // The folder to read: `dir`, or the previous complete one if a writer died mid-swap. Fails naming dir
@@ -33,6 +38,13 @@ std::string checkpoint_folder(const std::string& dir);
 LingConfig load_checkpoint_config(const std::string& dir);
 void load_checkpoint_weights(const std::string& dir, LingForCausalLM& model);
 Json load_trainer_state(const std::string& dir);
+// The text of the checkpoint's tokenizer.json; empty when it has none (a byte-tokenizer run).
+std::string load_checkpoint_tokenizer_json(const std::string& dir);
+// The tokenizer a command uses: the --tokenizer file when given, else the checkpoint's tokenizer.json
+// when it has one (checkpoint may be empty), else the byte tokenizer. Fails, naming the file, when its
+// vocabulary does not fit the model's vocab_size.
+std::unique_ptr<Tokenizer> resolve_tokenizer(const std::string& flag_path, const std::string& checkpoint,
+                                             int64_t model_vocab_size);
 void load_checkpoint_optimizer(const std::string& dir, AdamW& optimizer);
 
 }  // namespace lt

@@ -20,8 +20,10 @@
 #include "dist/data_parallel.h"
 #include "dist/edit.h"
 #include "optim/spike_guard.h"
-#include "io/safetensors.h"
+#include "io/atomic_file.h"
+#include "io/input_file.h"
 #include "io/metrics.h"
+#include "io/safetensors.h"
 #include "model/config.h"
 #include "trainer/checkpoint.h"
 #include "trainer/evaluate.h"
@@ -36,18 +38,27 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const ByteTokenizer& byte_tokenizer() {
-  static const ByteTokenizer tokenizer;
-  return tokenizer;
-}
+// The run's tokenizer: its tokenizer.json text ("" for the byte tokenizer) and the tokenizer itself.
+struct RunTokenizer {
+  std::string json_text;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
 
-// The embedded default corpus, generated into `dir` the first time it is needed.
+// The embedded default corpus, generated into <out>/data (byte tokenizer) or <out>/data-bpe the first
+// time it is needed. data-bpe keeps a copy of the tokenizer.json it was made with, and is made again
+// when the run's differs.
 constexpr uint64_t kDefaultCorpusSeed = 20250310;
-std::string ensure_default_corpus(const std::string& dir, std::FILE* progress) {
-  if (!std::filesystem::exists(dir + "/corpus.json")) {
+std::string ensure_default_corpus(const std::string& out_dir, const RunTokenizer& run_tokenizer, std::FILE* progress) {
+  const bool bpe = !run_tokenizer.json_text.empty();
+  const std::string dir = out_dir + (bpe ? "/data-bpe" : "/data");
+  const std::string made_with = dir + "/tokenizer.json";
+  const bool current = std::filesystem::exists(dir + "/corpus.json") &&
+                       (!bpe || (std::filesystem::exists(made_with) && read_file(made_with) == run_tokenizer.json_text));
+  if (!current) {
     std::fprintf(progress, "generating the default corpus into %s ...\n", dir.c_str());
     std::filesystem::create_directories(dir);
-    write_corpus_shards(dir, kDefaultCorpusSeed, kDefaultCorpusBytes, byte_tokenizer());
+    write_corpus_shards(dir, kDefaultCorpusSeed, kDefaultCorpusBytes, *run_tokenizer.tokenizer);
+    if (bpe) write_file_atomic(made_with, run_tokenizer.json_text);
   }
   return dir;
 }
@@ -73,10 +84,11 @@ struct StageData {
   Tensor train, val;  // val undefined when the stage has no held-out file
 };
 
-StageData stage_data(const StageSettings& stage, const RunOptions& options, int64_t vocab, StageData previous) {
+StageData stage_data(const StageSettings& stage, const RunOptions& options, const RunTokenizer& run_tokenizer,
+                     int64_t vocab, StageData previous) {
   std::string train_path = stage.data, val_path = stage.val;
   if (train_path.empty()) {
-    const std::string corpus = ensure_default_corpus(options.out_dir + "/data", options.progress);
+    const std::string corpus = ensure_default_corpus(options.out_dir, run_tokenizer, options.progress);
     train_path = corpus + "/train.bin";
     if (val_path.empty()) val_path = corpus + "/val.bin";
   }
@@ -176,7 +188,7 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   edit_settings.time_based = options.dist == "aedit";
   const Json dist_json = {{"mode", options.dist}, {"world_size", world->size()}, {"edit", edit_settings.to_json()}};
   check_same_run_on_every_rank(*world, recipe.to_json().dump() + options.out_dir + options.resume + dist_json.dump() +
-                                           options.spike_guard.to_json().dump());
+                                           options.spike_guard.to_json().dump() + options.tokenizer);
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> silent(lead ? nullptr : std::fopen("/dev/null", "w"),
                                                                  &std::fclose);
   std::FILE* out = lead ? options.progress : silent.get();
@@ -190,6 +202,18 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   const LingConfig config =
       options.resume.empty() ? resolve_config(recipe.model) : load_checkpoint_config(options.resume);
   LingForCausalLM model(config, recipe.seed);
+  // A resumed run keeps the tokenizer its checkpoint was trained with; --tokenizer may only name it again.
+  RunTokenizer run_tokenizer;
+  if (options.resume.empty()) {
+    if (!options.tokenizer.empty()) run_tokenizer.json_text = read_file(options.tokenizer);
+  } else {
+    run_tokenizer.json_text = load_checkpoint_tokenizer_json(options.resume);
+    LT_CHECK(options.tokenizer.empty() || read_file(options.tokenizer) == run_tokenizer.json_text, "flag --tokenizer ",
+             options.tokenizer, " is not the tokenizer ", checkpoint_folder(options.resume),
+             " was trained with; a run cannot change its tokenizer");
+  }
+  run_tokenizer.tokenizer =
+      resolve_tokenizer(options.resume.empty() ? options.tokenizer : "", options.resume, config.vocab_size);
 
   TrainerSettings settings;
   settings.seed = recipe.seed;
@@ -306,7 +330,7 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
                                 {"dist", dist_json},
                                 {"spike_guard", guard.to_json()}};
     if (!edit) {
-      if (lead) save_checkpoint(checkpoint_dir, model, &trainer.optimizer(), trainer_state);
+      if (lead) save_checkpoint(checkpoint_dir, model, &trainer.optimizer(), trainer_state, run_tokenizer.json_text);
       return;
     }
     NamedTensors own = {{"values", trainer.parameters().values().narrow(owned.begin, owned.size())}};
@@ -323,7 +347,7 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
       world->gather(t, all.back(), 0);
     }
     if (!lead) return;
-    save_checkpoint(checkpoint_dir, model, nullptr, trainer_state, [&](const std::string& staging) {
+    save_checkpoint(checkpoint_dir, model, nullptr, trainer_state, run_tokenizer.json_text, [&](const std::string& staging) {
       std::filesystem::create_directories(staging + "/edit");
       for (int r = 0; r < world->size(); ++r) {
         NamedTensors rank_tensors;
@@ -372,9 +396,9 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
              " exceeds max_position_embeddings ", model.config().max_position_embeddings, " of the model");
     if (stage.rope_theta > 0) model.set_rope_theta(stage.rope_theta);
     // Rank 0 generates the embedded corpus if it is missing; the others read it once it is complete.
-    if (lead) data = stage_data(stage, options, config.vocab_size, data);
+    if (lead) data = stage_data(stage, options, run_tokenizer, config.vocab_size, data);
     world->barrier();
-    if (!lead) data = stage_data(stage, options, config.vocab_size, data);
+    if (!lead) data = stage_data(stage, options, run_tokenizer, config.vocab_size, data);
     BatchSampler sampler(data.train, B, T, stage_sampler_seed(recipe.seed, state.stage), world->rank(), world->size());
     if (resuming_this_stage) sampler.restore(state.data_cursor);
     // A fresh run starts with a checkpoint of its initial state (once its data has proved readable): the
@@ -634,7 +658,7 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
     SamplingSettings sampling;
     sampling.max_new_tokens = options.sample_tokens;
     sampling.seed = recipe.seed;
-    summary["sample"] = sample_text(model, byte_tokenizer(), options.sample_prompt, sampling);
+    summary["sample"] = sample_text(model, *run_tokenizer.tokenizer, options.sample_prompt, sampling);
   }
   return summary;
 }

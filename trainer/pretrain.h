@@ -25,6 +25,9 @@ struct Injection {
 struct RunOptions {
   std::string out_dir = "out/tiny";  // checkpoint/, metrics.jsonl and, for the embedded corpus, data/
   std::string resume;                // a checkpoint to continue from (it brings its recipe)
+  // A byte-level BPE tokenizer.json ("": the byte tokenizer). It tokenises the embedded corpus when no
+  // data is given and the sample, and is copied into every checkpoint; a resumed run keeps its own.
+  std::string tokenizer;
   Json stage_overrides = Json::object();  // stage keys that replace the resumed stage's (e.g. more steps)
   int64_t eval_every = 200;          // held-out loss every N steps (0: only at the end)
   int64_t eval_tokens = 65536;       // over the first N held-out tokens (0: all)

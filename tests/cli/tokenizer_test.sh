@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The BPE tokenizer from the command line: train one, encode with it, make shards with it, pre-train
+# with it (the checkpoint carries its tokenizer.json, sample and resume use it), and the refusals: a
+# tokenizer too large for the model, another tokenizer on resume, a tokenizer.json of another kind.
+# Usage: tokenizer_test.sh path/to/lingtrain
+source "$(dirname "$0")/common.sh"
+
+for i in $(seq 1 300); do
+  echo "the $((i % 17)) quick brown foxes jump over $((i * 7)) lazy dogs; it's line $i of $((i % 5 + 1)) pages."
+  echo "Über ${i}: größer — café, naïve; Привет мир $i; { return x * $i; } // why? because."
+done >text.txt
+"$bin" tokenizer train --vocab 300 --out tok.json text.txt >train.out || fail "tokenizer train"
+grep -q '"vocab_size":300' train.out || fail "tokenizer train: $(cat train.out)"
+"$bin" tokenizer train --vocab 300 --out tok2.json text.txt >/dev/null && cmp -s tok.json tok2.json ||
+  fail "tokenizer train is not deterministic"
+
+# Encode: fewer ids than bytes (34); the special token's spelling is one id only with --special 1.
+"$bin" tokenizer encode --tokenizer tok.json "the quick brown foxes<|endoftext|>" >plain.out || fail "encode"
+"$bin" tokenizer encode --tokenizer tok.json --special 1 "the quick brown foxes<|endoftext|>" >special.out ||
+  fail "encode --special"
+plain_ids=$(grep -o '"ids":\[[0-9,]*\]' plain.out | grep -o '[0-9]\+' | wc -l)
+special_ids=$(grep -o '"ids":\[[0-9,]*\]' special.out | grep -o '[0-9]\+' | wc -l)
+[ "$plain_ids" -lt 30 ] && [ "$special_ids" -lt "$plain_ids" ] ||
+  fail "encode: $plain_ids plain ids for 34 bytes, $special_ids with special tokens (want < 30, and fewer)"
+grep -q ',297\]' special.out || fail "encode --special: <|endoftext|> is not id 297: $(cat special.out)"
+
+# Shards with the tokenizer, then pre-training on them: the checkpoint keeps the tokenizer.
+"$bin" shards --tokenizer tok.json --out data/train text.txt >/dev/null || fail "shards --tokenizer"
+run=(--data data/train_000000.bin --val data/train_000000.bin --seq 32 --batch 2 --threads 1 --eval-every 0)
+"$bin" pretrain "${run[@]}" --tokenizer tok.json --steps 6 --out run --sample-prompt "the " --sample-tokens 5 \
+  >run.out 2>&1 || fail "pretrain --tokenizer: $(tail -1 run.out)"
+cmp -s tok.json run/checkpoint/tokenizer.json || fail "the checkpoint does not carry the run's tokenizer.json"
+"$bin" sample --ckpt run/checkpoint --prompt "the quick" --tokens 8 --threads 1 >sample.out || fail "sample"
+grep -q '^the quick' sample.out || fail "sample: $(cat sample.out)"
+"$bin" pretrain --resume run/checkpoint --steps 8 --threads 1 --eval-every 0 --sample-prompt "" >/dev/null 2>&1 ||
+  fail "resume of a BPE run"
+cmp -s tok.json run/checkpoint/tokenizer.json || fail "the resumed checkpoint lost its tokenizer.json"
+
+# Refusals: one line each, naming the file.
+"$bin" tokenizer train --vocab 600 --out big.json text.txt >/dev/null 2>&1 || fail "tokenizer train (600)"
+expect_error "tokenizer larger than the model" "big.json: .* tokens do not fit the model's vocab_size 320" \
+  "$bin" pretrain "${run[@]}" --tokenizer big.json --steps 2 --out big
+[ -e big ] && fail "a refused run left its folder"
+"$bin" tokenizer train --vocab 290 --out other.json text.txt >/dev/null || fail "tokenizer train (290)"
+expect_error "another tokenizer on resume" "is not the tokenizer run/checkpoint was trained with" \
+  "$bin" pretrain --resume run/checkpoint --steps 9 --tokenizer other.json --threads 1
+sed 's/"type": *"BPE"/"type": "Unigram"/' tok.json >unigram.json
+expect_error "tokenizer of another kind" "unigram.json: model type 'Unigram' is not supported" \
+  "$bin" tokenizer encode --tokenizer unigram.json "text"
+expect_error "tokenizer train without files" "tokenizer train needs --out" "$bin" tokenizer train --out x.json
+expect_error "tokenizer without a subcommand" "tokenizer needs a subcommand" "$bin" tokenizer
+expect_error "tokenizer train, bad pattern" "pattern 'bert' is not one of gpt2, llama3, ling" \
+  "$bin" tokenizer train --pattern bert --out x.json text.txt
+[ -e x.json ] && fail "a refused tokenizer train wrote its output"
+
+finish tokenizer
