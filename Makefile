@@ -41,7 +41,7 @@ train: build
 # Not part of `make test`. `make fuzz FUZZ_SECONDS=600` for the long run.
 FUZZ_BUILD    ?= build-fuzz
 FUZZ_SECONDS  ?= 60
-FUZZ_HARNESSES := safetensors shard config trainer_json tokenizer
+FUZZ_HARNESSES := safetensors shard config trainer_json tokenizer chat
 fuzz:
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" -DLINGTRAIN_CUDA=OFF -DLINGTRAIN_FUZZ=ON

@@ -16,6 +16,8 @@
 #include "bench/bench.h"
 #include "data/bpe_tokenizer.h"
 #include "data/bpe_trainer.h"
+#include "data/chat_template.h"
+#include "data/jsonl.h"
 #include "data/shard.h"
 #include "data/text_to_shards.h"
 #include "data/tokenizer.h"
@@ -463,6 +465,21 @@ int cmd_tokenizer(const std::vector<std::string>& args) {
   return 0;
 }
 
+// lingtrain chat-template --data F.jsonl [--tokenizer T] [--generation-prompt 1]: per record, the
+// rendered text, its ids and the loss mask, as JSON lines.
+int cmd_chat_template(const std::vector<std::string>& args) {
+  Flags flags(args, {{"data", ""}, {"tokenizer", ""}, {"generation-prompt", "0"}});
+  if (flags.str("data").empty()) fail("chat-template needs --data FILE.jsonl");
+  const std::unique_ptr<lt::Tokenizer> tokenizer = lt::load_tokenizer(flags.str("tokenizer"));
+  const bool generation_prompt = flags.integer("generation-prompt") != 0;
+  lt::for_each_jsonl_record(flags.str("data"), [&](const Json& record, const std::string& where) {
+    const lt::RenderedChat chat =
+        lt::render_chat(lt::conversation_from_json(record, where), *tokenizer, generation_prompt);
+    std::printf("%s\n", Json{{"text", chat.text}, {"ids", chat.ids}, {"loss_mask", chat.loss_mask}}.dump().c_str());
+  });
+  return 0;
+}
+
 int cmd_params(const std::vector<std::string>& args) {
   Flags flags(args, {{"model", "tiny"}});
   const lt::LingConfig config = lt::resolve_config(flags.str("model"));
@@ -537,6 +554,8 @@ void usage(FILE* out) {
                "  tokenizer train --vocab N --out tokenizer.json [--pattern ling|llama3|gpt2] FILE...\n"
                "                                 train a byte-level BPE tokenizer on text files\n"
                "  tokenizer encode [--tokenizer T] [--special 1] TEXT...   ids of each text, JSON lines\n"
+               "  chat-template --data F.jsonl [--tokenizer T] [--generation-prompt 1]\n"
+               "                                 Ling's chat template: text, ids, loss_mask per record\n"
                "  params [--model NAME|config.json]           parameter counts, nothing allocated\n"
                "  bench [--config moe-s|moe-m|dense-124m] [--threads N] [--steps S] [--warmup W] [--profile 1]\n"
                "                                 training-step speed of one config, last line JSON; without\n"
@@ -551,7 +570,7 @@ int main(int argc, char** argv) {
       {"--version", cmd_version}, {"version", cmd_version}, {"gradcheck", cmd_gradcheck},
       {"pretrain", cmd_pretrain},  {"eval", cmd_eval},       {"sample", cmd_sample},
       {"shards", cmd_shards},      {"params", cmd_params},   {"bench", cmd_bench},
-      {"tokenizer", cmd_tokenizer}};
+      {"tokenizer", cmd_tokenizer}, {"chat-template", cmd_chat_template}};
   if (argc < 2) {
     usage(stderr);
     return 2;

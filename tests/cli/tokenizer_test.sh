@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The BPE tokenizer from the command line: train one, encode with it, make shards with it, pre-train
-# with it (the checkpoint carries its tokenizer.json, sample and resume use it), and the refusals: a
+# with it (the checkpoint carries its tokenizer.json, sample and resume use it), render the chat
+# template with it, and the refusals: a
 # tokenizer too large for the model, another tokenizer on resume, a tokenizer.json of another kind.
 # Usage: tokenizer_test.sh path/to/lingtrain
 source "$(dirname "$0")/common.sh"
@@ -35,6 +36,17 @@ grep -q '^the quick' sample.out || fail "sample: $(cat sample.out)"
 "$bin" pretrain --resume run/checkpoint --steps 8 --threads 1 --eval-every 0 --sample-prompt "" >/dev/null 2>&1 ||
   fail "resume of a BPE run"
 cmp -s tok.json run/checkpoint/tokenizer.json || fail "the resumed checkpoint lost its tokenizer.json"
+
+# Ling's chat template: one JSON line per record, with the BPE tokenizer and the byte tokenizer.
+conversations=$(dirname "$0")/../golden/chat/conversations.jsonl
+for tok in tok.json ""; do
+  "$bin" chat-template --data "$conversations" ${tok:+--tokenizer $tok} >chat.out || fail "chat-template ${tok:-(bytes)}"
+  [ "$(grep -c '^{"ids":\[.*\],"loss_mask":\[.*\],"text":".*"}$' chat.out)" = 7 ] ||
+    fail "chat-template ${tok:-(bytes)}: $(head -c 300 chat.out)"
+done
+printf '{"prompt": "a", "completion": "b"}\n{"messages": [{"role": "wizard", "content": "x"}]}\n' >bad.jsonl
+expect_error "chat-template, unknown role" "bad.jsonl:2: messages\[0\]: unknown role 'wizard'" \
+  "$bin" chat-template --data bad.jsonl
 
 # Refusals: one line each, naming the file.
 "$bin" tokenizer train --vocab 600 --out big.json text.txt >/dev/null 2>&1 || fail "tokenizer train (600)"

@@ -1,12 +1,36 @@
 // The tokenizer goldens (see make_goldens.sh, which runs this):
 //   node make_goldens.mjs text                 prints the text the base tokenizers are trained on
 //   node make_goldens.mjs goldens WORK OUT     writes OUT/<variant>.json and OUT/goldens.json
+//   node make_goldens.mjs chat TOKENIZER CONVERSATIONS OUT
+//                                              renders each conversation with Ling's chat template in
+//                                              Hugging Face's Jinja engine, encodes it, writes OUT
 // goldens.json: {"texts": [...], "tokenizers": {"<variant>.json": {"ids": [[...] per text],
 // "decoded": [text per text]}}}, encoded with special tokens split out and no post-processing
 // (add_special_tokens false), as lingtrain's encode_with_special_tokens does.
 import fs from "node:fs";
 import path from "node:path";
+import { Template } from "@huggingface/jinja";
 import { Tokenizer } from "@huggingface/tokenizers";
+
+// Ling's chat template (Hugging Face's for inclusionAI/Ling-lite: role lower-cased, user -> HUMAN, then
+// upper-cased, no separator between turns) with LLaMA-Factory's efficient_eos for training: the end
+// token after each assistant reply. Observation turns come from "observation" or TRL's "tool" role.
+const LING_TRAINING_TEMPLATE =
+  "{%- for message in messages -%}" +
+  "{%- set role = message['role'] | lower -%}" +
+  "{%- if role == 'user' -%}{%- set role = 'human' -%}{%- endif -%}" +
+  "{%- if role == 'tool' -%}{%- set role = 'observation' -%}{%- endif -%}" +
+  "{{- '<role>' + (role | upper) + '</role>' + message['content'] -}}" +
+  "{%- if role == 'assistant' -%}{{- eos_token -}}{%- endif -%}" +
+  "{%- endfor -%}" +
+  "{%- if add_generation_prompt -%}{{- '<role>ASSISTANT</role>' -}}{%- endif -%}";
+
+// TRL's record forms as one message list.
+function messagesOf(record) {
+  if (record.messages) return record.messages;
+  const part = (value, role) => (typeof value === "string" ? [{ role, content: value }] : value);
+  return [...part(record.prompt, "user"), ...part(record.completion, "assistant")];
+}
 
 // Text with what tokenizers get wrong: Unicode of several scripts, combining marks, emoji sequences,
 // digits in runs, contractions in both cases, every kind of whitespace run, and special tokens.
@@ -111,7 +135,20 @@ if (mode === "text") {
     goldens.tokenizers[name] = { ids, decoded };
   }
   writeJson(path.join(out, "goldens.json"), goldens);
+} else if (mode === "chat") {
+  const [tokenizerPath, conversationsPath, outPath] = process.argv.slice(3);
+  const tokenizer = new Tokenizer(JSON.parse(fs.readFileSync(tokenizerPath, "utf8")), {});
+  const template = new Template(LING_TRAINING_TEMPLATE);
+  const records = fs
+    .readFileSync(conversationsPath, "utf8")
+    .split("\n")
+    .filter((line) => line.trim() !== "")
+    .map((line) => {
+      const text = template.render({ messages: messagesOf(JSON.parse(line)), eos_token: "<|endoftext|>", add_generation_prompt: false });
+      return { text, ids: tokenizer.encode(text, { add_special_tokens: false }).ids };
+    });
+  writeJson(outPath, { template: LING_TRAINING_TEMPLATE, tokenizer: path.basename(tokenizerPath), records });
 } else {
-  console.error("usage: make_goldens.mjs text | goldens WORK OUT");
+  console.error("usage: make_goldens.mjs text | goldens WORK OUT | chat TOKENIZER CONVERSATIONS OUT");
   process.exit(1);
 }
