@@ -480,6 +480,25 @@ int cmd_chat_template(const std::vector<std::string>& args) {
   return 0;
 }
 
+// lingtrain score --ckpt C --data F.jsonl [--tokenizer T]: per record, the summed log-probability of the
+// tokens chat-template marks in loss_mask (the replies and their end tokens) and their count.
+int cmd_score(const std::vector<std::string>& args) {
+  Flags flags(args, {{"ckpt", ""}, {"data", ""}, {"tokenizer", ""}, {"threads", "0"}});
+  apply_threads(flags);
+  if (flags.str("ckpt").empty() || flags.str("data").empty()) fail("score needs --ckpt DIR and --data FILE.jsonl");
+  const std::string ckpt = flags.str("ckpt");
+  lt::LingForCausalLM model(lt::load_checkpoint_config(ckpt), 0);
+  lt::load_checkpoint_weights(ckpt, model);
+  const std::unique_ptr<lt::Tokenizer> tokenizer =
+      lt::resolve_tokenizer(flags.str("tokenizer"), ckpt, model.config().vocab_size);
+  lt::for_each_jsonl_record(flags.str("data"), [&](const Json& record, const std::string& where) {
+    const lt::RenderedChat chat = lt::render_chat(lt::conversation_from_json(record, where), *tokenizer);
+    const lt::SequenceLogprob scored = lt::masked_logprob(model, chat.ids, chat.loss_mask, where);
+    std::printf("%s\n", Json{{"logp", scored.logp}, {"tokens", scored.tokens}}.dump().c_str());
+  });
+  return 0;
+}
+
 int cmd_params(const std::vector<std::string>& args) {
   Flags flags(args, {{"model", "tiny"}});
   const lt::LingConfig config = lt::resolve_config(flags.str("model"));
@@ -556,6 +575,8 @@ void usage(FILE* out) {
                "  tokenizer encode [--tokenizer T] [--special 1] TEXT...   ids of each text, JSON lines\n"
                "  chat-template --data F.jsonl [--tokenizer T] [--generation-prompt 1]\n"
                "                                 Ling's chat template: text, ids, loss_mask per record\n"
+               "  score --ckpt DIR --data F.jsonl [--tokenizer T]   per record, the summed log-prob of the\n"
+               "                                 tokens chat-template trains on (logp, tokens), JSON lines\n"
                "  params [--model NAME|config.json]           parameter counts, nothing allocated\n"
                "  bench [--config moe-s|moe-m|dense-124m] [--threads N] [--steps S] [--warmup W] [--profile 1]\n"
                "                                 training-step speed of one config, last line JSON; without\n"
@@ -570,7 +591,8 @@ int main(int argc, char** argv) {
       {"--version", cmd_version}, {"version", cmd_version}, {"gradcheck", cmd_gradcheck},
       {"pretrain", cmd_pretrain},  {"eval", cmd_eval},       {"sample", cmd_sample},
       {"shards", cmd_shards},      {"params", cmd_params},   {"bench", cmd_bench},
-      {"tokenizer", cmd_tokenizer}, {"chat-template", cmd_chat_template}};
+      {"tokenizer", cmd_tokenizer}, {"chat-template", cmd_chat_template},
+      {"score", cmd_score}};
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -1,8 +1,10 @@
 #include "trainer/evaluate.h"
 
 #include <optional>
+#include <vector>
 
 #include "data/batch_sampler.h"
+#include "tensor/error.h"
 
 namespace lt {
 
@@ -24,6 +26,30 @@ LossSum evaluate(LingForCausalLM& model, const Tensor& tokens, int64_t T, int64_
               tail.narrow(1, remaining - 1).clone().reshape({1, remaining - 1}));
   }
   return total;
+}
+
+SequenceLogprob masked_logprob(LingForCausalLM& model, std::span<const uint32_t> ids, std::span<const uint8_t> mask,
+                               const std::string& what) {
+  LT_CHECK(ids.size() == mask.size(), what, ": ", ids.size(), " ids but ", mask.size(), " mask entries");
+  const auto n = static_cast<int64_t>(ids.size());
+  LT_CHECK(n <= model.config().max_position_embeddings + 1, what, ": ", n, " tokens, longer than max_position_embeddings ",
+           model.config().max_position_embeddings, " + 1");
+  LT_CHECK(n == 0 || mask[0] == 0, what, ": the first token cannot be predicted, its mask must be 0");
+  SequenceLogprob result;
+  for (uint8_t m : mask) result.tokens += m != 0;
+  if (result.tokens == 0) return result;
+  std::vector<int32_t> inputs(static_cast<size_t>(n - 1)), targets(static_cast<size_t>(n - 1));
+  for (int64_t t = 0; t + 1 < n; ++t) {
+    inputs[static_cast<size_t>(t)] = static_cast<int32_t>(ids[static_cast<size_t>(t)]);
+    targets[static_cast<size_t>(t)] = mask[static_cast<size_t>(t + 1)] ? static_cast<int32_t>(ids[static_cast<size_t>(t + 1)]) : -100;
+  }
+  NoGradGuard no_grad;
+  MoEContext context;
+  const LossBreakdown loss = model.loss(Tensor::from_vector<int32_t>({1, n - 1}, inputs),
+                                        Tensor::from_vector<int32_t>({1, n - 1}, targets), context);
+  // lm is the mean over the non-ignored targets, which are exactly the marked tokens.
+  result.logp = -loss.lm.value().item() * static_cast<double>(result.tokens);
+  return result;
 }
 
 }  // namespace lt

@@ -1,6 +1,9 @@
-// Held-out evaluation: the mean next-token cross-entropy of a model over a whole token array.
+// Held-out evaluation: the mean next-token cross-entropy of a model over a whole token array, and the
+// log-probability a model gives to the marked tokens of one sequence (`lingtrain score`, DPO's reference).
 #pragma once
 #include <cstdint>
+#include <span>
+#include <string>
 
 #include "model/ling.h"
 
@@ -16,5 +19,16 @@ struct LossSum {
 // once; a final shorter window counts when it holds at least 2 tokens. Language-model loss only (no
 // auxiliary losses), no gradients, `batch` windows per forward.
 LossSum evaluate(LingForCausalLM& model, const Tensor& tokens, int64_t T, int64_t batch);
+
+struct SequenceLogprob {
+  double logp = 0;  // nats, summed over the marked tokens
+  int64_t tokens = 0;
+};
+// Each token of ids whose mask is 1 (the first token is never predicted, so its mask must be 0), predicted
+// from the tokens before it: the sum of their log-probabilities and their count. Through the training
+// loss (the fused NormHead cross-entropy), so it is the quantity SFT and DPO train on. Fails when the
+// sequence is longer than max_position_embeddings. `what` names the sequence in errors (file:line).
+SequenceLogprob masked_logprob(LingForCausalLM& model, std::span<const uint32_t> ids, std::span<const uint8_t> mask,
+                               const std::string& what);
 
 }  // namespace lt

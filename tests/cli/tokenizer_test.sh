@@ -44,6 +44,10 @@ for tok in tok.json ""; do
   [ "$(grep -c '^{"ids":\[.*\],"loss_mask":\[.*\],"text":".*"}$' chat.out)" = 7 ] ||
     fail "chat-template ${tok:-(bytes)}: $(head -c 300 chat.out)"
 done
+# score: the log-probability of what chat-template marks, per record, with the checkpoint's tokenizer.
+head -2 "$conversations" >two.jsonl
+"$bin" score --ckpt run/checkpoint --data two.jsonl --threads 1 >score.out || fail "score"
+[ "$(grep -c '^{"logp":-[0-9.e+-]*,"tokens":[1-9][0-9]*}$' score.out)" = 2 ] || fail "score: $(cat score.out)"
 printf '{"prompt": "a", "completion": "b"}\n{"messages": [{"role": "wizard", "content": "x"}]}\n' >bad.jsonl
 expect_error "chat-template, unknown role" "bad.jsonl:2: messages\[0\]: unknown role 'wizard'" \
   "$bin" chat-template --data bad.jsonl
