@@ -18,6 +18,7 @@
 #include "data/bpe_trainer.h"
 #include "data/chat_template.h"
 #include "data/jsonl.h"
+#include "data/tool_data.h"
 #include "data/shard.h"
 #include "data/text_to_shards.h"
 #include "data/tokenizer.h"
@@ -499,6 +500,29 @@ int cmd_score(const std::vector<std::string>& args) {
   return 0;
 }
 
+// lingtrain tool-data --out DIR [--seed S] [--sft N] [--dpo N]: the embedded post-training data.
+int cmd_tool_data(const std::vector<std::string>& args) {
+  Flags flags(args, {{"out", ""}, {"seed", "1"}, {"sft", "4000"}, {"dpo", "2000"}});
+  if (flags.str("out").empty()) fail("tool-data needs --out DIR");
+  const std::string out = flags.str("out");
+  const auto seed = static_cast<uint64_t>(flags.integer("seed"));
+  const lt::KnowledgeGraph graph = lt::build_knowledge_graph(seed);
+  const lt::ToolDataSet set = lt::synthesise_tool_data(graph, seed, flags.positive("sft"), flags.positive("dpo"));
+  std::filesystem::create_directories(out);
+  lt::write_json_file(out + "/knowledge_graph.json", graph.to_json());
+  const std::pair<const char*, const std::vector<Json>*> files[] = {{"sft_train.jsonl", &set.sft_train},
+                                                                     {"sft_val.jsonl", &set.sft_val},
+                                                                     {"dpo_train.jsonl", &set.dpo_train},
+                                                                     {"dpo_val.jsonl", &set.dpo_val}};
+  Json summary = {{"knowledge_graph", out + "/knowledge_graph.json"}, {"facts", graph.facts.size()}};
+  for (const auto& [name, records] : files) {
+    lt::write_jsonl_file(out + "/" + name, *records);
+    summary[name] = records->size();
+  }
+  std::printf("%s\n", summary.dump().c_str());
+  return 0;
+}
+
 int cmd_params(const std::vector<std::string>& args) {
   Flags flags(args, {{"model", "tiny"}});
   const lt::LingConfig config = lt::resolve_config(flags.str("model"));
@@ -577,6 +601,8 @@ void usage(FILE* out) {
                "                                 Ling's chat template: text, ids, loss_mask per record\n"
                "  score --ckpt DIR --data F.jsonl [--tokenizer T]   per record, the summed log-prob of the\n"
                "                                 tokens chat-template trains on (logp, tokens), JSON lines\n"
+               "  tool-data --out DIR [--seed S] [--sft N] [--dpo N]   the embedded post-training data: a\n"
+               "                                 knowledge graph, tool-use SFT conversations, preference pairs\n"
                "  params [--model NAME|config.json]           parameter counts, nothing allocated\n"
                "  bench [--config moe-s|moe-m|dense-124m] [--threads N] [--steps S] [--warmup W] [--profile 1]\n"
                "                                 training-step speed of one config, last line JSON; without\n"
@@ -592,7 +618,7 @@ int main(int argc, char** argv) {
       {"pretrain", cmd_pretrain},  {"eval", cmd_eval},       {"sample", cmd_sample},
       {"shards", cmd_shards},      {"params", cmd_params},   {"bench", cmd_bench},
       {"tokenizer", cmd_tokenizer}, {"chat-template", cmd_chat_template},
-      {"score", cmd_score}};
+      {"score", cmd_score},        {"tool-data", cmd_tool_data}};
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -2,44 +2,17 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <initializer_list>
 #include <set>
 #include <string_view>
 #include <vector>
+
+#include "data/random_text.h"
 
 namespace lt::corpus_domains {
 
 namespace {
 
-template <class T, size_t N>
-const T& pick(Rng& rng, const T (&items)[N]) {
-  return items[rng.below(N)];
-}
-
-// Inclusive on both ends.
-int64_t between(Rng& rng, int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng.below(hi - lo + 1)); }
-
-bool chance(Rng& rng, double probability) { return rng.uniform() < probability; }
-
-std::string str(std::string_view view) { return std::string(view); }
-
-// Concatenates parts evaluated left to right. The elements of a braced list are sequenced in order,
-// while the operands of a chain of + are not: drawing from the Rng inside a + chain would make the
-// text depend on the compiler's evaluation order, so every multi-draw concatenation goes through here.
-std::string cat(std::initializer_list<std::string> parts) {
-  std::string out;
-  for (const std::string& part : parts) out += part;
-  return out;
-}
-
-std::string join(const std::vector<std::string>& parts, std::string_view separator) {
-  std::string out;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (i) out += separator;
-    out += parts[i];
-  }
-  return out;
-}
+using namespace random_text;
 
 // Upper-cases the first letter after any opening quote; ä and ö are two UTF-8 bytes each.
 void capitalize(std::string& text) {
@@ -780,11 +753,6 @@ ConlangLexicon build_conlang_lexicon() {
 const ConlangLexicon& conlang_lexicon() {
   static const ConlangLexicon lexicon = build_conlang_lexicon();
   return lexicon;
-}
-
-template <class T>
-const T& pick_from(Rng& rng, const std::vector<T>& items) {
-  return items[rng.below(items.size())];
 }
 
 enum class Case { Nominative, Genitive, Inessive, Adessive, Elative, Allative, Plural };

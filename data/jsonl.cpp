@@ -2,6 +2,7 @@
 
 #include <string_view>
 
+#include "io/atomic_file.h"
 #include "io/input_file.h"
 #include "tensor/error.h"
 
@@ -23,6 +24,15 @@ void for_each_jsonl_record(const std::string& path,
     LT_CHECK(record.is_object(), where, ": a record must be a JSON object, got ", record.type_name());
     on_record(record, where);
   }
+}
+
+void write_jsonl_file(const std::string& path, const std::vector<Json>& records) {
+  write_file_atomic(path, [&](FileSink& sink) {
+    for (const Json& record : records) {
+      sink.write(record.dump());
+      sink.write("\n");
+    }
+  });
 }
 
 }  // namespace lt

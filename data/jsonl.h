@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "io/json.h"
 
@@ -15,5 +16,8 @@ namespace lt {
 // file and line; so does a missing or unreadable file.
 void for_each_jsonl_record(const std::string& path,
                            const std::function<void(const Json& record, const std::string& where)>& on_record);
+
+// One record per line, written atomically.
+void write_jsonl_file(const std::string& path, const std::vector<Json>& records);
 
 }  // namespace lt

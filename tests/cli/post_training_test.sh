@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The BPE tokenizer from the command line: train one, encode with it, make shards with it, pre-train
-# with it (the checkpoint carries its tokenizer.json, sample and resume use it), render the chat
-# template with it, and the refusals: a
+# The post-training commands: a BPE tokenizer trained, used to encode, to make shards and to pre-train
+# (the checkpoint carries its tokenizer.json, sample and resume use it); Ling's chat template; score; the
+# embedded tool-use data; and the refusals: a
 # tokenizer too large for the model, another tokenizer on resume, a tokenizer.json of another kind.
-# Usage: tokenizer_test.sh path/to/lingtrain
+# Usage: post_training_test.sh path/to/lingtrain
 source "$(dirname "$0")/common.sh"
 
 for i in $(seq 1 300); do
@@ -52,6 +52,11 @@ printf '{"prompt": "a", "completion": "b"}\n{"messages": [{"role": "wizard", "co
 expect_error "chat-template, unknown role" "bad.jsonl:2: messages\[0\]: unknown role 'wizard'" \
   "$bin" chat-template --data bad.jsonl
 
+# The embedded tool-use data renders through the chat template.
+"$bin" tool-data --out td --sft 40 --dpo 10 >td.out || fail "tool-data"
+grep -q '"sft_train.jsonl":40' td.out || fail "tool-data: $(cat td.out)"
+[ "$("$bin" chat-template --data td/sft_val.jsonl | wc -l)" = 8 ] || fail "tool-data: sft_val does not render"
+
 # Refusals: one line each, naming the file.
 "$bin" tokenizer train --vocab 600 --out big.json text.txt >/dev/null 2>&1 || fail "tokenizer train (600)"
 expect_error "tokenizer larger than the model" "big.json: .* tokens do not fit the model's vocab_size 320" \
@@ -69,4 +74,4 @@ expect_error "tokenizer train, bad pattern" "pattern 'bert' is not one of gpt2, 
   "$bin" tokenizer train --pattern bert --out x.json text.txt
 [ -e x.json ] && fail "a refused tokenizer train wrote its output"
 
-finish tokenizer
+finish post_training

@@ -1,0 +1,67 @@
+// The embedded post-training data (`lingtrain tool-data`), generated like the pre-training corpus: a
+// small knowledge graph, and from it tool-use conversations in Ling's style (the report's tool data is
+// synthesised from a knowledge graph), plain instructions, and preference pairs.
+//
+// The graph: countries, cities (located_in a country; each country has a capital), companies
+// (headquartered_in a city, founded_in a year) and people (born_in a city, birth_year, works_for a
+// company), all with made-up names, so no fact can come from pre-training: the model has to call the tool.
+//
+// The tool: lookup(entity, relation) -> {"result": value}. The assistant calls it by replying with
+// exactly tool_call(entity, relation), e.g. {"name": "lookup", "arguments": {"entity": "Mirela Vantos",
+// "relation": "born_in"}}; the result comes back as an observation turn ({"result": "Valdris"}), and the
+// assistant answers in one sentence. Two-hop questions ("In which country was X born?") need two calls, the second on the first's
+// result.
+//
+// Splits: 20% of the people and companies are held out: validation questions are about them only, so a
+// held-out score measures the skill (call the tool with the entity named in the question), not memory.
+//
+// Preference pairs: the prompt is a conversation up to one assistant turn; chosen is the correct turn,
+// rejected one of: a call with the wrong relation, a call on the wrong entity, a wrong final answer, or
+// a malformed call (format only: same content, broken JSON).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "io/json.h"
+
+namespace lt {
+
+struct KnowledgeGraph {
+  struct Entity {
+    std::string name;
+    std::string type;  // person, company, city, country
+    bool held_out = false;
+  };
+  std::vector<Entity> entities;
+  std::map<std::pair<std::string, std::string>, std::string> facts;  // (entity, relation) -> value
+
+  std::optional<std::string> lookup(const std::string& entity, const std::string& relation) const;
+  Json to_json() const;
+};
+
+KnowledgeGraph build_knowledge_graph(uint64_t seed);
+
+// The exact text of a call, and its parse (nullopt for anything that is not exactly a call's JSON with a
+// string entity and relation).
+std::string tool_call(const std::string& entity, const std::string& relation);
+std::optional<std::pair<std::string, std::string>> parse_tool_call(const std::string& text);
+// What the tool answers, as the observation turn's content.
+std::string tool_result(const std::optional<std::string>& value);
+
+// The system prompt of every tool-use conversation.
+extern const char* const kToolSystemPrompt;
+
+struct ToolDataSet {
+  std::vector<Json> sft_train, sft_val;  // TRL {"messages": [...]}
+  std::vector<Json> dpo_train, dpo_val;  // TRL {"prompt": [...], "chosen": [...], "rejected": [...], "kind": ...}
+};
+
+// sft_examples and dpo_pairs per training split; validation splits get a fifth as many. A quarter of the
+// SFT examples are plain instructions (arithmetic with worked answers) without the tool.
+ToolDataSet synthesise_tool_data(const KnowledgeGraph& graph, uint64_t seed, int64_t sft_examples, int64_t dpo_pairs);
+
+}  // namespace lt
