@@ -31,6 +31,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/evaluate.h"
 #include "trainer/generate.h"
+#include "trainer/tool_eval.h"
 #include "trainer/pretrain.h"
 #include "trainer/recipe.h"
 
@@ -523,6 +524,34 @@ int cmd_tool_data(const std::vector<std::string>& args) {
   return 0;
 }
 
+// lingtrain eval-tools --ckpt C --data held_out.jsonl [--graph knowledge_graph.json] [--tokenizer T]
+// [--max-tokens N] [--limit N]: the model plays the tool conversations (trainer/tool_eval.h).
+int cmd_eval_tools(const std::vector<std::string>& args) {
+  Flags flags(args, {{"ckpt", ""}, {"data", ""}, {"graph", ""}, {"tokenizer", ""}, {"max-tokens", "64"},
+                     {"limit", "0"}, {"threads", "0"}});
+  apply_threads(flags);
+  if (flags.str("ckpt").empty() || flags.str("data").empty()) fail("eval-tools needs --ckpt DIR and --data FILE.jsonl");
+  const std::string data = flags.str("data"), ckpt = flags.str("ckpt");
+  const std::string graph_path = flags.str("graph").empty()
+                                     ? (std::filesystem::path(data).parent_path() / "knowledge_graph.json").string()
+                                     : flags.str("graph");
+  const int64_t limit = flags.integer("limit");
+  if (limit < 0) fail("flag --limit must be >= 0, got ", limit);
+  const lt::KnowledgeGraph graph = lt::KnowledgeGraph::from_json(lt::read_json_file(graph_path), graph_path);
+  std::vector<std::pair<Json, std::string>> records;
+  lt::for_each_jsonl_record(data, [&](const Json& record, const std::string& where) {
+    if (limit == 0 || static_cast<int64_t>(records.size()) < limit) records.emplace_back(record, where);
+  });
+  lt::LingForCausalLM model(lt::load_checkpoint_config(ckpt), 0);
+  lt::load_checkpoint_weights(ckpt, model);
+  const std::unique_ptr<lt::Tokenizer> tokenizer =
+      lt::resolve_tokenizer(flags.str("tokenizer"), ckpt, model.config().vocab_size);
+  const lt::ToolEvalResult result =
+      lt::evaluate_tool_use(model, *tokenizer, graph, records, flags.positive("max-tokens"));
+  std::printf("%s\n", result.to_json().dump().c_str());
+  return 0;
+}
+
 int cmd_params(const std::vector<std::string>& args) {
   Flags flags(args, {{"model", "tiny"}});
   const lt::LingConfig config = lt::resolve_config(flags.str("model"));
@@ -603,6 +632,9 @@ void usage(FILE* out) {
                "                                 tokens chat-template trains on (logp, tokens), JSON lines\n"
                "  tool-data --out DIR [--seed S] [--sft N] [--dpo N]   the embedded post-training data: a\n"
                "                                 knowledge graph, tool-use SFT conversations, preference pairs\n"
+               "  eval-tools --ckpt DIR --data F.jsonl [--graph knowledge_graph.json] [--limit N]\n"
+               "                                 the model plays tool conversations: call exact match, format\n"
+               "                                 validity, final-answer accuracy (last line JSON)\n"
                "  params [--model NAME|config.json]           parameter counts, nothing allocated\n"
                "  bench [--config moe-s|moe-m|dense-124m] [--threads N] [--steps S] [--warmup W] [--profile 1]\n"
                "                                 training-step speed of one config, last line JSON; without\n"
@@ -618,7 +650,7 @@ int main(int argc, char** argv) {
       {"pretrain", cmd_pretrain},  {"eval", cmd_eval},       {"sample", cmd_sample},
       {"shards", cmd_shards},      {"params", cmd_params},   {"bench", cmd_bench},
       {"tokenizer", cmd_tokenizer}, {"chat-template", cmd_chat_template},
-      {"score", cmd_score},        {"tool-data", cmd_tool_data}};
+      {"score", cmd_score},        {"tool-data", cmd_tool_data}, {"eval-tools", cmd_eval_tools}};
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -229,6 +229,22 @@ Json KnowledgeGraph::to_json() const {
   return out;
 }
 
+KnowledgeGraph KnowledgeGraph::from_json(const Json& json, const std::string& source) {
+  KnowledgeGraph graph;
+  LT_CHECK(json.is_object() && json.contains("entities") && json.at("entities").is_array() && json.contains("facts") &&
+               json.at("facts").is_array(),
+           source, ": a knowledge graph needs 'entities' and 'facts' lists");
+  for (const Json& e : json.at("entities")) {
+    const JsonObject o(e, source, "entities");
+    graph.entities.push_back({o.get<std::string>("name"), o.get<std::string>("type"), o.get<bool>("held_out", false)});
+  }
+  for (const Json& f : json.at("facts")) {
+    const JsonObject o(f, source, "facts");
+    graph.facts[{o.get<std::string>("entity"), o.get<std::string>("relation")}] = o.get<std::string>("value");
+  }
+  return graph;
+}
+
 KnowledgeGraph build_knowledge_graph(uint64_t seed) {
   Rng rng(derive_seed(seed, 1));
   KnowledgeGraph graph;

@@ -41,6 +41,8 @@ struct KnowledgeGraph {
 
   std::optional<std::string> lookup(const std::string& entity, const std::string& relation) const;
   Json to_json() const;
+  // What to_json wrote (knowledge_graph.json); `source` names it in errors.
+  static KnowledgeGraph from_json(const Json& json, const std::string& source);
 };
 
 KnowledgeGraph build_knowledge_graph(uint64_t seed);

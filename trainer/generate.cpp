@@ -61,6 +61,7 @@ std::vector<uint32_t> generate(LingForCausalLM& model, const std::vector<uint32_
     const std::vector<double> scores(all.end() - model_vocab, all.end() - model_vocab + sample_vocab);
     const uint32_t next = draw(scores, settings, rng);
     out.push_back(next);
+    if (settings.stop_at && next == *settings.stop_at) break;
     step_ids.assign(1, static_cast<int32_t>(next));
   }
   return out;

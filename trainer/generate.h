@@ -2,6 +2,7 @@
 // drawn greedily (temperature 0) or from the top-k / nucleus (top-p) restricted distribution.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@ struct SamplingSettings {
   int64_t top_k = 40;        // 0: no limit
   double top_p = 0.95;       // in (0, 1]
   uint64_t seed = 1;
+  std::optional<uint32_t> stop_at;  // generation ends once this id is drawn (it is the last id returned)
 };
 
 // Only ids below `sample_vocab` are drawn: the model's vocabulary may be padded past the tokenizer's,

@@ -56,6 +56,15 @@ expect_error "chat-template, unknown role" "bad.jsonl:2: messages\[0\]: unknown 
 "$bin" tool-data --out td --sft 40 --dpo 10 >td.out || fail "tool-data"
 grep -q '"sft_train.jsonl":40' td.out || fail "tool-data: $(cat td.out)"
 [ "$("$bin" chat-template --data td/sft_val.jsonl | wc -l)" = 8 ] || fail "tool-data: sft_val does not render"
+# eval-tools plays 8 of them (an untrained model: the figures are low, the accounting must add up).
+"$bin" eval-tools --ckpt run/checkpoint --data td/sft_val.jsonl --limit 8 --max-tokens 16 --threads 1 >tools.out ||
+  fail "eval-tools"
+played=$(grep -o '"conversations":[0-9]*' tools.out | cut -d: -f2)
+skipped=$(grep -o '"skipped_without_tool":[0-9]*' tools.out | cut -d: -f2)
+[ "$((played + skipped))" = 8 ] || fail "eval-tools: conversations + skipped != 8: $(cat tools.out)"
+for key in tool_call_exact_match format_validity final_answer_accuracy expected_calls; do
+  grep -q "\"$key\":" tools.out || fail "eval-tools: no $key in $(cat tools.out)"
+done
 
 # Refusals: one line each, naming the file.
 "$bin" tokenizer train --vocab 600 --out big.json text.txt >/dev/null 2>&1 || fail "tokenizer train (600)"
