@@ -137,6 +137,24 @@ std::vector<GradCase> core_gradcheck_cases() {
                     {{ac.B, ac.T, ac.Hq, ac.D}, {ac.B, ac.T, ac.Hkv, ac.D}, {ac.B, ac.T, ac.Hkv, ac.D}},
                     [](const Inputs& x) { return attention(x[0], x[1], x[2]); }));
 
+  // Packed documents (doc_start): a one-token document, a boundary inside a block and one on the block
+  // boundary at 64, two rows packed differently.
+  {
+    const int64_t T = 129;
+    std::vector<int32_t> starts(2 * T);
+    for (int64_t t = 0; t < T; ++t) {
+      starts[t] = t < 1 ? 0 : t < 10 ? 1 : t < 64 ? 10 : 64;
+      starts[T + t] = t < 100 ? 0 : 100;
+    }
+    const Tensor doc_start = Tensor::from_vector<int32_t>({2, T}, starts);
+    add_case(simple("attention", "packed documents B=2 T=129 Hq=2 Hkv=1 D=3",
+                    {{2, T, 2, 3}, {2, T, 1, 3}, {2, T, 1, 3}},
+                    [doc_start](const Inputs& x) { return attention(x[0], x[1], x[2], doc_start); }));
+    add_case(simple("qkv_attention", "packed documents B=2 T=129 Hq=2 Hkv=1 D=2",
+                    {{2, T, 4 * 2}},
+                    [doc_start](const Inputs& x) { return qkv_attention(x[0], 2, 1, 10000.0, 0, doc_start); }));
+  }
+
   // qkv_attention: the fused projection [B, T, (Hq + 2 Hkv) D] split with RoPE; D = 2 (one pair) and
   // D = 18 (a vector tail in each half), GQA, and a position offset.
   struct QkvCase {

@@ -41,12 +41,14 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets, int64_t ig
 // ---- position and attention (autograd/ops/rope.cpp, autograd/ops/attention.cpp) -------------------
 Variable rope(const Variable& x, double theta, int64_t pos_offset = 0);  // x [B, T, H, D]
 // Causal grouped-query attention, q [B, T, Hq, D], k and v [B, T, Hkv, D] -> [B, T, Hq, D],
-// scores scaled by 1/sqrt(D).
-Variable attention(const Variable& q, const Variable& k, const Variable& v);
+// scores scaled by 1/sqrt(D). doc_start (i32 [B, T], optional): packed documents, query t seeing keys
+// doc_start[b, t] .. t only (kernels::attention).
+Variable attention(const Variable& q, const Variable& k, const Variable& v, const Tensor& doc_start = Tensor());
 // The same from a fused projection qkv [B, T, (Hq + 2 Hkv) D] whose rows are [all Q heads | all K heads
 // | all V heads]: RoPE (theta, positions from pos_offset) on q and k, then attention -> [B, T, Hq, D].
 // Equal to attention(rope(q), rope(k), v) of the three column blocks, in one split pass each way.
-Variable qkv_attention(const Variable& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset = 0);
+Variable qkv_attention(const Variable& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset = 0,
+                       const Tensor& doc_start = Tensor());
 
 // ---- indexing (autograd/ops/index.cpp) -------------------------------------------------------------
 Variable embedding(const Variable& table, const Tensor& ids);  // table [V, C], ids any shape -> ids.shape + [C]

@@ -106,10 +106,13 @@ void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& d
 // q: [B, T, Hq, D], k and v: [B, T, Hkv, D], Hq a multiple of Hkv (query head h reads kv head
 // h / (Hq / Hkv)). out: [B, T, Hq, D]; lse: [B, Hq, T] f32/f64 log-sum-exp of each score row, kept
 // for backward. scale multiplies the scores (1/sqrt(D) in Ling).
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse);
+// doc_start (optional, i32 [B, T]): documents packed into one row, doc_start[b, t] the position where
+// token t's document begins; query t then sees keys doc_start[b, t] .. t only. Undefined: keys 0 .. t.
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse,
+               const Tensor& doc_start = Tensor());
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const Tensor& dout, double scale, Tensor& dq, Tensor& dk,
-                        Tensor& dv);
+                        Tensor& dv, const Tensor& doc_start = Tensor());
 
 // Inference with a KV cache: q [B, Tq, Hq, D] holds the newest Tq positions of a sequence whose keys
 // and values (cache included) are the first Tk positions of k, v [B, capacity, Hkv, D] (Tk <= capacity,

@@ -3,7 +3,8 @@
 // q [B, T, Hq, D], k and v [B, T, Hkv, D] -> out [B, T, Hq, D], scores scaled by 1/sqrt(D) as in Ling.
 // The kernels are flash-style (tensor/cpu/attention.cc): the forward keeps only out and the per-row
 // log-sum-exp lse [B, Hq, T], and the backward recomputes the probabilities from them, so the node
-// holds O(T) extra memory per head instead of the T x T attention matrix.
+// holds O(T) extra memory per head instead of the T x T attention matrix. With doc_start (packed
+// documents, tensor/kernels.h) each query sees only the keys of its own document.
 #include <cmath>
 
 #include "autograd/ops.h"
@@ -14,7 +15,7 @@ namespace lt {
 namespace {
 
 struct AttentionNode : Node {
-  Tensor q, k, v, out, lse;
+  Tensor q, k, v, out, lse, doc_start;
   double scale = 0;
   const char* name() const override { return "attention"; }
 
@@ -22,7 +23,7 @@ struct AttentionNode : Node {
   // needs no gradient.
   std::vector<Tensor> backward(const Tensor& g) override {
     Tensor dq = Tensor::empty_like(q), dk = Tensor::empty_like(k), dv = Tensor::empty_like(v);
-    kernels::attention_backward(q, k, v, out, lse, g, scale, dq, dk, dv);
+    kernels::attention_backward(q, k, v, out, lse, g, scale, dq, dk, dv, doc_start);
     return {dq, dk, dv};
   }
 };
@@ -30,14 +31,14 @@ struct AttentionNode : Node {
 // The same attention fed straight from the fused QKV projection: the split and RoPE on q and k are one
 // kernel each way, so no column slice of the projection, and no unrotated q or k, ever exists.
 struct QkvAttentionNode : Node {
-  Tensor q, k, v, out, lse;
+  Tensor q, k, v, out, lse, doc_start;
   double scale = 0, theta = 0;
   int64_t pos_offset = 0;
   Shape qkv_shape;
   const char* name() const override { return "qkv_attention"; }
   std::vector<Tensor> backward(const Tensor& g) override {
     Tensor dq = Tensor::empty_like(q), dk = Tensor::empty_like(k), dv = Tensor::empty_like(v);
-    kernels::attention_backward(q, k, v, out, lse, g, scale, dq, dk, dv);
+    kernels::attention_backward(q, k, v, out, lse, g, scale, dq, dk, dv, doc_start);
     Tensor dqkv = Tensor::empty(qkv_shape, g.dtype(), g.device());
     kernels::split_qkv_rope_backward(dq, dk, dv, theta, pos_offset, dqkv);
     return {dqkv};
@@ -46,7 +47,8 @@ struct QkvAttentionNode : Node {
 
 }  // namespace
 
-Variable qkv_attention(const Variable& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset) {
+Variable qkv_attention(const Variable& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset,
+                       const Tensor& doc_start) {
   LT_PROFILE_SCOPE("qkv_attention");
   const Tensor& x = qkv.value();
   LT_CHECK(x.ndim() == 3 && heads > 0 && kv_heads > 0 && x.dim(2) % (heads + 2 * kv_heads) == 0,
@@ -59,7 +61,7 @@ Variable qkv_attention(const Variable& qkv, int64_t heads, int64_t kv_heads, dou
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   Tensor out = Tensor::empty_like(q);
   Tensor lse = Tensor::empty({B, heads, T}, x.dtype(), x.device());
-  kernels::attention(q, k, v, scale, out, lse);
+  kernels::attention(q, k, v, scale, out, lse, doc_start);
   auto node = std::make_shared<QkvAttentionNode>();
   node->scale = scale;
   node->theta = theta;
@@ -71,11 +73,12 @@ Variable qkv_attention(const Variable& qkv, int64_t heads, int64_t kv_heads, dou
     node->v = v;
     node->out = out;
     node->lse = lse;
+    node->doc_start = doc_start;
   }
   return make_result(out, node, {qkv});
 }
 
-Variable attention(const Variable& q, const Variable& k, const Variable& v) {
+Variable attention(const Variable& q, const Variable& k, const Variable& v, const Tensor& doc_start) {
   LT_PROFILE_SCOPE("attention");
   const Tensor& qv = q.value();
   LT_CHECK(qv.ndim() == 4, "attention: q must be [B, T, Hq, D], got ", qv.str());
@@ -84,7 +87,7 @@ Variable attention(const Variable& q, const Variable& k, const Variable& v) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   Tensor out = Tensor::empty_like(qv);
   Tensor lse = Tensor::empty({B, Hq, T}, qv.dtype(), qv.device());
-  kernels::attention(qv, k.value(), v.value(), scale, out, lse);
+  kernels::attention(qv, k.value(), v.value(), scale, out, lse, doc_start);
   auto node = std::make_shared<AttentionNode>();
   node->scale = scale;
   if (grad_enabled()) {
@@ -93,6 +96,7 @@ Variable attention(const Variable& q, const Variable& k, const Variable& v) {
     node->v = v.value();
     node->out = out;
     node->lse = lse;
+    node->doc_start = doc_start;
   }
   return make_result(out, node, {q, k, v});
 }

@@ -23,6 +23,13 @@
 // them to few cache sets when H * D is a large power of two); k, which the score product needs as
 // [D, keys], is packed transposed: once per call in the forward, once per key block in the backward.
 //
+// Document mask (packed sequences): with doc_start, query t of batch row b sees keys doc_start[b, t] .. t
+// only, so several documents packed into one row never attend to each other. A query block starts
+// from the key block holding its first row's document start (the starts never decrease along a row),
+// and in the backward a key block stops at the first query block whose rows all start after it. Within
+// a tile, each row's visible keys are a range [lo, hi): the lanes outside it are masked as the keys
+// past the diagonal are. Without doc_start every range starts at 0 and nothing else changes.
+//
 // Numerics: scores, running max and sums are kept in the tensor's dtype (f32 in training), as
 // FlashAttention does; exp is Highway's vectorised Exp (about 1 ulp).
 #undef HWY_TARGET_INCLUDE
@@ -173,27 +180,34 @@ HWY_INLINE hn::Mask<D> FirstLanes(D d, int64_t count) {
   return hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(count, 0)));
 }
 
-// The largest of row[0, visible).
+// The lanes of the vector starting at column c that fall in [lo, hi).
+template <class D>
+HWY_INLINE hn::Mask<D> RangeLanes(D d, int64_t lo, int64_t hi, int64_t c) {
+  return hn::AndNot(FirstLanes(d, lo - c), FirstLanes(d, hi - c));
+}
+
+// The largest of row[lo, hi).
 template <class T>
-T RowMax(const T* row, int64_t visible) {
+T RowMax(const T* row, int64_t lo, int64_t hi) {
   const hn::ScalableTag<T> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const auto neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
   auto vmax = neg_inf;
-  for (int64_t c = 0; c < visible; c += lanes)
-    vmax = hn::Max(vmax, hn::IfThenElse(FirstLanes(d, visible - c), hn::LoadU(d, row + c), neg_inf));
+  for (int64_t c = lo - lo % lanes; c < hi; c += lanes)
+    vmax = hn::Max(vmax, hn::IfThenElse(RangeLanes(d, lo, hi, c), hn::LoadU(d, row + c), neg_inf));
   return hn::GetLane(hn::MaxOfLanes(d, vmax));
 }
 
-// row[c] = exp(row[c] - shift) for c < visible, 0 for visible <= c < keys; returns the sum.
+// row[c] = exp(row[c] - shift) for c in [lo, hi), 0 elsewhere in [0, keys); returns the sum.
 template <class T>
-T ExpRow(T* row, int64_t visible, int64_t keys, T shift) {
+T ExpRow(T* row, int64_t lo, int64_t hi, int64_t keys, T shift) {
   const hn::ScalableTag<T> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const auto vshift = hn::Set(d, shift);
   auto sum = hn::Zero(d);
   for (int64_t c = 0; c < keys; c += lanes) {
-    const auto p = hn::IfThenElseZero(FirstLanes(d, visible - c), hn::Exp(d, hn::Sub(hn::LoadU(d, row + c), vshift)));
+    const auto p =
+        hn::IfThenElseZero(RangeLanes(d, lo, hi, c), hn::Exp(d, hn::Sub(hn::LoadU(d, row + c), vshift)));
     hn::StoreU(p, d, row + c);
     sum = hn::Add(sum, p);
   }
@@ -214,6 +228,9 @@ void ScoreGradRow(const T* p_row, T* dp_row, int64_t keys, T d_i) {
 
 struct AttentionShape {
   int64_t B, T, Hq, Hkv, D;
+  const int32_t* doc_start = nullptr;  // [B, T], or null: every query sees keys from 0
+  // The first key query t of batch row b may see.
+  int64_t first_key(int64_t b, int64_t t) const { return doc_start ? doc_start[b * T + t] : 0; }
   int64_t blocks() const { return (T + kBlock - 1) / kBlock; }
   int64_t group() const { return Hq / Hkv; }
   // Offsets of the first row of (b, t, h) in q-shaped and kv-shaped tensors, and of lse[b, h, t].
@@ -259,14 +276,18 @@ void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T*
       std::fill(acc, acc + rows * D, T(0));
       std::fill(row_max, row_max + rows, -std::numeric_limits<T>::infinity());
       std::fill(row_sum, row_sum + rows, T(0));
-      for (int64_t jb = 0; jb <= ib; ++jb) {
+      for (int64_t jb = s.first_key(b, i0) / kBlock; jb <= ib; ++jb) {
         const int64_t j0 = jb * kBlock, keys = std::min(kBlock, s.T - j0);
         BlockGemm(rows, keys, D, scale, q_i, q_ld, 1, k_block_at(b, kv, jb), kBlock, false, scores, kBlock);
         for (int64_t r = 0; r < rows; ++r) {
           T* row = scores + r * kBlock;
-          const int64_t visible = VisibleKeys(ib, jb, r, keys);
-          const T new_max = std::max(row_max[r], RowMax(row, visible));
-          const T block_sum = ExpRow(row, visible, keys, new_max);
+          const int64_t lo = std::max<int64_t>(0, s.first_key(b, i0 + r) - j0), hi = VisibleKeys(ib, jb, r, keys);
+          if (lo >= hi) {  // the row's document starts after this block: it adds nothing
+            std::fill(row, row + keys, T(0));
+            continue;
+          }
+          const T new_max = std::max(row_max[r], RowMax(row, lo, hi));
+          const T block_sum = ExpRow(row, lo, hi, keys, new_max);
           const T rescale = std::exp(row_max[r] - new_max);  // 0 on the first block (m = -inf)
           row_sum[r] = row_sum[r] * rescale + block_sum;
           row_max[r] = new_max;
@@ -321,11 +342,14 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
           const int64_t h = h_first + g;
           for (int64_t ib = jb; ib < blocks; ++ib) {
             const int64_t i0 = ib * kBlock, rows = std::min(kBlock, s.T - i0);
+            // Every row from here on starts its document after this key block: nothing left to add.
+            if (s.first_key(b, i0) >= j0 + keys) break;
             CopyRows(q + s.q_row(b, i0, h), q_ld, rows, D, q_i);
             CopyRows(dout + s.q_row(b, i0, h), q_ld, rows, D, dout_i);
             BlockGemm(rows, keys, D, scale, q_i, D, 1, k_t, kBlock, false, probs, kBlock);  // S = scale q k^T
             for (int64_t r = 0; r < rows; ++r)
-              ExpRow(probs + r * kBlock, VisibleKeys(ib, jb, r, keys), keys, lse[s.lse_at(b, h, i0 + r)]);
+              ExpRow(probs + r * kBlock, std::max<int64_t>(0, s.first_key(b, i0 + r) - j0), VisibleKeys(ib, jb, r, keys),
+                     keys, lse[s.lse_at(b, h, i0 + r)]);
             BlockGemm(keys, D, rows, T(1), probs, 1, kBlock, dout_i, D, true, dv_j, D);           // dv += P^T dout
             BlockGemm(rows, keys, D, T(1), dout_i, D, 1, v_t, kBlock, false, dprobs, kBlock);  // dP = dout v^T
             for (int64_t r = 0; r < rows; ++r)
@@ -344,18 +368,18 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
 }
 
 // The sequence length is `seq` here, since T names the element type in the kernels above.
-void AttentionKernel(DType dtype, int64_t B, int64_t seq, int64_t Hq, int64_t Hkv, int64_t D, const void* q,
-                     const void* k, const void* v, double scale, void* out, void* lse) {
-  const AttentionShape s{B, seq, Hq, Hkv, D};
+void AttentionKernel(DType dtype, int64_t B, int64_t seq, int64_t Hq, int64_t Hkv, int64_t D, const int32_t* doc_start,
+                     const void* q, const void* k, const void* v, double scale, void* out, void* lse) {
+  const AttentionShape s{B, seq, Hq, Hkv, D, doc_start};
   LT_FLOAT_SWITCH(dtype, T,
                   AttentionForwardT<T>(s, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
                                        T(scale), static_cast<T*>(out), static_cast<T*>(lse)));
 }
 
-void AttentionBackwardKernel(DType dtype, int64_t B, int64_t seq, int64_t Hq, int64_t Hkv, int64_t D, const void* q,
-                             const void* k, const void* v, const void* out, const void* lse, const void* dout,
-                             double scale, void* dq, void* dk, void* dv) {
-  const AttentionShape s{B, seq, Hq, Hkv, D};
+void AttentionBackwardKernel(DType dtype, int64_t B, int64_t seq, int64_t Hq, int64_t Hkv, int64_t D,
+                             const int32_t* doc_start, const void* q, const void* k, const void* v, const void* out,
+                             const void* lse, const void* dout, double scale, void* dq, void* dk, void* dv) {
+  const AttentionShape s{B, seq, Hq, Hkv, D, doc_start};
   LT_FLOAT_SWITCH(dtype, T,
                   AttentionBackwardT<T>(s, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
                                         static_cast<const T*>(out), static_cast<const T*>(lse),
@@ -371,19 +395,27 @@ namespace lt::cpu {
 HWY_EXPORT(AttentionKernel);
 HWY_EXPORT(AttentionBackwardKernel);
 
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse) {
+namespace {
+const int32_t* doc_start_data(const Tensor& doc_start) {
+  return doc_start.defined() ? doc_start.data<int32_t>() : nullptr;
+}
+}  // namespace
+
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse,
+               const Tensor& doc_start) {
   if (q.numel() == 0) return;
-  HWY_DYNAMIC_DISPATCH(AttentionKernel)(q.dtype(), q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), q.raw_data(),
-                                        k.raw_data(), v.raw_data(), scale, out.raw_data(), lse.raw_data());
+  HWY_DYNAMIC_DISPATCH(AttentionKernel)(q.dtype(), q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3),
+                                        doc_start_data(doc_start), q.raw_data(), k.raw_data(), v.raw_data(), scale,
+                                        out.raw_data(), lse.raw_data());
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                        const Tensor& dout, double scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+                        const Tensor& dout, double scale, Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& doc_start) {
   if (q.numel() == 0 && k.numel() == 0) return;
   HWY_DYNAMIC_DISPATCH(AttentionBackwardKernel)(q.dtype(), q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3),
-                                                q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
-                                                lse.raw_data(), dout.raw_data(), scale, dq.raw_data(), dk.raw_data(),
-                                                dv.raw_data());
+                                                doc_start_data(doc_start), q.raw_data(), k.raw_data(), v.raw_data(),
+                                                out.raw_data(), lse.raw_data(), dout.raw_data(), scale, dq.raw_data(),
+                                                dk.raw_data(), dv.raw_data());
 }
 
 }  // namespace lt::cpu

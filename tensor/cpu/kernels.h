@@ -65,10 +65,10 @@ void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& d
                              Tensor& dqkv);
 
 // ---- attention (attention.cc, attention_decode.cc) -----------------------------------------------
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse);
-void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse, const Tensor& dout, double scale, Tensor& dq, Tensor& dk,
-                        Tensor& dv);
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse,
+               const Tensor& doc_start);
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        const Tensor& dout, double scale, Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& doc_start);
 void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Tk, double scale, Tensor& out);
 
 // ---- indexing (index.cc) -------------------------------------------------------------------------

@@ -26,22 +26,42 @@ void check_attention(const char* op, const Tensor& q, const Tensor& k, const Ten
   require_cpu(q, op);
 }
 
+// doc_start, when given: i32 [B, T] on the CPU, each row a run of documents: 0 first, then every entry
+// either its predecessor's value (the same document) or its own position (a new document starts).
+void check_doc_start(const char* op, const Tensor& doc_start, const Tensor& q) {
+  if (!doc_start.defined()) return;
+  LT_CHECK(doc_start.dtype() == DType::I32, op, ": doc_start must be i32, got ", doc_start.str());
+  check_shape(doc_start, {q.dim(0), q.dim(1)}, op, "doc_start");
+  require_cpu(doc_start, op);
+  const int64_t B = q.dim(0), T = q.dim(1);
+  const int32_t* start = doc_start.data<int32_t>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t s = start[b * T + t];
+      LT_CHECK(t == 0 ? s == 0 : (s == start[b * T + t - 1] || s == t), op, ": doc_start[", b, ", ", t, "] = ", s,
+               " is neither the previous entry nor the position (documents must be contiguous runs)");
+    }
+}
+
 }  // namespace
 
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse) {
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse,
+               const Tensor& doc_start) {
   check_attention("attention", q, k, v, out, lse);
-  cpu::attention(q, k, v, scale, out, lse);
+  check_doc_start("attention", doc_start, q);
+  cpu::attention(q, k, v, scale, out, lse, doc_start);
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                        const Tensor& dout, double scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+                        const Tensor& dout, double scale, Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& doc_start) {
   const char* op = "attention_backward";
   check_attention(op, q, k, v, out, lse);
+  check_doc_start(op, doc_start, q);
   check_same(dout, q, op, "dout");
   check_same(dq, q, op, "dq");
   check_same(dk, k, op, "dk");
   check_same(dv, k, op, "dv");
-  cpu::attention_backward(q, k, v, out, lse, dout, scale, dq, dk, dv);
+  cpu::attention_backward(q, k, v, out, lse, dout, scale, dq, dk, dv, doc_start);
 }
 
 }  // namespace lt::kernels

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tensor/kernels.h"
+#include "tests/io/temp_dir.h"
 #include "tensor/threadpool.h"
 #include "tests/test_util.h"
 
@@ -179,8 +180,10 @@ struct AttentionReference {
 };
 
 // Naive causal attention in double: the full softmax of each score row, then its textbook gradient.
+// With doc_start ([B * T]), query i sees keys doc_start[i] .. i only.
 AttentionReference reference_attention(const Dims& n, const std::vector<double>& q, const std::vector<double>& k,
-                                       const std::vector<double>& v, const std::vector<double>& dout, double scale) {
+                                       const std::vector<double>& v, const std::vector<double>& dout, double scale,
+                                       const std::vector<int32_t>& doc_start = {}) {
   const int64_t group = n.Hq / n.Hkv;
   auto q_at = [&](int64_t b, int64_t t, int64_t h) { return ((b * n.T + t) * n.Hq + h) * n.D; };
   auto kv_at = [&](int64_t b, int64_t t, int64_t h) { return ((b * n.T + t) * n.Hkv + h) * n.D; };
@@ -196,28 +199,29 @@ AttentionReference reference_attention(const Dims& n, const std::vector<double>&
       const int64_t kv = h / group;
       for (int64_t i = 0; i < n.T; ++i) {
         const int64_t qi = q_at(b, i, h);
+        const int64_t first = doc_start.empty() ? 0 : doc_start[b * n.T + i];
         double max_score = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first; j <= i; ++j) {
           double dot = 0;
           for (int64_t d = 0; d < n.D; ++d) dot += q[qi + d] * k[kv_at(b, j, kv) + d];
           p[j] = scale * dot;
           max_score = std::max(max_score, p[j]);
         }
         double sum = 0;
-        for (int64_t j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - max_score));
+        for (int64_t j = first; j <= i; ++j) sum += (p[j] = std::exp(p[j] - max_score));
         ref.lse[(b * n.Hq + h) * n.T + i] = max_score + std::log(sum);
-        for (int64_t j = 0; j <= i; ++j) p[j] /= sum;
-        for (int64_t j = 0; j <= i; ++j)
+        for (int64_t j = first; j <= i; ++j) p[j] /= sum;
+        for (int64_t j = first; j <= i; ++j)
           for (int64_t d = 0; d < n.D; ++d) ref.out[qi + d] += p[j] * v[kv_at(b, j, kv) + d];
         // dP_j = dout_i . v_j; dS_j = P_j (dP_j - sum_l P_l dP_l).
         double weighted = 0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first; j <= i; ++j) {
           double dot = 0;
           for (int64_t d = 0; d < n.D; ++d) dot += dout[qi + d] * v[kv_at(b, j, kv) + d];
           dp[j] = dot;
           weighted += p[j] * dot;
         }
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first; j <= i; ++j) {
           const double ds = p[j] * (dp[j] - weighted);
           const int64_t kj = kv_at(b, j, kv);
           for (int64_t d = 0; d < n.D; ++d) {
@@ -241,17 +245,19 @@ std::vector<Dims> attention_sizes() {
 }
 
 template <class T>
-void check_attention(DType dtype, const Dims& n, double input_std) {
+void check_attention(DType dtype, const Dims& n, double input_std, const std::vector<int32_t>& doc_start = {}) {
   const Tolerance tol = tolerance<T>();
   const double scale = 1.0 / std::sqrt(static_cast<double>(n.D));
   const Tensor q = random_tensor({n.B, n.T, n.Hq, n.D}, 31, dtype, input_std);
   const Tensor k = random_tensor({n.B, n.T, n.Hkv, n.D}, 32, dtype, input_std);
   const Tensor v = random_tensor({n.B, n.T, n.Hkv, n.D}, 33, dtype);
   const Tensor dout = random_tensor({n.B, n.T, n.Hq, n.D}, 34, dtype);
-  const auto ref = reference_attention(n, to_double<T>(q), to_double<T>(k), to_double<T>(v), to_double<T>(dout), scale);
+  const auto ref =
+      reference_attention(n, to_double<T>(q), to_double<T>(k), to_double<T>(v), to_double<T>(dout), scale, doc_start);
+  const Tensor starts = doc_start.empty() ? Tensor() : Tensor::from_vector<int32_t>({n.B, n.T}, doc_start);
 
   Tensor out = Tensor::empty_like(q), lse = Tensor::empty({n.B, n.Hq, n.T}, dtype);
-  kernels::attention(q, k, v, scale, out, lse);
+  kernels::attention(q, k, v, scale, out, lse, starts);
   expect_close(out.to_vector<T>(), to_type<T>(ref.out), tol.rtol, tol.atol, "out " + n.str());
   expect_close(lse.to_vector<T>(), to_type<T>(ref.lse), tol.rtol, tol.atol, "lse " + n.str());
 
@@ -259,7 +265,7 @@ void check_attention(DType dtype, const Dims& n, double input_std) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   Tensor dq = Tensor::full(q.shape(), nan, dtype), dk = Tensor::full(k.shape(), nan, dtype);
   Tensor dv = Tensor::full(k.shape(), nan, dtype);
-  kernels::attention_backward(q, k, v, out, lse, dout, scale, dq, dk, dv);
+  kernels::attention_backward(q, k, v, out, lse, dout, scale, dq, dk, dv, starts);
   expect_close(dq.to_vector<T>(), to_type<T>(ref.dq), tol.rtol, tol.atol, "dq " + n.str());
   expect_close(dk.to_vector<T>(), to_type<T>(ref.dk), tol.rtol, tol.atol, "dk " + n.str());
   expect_close(dv.to_vector<T>(), to_type<T>(ref.dv), tol.rtol, tol.atol, "dv " + n.str());
@@ -281,6 +287,80 @@ TEST(AttentionKernel, LargeScoresStayAccurate) {
     check_attention<float>(DType::F32, {1, 129, 2, 1, 17}, 4.0);
     check_attention<double>(DType::F64, {1, 129, 2, 1, 17}, 4.0);
   });
+}
+
+// doc_start of documents of the given lengths packed into each row (the same packing in every row
+// but shifted by one document per row, so rows differ).
+std::vector<int32_t> packed_starts(int64_t B, int64_t T, const std::vector<int64_t>& lengths) {
+  std::vector<int32_t> starts(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t t = 0;
+    for (size_t d = static_cast<size_t>(b); t < T; ++d) {
+      const int64_t start = t, length = lengths[d % lengths.size()];
+      for (; t < std::min(T, start + length); ++t) starts[static_cast<size_t>(b * T + t)] = static_cast<int32_t>(start);
+    }
+  }
+  return starts;
+}
+
+// Packed documents: a document of one token, documents ending and starting on a block boundary (64),
+// one spanning blocks, and rows whose last document runs past the end.
+TEST(AttentionKernel, DocumentMaskMatchesNaiveSoftmaxOnEveryTarget) {
+  for_each_cpu_target([] {
+    for (const std::vector<int64_t>& lengths : std::vector<std::vector<int64_t>>{
+             {1, 63, 64, 5, 100}, {64}, {7, 1, 1, 30}, {200}, {129, 3}}) {
+      for (const Dims& n : {Dims{2, 200, 4, 2, 17}, Dims{1, 129, 3, 1, 8}, Dims{2, 17, 2, 2, 5}}) {
+        const std::vector<int32_t> starts = packed_starts(n.B, n.T, lengths);
+        check_attention<float>(DType::F32, n, 1.0, starts);
+        check_attention<double>(DType::F64, n, 1.0, starts);
+      }
+    }
+  });
+}
+
+// The property packing needs: a row of packed documents gives each document exactly what attention over
+// that document alone gives (to rounding: the kernel's blocks fall differently).
+TEST(AttentionKernel, PackedDocumentsEqualEachDocumentAlone) {
+  const std::vector<int64_t> lengths = {50, 1, 90, 59};
+  const int64_t T = 200, Hq = 4, Hkv = 2, D = 16;
+  const double scale = 0.25;
+  const Tensor q = random_tensor({1, T, Hq, D}, 51), k = random_tensor({1, T, Hkv, D}, 52);
+  const Tensor v = random_tensor({1, T, Hkv, D}, 53), dout = random_tensor({1, T, Hq, D}, 54);
+  const Tensor starts = Tensor::from_vector<int32_t>({1, T}, packed_starts(1, T, lengths));
+  Tensor out = Tensor::empty_like(q), lse = Tensor::empty({1, Hq, T});
+  kernels::attention(q, k, v, scale, out, lse, starts);
+  Tensor dq = Tensor::empty_like(q), dk = Tensor::empty_like(k), dv = Tensor::empty_like(v);
+  kernels::attention_backward(q, k, v, out, lse, dout, scale, dq, dk, dv, starts);
+  int64_t begin = 0;
+  for (const int64_t length : lengths) {
+    auto part = [&](const Tensor& x) {  // positions [begin, begin + length) of a [1, T, H, D] tensor
+      const int64_t H = x.dim(2);
+      return x.reshape({T, H * D}).narrow(begin, length).clone().reshape({1, length, H, D});
+    };
+    const Tensor q_d = part(q), k_d = part(k), v_d = part(v), dout_d = part(dout);
+    Tensor out_d = Tensor::empty_like(q_d), lse_d = Tensor::empty({1, Hq, length});
+    kernels::attention(q_d, k_d, v_d, scale, out_d, lse_d);
+    Tensor dq_d = Tensor::empty_like(q_d), dk_d = Tensor::empty_like(k_d), dv_d = Tensor::empty_like(v_d);
+    kernels::attention_backward(q_d, k_d, v_d, out_d, lse_d, dout_d, scale, dq_d, dk_d, dv_d);
+    const std::string what = "document at " + std::to_string(begin);
+    expect_close(part(out).to_vector<float>(), out_d.to_vector<float>(), 1e-5, 1e-6, "out " + what);
+    expect_close(part(dq).to_vector<float>(), dq_d.to_vector<float>(), 1e-5, 1e-6, "dq " + what);
+    expect_close(part(dk).to_vector<float>(), dk_d.to_vector<float>(), 1e-5, 1e-6, "dk " + what);
+    expect_close(part(dv).to_vector<float>(), dv_d.to_vector<float>(), 1e-5, 1e-6, "dv " + what);
+    begin += length;
+  }
+}
+
+TEST(AttentionKernel, RejectsBadDocumentStarts) {
+  const Tensor q = Tensor::zeros({1, 4, 2, 8}), k = Tensor::zeros({1, 4, 1, 8});
+  Tensor out = Tensor::zeros({1, 4, 2, 8}), lse = Tensor::zeros({1, 2, 4});
+  auto run = [&](const Tensor& starts) { kernels::attention(q, k, k, 1.0, out, lse, starts); };
+  EXPECT_NO_THROW(run(Tensor::from_vector<int32_t>({1, 4}, {0, 0, 2, 3})));
+  test::expect_error([&] { run(Tensor::from_vector<int32_t>({1, 4}, {0, 0, 1, 1})); }, {"doc_start[0, 2] = 1"});
+  test::expect_error([&] { run(Tensor::from_vector<int32_t>({1, 4}, {1, 1, 1, 1})); }, {"doc_start[0, 0] = 1"});
+  test::expect_error([&] { run(Tensor::from_vector<int32_t>({1, 4}, {0, 0, 0, 5})); }, {"doc_start[0, 3] = 5"});
+  test::expect_error([&] { run(Tensor::from_vector<int32_t>({1, 3}, {0, 0, 0})); }, {"doc_start"});
+  test::expect_error([&] { run(Tensor::from_vector<float>({1, 4}, {0, 0, 0, 0})); }, {"doc_start must be i32"});
 }
 
 TEST(AttentionKernel, BackwardIsBitIdenticalRunToRun) {
