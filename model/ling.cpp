@@ -29,8 +29,9 @@ DecoderLayer::DecoderLayer(const LingConfig& c, int64_t index, Rng& rng)
   }
 }
 
-Variable DecoderLayer::forward(const Variable& x, MoEContext& context, int64_t pos_offset, KVCache* cache) {
-  const Variable h = add(x, attention_.forward(input_layernorm_.forward(x), pos_offset, cache));
+Variable DecoderLayer::forward(const Variable& x, MoEContext& context, int64_t pos_offset, KVCache* cache,
+                              const Tensor& doc_start) {
+  const Variable h = add(x, attention_.forward(input_layernorm_.forward(x), pos_offset, cache, doc_start));
   const Variable normed = post_attention_layernorm_.forward(h);
   return add(h, moe_ ? moe_->forward(normed, context) : dense_mlp_->forward(normed));
 }
@@ -49,10 +50,10 @@ LingBackbone::LingBackbone(const LingConfig& c, Rng& rng)
 }
 
 Variable LingBackbone::forward(const Tensor& ids, MoEContext& context, int64_t pos_offset,
-                               std::vector<KVCache>* caches) {
+                               std::vector<KVCache>* caches, const Tensor& doc_start) {
   Variable h = word_embeddings_.forward(ids);
   for (size_t i = 0; i < layers_.size(); ++i)
-    h = layers_[i]->forward(h, context, pos_offset, caches ? &(*caches)[i] : nullptr);
+    h = layers_[i]->forward(h, context, pos_offset, caches ? &(*caches)[i] : nullptr, doc_start);
   return norm_->forward(h);
 }
 
@@ -77,10 +78,11 @@ Variable LingForCausalLM::logits(const Tensor& ids_BT, MoEContext& context, int6
   return reshape(matmul(reshape(h, {B * T, H}), head, false, true), {B, T, config_.vocab_size});
 }
 
-LossBreakdown LingForCausalLM::loss(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context) {
+LossBreakdown LingForCausalLM::loss(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context,
+                                   const Tensor& doc_start_BT) {
   LT_CHECK(targets_BT.shape() == ids_BT.shape(), "targets ", targets_BT.str(), " do not match ids ", ids_BT.str());
   const int64_t N = ids_BT.numel();
-  const Variable h_NH = reshape(model_->forward(ids_BT, context, 0, nullptr), {N, config_.hidden_size});
+  const Variable h_NH = reshape(model_->forward(ids_BT, context, 0, nullptr, doc_start_BT), {N, config_.hidden_size});
   const HeadNorm head_norm = !config_.norm_head                                  ? HeadNorm::None
                              : config_.norm_head_grad == NormHeadGrad::Detached ? HeadNorm::Detached
                                                                                  : HeadNorm::Full;

@@ -15,7 +15,8 @@ class DecoderLayer : public Module {
  public:
   DecoderLayer(const LingConfig& config, int64_t index, Rng& rng);
   // x1 = x + attention(norm(x)); x2 = x1 + mlp(norm(x1)).
-  Variable forward(const Variable& x_BTH, MoEContext& context, int64_t pos_offset, KVCache* cache);
+  Variable forward(const Variable& x_BTH, MoEContext& context, int64_t pos_offset, KVCache* cache,
+                   const Tensor& doc_start_BT = Tensor());
   MoEBlock* moe() { return moe_; }
   Attention& attention() { return attention_; }
 
@@ -30,7 +31,8 @@ class DecoderLayer : public Module {
 class LingBackbone : public Module {
  public:
   LingBackbone(const LingConfig& config, Rng& rng);
-  Variable forward(const Tensor& ids_BT, MoEContext& context, int64_t pos_offset, std::vector<KVCache>* caches);
+  Variable forward(const Tensor& ids_BT, MoEContext& context, int64_t pos_offset, std::vector<KVCache>* caches,
+                   const Tensor& doc_start_BT = Tensor());
   std::vector<DecoderLayer*>& layers() { return layers_; }
 
  private:
@@ -58,8 +60,12 @@ class LingForCausalLM : public Module {
   Variable logits(const Tensor& ids_BT, MoEContext& context, int64_t pos_offset = 0,
                   std::vector<KVCache>* caches = nullptr);
   // Loss of ids [B, T] against targets [B, T] (ignore_index -100): cross-entropy (through the fused
-  // NormHead, normhead_cross_entropy) plus the MoE auxiliary losses collected in `context`.
-  LossBreakdown loss(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context);
+  // NormHead, normhead_cross_entropy) plus the MoE auxiliary losses collected in `context`. With
+  // doc_start_BT (i32 [B, T]) each row holds packed documents that attend only within themselves
+  // (kernels::attention). Positions are not restarted per document: RoPE makes the scores depend on
+  // the distance between positions only, so a packed document sees what it would see alone.
+  LossBreakdown loss(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context,
+                     const Tensor& doc_start_BT = Tensor());
 
   std::vector<KVCache> make_kv_caches(int64_t batch, int64_t capacity) const;
   // Every layer's RoPE base and the config's rope_theta (what a saved config.json then says).

@@ -49,14 +49,15 @@ Attention::Attention(const AttentionShape& shape, double init_std, Rng& rng)
           std::make_unique<Linear>(shape.hidden, (shape.heads + 2 * shape.kv_heads) * shape.head_dim, init_std, rng))),
       dense_(add_module("dense", std::make_unique<Linear>(shape.heads * shape.head_dim, shape.hidden, init_std, rng))) {}
 
-Variable Attention::forward(const Variable& x, int64_t pos_offset, KVCache* cache) const {
+Variable Attention::forward(const Variable& x, int64_t pos_offset, KVCache* cache, const Tensor& doc_start) const {
   const int64_t B = x.dim(0), T = x.dim(1), D = shape_.head_dim;
   const int64_t Hq = shape_.heads, Hkv = shape_.kv_heads;
   const Variable qkv = query_key_value_.forward(x);  // [B, T, (Hq + 2 Hkv) D]
   Variable context;
   if (cache == nullptr) {
-    context = qkv_attention(qkv, Hq, Hkv, shape_.rope_theta, pos_offset);
+    context = qkv_attention(qkv, Hq, Hkv, shape_.rope_theta, pos_offset, doc_start);
   } else {
+    LT_CHECK(!doc_start.defined(), "Attention: packed documents (doc_start) with a KV cache are not supported");
     LT_CHECK(!grad_enabled() || !x.requires_grad(), "Attention: the KV cache is for inference only");
     LT_CHECK(cache->length == pos_offset, "Attention: cache holds ", cache->length, " positions, asked to start at ",
              pos_offset);

@@ -68,8 +68,10 @@ class Attention : public Module {
  public:
   Attention(const AttentionShape& shape, double init_std, Rng& rng);
   // x [B, T, hidden]; positions start at pos_offset. With a cache, the new keys and values are
-  // appended and attention covers the cached prefix (inference only).
-  Variable forward(const Variable& x, int64_t pos_offset = 0, KVCache* cache = nullptr) const;
+  // appended and attention covers the cached prefix (inference only). doc_start (i32 [B, T]): packed
+  // documents, each token attending within its own (kernels::attention); not with a cache.
+  Variable forward(const Variable& x, int64_t pos_offset = 0, KVCache* cache = nullptr,
+                   const Tensor& doc_start = Tensor()) const;
   // A recipe stage may change RoPE's base (Ling extends the context with theta 10K -> 600K).
   void set_rope_theta(double theta) { shape_.rope_theta = theta; }
 

@@ -142,6 +142,37 @@ TEST(Generation, KVCachedLogitsMatchTheFullForward) {
   for (size_t i = 0; i < full.size(); ++i) EXPECT_NEAR(cached[i], full[i], 1e-4) << "logit " << i;
 }
 
+// Packing: two documents in one row, attending only within themselves, lose what each loses alone (the
+// MoE routes each token on its own, and RoPE sees only distances, so nothing couples the two).
+TEST(Packing, PackedDocumentsLoseWhatEachLosesAlone) {
+  LingForCausalLM model(small_config(), 4);
+  NoGradGuard no_grad;
+  Rng rng(9);
+  const int64_t a = 20, b = 30;
+  std::vector<int32_t> ids(a + b), targets(a + b), starts(a + b);
+  for (int64_t t = 0; t < a + b; ++t) {
+    ids[t] = static_cast<int32_t>(rng.below(256));
+    targets[t] = static_cast<int32_t>(rng.below(256));
+    starts[t] = t < a ? 0 : static_cast<int32_t>(a);
+  }
+  targets[3] = -100;  // an ignored target counts in neither
+  auto lm_sum = [&](int64_t begin, int64_t length, const Tensor& doc_start) {
+    const std::vector<int32_t> part_ids(ids.begin() + begin, ids.begin() + begin + length);
+    const std::vector<int32_t> part_targets(targets.begin() + begin, targets.begin() + begin + length);
+    int64_t counted = 0;
+    for (int32_t t : part_targets) counted += t != -100;
+    MoEContext context;
+    const LossBreakdown loss = model.loss(Tensor::from_vector<int32_t>({1, length}, part_ids),
+                                          Tensor::from_vector<int32_t>({1, length}, part_targets), context, doc_start);
+    return loss.lm.value().item() * static_cast<double>(counted);
+  };
+  const double packed = lm_sum(0, a + b, Tensor::from_vector<int32_t>({1, a + b}, starts));
+  const double alone = lm_sum(0, a, Tensor()) + lm_sum(a, b, Tensor());
+  EXPECT_NEAR(packed, alone, 1e-5 * std::abs(alone));
+  // Without the mask the second document sees the first: a different loss.
+  EXPECT_GT(std::abs(lm_sum(0, a + b, Tensor()) - alone), 1e-3);
+}
+
 TEST(Training, TheLossFallsOnARepeatedBatch) {
   LingForCausalLM model(small_config(), 4);
   TrainerSettings settings;
