@@ -1,0 +1,59 @@
+// Packing chat sequences into rows: whole sequences in order, targets only where the predicted token
+// is labelled, doc_start marking each sequence (and the padding) as a document of its own.
+#include <gtest/gtest.h>
+
+#include "data/packing.h"
+#include "tests/io/temp_dir.h"
+
+namespace lt {
+namespace {
+
+LabeledSequence sequence(uint32_t first_id, int64_t length, int64_t labelled_from) {
+  LabeledSequence s;
+  for (int64_t i = 0; i < length; ++i) {
+    s.ids.push_back(first_id + static_cast<uint32_t>(i));
+    s.loss_mask.push_back(i >= labelled_from ? 1 : 0);
+  }
+  return s;
+}
+
+TEST(Packing, SequencesFillRowsInOrderWithTheirOwnDocuments) {
+  // Lengths 4, 3, 5 and 2 into rows of T = 7 (8 tokens each): [4 + 3], [5 + 2].
+  const std::vector<LabeledSequence> seqs = {sequence(10, 4, 2), sequence(20, 3, 1), sequence(30, 5, 3),
+                                             sequence(40, 2, 1)};
+  const std::vector<PackedRow> rows = pack_sequences(seqs, 7, 0);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].sequences, 2);
+  EXPECT_EQ(rows[0].inputs, (std::vector<int32_t>{10, 11, 12, 13, 20, 21, 22}));
+  // Predicted tokens: 12, 13 (labelled from index 2), 21, 22; 20 starts a sequence and is not predicted.
+  EXPECT_EQ(rows[0].targets, (std::vector<int32_t>{-100, 12, 13, -100, 21, 22, -100}));
+  EXPECT_EQ(rows[0].doc_start, (std::vector<int32_t>{0, 0, 0, 0, 4, 4, 4}));
+  EXPECT_EQ(rows[0].labelled, 4);
+  EXPECT_EQ(rows[1].inputs, (std::vector<int32_t>{30, 31, 32, 33, 34, 40, 41}));
+  EXPECT_EQ(rows[1].targets, (std::vector<int32_t>{-100, -100, 33, 34, -100, 41, -100}));
+  EXPECT_EQ(rows[1].doc_start, (std::vector<int32_t>{0, 0, 0, 0, 0, 5, 5}));
+
+  // A row with room left is padded; the padding is a document of its own and predicts nothing.
+  const std::vector<PackedRow> padded = pack_sequences({sequence(50, 3, 1)}, 6, 99);
+  ASSERT_EQ(padded.size(), 1u);
+  EXPECT_EQ(padded[0].inputs, (std::vector<int32_t>{50, 51, 52, 99, 99, 99}));
+  EXPECT_EQ(padded[0].targets, (std::vector<int32_t>{51, 52, -100, -100, -100, -100}));
+  EXPECT_EQ(padded[0].doc_start, (std::vector<int32_t>{0, 0, 0, 3, 3, 3}));
+
+  const PackedBatch batch = stack_rows(rows, 0, 2);
+  EXPECT_EQ(batch.inputs_BT.shape(), (Shape{2, 7}));
+  EXPECT_EQ(batch.labelled, rows[0].labelled + rows[1].labelled);
+  EXPECT_EQ(batch.doc_start_BT.to_vector<int32_t>()[12], 5);
+}
+
+TEST(Packing, RefusesSequencesThatDoNotFit) {
+  test::expect_error([] { pack_sequences({sequence(1, 9, 1)}, 7, 0); }, {"sequence 0 has 9 tokens", "2 to 8"});
+  test::expect_error([] { pack_sequences({sequence(1, 1, 0)}, 7, 0); }, {"sequence 0 has 1 tokens"});
+  LabeledSequence bad = sequence(1, 3, 1);
+  bad.loss_mask.pop_back();
+  test::expect_error([&] { pack_sequences({bad}, 7, 0); }, {"3 ids and 2 mask entries"});
+  test::expect_error([] { stack_rows({}, 0, 1); }, {"rows [0, 1)"});
+}
+
+}  // namespace
+}  // namespace lt
