@@ -122,15 +122,9 @@ TEST(BpeTokenizer, RefusesWhatItDoesNotImplementWithOneLine) {
     SCOPED_TRACE(c.name);
     Json edited = base;
     c.edit(edited);
-    try {
-      BpeTokenizer::from_json(edited, "bad.json");
-      ADD_FAILURE() << "accepted";
-    } catch (const Error& error) {
-      const std::string message = error.what();
-      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-      EXPECT_EQ(message.rfind("bad.json", 0), 0u) << message;
-      for (const std::string& fragment : c.fragments) EXPECT_NE(message.find(fragment), std::string::npos) << message;
-    }
+    std::vector<std::string> fragments = c.fragments;
+    fragments.push_back("bad.json: ");
+    test::expect_error([&] { BpeTokenizer::from_json(edited, "bad.json"); }, fragments);
   }
 }
 

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <initializer_list>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tensor/error.h"
 
@@ -49,7 +51,7 @@ inline std::string read_raw_file(const std::string& path) {
 // Runs fn and expects an lt::Error whose message is one line containing every fragment (typically the
 // file's path and the words that name the problem).
 template <class Fn>
-void expect_error(Fn&& fn, std::initializer_list<std::string> fragments) {
+void expect_error(Fn&& fn, const std::vector<std::string>& fragments) {
   try {
     fn();
     ADD_FAILURE() << "expected an lt::Error";
@@ -59,6 +61,10 @@ void expect_error(Fn&& fn, std::initializer_list<std::string> fragments) {
     for (const std::string& fragment : fragments)
       EXPECT_NE(message.find(fragment), std::string::npos) << "message \"" << message << "\" lacks \"" << fragment << "\"";
   }
+}
+template <class Fn>
+void expect_error(Fn&& fn, std::initializer_list<std::string> fragments) {
+  expect_error(std::forward<Fn>(fn), std::vector<std::string>(fragments));
 }
 
 }  // namespace lt::test
