@@ -65,23 +65,19 @@ std::vector<PackedRow> pack_sequences(const std::vector<LabeledSequence>& sequen
   return rows;
 }
 
-PackedBatch stack_rows(const std::vector<PackedRow>& rows, size_t first, size_t count) {
+TokenBatch stack_rows(const std::vector<PackedRow>& rows, size_t first, size_t count) {
   LT_CHECK(count > 0 && first + count <= rows.size(), "packing: rows [", first, ", ", first + count,
            ") are not within the ", rows.size(), " rows");
   const auto T = static_cast<int64_t>(rows[first].inputs.size());
   std::vector<int32_t> inputs, targets, starts;
-  PackedBatch batch;
   for (size_t r = first; r < first + count; ++r) {
     inputs.insert(inputs.end(), rows[r].inputs.begin(), rows[r].inputs.end());
     targets.insert(targets.end(), rows[r].targets.begin(), rows[r].targets.end());
     starts.insert(starts.end(), rows[r].doc_start.begin(), rows[r].doc_start.end());
-    batch.labelled += rows[r].labelled;
   }
   const auto B = static_cast<int64_t>(count);
-  batch.inputs_BT = Tensor::from_vector<int32_t>({B, T}, inputs);
-  batch.targets_BT = Tensor::from_vector<int32_t>({B, T}, targets);
-  batch.doc_start_BT = Tensor::from_vector<int32_t>({B, T}, starts);
-  return batch;
+  return {Tensor::from_vector<int32_t>({B, T}, inputs), Tensor::from_vector<int32_t>({B, T}, targets),
+          Tensor::from_vector<int32_t>({B, T}, starts)};
 }
 
 }  // namespace lt

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "data/batch_sampler.h"
 #include "tensor/tensor.h"
 
 namespace lt {
@@ -30,11 +31,7 @@ struct PackedRow {
 // Fails unless every sequence has 2 to T + 1 tokens and a mask entry per id.
 std::vector<PackedRow> pack_sequences(const std::vector<LabeledSequence>& sequences, int64_t T, uint32_t pad_id);
 
-// Rows [first, first + count) as i32 tensors [count, T]: inputs, targets, doc_start.
-struct PackedBatch {
-  Tensor inputs_BT, targets_BT, doc_start_BT;
-  int64_t labelled = 0;
-};
-PackedBatch stack_rows(const std::vector<PackedRow>& rows, size_t first, size_t count);
+// Rows [first, first + count) as one batch of i32 tensors [count, T].
+TokenBatch stack_rows(const std::vector<PackedRow>& rows, size_t first, size_t count);
 
 }  // namespace lt

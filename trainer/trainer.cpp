@@ -19,7 +19,7 @@ constexpr uint64_t kRoutingNoiseStream = 1;
 }  // namespace
 
 LossBreakdown language_model_objective(LingForCausalLM& model, const TokenBatch& batch, MoEContext& context) {
-  return model.loss(batch.inputs, batch.targets, context);
+  return model.loss(batch.inputs, batch.targets, context, batch.doc_start);
 }
 
 Trainer::Trainer(LingForCausalLM& model, TrainerSettings settings, Objective objective)

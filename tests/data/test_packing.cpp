@@ -40,10 +40,10 @@ TEST(Packing, SequencesFillRowsInOrderWithTheirOwnDocuments) {
   EXPECT_EQ(padded[0].targets, (std::vector<int32_t>{51, 52, -100, -100, -100, -100}));
   EXPECT_EQ(padded[0].doc_start, (std::vector<int32_t>{0, 0, 0, 3, 3, 3}));
 
-  const PackedBatch batch = stack_rows(rows, 0, 2);
-  EXPECT_EQ(batch.inputs_BT.shape(), (Shape{2, 7}));
-  EXPECT_EQ(batch.labelled, rows[0].labelled + rows[1].labelled);
-  EXPECT_EQ(batch.doc_start_BT.to_vector<int32_t>()[12], 5);
+  const TokenBatch batch = stack_rows(rows, 0, 2);
+  EXPECT_EQ(batch.inputs.shape(), (Shape{2, 7}));
+  EXPECT_EQ(batch.targets.to_vector<int32_t>()[8], -100);
+  EXPECT_EQ(batch.doc_start.to_vector<int32_t>()[12], 5);
 }
 
 TEST(Packing, RefusesSequencesThatDoNotFit) {
