@@ -22,7 +22,7 @@ namespace lt {
 struct TokenBatch {
   Tensor inputs;     // i32 [B, T] on the CPU
   Tensor targets;    // i32 [B, T]: targets[b, t] = the token after inputs[b, t] (-100: not predicted)
-  Tensor doc_start;  // i32 [B, T] for rows of packed documents (data/packing.h); undefined otherwise
+  Tensor doc_start = Tensor();  // i32 [B, T] for rows of packed documents (data/packing.h); undefined otherwise
 };
 
 struct SamplerCursor {

@@ -143,8 +143,9 @@ bool parse_pre_tokenizer(const Json& json, const std::string& source, std::vecto
 void split_piece(const Step& step, std::string_view piece, std::vector<std::string_view>& out,
                  std::deque<std::string>& owned) {
   if (step.add_prefix_space && !piece.starts_with(' ')) {
-    owned.push_back(" " + std::string(piece));
-    piece = owned.back();
+    std::string& prefixed = owned.emplace_back(1, ' ');
+    prefixed.append(piece);
+    piece = prefixed;
   }
   if (!step.regex) {
     out.push_back(piece);
