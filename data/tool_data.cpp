@@ -195,9 +195,7 @@ Json preference_pair(const KnowledgeGraph& graph, Rng& rng, const Json& conversa
     }
   } else {
     // A final answer: the last value it states replaced by another value of the same relation.
-    const std::string& last_result = messages[target - 1].at("content").get<std::string>();
-    const Json result = parse_json(last_result, "tool result");
-    const std::string value = result.at("result").get<std::string>();
+    const std::string value = *parse_tool_result(messages[target - 1].at("content").get<std::string>());
     const auto last_call = parse_tool_call(messages[target - 2].at("content").get<std::string>());
     const std::string wrong = other_value(graph, rng, last_call->second, value);
     rejected = chosen;
@@ -297,6 +295,12 @@ std::optional<std::pair<std::string, std::string>> parse_tool_call(const std::st
 
 std::string tool_result(const std::optional<std::string>& value) {
   return value ? cat({R"({"result": )", Json(*value).dump(), "}"}) : std::string(R"({"error": "no such fact"})");
+}
+
+std::optional<std::string> parse_tool_result(const std::string& text) {
+  const Json result = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!result.is_object() || !result.contains("result") || !result.at("result").is_string()) return std::nullopt;
+  return result.at("result").get<std::string>();
 }
 
 ToolDataSet synthesise_tool_data(const KnowledgeGraph& graph, uint64_t seed, int64_t sft_examples, int64_t dpo_pairs) {

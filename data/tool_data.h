@@ -51,8 +51,10 @@ KnowledgeGraph build_knowledge_graph(uint64_t seed);
 // string entity and relation).
 std::string tool_call(const std::string& entity, const std::string& relation);
 std::optional<std::pair<std::string, std::string>> parse_tool_call(const std::string& text);
-// What the tool answers, as the observation turn's content.
+// What the tool answers, as the observation turn's content, and the value read back from such a turn
+// (nullopt for an error or anything else).
 std::string tool_result(const std::optional<std::string>& value);
+std::optional<std::string> parse_tool_result(const std::string& text);
 
 // The system prompt of every tool-use conversation.
 extern const char* const kToolSystemPrompt;

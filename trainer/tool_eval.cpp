@@ -53,9 +53,7 @@ ToolEvalResult evaluate_tool_use(LingForCausalLM& model, const Tokenizer& tokeni
       if (m->role == ChatRole::kAssistant) {
         if (const auto call = parse_tool_call(m->content)) calls.push_back(*call);
       } else if (m->role == ChatRole::kObservation) {
-        const Json observation = Json::parse(m->content, nullptr, /*allow_exceptions=*/false);
-        if (observation.is_object() && observation.contains("result") && observation.at("result").is_string())
-          answer_value = observation.at("result").get<std::string>();
+        if (const auto value = parse_tool_result(m->content)) answer_value = *value;
       }
     }
     if (calls.empty() || answer_value.empty()) {

@@ -63,7 +63,7 @@ std::set<std::string> check_conversations(const std::vector<Json>& records, int6
       if (calls == 0) subjects.insert(call->first);
       else EXPECT_EQ(call->first, last_result) << "the second call asks about the first result";
       EXPECT_EQ(content(messages[i + 1]), tool_result(graph().lookup(call->first, call->second)));
-      last_result = parse_json(content(messages[i + 1]), "observation").at("result").get<std::string>();
+      last_result = parse_tool_result(content(messages[i + 1])).value_or("");
       ++calls;
     }
     EXPECT_GE(calls, 1);
@@ -115,6 +115,13 @@ TEST(ToolData, PreferencePairsAreWrongAsTheirKindSays) {
   }
   for (const char* kind : {"bad_format", "wrong_relation", "wrong_entity", "wrong_answer"})
     EXPECT_GT(kinds[kind], 10) << kind;
+}
+
+TEST(ToolData, ToolResultsRoundTrip) {
+  EXPECT_EQ(parse_tool_result(tool_result(std::string("Valdris \"Old\""))), "Valdris \"Old\"");
+  EXPECT_FALSE(parse_tool_result(tool_result(std::nullopt)).has_value());
+  EXPECT_FALSE(parse_tool_result(R"({"result": 3})").has_value());
+  EXPECT_FALSE(parse_tool_result("not json").has_value());
 }
 
 TEST(ToolData, ToolCallsParseOnlyInTheirForm) {
