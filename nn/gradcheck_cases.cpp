@@ -5,6 +5,7 @@
 #include "nn/gradcheck_cases.h"
 
 #include "autograd/ops.h"
+#include "nn/dpo_loss.h"
 #include "nn/normhead.h"
 
 namespace lt {
@@ -68,9 +69,9 @@ std::vector<GradCase> nn_gradcheck_cases() {
       const bool ignored = n % 3 == 0 || (sc.one_sequence_ignored && static_cast<int64_t>(n) / sc.T == 1);
       ids[n] = ignored ? -100 : static_cast<int32_t>(target_rng.below(sc.V));
     }
-    const Tensor targets = Tensor::from_vector<int32_t>({sc.B, sc.T}, ids);
+    const Tensor targets = Tensor::from_vector<int32_t>({sc.B * sc.T}, ids);
     const HeadNorm norm = sc.norm;
-    cases.push_back({"normhead_sequence_logprobs",
+    cases.push_back({"normhead_token_logprobs",
                      sc.what + " B=" + std::to_string(sc.B) + " T=" + std::to_string(sc.T) + " H=" +
                          std::to_string(sc.H) + " V=" + std::to_string(sc.V),
                      [sc](Rng& rng) {
@@ -79,7 +80,33 @@ std::vector<GradCase> nn_gradcheck_cases() {
                        return std::vector<Variable>{grad_input({sc.B * sc.T, sc.H}, rng), head};
                      },
                      [targets, norm](const std::vector<Variable>& x) {
-                       return normhead_sequence_logprobs(x[0], x[1], targets, -100, norm);
+                       return normhead_token_logprobs(x[0], x[1], targets, -100, norm);
+                     }});
+  }
+  // DPO: 3 pairs over 30 tokens (prompt tokens -1), pair 1 format-recovery (only some of its response
+  // tokens counted), pair 2's rejected response a single token; beta large enough that the sigmoid is
+  // far from its linear part.
+  struct DpoCase {
+    double beta, rpo_alpha;
+    std::string what;
+  };
+  std::vector<int32_t> response(30, -1), counted(30, 0);
+  const std::vector<std::pair<int, int>> spans = {{2, 6}, {6, 9}, {11, 16}, {16, 21}, {23, 27}, {27, 28}};
+  for (size_t j = 0; j < spans.size(); ++j)
+    for (int n = spans[j].first; n < spans[j].second; ++n) {
+      response[static_cast<size_t>(n)] = static_cast<int32_t>(j);
+      counted[static_cast<size_t>(n)] = j / 2 == 1 ? n % 2 : 1;
+    }
+  const Tensor response_N = Tensor::from_vector<int32_t>({30}, response);
+  const Tensor counted_N = Tensor::from_vector<int32_t>({30}, counted);
+  const Tensor reference = Tensor::from_vector<double>({6}, {-4.1, -3.2, -6.0, -5.5, -3.0, -1.2});
+  for (const DpoCase& dc : std::vector<DpoCase>{{0.1, 0.05, "beta 0.1, rpo 0.05 (Ling)"},
+                                                {2.0, 0.0, "beta 2, no NLL term"},
+                                                {0.5, 1.0, "beta 0.5, rpo 1"}}) {
+    cases.push_back({"dpo_loss", dc.what + " N=30 P=3",
+                     [](Rng& rng) { return std::vector<Variable>{grad_input({30}, rng)}; },
+                     [=](const std::vector<Variable>& x) {
+                       return dpo_loss(x[0], response_N, counted_N, reference, dc.beta, dc.rpo_alpha).loss;
                      }});
   }
   return cases;

@@ -166,22 +166,17 @@ struct NormHeadCrossEntropyNode : Node {
   }
 };
 
-// The upstream gradient differs per sequence, so the backward runs the head pass again from the saved
+// The upstream gradient differs per row, so the backward runs the head pass again from the saved
 // log-sum-exps, at per-row upstream gradients.
-struct NormHeadSequenceLogprobsNode : Node {
+struct NormHeadTokenLogprobsNode : Node {
   HeadPass pass;  // h, W, targets, lse of the forward
-  int64_t B, T;
-  const char* name() const override { return "normhead_sequence_logprobs"; }
-  std::vector<Tensor> backward(const Tensor& g_B) override {
-    // d out[b] / d logits[n] = -(softmax - onehot) for each kept row n of sequence b, so row n's upstream
-    // gradient is -g[b]: the outer product -g 1^T repeats it over the T rows of the sequence, exactly.
-    const Tensor& h = pass.h_NH;
-    const Tensor ones_1T = Tensor::full({1, T}, 1.0, h.dtype(), h.device());
-    Tensor dloss_BT = Tensor::empty({B, T}, h.dtype(), h.device());
-    kernels::matmul(g_B.reshape({B, 1}), false, ones_1T, false, dloss_BT, -1.0);
+  const char* name() const override { return "normhead_token_logprobs"; }
+  std::vector<Tensor> backward(const Tensor& g_N) override {
+    // out[n] = -(row loss n), so row n's upstream gradient is -g[n].
     HeadPass backward_pass = pass;
-    backward_pass.dloss_N = dloss_BT.reshape({B * T});
-    if (needs_grad(0)) backward_pass.dh_NH = Tensor::empty_like(h);
+    backward_pass.dloss_N = Tensor::empty_like(g_N);
+    kernels::scale(g_N, -1.0, backward_pass.dloss_N);
+    if (needs_grad(0)) backward_pass.dh_NH = Tensor::empty_like(pass.h_NH);
     if (needs_grad(1)) backward_pass.dhead_VH = Tensor::empty_like(pass.w_VH);
     run_head_pass(backward_pass);
     Tensor dw;
@@ -250,33 +245,29 @@ Variable normhead_cross_entropy(const Variable& h_NH, const Variable& head_VH, c
   return make_result(loss, node, {h_NH, head_VH});
 }
 
-Variable normhead_sequence_logprobs(const Variable& h_NH, const Variable& head_VH, const Tensor& targets_BT,
-                                    int64_t ignore_index, HeadNorm norm) {
-  LT_PROFILE_SCOPE("normhead_sequence_logprobs");
+Variable normhead_token_logprobs(const Variable& h_NH, const Variable& head_VH, const Tensor& targets_N,
+                                 int64_t ignore_index, HeadNorm norm) {
+  LT_PROFILE_SCOPE("normhead_token_logprobs");
   const Tensor& h = h_NH.value();
   const Tensor& w = head_VH.value();
-  check_head(h, w, "normhead_sequence_logprobs");
-  LT_CHECK(targets_BT.defined() && targets_BT.ndim() == 2 && targets_BT.numel() == h.dim(0),
-           "normhead_sequence_logprobs: targets must be [B, T] with B T = ", h.dim(0), " rows of h, got ",
-           targets_BT.defined() ? targets_BT.str() : "undefined");
-  const int64_t B = targets_BT.dim(0), T = targets_BT.dim(1), N = h.dim(0);
-  HeadPass pass = head_pass(h, w, targets_BT.reshape({N}), ignore_index, norm);
+  check_head(h, w, "normhead_token_logprobs");
+  LT_CHECK(targets_N.defined() && targets_N.shape() == Shape{h.dim(0)}, "normhead_token_logprobs: targets must be [",
+           h.dim(0), "], got ", targets_N.defined() ? targets_N.str() : "undefined");
+  const int64_t N = h.dim(0);
+  HeadPass pass = head_pass(h, w, targets_N, ignore_index, norm);
   pass.row_loss_N = Tensor::empty({N}, h.dtype(), h.device());
   pass.lse_N = Tensor::empty({N}, h.dtype(), h.device());
   run_head_pass(pass);
 
-  // log p(target) = -(row loss), 0 for ignored targets: summed per sequence, then negated.
-  Tensor logprobs_B = Tensor::empty({B}, h.dtype(), h.device());
-  kernels::sum_last_dim(pass.row_loss_N.reshape({B, T}), logprobs_B);
-  kernels::scale(logprobs_B, -1.0, logprobs_B);
-  auto node = std::make_shared<NormHeadSequenceLogprobsNode>();
-  node->B = B;
-  node->T = T;
+  // log p(target) = -(row loss), which is 0 for ignored targets.
+  Tensor logprobs_N = Tensor::empty({N}, h.dtype(), h.device());
+  kernels::scale(pass.row_loss_N, -1.0, logprobs_N);
+  auto node = std::make_shared<NormHeadTokenLogprobsNode>();
   if (grad_enabled()) {
     node->pass = pass;
     node->pass.row_loss_N = Tensor();
   }
-  return make_result(logprobs_B, node, {h_NH, head_VH});
+  return make_result(logprobs_N, node, {h_NH, head_VH});
 }
 
 }  // namespace lt

@@ -1,5 +1,5 @@
 // NormHead (docs/architecture.md §4) and the fused head + loss ops built on it: the mean cross-entropy of
-// pre-training and SFT, and the per-sequence log-probabilities of DPO. Neither materialises the
+// pre-training and SFT, and the per-token log-probabilities DPO sums. Neither materialises the
 // [N, V] logits: rows go through the head in chunks.
 #pragma once
 #include <cstdint>
@@ -26,13 +26,13 @@ enum class HeadNorm { None, Detached, Full };
 Variable normhead_cross_entropy(const Variable& h_NH, const Variable& head_VH, const Tensor& targets_N,
                                 int64_t ignore_index, HeadNorm norm);
 
-// The summed log-probability of each sequence's targets, [B]:
-//   out[b] = sum over t with targets[b, t] != ignore_index of log softmax(logits[b, t])[targets[b, t]],
-// logits = h W'^T as in normhead_cross_entropy, h [B T, H] (row b T + t is position t of sequence b),
-// targets [B, T]. DPO's log p(response | prompt) with the prompt's targets set to ignore_index.
-// Differentiable in h and W: the backward recomputes the logits chunk by chunk (the upstream gradient
-// differs per sequence, so it cannot be folded into the forward), again without the [N, V] logits.
-Variable normhead_sequence_logprobs(const Variable& h_NH, const Variable& head_VH, const Tensor& targets_BT,
-                                    int64_t ignore_index, HeadNorm norm);
+// The log-probability of each row's target, [N]:
+//   out[n] = log softmax(logits[n])[targets[n]], 0 where targets[n] == ignore_index,
+// logits = h W'^T as in normhead_cross_entropy, h [N, H], targets [N]. What DPO sums per response (nn/dpo_loss.h).
+// Differentiable in h and W: the backward recomputes the logits chunk by chunk from the saved
+// log-sum-exps (the upstream gradient differs per row, so it cannot be folded into the forward), again
+// without the [N, V] logits.
+Variable normhead_token_logprobs(const Variable& h_NH, const Variable& head_VH, const Tensor& targets_N,
+                                 int64_t ignore_index, HeadNorm norm);
 
 }  // namespace lt

@@ -85,6 +85,26 @@ void mean_over_count(const Tensor& values, const Tensor& count, Tensor& mean);
 // Its backward: every element of dvalues = dmean / count, 0 when count is 0. dmean [1].
 void mean_over_count_backward(const Tensor& dmean, const Tensor& count, Tensor& dvalues);
 
+// ---- preference loss (tensor/kernels/dpo.cpp) ---------------------------------------------------
+// Sigmoid DPO (Rafailov et al. 2023) with Ling's NLL term on the chosen response, from per-token
+// log-probabilities token_logp [N] (the policy's, as normhead_token_logprobs gives them):
+//   response [N] i32: 2p for a token of pair p's chosen response, 2p + 1 for its rejected one, -1 for
+//     any other token; counted [N] i32: nonzero where the token enters the DPO log-prob (all response
+//     tokens, or only those that differ in format for format-recovery DPO);
+//   logp[j] = sum of token_logp[n] over counted n with response[n] = j       (f64, in row order)
+//   r_w = beta (logp[2p] - ref[2p]), r_l = beta (logp[2p+1] - ref[2p+1])      ref = reference_logp [2P] f64
+//   loss [1] = mean_p softplus(r_l - r_w) + rpo_alpha * nll,  nll = -(sum of token_logp over every
+//     chosen-response token) / their count (0 without any)
+// stats [kDpoStats] f64: the sums over pairs (and tokens) that TRL's metrics are means of, by DpoStat.
+// With dtoken_logp defined it receives d loss / d token_logp at an upstream gradient of 1 (the loss is a
+// scalar, so the backward only scales it). P = 0 gives loss 0.
+enum DpoStat {
+  kDpoRewardChosen, kDpoRewardRejected, kDpoCorrect, kDpoMargin, kDpoLogpChosen, kDpoLogpRejected,
+  kDpoLoss, kDpoNllSum, kDpoNllTokens, kDpoPairs, kDpoStats
+};
+void dpo_loss(const Tensor& token_logp, const Tensor& response, const Tensor& counted, const Tensor& reference_logp,
+              double beta, double rpo_alpha, Tensor& loss, Tensor& stats, Tensor& dtoken_logp);
+
 // ---- NormHead (tensor/kernels/normhead.cpp) -----------------------------------------------------
 // inv_norm[j] = 1 / (sqrt(sum_v w[v, j]^2) + eps) for the head w [V, H] (sums in f64, row order).
 void column_inv_norm(const Tensor& w, double eps, Tensor& inv_norm);

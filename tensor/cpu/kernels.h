@@ -108,4 +108,8 @@ void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor
 void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& dw, double beta);
 void accumulate_f64(const Tensor& x, Tensor& sum);
 
+// ---- preference loss (dpo.cc) --------------------------------------------------------------------
+void dpo_loss(const Tensor& token_logp, const Tensor& response, const Tensor& counted, const Tensor& reference_logp,
+              double beta, double rpo_alpha, Tensor& loss, Tensor& stats, Tensor& dtoken_logp);
+
 }  // namespace lt::cpu

@@ -111,42 +111,43 @@ TEST(NormHeadCrossEntropy, WithoutGradModeGivesTheSameLoss) {
   EXPECT_FALSE(loss.requires_grad());
 }
 
-// DPO's per-sequence log-probabilities against -(per-token cross-entropy) summed per sequence the
-// unfused way, from the full [N, V] logits; and the gradients of a weighted sum of them against those of
-// log_softmax gathered at the targets. Sequence 1 has every target ignored: 0, and no gradient.
-TEST(NormHeadSequenceLogprobs, MatchesTheUnfusedPerTokenCrossEntropy) {
-  const int64_t B = 3, T = 100;  // 300 rows: two chunks of the fused pass
-  Problem p = problem(B * T, 6, 37);
+// The per-token log-probabilities DPO sums against -(per-token cross-entropy) the unfused way, from the
+// full [N, V] logits; and the gradients of a weighted sum of them against those of log_softmax gathered
+// at the targets. Rows 100-199 have every target ignored: 0, and no gradient.
+TEST(NormHeadTokenLogprobs, MatchesTheUnfusedPerTokenCrossEntropy) {
+  const int64_t N = 300;  // two chunks of the fused pass
+  Problem p = problem(N, 6, 37);
   std::vector<int64_t> ids = p.targets.to_vector<int64_t>();
-  std::fill(ids.begin() + T, ids.begin() + 2 * T, -100);
-  p.targets = Tensor::from_vector<int64_t>({B, T}, ids);
-  const std::vector<double> weights{0.7, -1.3, 2.1};  // d loss / d logprobs[b]
+  std::fill(ids.begin() + 100, ids.begin() + 200, -100);
+  p.targets = Tensor::from_vector<int64_t>({N}, ids);
+  std::vector<double> weights(static_cast<size_t>(N));  // d loss / d logprobs[n]
+  Rng rng(5);
+  for (double& w : weights) w = rng.normal();
   std::vector<int32_t> picked_ids(ids.size());
   std::vector<double> picked_weights(ids.size());
   for (size_t n = 0; n < ids.size(); ++n) {
     picked_ids[n] = ids[n] == -100 ? 0 : static_cast<int32_t>(ids[n]);
-    picked_weights[n] = ids[n] == -100 ? 0.0 : weights[n / T];
+    picked_weights[n] = ids[n] == -100 ? 0.0 : weights[n];
   }
   for (HeadNorm norm : {HeadNorm::None, HeadNorm::Detached, HeadNorm::Full}) {
     SCOPED_TRACE(static_cast<int>(norm));
     const Variable h(p.h.clone(), true), w(p.w.clone(), true);
-    const Variable logprobs = normhead_sequence_logprobs(h, w, p.targets, -100, norm);
-    ASSERT_EQ(logprobs.shape(), Shape{B});
-    sum(mul(logprobs, Variable(Tensor::from_vector<double>({B}, weights)))).backward();
+    const Variable logprobs = normhead_token_logprobs(h, w, p.targets, -100, norm);
+    ASSERT_EQ(logprobs.shape(), Shape{N});
+    sum(mul(logprobs, Variable(Tensor::from_vector<double>({N}, weights)))).backward();
 
     const Variable h_ref(p.h.clone(), true), w_ref(p.w.clone(), true);
     const Variable head = norm == HeadNorm::None ? w_ref : column_normalize(w_ref, norm == HeadNorm::Detached);
     const Variable logits = matmul(h_ref, head, false, true);
-    Tensor row_loss = Tensor::empty({B * T}, DType::F64), lse = Tensor::empty({B * T}, DType::F64);
-    kernels::cross_entropy(logits.value(), p.targets.reshape({B * T}), -100, row_loss, lse);
-    const std::vector<double> losses = row_loss.to_vector<double>();
-    std::vector<double> expected(B, 0.0);
-    for (size_t n = 0; n < losses.size(); ++n) expected[n / T] -= losses[n];
+    Tensor row_loss = Tensor::empty({N}, DType::F64), lse = Tensor::empty({N}, DType::F64);
+    kernels::cross_entropy(logits.value(), p.targets, -100, row_loss, lse);
+    std::vector<double> expected = row_loss.to_vector<double>();
+    for (double& e : expected) e = -e;
     test::expect_close(logprobs.value().to_vector<double>(), expected, 1e-12, 1e-12, "logprobs");
-    EXPECT_EQ(logprobs.value().to_vector<double>()[1], 0.0);
+    EXPECT_EQ(logprobs.value().to_vector<double>()[150], 0.0);
 
-    const Variable picked = gather_cols(log_softmax(logits), Tensor::from_vector<int32_t>({B * T, 1}, picked_ids));
-    sum(mul(picked, Variable(Tensor::from_vector<double>({B * T, 1}, picked_weights)))).backward();
+    const Variable picked = gather_cols(log_softmax(logits), Tensor::from_vector<int32_t>({N, 1}, picked_ids));
+    sum(mul(picked, Variable(Tensor::from_vector<double>({N, 1}, picked_weights)))).backward();
     test::expect_close(h.grad().to_vector<double>(), h_ref.grad().to_vector<double>(), 1e-10, 1e-15, "dh");
     test::expect_close(w.grad().to_vector<double>(), w_ref.grad().to_vector<double>(), 1e-10, 1e-15, "dw");
   }

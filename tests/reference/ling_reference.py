@@ -7,9 +7,13 @@ from docs/architecture.md so that the C++ model can be checked against an indepe
                                       checks (logits, losses, every gradient, parameters after 3 AdamW steps)
     eval --ckpt DIR --data FILE.bin   mean next-token cross-entropy of a lingtrain checkpoint over an llm.c
          [--seq T]                    token shard, as a JSON line
+    dpo --out DIR                     the DPO loss (TRL's sigmoid loss plus its rpo_alpha NLL term) of random
+                                      per-token log-probabilities, its gradient and TRL's metrics, for
+                                      tests/nn/test_dpo_loss.cpp
 
 Run with the system interpreter, which has torch and numpy:
     /usr/bin/python3 tests/reference/ling_reference.py golden --out tests/golden/ling_small
+    /usr/bin/python3 tests/reference/ling_reference.py dpo --out tests/golden/dpo
 """
 import argparse
 import json
@@ -470,6 +474,66 @@ def evaluate(ckpt, data, seq):
     print(json.dumps({"loss": total / predicted if predicted else float("nan"), "tokens": predicted}))
 
 
+def dpo_reference(token_logp, response, counted, reference, beta, rpo_alpha):
+    """TRL's DPOTrainer arithmetic (loss_type "sigmoid", rpo_alpha) written with torch ops: the summed
+    log-probability of each response over its counted tokens, the sigmoid loss of the reward margin, and
+    the NLL of the chosen response (mean over its tokens, all of them) weighted by rpo_alpha."""
+    pairs = reference.numel() // 2
+    index = response.long().clamp(min=0)
+    weight = ((response >= 0) & (counted != 0)).to(token_logp.dtype)
+    logps = torch.zeros(2 * pairs, dtype=token_logp.dtype).index_add(0, index, token_logp * weight)
+    chosen, rejected = logps[0::2], logps[1::2]
+    ref_chosen, ref_rejected = reference[0::2], reference[1::2]
+    logits = (chosen - ref_chosen) - (rejected - ref_rejected)
+    losses = -F.logsigmoid(beta * logits)
+    is_chosen = (response >= 0) & (response % 2 == 0)
+    nll = -(token_logp * is_chosen.to(token_logp.dtype)).sum() / is_chosen.sum()
+    loss = losses.mean() + rpo_alpha * nll
+    rewards_chosen = beta * (chosen - ref_chosen).detach()
+    rewards_rejected = beta * (rejected - ref_rejected).detach()
+    metrics = {
+        "rewards/chosen": rewards_chosen.mean().item(),
+        "rewards/rejected": rewards_rejected.mean().item(),
+        "rewards/accuracies": (rewards_chosen > rewards_rejected).double().mean().item(),
+        "rewards/margins": (rewards_chosen - rewards_rejected).mean().item(),
+        "logps/chosen": chosen.detach().mean().item(),
+        "logps/rejected": rejected.detach().mean().item(),
+        "nll_loss": nll.item(),
+    }
+    return loss, metrics
+
+
+def dpo_golden(out):
+    # 4 pairs in two packed rows of 40 positions; the prompt and padding tokens are -1; pair 2 marks only
+    # some tokens (format-recovery DPO); log-probabilities spread like a small model's.
+    generator = torch.Generator().manual_seed(11)
+    n = 80
+    response = torch.full((n,), -1, dtype=torch.int32)
+    counted = torch.zeros(n, dtype=torch.int32)
+    spans = [(3, 9), (9, 14), (20, 26), (26, 30), (42, 50), (50, 57), (62, 66), (66, 78)]
+    for j, (a, b) in enumerate(spans):
+        response[a:b] = j
+        counted[a:b] = 1 if j // 2 != 2 else torch.tensor([(t % 3 == 0) for t in range(a, b)], dtype=torch.int32)
+    token_logp = -torch.rand(n, generator=generator, dtype=torch.float64) * 6
+    reference = token_logp.detach().clone().index_add(
+        0, torch.arange(n), torch.randn(n, generator=generator, dtype=torch.float64) * 0.5)
+    ref_logps = torch.zeros(8, dtype=torch.float64).index_add(
+        0, response.long().clamp(min=0), reference * ((response >= 0) & (counted != 0)).double())
+    tensors = {"token_logp": token_logp, "response": response, "counted": counted, "reference_logp": ref_logps}
+    cases = []
+    for k, (beta, rpo_alpha) in enumerate([(0.1, 0.0), (0.1, 0.05), (1.0, 1.0)]):
+        x = token_logp.clone().requires_grad_(True)
+        loss, metrics = dpo_reference(x, response, counted, ref_logps, beta, rpo_alpha)
+        loss.backward()
+        tensors[f"case{k}.grad"] = x.grad
+        cases.append({"beta": beta, "rpo_alpha": rpo_alpha, "loss": loss.item(), "metrics": metrics})
+    os.makedirs(out, exist_ok=True)
+    save_safetensors(os.path.join(out, "dpo.safetensors"), tensors)
+    with open(os.path.join(out, "dpo.json"), "w") as f:
+        json.dump({"torch": torch.__version__, "cases": cases}, f, indent=1)
+        f.write("\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -479,10 +543,14 @@ def main():
     e.add_argument("--ckpt", required=True)
     e.add_argument("--data", required=True)
     e.add_argument("--seq", type=int)
+    d = commands.add_parser("dpo", help="write the DPO loss goldens")
+    d.add_argument("--out", required=True)
     args = parser.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     if args.command == "golden":
         golden(args.out)
+    elif args.command == "dpo":
+        dpo_golden(args.out)
     else:
         evaluate(args.ckpt, args.data, args.seq)
 
