@@ -23,6 +23,13 @@ struct TokenBatch {
   Tensor inputs;     // i32 [B, T] on the CPU
   Tensor targets;    // i32 [B, T]: targets[b, t] = the token after inputs[b, t] (-100: not predicted)
   Tensor doc_start = Tensor();  // i32 [B, T] for rows of packed documents (data/packing.h); undefined otherwise
+  // Preference pairs (DPO, data/packing.h): per target, 2p / 2p + 1 when it belongs to the chosen / rejected
+  // response of the batch's pair p, -1 elsewhere; whether it counts in the DPO log-prob (i32 [B, T] both);
+  // the reference model's log-probs of the pairs' responses, f64 [2P].
+  Tensor response = Tensor(), counted = Tensor(), reference_logp = Tensor();
+  // What this micro-batch's loss is a mean over (its labelled tokens, its pairs): a step weighs its
+  // micro-batches by it, so the step's loss is the mean over all of them. -1: they weigh the same.
+  int64_t loss_units = -1;
 };
 
 struct SamplerCursor {

@@ -44,6 +44,11 @@ struct Relation {
   const char* answer;    // {s} the subject, {v} the value
 };
 
+// Many more people and companies than conversations mention twice: a model cannot memorise the names,
+// so SFT has to teach it to copy the entity from the question into the call (what held-out questions,
+// about unseen entities, measure).
+constexpr int kCompanies = 400, kPeople = 2000;
+
 constexpr Relation kRelations[] = {
     {"born_in", "person", "Where was {s} born?", "{s} was born in {v}."},
     {"birth_year", "person", "In which year was {s} born?", "{s} was born in {v}."},
@@ -204,10 +209,13 @@ Json preference_pair(const KnowledgeGraph& graph, Rng& rng, const Json& conversa
   }
   Json prompt = Json::array();
   for (size_t i = 0; i < target; ++i) prompt.push_back(messages[i]);
-  return {{"prompt", prompt},
-          {"chosen", Json::array({message("assistant", chosen)})},
-          {"rejected", Json::array({message("assistant", rejected)})},
-          {"kind", kind}};
+  Json pair = {{"prompt", prompt},
+               {"chosen", Json::array({message("assistant", chosen)})},
+               {"rejected", Json::array({message("assistant", rejected)})},
+               {"kind", kind}};
+  // The broken call differs from the right one in format only: format-recovery DPO (data/chat_dataset.h).
+  if (kind == "bad_format") pair["format_only"] = true;
+  return pair;
 }
 
 }  // namespace
@@ -261,13 +269,13 @@ KnowledgeGraph build_knowledge_graph(uint64_t seed) {
     graph.facts[{cities.back(), "located_in"}] = countries[static_cast<size_t>(i) % countries.size()];
     if (i < static_cast<int>(countries.size())) graph.facts[{countries[static_cast<size_t>(i)], "capital"}] = cities.back();
   }
-  for (int i = 0; i < 40; ++i) {
+  for (int i = 0; i < kCompanies; ++i) {
     companies.push_back(cat({new_name(rng, taken), " ", str(pick(rng, {"Works", "Labs", "Trading", "Foods", "Motors"}))}));
     add(companies.back(), "company", i % 5 == 4);
     graph.facts[{companies.back(), "headquartered_in"}] = pick_from(rng, cities);
     graph.facts[{companies.back(), "founded_in"}] = std::to_string(between(rng, 1850, 2020));
   }
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < kPeople; ++i) {
     const std::string person = cat({new_name(rng, taken), " ", new_name(rng, taken)});
     add(person, "person", i % 5 == 4);
     graph.facts[{person, "born_in"}] = pick_from(rng, cities);

@@ -17,7 +17,7 @@
 //
 // Preference pairs: the prompt is a conversation up to one assistant turn; chosen is the correct turn,
 // rejected one of: a call with the wrong relation, a call on the wrong entity, a wrong final answer, or
-// a malformed call (format only: same content, broken JSON).
+// a malformed call (format only: same content, broken JSON; marked "format_only" for format-recovery DPO).
 #pragma once
 #include <cstdint>
 #include <map>
