@@ -5,7 +5,7 @@ JOBS  ?= $(shell nproc)
 NVCC  := $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release $(if $(NVCC),-DCMAKE_CUDA_COMPILER=$(NVCC))
 
-.PHONY: all setup configure build test gradcheck train clean fuzz asan tsan
+.PHONY: all setup configure build test gradcheck train sft dpo clean fuzz asan tsan
 
 all: build
 
@@ -34,6 +34,35 @@ clean:
 TRAIN_FLAGS ?=
 train: build
 	$(BUILD)/lingtrain pretrain --model tiny --out out/tiny $(TRAIN_FLAGS)
+
+# Post-training on the embedded tool-use data (docs/post_training.md), each printing its held-out
+# figures before and after. sft starts from out/tiny/checkpoint (`make train` makes it when missing);
+# dpo from out/sft/checkpoint (`make sft` likewise). Tool use is scored by the model playing 200
+# held-out conversations about people and companies it never saw in training.
+SFT_FLAGS ?= --epochs 1
+DPO_FLAGS ?=
+TOOLS := out/tool
+EVAL_TOOLS = $(BUILD)/lingtrain eval-tools --data $(TOOLS)/sft_val.jsonl --graph $(TOOLS)/knowledge_graph.json --limit 200
+sft: build
+	@[ -e out/tiny/checkpoint/model.safetensors ] || $(MAKE) --no-print-directory train
+	@[ -e $(TOOLS)/sft_train.jsonl ] || $(BUILD)/lingtrain tool-data --out $(TOOLS)
+	$(EVAL_TOOLS) --ckpt out/tiny/checkpoint >$(TOOLS)/tool_use_pretrained.json
+	$(BUILD)/lingtrain sft --ckpt out/tiny/checkpoint --data $(TOOLS)/sft_train.jsonl --val $(TOOLS)/sft_val.jsonl \
+	  --out out/sft $(SFT_FLAGS)
+	$(EVAL_TOOLS) --ckpt out/sft/checkpoint >$(TOOLS)/tool_use_sft.json
+	@echo "held-out tool use, pre-trained: $$(cat $(TOOLS)/tool_use_pretrained.json)"
+	@echo "held-out tool use, after SFT:   $$(cat $(TOOLS)/tool_use_sft.json)"
+
+dpo: build
+	@[ -e out/sft/checkpoint/model.safetensors ] || $(MAKE) --no-print-directory sft
+	@[ -e $(TOOLS)/tool_use_sft.json ] || $(EVAL_TOOLS) --ckpt out/sft/checkpoint >$(TOOLS)/tool_use_sft.json
+	$(BUILD)/lingtrain dpo --ckpt out/sft/checkpoint --data $(TOOLS)/dpo_train.jsonl --val $(TOOLS)/dpo_val.jsonl \
+	  --out out/dpo $(DPO_FLAGS) >$(TOOLS)/dpo_summary.json && cat $(TOOLS)/dpo_summary.json
+	$(EVAL_TOOLS) --ckpt out/dpo/checkpoint >$(TOOLS)/tool_use_dpo.json
+	@echo "held-out preferences before DPO (the SFT model): $$(head -1 out/dpo/metrics.jsonl)"
+	@echo "held-out preferences after DPO: $$(grep -o '"eval_.*"val_unigram' $(TOOLS)/dpo_summary.json)"
+	@echo "held-out tool use, after SFT: $$(cat $(TOOLS)/tool_use_sft.json)"
+	@echo "held-out tool use, after DPO: $$(cat $(TOOLS)/tool_use_dpo.json)"
 
 # libFuzzer on the readers of untrusted files (tests/fuzz/), under ASan and UBSan, in its own clang build
 # (build-fuzz/). Each harness runs FUZZ_SECONDS on a scratch copy of its seed corpus, so the repository's

@@ -32,7 +32,7 @@
 #include "trainer/evaluate.h"
 #include "trainer/generate.h"
 #include "trainer/tool_eval.h"
-#include "trainer/pretrain.h"
+#include "trainer/run.h"
 #include "trainer/recipe.h"
 
 namespace {
@@ -290,34 +290,81 @@ std::vector<lt::Injection> injections_from_flag(const std::string& value) {
   return out;
 }
 
-int cmd_pretrain(const std::vector<std::string>& args) {
+// The stage keys a post-training command starts from (its flags override them): rows long enough for
+// the embedded tool conversations in bytes, a short warmup and a cosine decay to a tenth.
+Json post_training_stage_defaults(const std::string& kind) {
+  if (kind == "sft")
+    return {{"name", "sft"}, {"kind", "sft"}, {"seq", 512}, {"batch", 8}, {"lr", 1e-3}, {"min_lr", 1e-4},
+            {"warmup_steps", 10}, {"lr_schedule", "cosine"}, {"weight_decay", 0.0}};
+  return {{"name", "dpo"}, {"kind", "dpo"}, {"seq", 1024}, {"batch", 4}, {"lr", 2e-4}, {"min_lr", 2e-5},
+          {"warmup_steps", 5}, {"lr_schedule", "cosine"}, {"weight_decay", 0.0}};
+}
+
+// pretrain, sft and dpo: one run of the trainer (trainer/run.h) over a recipe; sft and dpo build a
+// one-stage recipe of their kind that starts from --ckpt.
+int run_command(const std::vector<std::string>& args, const std::string& kind) {
+  const bool post_training = kind != "pretrain";
   std::map<std::string, std::string> defaults = {
       {"recipe", ""},        {"model", "tiny"},     {"seed", "1"},         {"routing-warmup", "50"},
       {"out", "out/tiny"},   {"threads", "0"},      {"resume", ""},        {"eval-every", "200"},
       {"eval-tokens", "65536"}, {"ckpt-every", "200"}, {"metrics", ""},    {"sample-prompt", "The "},
       {"sample-tokens", "200"}, {"time-limit", "0"},      {"stop-at", "0"},
       {"dist", "dp"},           {"straggle", ""},         {"tokenizer", ""}};
+  if (post_training) {
+    for (const char* flag : {"recipe", "model", "routing-warmup"}) defaults.erase(flag);
+    defaults.insert({{"ckpt", ""}, {"epochs", kind == "sft" ? "2" : "1"}, {"aux-loss-coef", ""}, {"z-loss-coef", ""}});
+    if (kind == "dpo") defaults.insert({{"beta", "0.1"}, {"rpo-alpha", "0.05"}});
+    defaults["out"] = "out/" + kind;
+    defaults["eval-every"] = "50";
+    defaults["ckpt-every"] = "100";
+    defaults["sample-prompt"] = "";
+  }
   for (const std::string& flag : kStageFlags) defaults[flag] = "";
   defaults.insert(kEditFlags.begin(), kEditFlags.end());
   defaults.insert(kSpikeFlags.begin(), kSpikeFlags.end());
   const Flags flags(args, defaults);
   apply_threads(flags);
-  const Json stage = stage_from_flags(flags);
+  Json stage = stage_from_flags(flags);
   lt::RunOptions options;
   options.resume = flags.str("resume");
   options.tokenizer = flags.str("tokenizer");
+  if (post_training) {
+    for (const char* flag : {"aux-loss-coef", "z-loss-coef"})
+      if (flags.was_set(flag)) stage[key_of(flag)] = flags.number(flag);
+    if (kind == "dpo")
+      for (const char* flag : {"beta", "rpo-alpha"})
+        if (flags.was_set(flag)) stage[key_of(flag)] = flags.number(flag);
+  }
   lt::Recipe recipe;
   if (!options.resume.empty()) {
-    for (const char* fixed : {"recipe", "model", "seed", "routing-warmup"})
+    for (const char* fixed : {"recipe", "model", "seed", "routing-warmup", "ckpt", "epochs", "beta", "rpo-alpha"})
       if (flags.was_set(fixed)) fail("flag --", fixed, " cannot change when resuming (the checkpoint keeps its recipe)");
     options.stage_overrides = stage;
+  } else if (post_training) {
+    if (flags.str("ckpt").empty()) fail("flag --ckpt is required: the checkpoint ", kind, " starts from");
+    if (!flags.was_set("data")) fail("flag --data is required: a JSONL file of ", kind == "sft" ? "conversations" : "preference pairs");
+    Json full = post_training_stage_defaults(kind);
+    for (const auto& [key, value] : stage.items()) full[key] = value;
+    if (!flags.was_set("steps")) {
+      const double epochs = flags.number("epochs");
+      if (!(epochs > 0)) fail("flag --epochs must be > 0, got ", flags.str("epochs"));
+      full["epochs"] = epochs;
+      full["steps"] = 0;  // sized from the epochs once the data is packed (trainer/run.cpp)
+    } else if (flags.was_set("epochs")) {
+      fail("flags --steps and --epochs both size the run: give one");
+    }
+    if (kind == "dpo") full["reference"] = flags.str("ckpt");
+    recipe = lt::Recipe::from_json({{"model", flags.str("ckpt")}, {"init", flags.str("ckpt")}, {"routing_warmup", 0},
+                                    {"stages", Json::array({full})}},
+                                   "the command line");
+    recipe.seed = static_cast<uint64_t>(flags.integer("seed"));
   } else if (!flags.str("recipe").empty()) {
     if (!stage.empty()) fail("flag --", stage.begin().key(), " sets a one-stage run: with --recipe, set it in the recipe");
     recipe = lt::resolve_recipe(flags.str("recipe"));
   } else {
     recipe = lt::Recipe::from_json({{"stages", Json::array({stage})}}, "the command line");
   }
-  if (options.resume.empty()) {
+  if (options.resume.empty() && !post_training) {
     if (flags.was_set("model") || flags.str("recipe").empty()) recipe.model = flags.str("model");
     if (flags.was_set("seed") || flags.str("recipe").empty()) recipe.seed = static_cast<uint64_t>(flags.integer("seed"));
     if (flags.was_set("routing-warmup") || flags.str("recipe").empty())
@@ -345,7 +392,7 @@ int cmd_pretrain(const std::vector<std::string>& args) {
   options.spike_guard = spike_guard_from_flags(flags);
   if (!flags.str("inject").empty()) options.injections = injections_from_flag(flags.str("inject"));
   if (!flags.str("straggle").empty()) parse_straggle(flags.str("straggle"), options);
-  Json summary = lt::run_pretraining(recipe, options);
+  Json summary = lt::run_training(recipe, options);
   if (summary.is_null()) return 0;  // a rank other than 0 of a multi-process run: rank 0 reports
   if (summary.contains("sample")) {
     std::printf("sample: %s%s\n", options.sample_prompt.c_str(), summary["sample"].get<std::string>().c_str());
@@ -354,6 +401,10 @@ int cmd_pretrain(const std::vector<std::string>& args) {
   std::printf("%s\n", summary.dump().c_str());
   return 0;
 }
+
+int cmd_pretrain(const std::vector<std::string>& args) { return run_command(args, "pretrain"); }
+int cmd_sft(const std::vector<std::string>& args) { return run_command(args, "sft"); }
+int cmd_dpo(const std::vector<std::string>& args) { return run_command(args, "dpo"); }
 
 // ---- eval, sample, shards, params --------------------------------------------------------------
 
@@ -503,7 +554,7 @@ int cmd_score(const std::vector<std::string>& args) {
 
 // lingtrain tool-data --out DIR [--seed S] [--sft N] [--dpo N]: the embedded post-training data.
 int cmd_tool_data(const std::vector<std::string>& args) {
-  Flags flags(args, {{"out", ""}, {"seed", "1"}, {"sft", "4000"}, {"dpo", "2000"}});
+  Flags flags(args, {{"out", ""}, {"seed", "1"}, {"sft", "8000"}, {"dpo", "2000"}});
   if (flags.str("out").empty()) fail("tool-data needs --out DIR");
   const std::string out = flags.str("out");
   const auto seed = static_cast<uint64_t>(flags.integer("seed"));
@@ -527,7 +578,7 @@ int cmd_tool_data(const std::vector<std::string>& args) {
 // lingtrain eval-tools --ckpt C --data held_out.jsonl [--graph knowledge_graph.json] [--tokenizer T]
 // [--max-tokens N] [--limit N]: the model plays the tool conversations (trainer/tool_eval.h).
 int cmd_eval_tools(const std::vector<std::string>& args) {
-  Flags flags(args, {{"ckpt", ""}, {"data", ""}, {"graph", ""}, {"tokenizer", ""}, {"max-tokens", "64"},
+  Flags flags(args, {{"ckpt", ""}, {"data", ""}, {"graph", ""}, {"tokenizer", ""}, {"max-tokens", "160"},
                      {"limit", "0"}, {"threads", "0"}});
   apply_threads(flags);
   if (flags.str("ckpt").empty() || flags.str("data").empty()) fail("eval-tools needs --ckpt DIR and --data FILE.jsonl");
@@ -618,6 +669,15 @@ void usage(FILE* out) {
                "  pretrain ... [--spike-guard on|off] [--spike-threshold Z] [--spike-warmup N] [--spike-retries N]\n"
                "           [--spike-lr-cut X --spike-cut-after N --spike-cooldown N] [--nan-reload-after K]\n"
                "           [--max-reloads M]   the loss-spike guard and NaN recovery (docs/reliability.md)\n"
+               "  sft --ckpt DIR --data train.jsonl [--val val.jsonl] [--out DIR (out/sft)] [--epochs E (2) | --steps N]\n"
+               "      [--seq T (512)] [--batch B (8)] [--lr X (1e-3)] [--aux-loss-coef X] [--z-loss-coef X] ...\n"
+               "                                 supervised fine-tuning on TRL-style conversations, assistant\n"
+               "                                 tokens only, packed with document masking (docs/post_training.md)\n"
+               "  dpo --ckpt DIR --data pairs.jsonl [--val val.jsonl] [--out DIR (out/dpo)] [--beta X (0.1)]\n"
+               "      [--rpo-alpha X (0.05)] [--epochs E (1) | --steps N] [--seq T (1024)] [--batch B (4)] ...\n"
+               "                                 sigmoid DPO against the --ckpt model (log-probs cached on disk);\n"
+               "                                 sft and dpo take pretrain's run flags (--resume, --eval-every,\n"
+               "                                 --dist, the spike guard ...)\n"
                "  eval --ckpt DIR --data FILE.bin [--seq T]   mean next-token loss over the whole file\n"
                "  sample --ckpt DIR --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--top-p P]\n"
                "         [--tokenizer T (default: the checkpoint's)]\n"
@@ -647,7 +707,7 @@ void usage(FILE* out) {
 int main(int argc, char** argv) {
   const std::map<std::string, std::function<int(const std::vector<std::string>&)>> commands = {
       {"--version", cmd_version}, {"version", cmd_version}, {"gradcheck", cmd_gradcheck},
-      {"pretrain", cmd_pretrain},  {"eval", cmd_eval},       {"sample", cmd_sample},
+      {"pretrain", cmd_pretrain},  {"sft", cmd_sft},         {"dpo", cmd_dpo},         {"eval", cmd_eval},       {"sample", cmd_sample},
       {"shards", cmd_shards},      {"params", cmd_params},   {"bench", cmd_bench},
       {"tokenizer", cmd_tokenizer}, {"chat-template", cmd_chat_template},
       {"score", cmd_score},        {"tool-data", cmd_tool_data}, {"eval-tools", cmd_eval_tools}};

@@ -1,5 +1,7 @@
 #include "model/ling.h"
 
+#include <algorithm>
+
 #include "autograd/ops.h"
 #include "tensor/kernels.h"
 
@@ -78,18 +80,36 @@ Variable LingForCausalLM::logits(const Tensor& ids_BT, MoEContext& context, int6
   return reshape(matmul(reshape(h, {B * T, H}), head, false, true), {B, T, config_.vocab_size});
 }
 
+Variable LingForCausalLM::hidden_states(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context,
+                                        const Tensor& doc_start_BT) {
+  LT_CHECK(targets_BT.shape() == ids_BT.shape(), "targets ", targets_BT.str(), " do not match ids ", ids_BT.str());
+  return reshape(model_->forward(ids_BT, context, 0, nullptr, doc_start_BT), {ids_BT.numel(), config_.hidden_size});
+}
+
+HeadNorm LingForCausalLM::head_norm() const {
+  return !config_.norm_head                                  ? HeadNorm::None
+         : config_.norm_head_grad == NormHeadGrad::Detached ? HeadNorm::Detached
+                                                             : HeadNorm::Full;
+}
+
 LossBreakdown LingForCausalLM::loss(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context,
                                    const Tensor& doc_start_BT) {
-  LT_CHECK(targets_BT.shape() == ids_BT.shape(), "targets ", targets_BT.str(), " do not match ids ", ids_BT.str());
-  const int64_t N = ids_BT.numel();
-  const Variable h_NH = reshape(model_->forward(ids_BT, context, 0, nullptr, doc_start_BT), {N, config_.hidden_size});
-  const HeadNorm head_norm = !config_.norm_head                                  ? HeadNorm::None
-                             : config_.norm_head_grad == NormHeadGrad::Detached ? HeadNorm::Detached
-                                                                                 : HeadNorm::Full;
+  const Variable h_NH = hidden_states(ids_BT, targets_BT, context, doc_start_BT);
+  return add_auxiliary_losses(
+      normhead_cross_entropy(h_NH, *lm_head_VH_, targets_BT.reshape({ids_BT.numel()}), -100, head_norm()), context);
+}
+
+Variable LingForCausalLM::target_logprobs(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context,
+                                          const Tensor& doc_start_BT) {
+  const Variable h_NH = hidden_states(ids_BT, targets_BT, context, doc_start_BT);
+  return normhead_token_logprobs(h_NH, *lm_head_VH_, targets_BT.reshape({ids_BT.numel()}), -100, head_norm());
+}
+
+LossBreakdown LingForCausalLM::add_auxiliary_losses(const Variable& objective, const MoEContext& context) const {
   LossBreakdown out;
-  out.lm = normhead_cross_entropy(h_NH, *lm_head_VH_, targets_BT.reshape({N}), -100, head_norm);
-  out.total = out.lm;
-  const Device device = out.lm.value().device();
+  out.lm = objective;
+  out.total = objective;
+  const Device device = objective.value().device();
   out.aux = Tensor::zeros({1}, DType::F64, device);
   out.balance = Tensor::zeros({1}, DType::F64, device);
   out.z = Tensor::zeros({1}, DType::F64, device);
@@ -117,6 +137,18 @@ void LingForCausalLM::set_rope_theta(double theta) {
   LT_CHECK(theta > 0, "rope_theta must be > 0, got ", theta);
   config_.rope_theta = theta;
   for (DecoderLayer* layer : model_->layers()) layer->attention().set_rope_theta(theta);
+}
+
+void LingForCausalLM::set_aux_loss_coefficients(double aux_loss_coef, double z_loss_coef) {
+  LT_CHECK(aux_loss_coef >= 0 && z_loss_coef >= 0, "the aux and z loss coefficients must be >= 0, got ", aux_loss_coef,
+           " and ", z_loss_coef);
+  config_.aux_loss_coef = aux_loss_coef;
+  config_.z_loss_coef = z_loss_coef;
+  for (MoEBlock* block : moe_blocks()) block->set_loss_coefficients(aux_loss_coef, z_loss_coef);
+}
+
+void LingForCausalLM::extend_context(int64_t positions) {
+  config_.max_position_embeddings = std::max(config_.max_position_embeddings, positions);
 }
 
 std::vector<MoEBlock*> LingForCausalLM::moe_blocks() {

@@ -8,6 +8,7 @@
 #include "model/config.h"
 #include "moe/moe_layer.h"
 #include "nn/layers.h"
+#include "nn/normhead.h"
 
 namespace lt {
 
@@ -43,11 +44,15 @@ class LingBackbone : public Module {
 
 // The losses stay on the model's device; callers read them with .item() when they log.
 struct LossBreakdown {
-  // total = lm + aux, what backward runs on; lm the mean next-token cross-entropy over the non-ignored targets.
+  // total = lm + aux, what backward runs on; lm the objective: the mean next-token cross-entropy over the
+  // non-ignored targets (pre-training, SFT), or another one (DPO's loss) through add_auxiliary_losses.
   Variable total, lm;
   // f64 [1] sums over the MoE layers, in layer order (zero for a dense model): aux of each layer's
   // aux_coef * balance + z_coef * z, and the unscaled balance and z losses.
   Tensor aux, balance, z;
+  // An objective's own f64 sums (DPO's, kernels::DpoStat), added up over a step's micro-batches;
+  // undefined for the language-model loss.
+  Tensor stats = Tensor();
 };
 
 class LingForCausalLM : public Module {
@@ -66,13 +71,30 @@ class LingForCausalLM : public Module {
   // the distance between positions only, so a packed document sees what it would see alone.
   LossBreakdown loss(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context,
                      const Tensor& doc_start_BT = Tensor());
+  // log p(target) of every position, [B T] (0 where the target is -100), through the fused NormHead
+  // (normhead_token_logprobs), with the MoE auxiliary losses collected in `context` as loss() does: the
+  // log-probabilities DPO sums per response.
+  Variable target_logprobs(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context,
+                           const Tensor& doc_start_BT = Tensor());
+  // A loss built on the model's output plus the auxiliary losses in `context`: total = objective + aux.
+  LossBreakdown add_auxiliary_losses(const Variable& objective, const MoEContext& context) const;
 
   std::vector<KVCache> make_kv_caches(int64_t batch, int64_t capacity) const;
   // Every layer's RoPE base and the config's rope_theta (what a saved config.json then says).
   void set_rope_theta(double theta);
+  // The weights of every MoE layer's load-balance and z losses, and the config's (what a saved config.json says).
+  void set_aux_loss_coefficients(double aux_loss_coef, double z_loss_coef);
+  // Raises max_position_embeddings (RoPE has no position table, so no parameter changes): a stage that
+  // trains on longer sequences extends the context, as Ling's long-context stages do.
+  void extend_context(int64_t positions);
   std::vector<MoEBlock*> moe_blocks();
 
  private:
+  // The final hidden states [B T, H] of ids [B, T], and how the head enters the fused losses.
+  Variable hidden_states(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context,
+                         const Tensor& doc_start_BT);
+  HeadNorm head_norm() const;
+
   LingConfig config_;
   LingBackbone* model_;
   Variable* lm_head_VH_;

@@ -35,6 +35,11 @@ class MoEBlock : public Module {
   Variable forward(const Variable& x_BTH, MoEContext& context);
 
   const MoESettings& settings() const { return settings_; }
+  // The weights of the load-balance and z losses (post-training may set its own).
+  void set_loss_coefficients(double aux_loss_coef, double z_loss_coef) {
+    settings_.aux_loss_coef = aux_loss_coef;
+    settings_.z_loss_coef = z_loss_coef;
+  }
 
  private:
   MoESettings settings_;

@@ -14,7 +14,8 @@ const std::set<std::string>& stage_keys() {
   static const std::set<std::string> keys = {
       "name",     "steps", "batch",        "seq",       "accum",         "rope_theta",         "data",
       "val",      "lr",    "min_lr",       "lr_schedule", "warmup_steps", "halve_at",          "batch_warmup_start",
-      "batch_warmup_steps", "clip", "weight_decay"};
+      "batch_warmup_steps", "clip", "weight_decay", "kind", "beta", "rpo_alpha", "reference", "aux_loss_coef",
+      "z_loss_coef", "epochs"};
   return keys;
 }
 
@@ -40,6 +41,17 @@ StageSettings stage_from_json(const JsonObject& o, const std::string& where) {
   check_known_keys(o.json(), stage_keys(), where);
   StageSettings s;
   s.name = o.get<std::string>("name", s.name);
+  s.kind = o.get<std::string>("kind", s.kind);
+  LT_CHECK(s.kind == "pretrain" || s.kind == "sft" || s.kind == "dpo", where, ": kind must be pretrain, sft or dpo, got '",
+           s.kind, "'");
+  s.beta = o.get<double>("beta", s.beta);
+  s.rpo_alpha = o.get<double>("rpo_alpha", s.rpo_alpha);
+  s.reference = o.get<std::string>("reference", s.reference);
+  s.aux_loss_coef = o.get<double>("aux_loss_coef", s.aux_loss_coef);
+  s.z_loss_coef = o.get<double>("z_loss_coef", s.z_loss_coef);
+  s.epochs = o.get<double>("epochs", s.epochs);
+  LT_CHECK(s.beta > 0 && s.rpo_alpha >= 0 && s.epochs >= 0, where, ": beta must be > 0, rpo_alpha and epochs >= 0");
+  LT_CHECK(s.kind != "dpo" || !s.reference.empty(), where, ": a dpo stage needs 'reference' (a checkpoint)");
   s.steps = o.get<int64_t>("steps", s.steps);
   s.batch = o.get<int64_t>("batch", s.batch);
   s.seq = o.get<int64_t>("seq", s.seq);
@@ -47,18 +59,22 @@ StageSettings stage_from_json(const JsonObject& o, const std::string& where) {
   s.rope_theta = o.get<double>("rope_theta", s.rope_theta);
   s.data = o.get<std::string>("data", s.data);
   s.val = o.get<std::string>("val", s.val);
+  LT_CHECK(s.kind == "pretrain" || !s.data.empty(), where, ": a", s.kind == "sft" ? "n " : " ", s.kind,
+           " stage needs 'data' (a JSONL file)");
   s.schedule.kind = o.get<std::string>("lr_schedule", "cosine");
   s.schedule.peak = o.get<double>("lr", 3e-3);
   s.schedule.min_lr = o.get<double>("min_lr", 3e-4);
   s.schedule.warmup_steps = o.get<int64_t>("warmup_steps", 30);
   s.schedule.halve_at_fraction = o.get<double>("halve_at", 0.6);
-  s.schedule.total_steps = s.steps;
+  s.schedule.total_steps = std::max<int64_t>(s.steps, 1);
   s.batch_warmup_start = o.get<int64_t>("batch_warmup_start", s.batch_warmup_start);
   s.batch_warmup_steps = o.get<int64_t>("batch_warmup_steps", s.batch_warmup_steps);
   s.clip = o.get<double>("clip", s.clip);
   s.weight_decay = o.get<double>("weight_decay", s.weight_decay);
-  LT_CHECK(s.steps > 0 && s.batch > 0 && s.seq > 0 && s.accum > 0, where,
-           ": steps, batch, seq and accum must be > 0");
+  // A post-training stage may leave its steps to its epochs (0: sized when the run packs its data).
+  LT_CHECK((s.steps > 0 || (s.steps == 0 && s.kind != "pretrain" && s.epochs > 0)) && s.batch > 0 && s.seq > 0 &&
+               s.accum > 0,
+           where, ": steps, batch, seq and accum must be > 0");
   LT_CHECK(s.rope_theta >= 0, where, ": rope_theta must be >= 0 (0 keeps the model's)");
   LT_CHECK(s.clip >= 0 && s.weight_decay >= 0, where, ": clip and weight_decay must be >= 0");
   LT_CHECK(s.batch_warmup_start >= 0 && s.batch_warmup_steps >= 0, where,
@@ -73,7 +89,7 @@ StageSettings stage_from_json(const JsonObject& o, const std::string& where) {
 }
 
 Json stage_to_json(const StageSettings& s) {
-  return Json{{"name", s.name},
+  Json stage = Json{{"name", s.name},
               {"steps", s.steps},
               {"batch", s.batch},
               {"seq", s.seq},
@@ -90,6 +106,19 @@ Json stage_to_json(const StageSettings& s) {
               {"batch_warmup_steps", s.batch_warmup_steps},
               {"clip", s.clip},
               {"weight_decay", s.weight_decay}};
+  // The post-training keys only where they mean something, so a pre-training recipe reads as before.
+  if (s.kind != "pretrain") {
+    stage["kind"] = s.kind;
+    stage["epochs"] = s.epochs;
+  }
+  if (s.kind == "dpo") {
+    stage["beta"] = s.beta;
+    stage["rpo_alpha"] = s.rpo_alpha;
+    stage["reference"] = s.reference;
+  }
+  if (s.aux_loss_coef >= 0) stage["aux_loss_coef"] = s.aux_loss_coef;
+  if (s.z_loss_coef >= 0) stage["z_loss_coef"] = s.z_loss_coef;
+  return stage;
 }
 
 // Ling's three pre-training stages (docs/architecture.md §9.1) scaled to the tiny preset and the
@@ -127,9 +156,10 @@ double StageSettings::total_tokens() const {
 
 Recipe Recipe::from_json(const Json& json, const std::string& source) {
   const JsonObject o(json, source);
-  check_known_keys(json, {"model", "seed", "routing_warmup", "stages"}, source);
+  check_known_keys(json, {"model", "init", "seed", "routing_warmup", "stages"}, source);
   Recipe r;
   r.model = o.get<std::string>("model", r.model);
+  r.init = o.get<std::string>("init", r.init);
   const int64_t seed = o.get<int64_t>("seed", static_cast<int64_t>(r.seed));
   LT_CHECK(seed >= 0, source, ": seed must be >= 0");
   r.seed = static_cast<uint64_t>(seed);
@@ -150,7 +180,9 @@ Recipe Recipe::from_json(const Json& json, const std::string& source) {
 Json Recipe::to_json() const {
   Json stages_json = Json::array();
   for (const StageSettings& s : stages) stages_json.push_back(stage_to_json(s));
-  return Json{{"model", model}, {"seed", seed}, {"routing_warmup", routing_warmup}, {"stages", stages_json}};
+  Json out{{"model", model}, {"seed", seed}, {"routing_warmup", routing_warmup}, {"stages", stages_json}};
+  if (!init.empty()) out["init"] = init;
+  return out;
 }
 
 int64_t Recipe::total_steps() const {

@@ -22,6 +22,15 @@ namespace lt {
 
 struct StageSettings {
   std::string name = "pretrain";
+  // What the stage trains: "pretrain" (next-token loss on token shards), "sft" (assistant tokens of
+  // packed conversations, data/val JSONL) or "dpo" (preference pairs, data/val JSONL; trainer/dpo.h).
+  std::string kind = "pretrain";
+  double beta = 0.1;        // dpo: the DPO temperature
+  double rpo_alpha = 0.05;  // dpo: the weight of the NLL term on the chosen response (Ling's 0.05)
+  std::string reference;    // dpo: the reference checkpoint (the run's starting one)
+  // The MoE load-balance and z-loss weights during the stage; < 0 keeps the model's.
+  double aux_loss_coef = -1, z_loss_coef = -1;
+  double epochs = 0;        // sft/dpo: the passes over the data the steps were sized for (0: steps given)
   int64_t steps = 1500;
   int64_t batch = 16;  // sequences per micro-batch
   int64_t seq = 128;
@@ -43,6 +52,7 @@ struct StageSettings {
 
 struct Recipe {
   std::string model = "tiny";  // a preset name or a config.json path
+  std::string init;            // a checkpoint to start from (its config, weights, tokenizer); "": fresh weights
   uint64_t seed = 1;
   int64_t routing_warmup = 50;  // stochastic routing warmup steps, counted over the whole run
   std::vector<StageSettings> stages;

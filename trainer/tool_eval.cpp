@@ -35,6 +35,7 @@ Json ToolEvalResult::to_json() const {
           {"skipped_without_tool", skipped},
           {"expected_calls", expected_calls},
           {"tool_call_exact_match", ratio(exact_calls, expected_calls)},
+          {"tool_call_relation_match", ratio(relation_calls, expected_calls)},
           {"format_validity", ratio(valid_format, expected_calls)},
           {"final_answer_accuracy", ratio(correct_answers, conversations)}};
 }
@@ -72,6 +73,7 @@ ToolEvalResult evaluate_tool_use(LingForCausalLM& model, const Tokenizer& tokeni
       if (turn < calls.size()) {
         result.valid_format += call.has_value();
         result.exact_calls += call.has_value() && *call == calls[turn];
+        result.relation_calls += call.has_value() && call->second == calls[turn].second;
       }
       if (!call) {
         result.correct_answers += reply->find(answer_value) != std::string::npos;

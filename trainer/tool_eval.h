@@ -4,6 +4,8 @@
 // observation, and the model goes on, until it answers or runs out of turns. Per conversation:
 //   tool_call_exact_match  each expected call made exactly (name and arguments; the JSON may be spaced
 //                          or ordered differently), over all expected calls
+//   tool_call_relation_match  each expected call made with the right relation, whatever the entity (the
+//                          part of a call that needs no copying of an unseen name)
 //   format_validity        each reply where a call was expected parses as a call
 //   final_answer_accuracy  the final reply states the expected answer (the last value the graph gave on
 //                          the expected path), over conversations
@@ -22,7 +24,7 @@ namespace lt {
 
 struct ToolEvalResult {
   int64_t conversations = 0, skipped = 0;
-  int64_t expected_calls = 0, exact_calls = 0, valid_format = 0;
+  int64_t expected_calls = 0, exact_calls = 0, relation_calls = 0, valid_format = 0;
   int64_t correct_answers = 0;
   Json to_json() const;
 };

@@ -1,5 +1,6 @@
 #include "trainer/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -44,11 +45,24 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   stats.lr = next_lr();
   stats.micro_batches = static_cast<int64_t>(micro_batches.size());
   const double m = static_cast<double>(micro_batches.size());
+  // Each micro-batch's share of the step's loss: equal, or by its loss units when every one has them.
+  bool weighted = true;
+  int64_t units = 0;
+  for (const TokenBatch& batch : micro_batches) {
+    weighted = weighted && batch.loss_units >= 0;
+    units += std::max<int64_t>(batch.loss_units, 0);
+  }
+  weighted = weighted && units > 0;
+  std::vector<double> weights(micro_batches.size(), 1.0 / m);
+  if (weighted)
+    for (size_t i = 0; i < micro_batches.size(); ++i)
+      weights[i] = static_cast<double>(micro_batches[i].loss_units) / static_cast<double>(units);
 
   // The losses stay on the device until the step is done: no host round trip between micro-batches.
   std::vector<Tensor> totals, lms, aux, balance, z;
   std::vector<std::vector<ExpertStats>> routing;
-  for (const TokenBatch& batch : micro_batches) {
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    const TokenBatch& batch = micro_batches[i];
     const Clock::time_point t0 = Clock::now();
     MoEContext context;
     context.step = state_.step;
@@ -61,12 +75,17 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     {
       const LossBreakdown loss = objective_(model_, batch, context);
       t1 = Clock::now();
-      scale(loss.total, 1.0 / m).backward();
+      scale(loss.total, weights[i]).backward();
       totals.push_back(loss.total.value());
       lms.push_back(loss.lm.value());
       aux.push_back(loss.aux);
       balance.push_back(loss.balance);
       z.push_back(loss.z);
+      if (loss.stats.defined()) {
+        const std::vector<double> sums = loss.stats.to_vector<double>();
+        if (stats.objective_stats.empty()) stats.objective_stats.assign(sums.size(), 0.0);
+        for (size_t k = 0; k < sums.size(); ++k) stats.objective_stats[k] += sums[k];
+      }
       routing.push_back(std::move(context.stats));
     }  // the graph's last references go here, inside the backward phase
     stats.forward_seconds += seconds_between(t0, t1);
@@ -86,17 +105,20 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   }
   // The step's statistics, read back once; summed in micro-batch order as one running sum would be.
   for (size_t i = 0; i < totals.size(); ++i) {
-    stats.loss += totals[i].item();
-    stats.lm_loss += lms[i].item();
-    stats.aux_loss += aux[i].item();
-    stats.balance_loss += balance[i].item();
-    stats.z_loss += z[i].item();
+    const double w = weighted ? weights[i] : 1.0;
+    stats.loss += w * totals[i].item();
+    stats.lm_loss += w * lms[i].item();
+    stats.aux_loss += w * aux[i].item();
+    stats.balance_loss += w * balance[i].item();
+    stats.z_loss += w * z[i].item();
   }
-  stats.loss /= m;
-  stats.lm_loss /= m;
-  stats.aux_loss /= m;
-  stats.balance_loss /= m;
-  stats.z_loss /= m;
+  if (!weighted) {
+    stats.loss /= m;
+    stats.lm_loss /= m;
+    stats.aux_loss /= m;
+    stats.balance_loss /= m;
+    stats.z_loss /= m;
+  }
   for (const std::vector<ExpertStats>& layers : routing) {
     if (stats.moe_layers.empty()) stats.moe_layers.resize(layers.size());
     for (size_t i = 0; i < layers.size(); ++i) {

@@ -59,6 +59,7 @@ struct StepStats {
   int64_t tokens = 0, sequences = 0, micro_batches = 0;
   double forward_seconds = 0, backward_seconds = 0, optimizer_seconds = 0, seconds = 0;
   std::vector<LayerRouting> moe_layers;  // one per MoE layer
+  std::vector<double> objective_stats;   // the objective's own sums (LossBreakdown::stats) over micro-batches
   UpdateDecision decision = UpdateDecision::Apply;
 };
 
@@ -83,12 +84,15 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // One optimiser step over `micro_batches` (gradient accumulation: their mean loss).
+  // One optimiser step over `micro_batches` (gradient accumulation: their mean loss, weighted by their
+  // loss_units when they all have them: the mean over every labelled token or pair of the step).
   StepStats step(const std::vector<TokenBatch>& micro_batches);
   // The learning rate the next step will use.
   double next_lr() const;
 
   StepHooks& hooks() { return hooks_; }
+  // The loss of the next steps (a recipe's stages may train different objectives).
+  void set_objective(Objective objective) { objective_ = std::move(objective); }
   TrainerSettings& settings() { return settings_; }
   TrainState& state() { return state_; }
   const TrainState& state() const { return state_; }

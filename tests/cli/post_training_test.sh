@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The post-training commands: a BPE tokenizer trained, used to encode, to make shards and to pre-train
 # (the checkpoint carries its tokenizer.json, sample and resume use it); Ling's chat template; score; the
-# embedded tool-use data; and the refusals: a
+# embedded tool-use data; SFT and DPO runs (resume, metrics, the reference cache); and the refusals: a
 # tokenizer too large for the model, another tokenizer on resume, a tokenizer.json of another kind.
 # Usage: post_training_test.sh path/to/lingtrain
 source "$(dirname "$0")/common.sh"
@@ -65,6 +65,48 @@ skipped=$(grep -o '"skipped_without_tool":[0-9]*' tools.out | cut -d: -f2)
 for key in tool_call_exact_match format_validity final_answer_accuracy expected_calls; do
   grep -q "\"$key\":" tools.out || fail "eval-tools: no $key in $(cat tools.out)"
 done
+
+# SFT from the BPE checkpoint: held-out loss before and during, the tokenizer carried on, and a run
+# stopped and resumed equal to a straight one byte for byte.
+sft=(--ckpt run/checkpoint --data td/sft_train.jsonl --val td/sft_val.jsonl --seq 384 --batch 2 --threads 1
+     --eval-every 2 --aux-loss-coef 0.01)
+"$bin" sft "${sft[@]}" --steps 4 --out sft >sft.out 2>&1 || fail "sft: $(tail -1 sft.out)"
+grep -q "held-out loss [0-9.]* before sft" sft.out || fail "sft: no held-out loss before training: $(head -5 sft.out)"
+[ "$(grep -c '"val_loss"' sft/metrics.jsonl)" -ge 2 ] || fail "sft: held-out loss missing from metrics"
+grep -q '"aux_loss":[0-9]' sft/metrics.jsonl || fail "sft: the MoE auxiliary loss is not logged"
+grep -q '"aux_loss_coef": *0.01' sft/checkpoint/config.json || fail "sft: --aux-loss-coef did not reach the model"
+cmp -s tok.json sft/checkpoint/tokenizer.json || fail "sft: the checkpoint lost the tokenizer"
+"$bin" sft "${sft[@]}" --steps 4 --stop-at 2 --out sft2 >/dev/null 2>&1 || fail "sft --stop-at"
+"$bin" sft --resume sft2/checkpoint --threads 1 >/dev/null 2>&1 || fail "sft --resume"
+cmp -s sft/checkpoint/model.safetensors sft2/checkpoint/model.safetensors ||
+  fail "an SFT run stopped at step 2 and resumed differs from a straight one"
+
+# DPO from the SFT checkpoint: TRL's metrics in the log and for the held-out pairs, the first step at
+# the reference (margins 0), and the reference log-probs cached and reused by a rerun.
+dpo=(--ckpt sft/checkpoint --data td/dpo_train.jsonl --val td/dpo_val.jsonl --seq 768 --batch 2 --threads 1
+     --eval-every 2)
+"$bin" dpo "${dpo[@]}" --steps 3 --out dpo >dpo.out 2>&1 || fail "dpo: $(tail -1 dpo.out)"
+grep -q "computed with the reference checkpoint" dpo.out || fail "dpo: reference log-probs not computed: $(head -5 dpo.out)"
+for key in rewards/chosen rewards/rejected rewards/accuracies rewards/margins logps/chosen logps/rejected nll_loss; do
+  grep -q "\"$key\":" dpo/metrics.jsonl || fail "dpo: no $key in the metrics"
+  grep -q "\"eval_$key\":" dpo/metrics.jsonl || fail "dpo: no eval_$key in the metrics"
+done
+margin=$(grep '"step":1,' dpo/metrics.jsonl | grep -o '"rewards/margins":[-0-9.e]*' | cut -d: -f2)
+awk -v m="$margin" 'BEGIN { exit !(m != "" && m < 1e-6 && m > -1e-6) }' ||
+  fail "dpo: the first step is not at the reference (rewards/margins $margin)"
+"$bin" dpo "${dpo[@]}" --steps 1 --out dpo >dpo2.out 2>&1 || fail "dpo rerun"
+[ "$(grep -c 'reused from' dpo2.out)" = 2 ] || fail "dpo: a rerun did not reuse the cached log-probs: $(head -4 dpo2.out)"
+
+# Post-training refusals and counted skips.
+printf '{"prompt": "p", "chosen": "same", "rejected": "same"}\n' >identical.jsonl
+expect_error "dpo, only identical pairs" "identical.jsonl: no pair to train on (1 records, 0 longer .* 1 with identical" \
+  "$bin" dpo --ckpt sft/checkpoint --data identical.jsonl --steps 1 --out refused
+expect_error "sft, every conversation longer than --seq" "no conversation to train on (40 records, 40 longer than --seq 16" \
+  "$bin" sft --ckpt sft/checkpoint --data td/sft_train.jsonl --seq 16 --steps 1 --out refused
+expect_error "sft, malformed line" "bad.jsonl:2: messages\[0\]: unknown role 'wizard'" \
+  "$bin" sft --ckpt sft/checkpoint --data bad.jsonl --steps 1 --out refused
+expect_error "sft without a checkpoint" "flag --ckpt is required" "$bin" sft --data td/sft_train.jsonl
+[ -e refused ] && fail "a refused post-training run left its folder"
 
 # Refusals: one line each, naming the file.
 "$bin" tokenizer train --vocab 600 --out big.json text.txt >/dev/null 2>&1 || fail "tokenizer train (600)"

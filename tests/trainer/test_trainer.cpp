@@ -80,17 +80,16 @@ TEST(Trainer, HooksSeeTheStepAndMaySkipOrRetry) {
   EXPECT_FALSE(trainer.parameters().runs_with_grad(false).size()) << "gradients survived the step";
 }
 
-TEST(Trainer, AccumulationEqualsOneLargeBatch) {
-  Rng rng(3);
-  const TokenBatch a = random_batch(rng, 2, 8), b = random_batch(rng, 2, 8);
-  const TokenBatch both = {Tensor::zeros({4, 8}, DType::I32), Tensor::zeros({4, 8}, DType::I32)};
+// Two micro-batches a and b in one step against one batch holding the rows of both: the same loss and
+// gradients. The auxiliary losses are per micro-batch by design (docs/architecture.md §7.4), so they are
+// off here: what accumulation must preserve is the mean language-model gradient.
+void expect_accumulation_equals_one_batch(const TokenBatch& a, const TokenBatch& b) {
+  TokenBatch both = {Tensor::zeros({4, 8}, DType::I32), Tensor::zeros({4, 8}, DType::I32)};
   for (auto [whole, half, row] : {std::tuple{both.inputs, a.inputs, 0}, {both.inputs, b.inputs, 2},
                                   {both.targets, a.targets, 0}, {both.targets, b.targets, 2}}) {
     Tensor rows = whole.narrow(row, 2);
     rows.copy_from(half);
   }
-  // The auxiliary losses are per micro-batch by design (docs/architecture.md §7.4), so they are off here:
-  // what accumulation must preserve is the mean language-model gradient.
   LingConfig config = small_config();
   config.aux_loss_coef = config.z_loss_coef = 0;
   LingForCausalLM accumulated(config, 4), single(config, 4);
@@ -110,6 +109,25 @@ TEST(Trainer, AccumulationEqualsOneLargeBatch) {
     largest = std::max(largest, std::fabs(static_cast<double>(g2[i])));
   }
   EXPECT_LT(worst, 1e-5 * largest);
+}
+
+TEST(Trainer, AccumulationEqualsOneLargeBatch) {
+  Rng rng(3);
+  expect_accumulation_equals_one_batch(random_batch(rng, 2, 8), random_batch(rng, 2, 8));
+}
+
+// SFT's token mean: micro-batches with different numbers of labelled targets, weighed by them, give
+// the gradient of one batch holding all of them (an equal weighting would not: a is 8x sparser than b).
+TEST(Trainer, MicroBatchesWeighedByTheirLabelledTokensEqualOneBatch) {
+  Rng rng(6);
+  TokenBatch a = random_batch(rng, 2, 8), b = random_batch(rng, 2, 8);
+  std::vector<int32_t> sparse = a.targets.to_vector<int32_t>();
+  for (size_t n = 0; n < sparse.size(); ++n)
+    if (n % 8 != 3) sparse[n] = -100;
+  a.targets = Tensor::from_vector<int32_t>({2, 8}, sparse);
+  a.loss_units = 2;
+  b.loss_units = 16;
+  expect_accumulation_equals_one_batch(a, b);
 }
 
 TEST(Trainer, LearningRateFollowsTheStageSchedule) {

@@ -1,4 +1,4 @@
-#include "trainer/pretrain.h"
+#include "trainer/run.h"
 
 #include <unistd.h>
 
@@ -28,6 +28,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/evaluate.h"
 #include "trainer/generate.h"
+#include "trainer/stage_batches.h"
 #include "trainer/trainer.h"
 #include "tensor/kernels.h"
 #include "tensor/threadpool.h"
@@ -117,7 +118,7 @@ void check_same_run_on_every_rank(Communicator& world, const std::string& run) {
 }
 
 // The step's statistics over all ranks: the losses and entropies averaged, the expert loads added (the
-// token counts are already global). Returns whether any rank asked to stop.
+// token counts are already global) and so are the objective's sums. Returns whether any rank asked to stop.
 bool share_step_statistics(DataParallel& dp, StepStats& stats, bool stop) {
   const int ranks = dp.comm().size();
   if (ranks == 1) return stop;
@@ -127,6 +128,7 @@ bool share_step_statistics(DataParallel& dp, StepStats& stats, bool stop) {
     values.push_back(layer.routing_entropy);
     values.insert(values.end(), layer.tokens_per_expert.begin(), layer.tokens_per_expert.end());
   }
+  values.insert(values.end(), stats.objective_stats.begin(), stats.objective_stats.end());  // sums: added up
   dp.sum(values);
   size_t i = 0;
   for (double* mean : {&stats.loss, &stats.lm_loss, &stats.aux_loss, &stats.balance_loss, &stats.z_loss})
@@ -136,6 +138,7 @@ bool share_step_statistics(DataParallel& dp, StepStats& stats, bool stop) {
     layer.routing_entropy = values[i++] / ranks;
     for (int64_t& load : layer.tokens_per_expert) load = static_cast<int64_t>(values[i++]);
   }
+  for (double& sum : stats.objective_stats) sum = values[i++];
   return any_stop;
 }
 
@@ -148,7 +151,7 @@ std::string rank_state_path(const std::string& folder, int rank) {
 
 }  // namespace
 
-Json run_pretraining(const Recipe& requested, const RunOptions& options) {
+Json run_training(const Recipe& requested, const RunOptions& options) {
   // A resumed run continues the checkpoint's recipe, with the overrides applied to the resumed stage.
   Recipe recipe = requested;
   Json saved_state;
@@ -199,21 +202,37 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
              saved_dist.value("mode", std::string("dp")), " run; resume it with that --dist");
   }
 
+  // The checkpoint the weights come from: the one resumed, else the recipe's starting one (post-training).
+  const std::string source_checkpoint = !options.resume.empty() ? options.resume : recipe.init;
   const LingConfig config =
-      options.resume.empty() ? resolve_config(recipe.model) : load_checkpoint_config(options.resume);
+      source_checkpoint.empty() ? resolve_config(recipe.model) : load_checkpoint_config(source_checkpoint);
   LingForCausalLM model(config, recipe.seed);
-  // A resumed run keeps the tokenizer its checkpoint was trained with; --tokenizer may only name it again.
+  if (options.resume.empty() && !recipe.init.empty()) load_checkpoint_weights(recipe.init, model);
+  // A run from a checkpoint keeps the tokenizer that checkpoint was trained with; --tokenizer may only
+  // name it again.
   RunTokenizer run_tokenizer;
-  if (options.resume.empty()) {
+  if (source_checkpoint.empty()) {
     if (!options.tokenizer.empty()) run_tokenizer.json_text = read_file(options.tokenizer);
   } else {
-    run_tokenizer.json_text = load_checkpoint_tokenizer_json(options.resume);
+    run_tokenizer.json_text = load_checkpoint_tokenizer_json(source_checkpoint);
     LT_CHECK(options.tokenizer.empty() || read_file(options.tokenizer) == run_tokenizer.json_text, "flag --tokenizer ",
-             options.tokenizer, " is not the tokenizer ", checkpoint_folder(options.resume),
+             options.tokenizer, " is not the tokenizer ", checkpoint_folder(source_checkpoint),
              " was trained with; a run cannot change its tokenizer");
   }
   run_tokenizer.tokenizer =
-      resolve_tokenizer(options.resume.empty() ? options.tokenizer : "", options.resume, config.vocab_size);
+      resolve_tokenizer(source_checkpoint.empty() ? options.tokenizer : "", source_checkpoint, config.vocab_size);
+
+  // Post-training data is read before anything is written (a file that cannot be trained on stops the
+  // run with nothing made), and stages sized in epochs get their steps from it.
+  if (options.resume.empty())
+    for (StageSettings& stage : recipe.stages) {
+      if (stage.kind == "pretrain") continue;
+      const int64_t rows = packed_train_rows(stage, *run_tokenizer.tokenizer);
+      if (stage.steps > 0) continue;
+      const double rows_per_step = static_cast<double>(stage.batch * stage.accum * world->size());
+      stage.steps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(stage.epochs * static_cast<double>(rows) / rows_per_step)));
+      stage.schedule.total_steps = stage.steps;
+    }
 
   TrainerSettings settings;
   settings.seed = recipe.seed;
@@ -228,10 +247,11 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   }
   // Test-only faults (--inject): the loss of the first `count` attempts at a step scaled, or made NaN.
   std::map<int64_t, int64_t> injected_attempts;
+  Objective stage_objective = language_model_objective;  // the current stage's (set as it starts)
   Objective objective = language_model_objective;
   if (!options.injections.empty())
     objective = [&](LingForCausalLM& m, const TokenBatch& batch, MoEContext& context) {
-      LossBreakdown loss = language_model_objective(m, batch, context);
+      LossBreakdown loss = stage_objective(m, batch, context);
       for (const Injection& injection : options.injections)
         if (injection.step == context.step && injected_attempts[injection.step] < injection.count) {
           const double factor = injection.kind == "nan" ? NAN : injection.factor;
@@ -302,8 +322,11 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   };
 
   if (lead) std::filesystem::create_directories(options.out_dir);
-  MetricsLog metrics(!lead ? "" : options.metrics_path.empty() ? options.out_dir + "/metrics.jsonl" : options.metrics_path,
-                     options.resume.empty() ? -1 : state.step);
+  const std::string metrics_path =
+      !lead ? "" : options.metrics_path.empty() ? options.out_dir + "/metrics.jsonl" : options.metrics_path;
+  // A fresh run starts its log anew (a folder may hold an earlier run's); a resumed one continues it.
+  if (lead && options.resume.empty()) std::filesystem::remove(metrics_path);
+  MetricsLog metrics(metrics_path, options.resume.empty() ? -1 : state.step);
   const ParameterCount counts = count_parameters(config);
   const int64_t total_steps = recipe.total_steps();
   const bool interactive = lead && isatty(fileno(out));
@@ -314,7 +337,8 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   const std::string checkpoint_dir = options.out_dir + "/checkpoint";
   auto bytes_sent = [&]() { return world->bytes_sent() + (edit ? edit->bytes_sent() : 0); };
 
-  StageData data;
+  StageData data;  // the token arrays of the last pre-training stage
+  std::unique_ptr<StageBatches> batches;  // of the current stage
   int64_t T = 0, B = 0;  // of the current stage, set as it starts
   // Collective under EDiT (every rank's own state travels to rank 0, which writes the one folder).
   auto save = [&]() {
@@ -357,11 +381,10 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
       }
     });
   };
-  // Periodic held-out loss on the first eval_tokens tokens (all when 0); the whole file at the end.
-  auto heldout_loss = [&](int64_t limit) -> double {
-    if (!data.val.defined()) return NAN;
-    const int64_t n = limit > 0 ? std::min(data.val.numel(), limit) : data.val.numel();
-    return evaluate(model, data.val.narrow(0, n), T, B).mean();
+  // Periodic held-out figures on about the first eval_tokens tokens (all when 0), all of them at the end.
+  auto add_heldout = [&](Json& record, int64_t limit) {
+    const Json figures = batches->evaluate(model, limit);
+    for (const auto& [name, value] : figures.items()) record[name] = value;
   };
   auto straggle = [&](double step_seconds) {
     if (world->rank() == options.straggle_rank)
@@ -375,9 +398,14 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
                  interactive ? "\r" : "", static_cast<long long>(state.step), static_cast<long long>(total_steps), loss,
                  lr, grad_norm, record["tokens_per_s"].get<double>(), format_duration(eta).c_str(),
                  interactive ? "   " : "\n");
-    if (record.contains("val_loss"))
-      std::fprintf(out, "%sstep %lld: held-out loss %.4f\n", interactive ? "\n" : "", static_cast<long long>(state.step),
+    if (record.contains("val_loss")) {
+      std::fprintf(out, "%sstep %lld: held-out loss %.4f", interactive ? "\n" : "", static_cast<long long>(state.step),
                    record["val_loss"].get<double>());
+      if (record.contains("eval_rewards/accuracies"))
+        std::fprintf(out, ", rewards/accuracies %.3f, rewards/margins %.3f", record["eval_rewards/accuracies"].get<double>(),
+                     record["eval_rewards/margins"].get<double>());
+      std::fprintf(out, "\n");
+    }
   };
   auto crossed = [](int64_t before, int64_t after, int64_t every) { return every > 0 && after / every > before / every; };
   auto sync_record = [](const SyncReport& r) {
@@ -392,45 +420,83 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
     const bool resuming_this_stage = state.stage_step > 0 || state.data_cursor.position > 0 || state.data_cursor.epoch > 0;
     T = stage.seq;
     B = stage.batch;
-    LT_CHECK(T <= model.config().max_position_embeddings, "stage '", stage.name, "': seq ", T,
-             " exceeds max_position_embeddings ", model.config().max_position_embeddings, " of the model");
+    if (T > model.config().max_position_embeddings) {
+      // RoPE has no table of positions: training on longer rows is what extends the context.
+      std::fprintf(out, "stage '%s': context extended from %lld to %lld positions\n", stage.name.c_str(),
+                   static_cast<long long>(model.config().max_position_embeddings), static_cast<long long>(T));
+      model.extend_context(T);
+    }
     if (stage.rope_theta > 0) model.set_rope_theta(stage.rope_theta);
-    // Rank 0 generates the embedded corpus if it is missing; the others read it once it is complete.
-    if (lead) data = stage_data(stage, options, run_tokenizer, config.vocab_size, data);
+    if (stage.aux_loss_coef >= 0 || stage.z_loss_coef >= 0)
+      model.set_aux_loss_coefficients(stage.aux_loss_coef >= 0 ? stage.aux_loss_coef : model.config().aux_loss_coef,
+                                      stage.z_loss_coef >= 0 ? stage.z_loss_coef : model.config().z_loss_coef);
+    // Rank 0 prepares the stage's data first (it generates the embedded corpus if it is missing, and
+    // caches DPO's reference log-probs); the others read what it made once it is complete.
+    const uint64_t sampler_seed = stage_sampler_seed(recipe.seed, state.stage);
+    auto prepare = [&]() {
+      if (stage.kind == "pretrain") {
+        data = stage_data(stage, options, run_tokenizer, config.vocab_size, data);
+        batches = window_batches(data.train, data.val, B, T, sampler_seed, world->rank(), world->size(),
+                                 data.train_path + " (" + std::to_string(data.train.numel()) + " tokens)");
+        return;
+      }
+      PostTrainingInputs inputs;
+      inputs.tokenizer = run_tokenizer.tokenizer.get();
+      inputs.tokenizer_json = run_tokenizer.json_text;
+      inputs.cache_dir = options.out_dir + "/reference";
+      inputs.seed = sampler_seed;
+      inputs.rank = world->rank();
+      inputs.world_size = world->size();
+      inputs.progress = out;
+      batches = post_training_batches(stage, inputs);
+    };
+    if (lead) prepare();
     world->barrier();
-    if (!lead) data = stage_data(stage, options, run_tokenizer, config.vocab_size, data);
-    BatchSampler sampler(data.train, B, T, stage_sampler_seed(recipe.seed, state.stage), world->rank(), world->size());
-    if (resuming_this_stage) sampler.restore(state.data_cursor);
+    if (!lead) prepare();
+    if (resuming_this_stage) batches->restore(state.data_cursor);
+    stage_objective = batches->objective();
+    trainer.set_objective(options.injections.empty() ? stage_objective : objective);
     // A fresh run starts with a checkpoint of its initial state (once its data has proved readable): the
     // guard always has one to go back to.
     if (state.step == 0 && options.resume.empty()) save();
+    // A post-training stage starts from a trained model: its held-out figures before the first step are
+    // the "before" of the stage (for DPO, at the reference: rewards 0).
+    if (lead && stage.kind != "pretrain" && state.stage_step == 0 && options.eval_every > 0) {
+      Json record = {{"step", state.step}, {"stage", stage.name}};
+      add_heldout(record, options.eval_tokens);
+      if (record.contains("val_loss")) {
+        metrics.write(record);
+        std::fprintf(out, "step %lld: held-out loss %.4f before %s\n", static_cast<long long>(state.step),
+                     record["val_loss"].get<double>(), stage.kind.c_str());
+      }
+    }
     TrainerSettings& s = trainer.settings();
     s.schedule = stage.schedule;
     s.stage_total_tokens = stage.total_tokens() * world->size();
     s.clip = stage.clip;
     trainer.optimizer().settings().weight_decay = stage.weight_decay;
     if (state.step == first_step || recipe.stages.size() > 1)
-      std::fprintf(out, "%s%s: %.2fM parameters (%.2fM active per token); data %s (%lld tokens); %d threads\n",
+      std::fprintf(out, "%s%s: %.2fM parameters (%.2fM active per token); %s data %s; %d threads\n",
                    recipe.stages.size() > 1 ? ("stage " + stage.name + ", model ").c_str() : "model ",
-                   config.name.c_str(), counts.total / 1e6, counts.active / 1e6, data.train_path.c_str(),
-                   static_cast<long long>(data.train.numel()), num_threads());
+                   config.name.c_str(), counts.total / 1e6, counts.active / 1e6, stage.kind.c_str(),
+                   batches->description().c_str(), num_threads());
 
     std::vector<TokenBatch> micro_batches;
     auto train_one_step = [&]() {
       micro_batches.clear();
       const int64_t micro = stage.micro_batches_at(state.stage_step);
-      for (int64_t i = 0; i < micro; ++i) micro_batches.push_back(sampler.next());
+      for (int64_t i = 0; i < micro; ++i) micro_batches.push_back(batches->next());
       trainer.settings().lr_scale = guard.lr_factor(state.step);
       StepStats stats = trainer.step(micro_batches);
       straggle(stats.seconds);
-      state.data_cursor = sampler.cursor();
+      state.data_cursor = batches->cursor();
       if (stats.decision != UpdateDecision::Retry) ++steps_since_sync;
       if (verdict->action == SpikeGuard::Action::Reload) {
         // Non-finite steps in a row: back to the last checkpoint, at a lower learning rate, past the
         // data that led here.
         LT_CHECK(!edit_settings.time_based, "non-finite steps under --dist aedit (its replicas cannot reload ",
                  "together): resume from ", checkpoint_dir, " with a lower --lr");
-        const SamplerCursor position = sampler.cursor();
+        const SamplerCursor position = batches->cursor();
         const int64_t stage_now = state.stage;
         restore(checkpoint_dir, /*reloading=*/true);
         LT_CHECK(state.stage == stage_now, "non-finite steps right after a stage change: resume from ", checkpoint_dir,
@@ -478,6 +544,7 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
       const bool stop_for_time = share_step_statistics(data_parallel, stats, time_up);
       last_loss = stats.lm_loss;
       Json record = step_record(stats, state.tokens_seen);
+      batches->add_step_metrics(stats, record);
       record["elapsed_s"] = elapsed;
       if (recipe.stages.size() > 1) record["stage"] = stage.name;
       if (synced) record["sync"] = sync_record(*synced);
@@ -487,10 +554,8 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
         continue;
       }
       const bool last = state.step == total_steps;
-      if (lead && options.eval_every > 0 && state.step % options.eval_every == 0 && !last) {
-        const double val = heldout_loss(options.eval_tokens);
-        if (!std::isnan(val)) record["val_loss"] = val;
-      }
+      if (lead && options.eval_every > 0 && state.step % options.eval_every == 0 && !last)
+        add_heldout(record, options.eval_tokens);
       metrics.write(record);
       print_progress(record, stats.lm_loss, stats.lr, stats.grad_norm);
       if (options.ckpt_every > 0 && state.step % options.ckpt_every == 0 && !last) save();
@@ -599,10 +664,8 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
           for (int m = 0; m < R; ++m) share[static_cast<size_t>(m)] = static_cast<double>(per_replica[static_cast<size_t>(m)]) / static_cast<double>(round_total);
         }
         const bool last_step = state.step >= total_steps;
-        if (lead && crossed(step_before, state.step, options.eval_every) && !last_step) {
-          const double val = heldout_loss(options.eval_tokens);
-          if (!std::isnan(val)) record["val_loss"] = val;
-        }
+        if (lead && crossed(step_before, state.step, options.eval_every) && !last_step)
+          add_heldout(record, options.eval_tokens);
         metrics.write(record);
         if (round_total > 0) print_progress(record, last_loss, last.lr, last.grad_norm);
         if (crossed(step_before, state.step, options.ckpt_every) && !last_step && !final_round) save();
@@ -639,10 +702,16 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
   const double comm_bytes_per_step = static_cast<double>(bytes_sent()) / static_cast<double>(std::max<int64_t>(steps_run, 1));
   save();
   if (!lead) return Json();
-  const double val = heldout_loss(0);
-  if (!std::isnan(val)) std::fprintf(out, "\nheld-out loss (whole %s): %.4f\n", data.val_path.c_str(), val);
+  Json heldout = Json::object();
+  add_heldout(heldout, 0);
+  const StageSettings& last_stage = recipe.stages[static_cast<size_t>(std::min<int64_t>(state.stage, static_cast<int64_t>(recipe.stages.size()) - 1))];
+  const double val = heldout.value("val_loss", NAN);
+  if (!std::isnan(val))
+    std::fprintf(out, "\nheld-out loss (all of %s): %.4f\n",
+                 last_stage.kind == "pretrain" ? data.val_path.c_str() : last_stage.val.c_str(), val);
   double unigram = NAN;
-  if (data.val.defined()) unigram = unigram_entropy_nats(read_token_shard(data.val_path), config.vocab_size);
+  if (last_stage.kind == "pretrain" && data.val.defined())
+    unigram = unigram_entropy_nats(read_token_shard(data.val_path), config.vocab_size);
   std::fprintf(out, "\ncheckpoint written to %s\n", checkpoint_dir.c_str());
   Json summary = {{"steps", state.step},
                   {"tokens", state.tokens_seen},
@@ -654,6 +723,8 @@ Json run_pretraining(const Recipe& requested, const RunOptions& options) {
                   {"dist", options.dist},
                   {"wall_s", train_seconds},  // the training steps of this process, without the final eval
                   {"comm_bytes_per_step", comm_bytes_per_step}};  // sent by rank 0, per step of this run
+  for (const auto& [name, value] : heldout.items())
+    if (name != "val_loss") summary[name] = value;
   if (!options.sample_prompt.empty()) {
     SamplingSettings sampling;
     sampling.max_new_tokens = options.sample_tokens;

@@ -1,6 +1,8 @@
-// A whole pre-training run: the stages of a recipe in order on one Trainer, with periodic held-out
+// A whole training run: the stages of a recipe in order on one Trainer, with periodic held-out
 // evaluation, metrics, checkpoints, a time limit and resumption from any checkpoint, then the
-// held-out loss over the whole file and a sample.
+// held-out figures over the whole held-out data and a sample. Pre-training, SFT and DPO are stages of
+// different kinds (trainer/stage_batches.h) run by this one loop, with the same spike guard, --dist,
+// checkpoints and metrics.
 #pragma once
 #include <cstdio>
 #include <string>
@@ -49,8 +51,8 @@ struct RunOptions {
 };
 
 // Runs `recipe` (ignored when resuming: the checkpoint's recipe runs) and returns the summary: steps,
-// tokens, last train loss, held-out loss and the corpus's unigram entropy, checkpoint path, sample,
-// world size. Under mpirun every rank runs it; ranks other than 0 return null.
-Json run_pretraining(const Recipe& recipe, const RunOptions& options);
+// tokens, last train loss, the held-out figures (and for pre-training the corpus's unigram entropy),
+// checkpoint path, sample, world size. Under mpirun every rank runs it; ranks other than 0 return null.
+Json run_training(const Recipe& recipe, const RunOptions& options);
 
 }  // namespace lt
