@@ -51,6 +51,16 @@ grep -q "error: rank 0: .*notadir" nd.err || fail "an erroring rank: no line nam
 mpiexec -n 2 "$bin" pretrain "${common[@]}" --batch 2 --straggle 2:2 --out badstraggle >/dev/null 2>bs.err &&
   fail "--straggle of a rank outside the world accepted"
 grep -q "outside the 2 ranks" bs.err || fail "--straggle: no clear line ($(head -1 bs.err))"
+# SFT and DPO under two ranks: the same loop, so the same data-parallel step, from the dp checkpoint.
+"$bin" tool-data --out td --sft 40 --dpo 10 >/dev/null || fail "tool-data"
+mpiexec -n 2 "$bin" sft --ckpt full/checkpoint --data td/sft_train.jsonl --val td/sft_val.jsonl --steps 2 --batch 2 \
+  --threads 1 --out sft >sft.out 2>sft.err || fail "dp sft: $(tail -1 sft.err)"
+grep -q '"world_size":2' sft.out || fail "dp sft: the summary lacks world_size 2: $(cat sft.out)"
+mpiexec -n 2 "$bin" dpo --ckpt sft/checkpoint --data td/dpo_train.jsonl --steps 2 --batch 1 --threads 1 --out dpo \
+  >dpo.out 2>dpo.err || fail "dp dpo: $(tail -1 dpo.err)"
+grep -q '"world_size":2' dpo.out || fail "dp dpo: the summary lacks world_size 2: $(cat dpo.out)"
+grep -q '"rewards/accuracies"' dpo/metrics.jsonl || fail "dp dpo: no DPO metrics"
+
 # A killed rank ends the run within seconds, and the last checkpoint stays complete.
 mpiexec -n 2 "$bin" pretrain "${common[@]}" --batch 2 --steps 100000 --ckpt-every 2 --out killed >/dev/null 2>&1 &
 launcher=$!
