@@ -95,6 +95,12 @@ std::vector<PackedRow> pack_sequences(const std::vector<LabeledSequence>& sequen
   return rows;
 }
 
+std::vector<size_t> row_range(size_t first, size_t count) {
+  std::vector<size_t> picked(count);
+  for (size_t i = 0; i < count; ++i) picked[i] = first + i;
+  return picked;
+}
+
 TokenBatch stack_rows(const std::vector<PackedRow>& rows, const std::vector<size_t>& picked) {
   LT_CHECK(!picked.empty(), "packing: a batch needs at least one row");
   for (size_t r : picked) LT_CHECK(r < rows.size(), "packing: row ", r, " is not within the ", rows.size(), " rows");

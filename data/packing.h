@@ -40,6 +40,9 @@ struct PackedRow {
 std::vector<PackedRow> pack_sequences(const std::vector<LabeledSequence>& sequences, int64_t T, uint32_t pad_id,
                                       int64_t group = 1);
 
+// The indices first, first + 1, ..., first + count - 1: a run of consecutive rows to stack.
+std::vector<size_t> row_range(size_t first, size_t count);
+
 // The rows at `picked` as one batch of i32 tensors [picked.size(), T]; loss_units = their labelled targets.
 TokenBatch stack_rows(const std::vector<PackedRow>& rows, const std::vector<size_t>& picked);
 // The same for rows packed from pairs (group 2: sequence 2q is pair q's chosen response, 2q + 1 its

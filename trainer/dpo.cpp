@@ -1,7 +1,6 @@
 #include "trainer/dpo.h"
 
 #include <cinttypes>
-#include <cmath>
 #include <filesystem>
 
 #include "io/atomic_file.h"
@@ -26,13 +25,6 @@ Objective dpo_objective(double beta, double rpo_alpha) {
 }
 
 namespace {
-
-// The rows [first, first + count) of `rows`.
-std::vector<size_t> row_range(size_t first, size_t count) {
-  std::vector<size_t> picked(count);
-  for (size_t i = 0; i < count; ++i) picked[i] = first + i;
-  return picked;
-}
 
 // FNV-1a, 64 bits: a fingerprint that is the same on every machine and standard library.
 uint64_t fnv1a(std::string_view bytes, uint64_t hash = 0xcbf29ce484222325ull) {

@@ -37,17 +37,11 @@ class WindowBatches : public StageBatches {
   int64_t B_, T_;
 };
 
-// The rows [first, first + count) of `rows`, at most `limit_tokens` / T of them when limit_tokens > 0.
+// How many of the held-out rows an evaluation uses: about limit_tokens / T of them (all when 0).
 size_t rows_within(const std::vector<PackedRow>& rows, int64_t limit_tokens) {
   if (limit_tokens <= 0 || rows.empty()) return rows.size();
   const auto T = static_cast<int64_t>(rows[0].inputs.size());
   return std::min(rows.size(), static_cast<size_t>(std::max<int64_t>(1, limit_tokens / T)));
-}
-
-std::vector<size_t> consecutive(size_t first, size_t count) {
-  std::vector<size_t> picked(count);
-  for (size_t i = 0; i < count; ++i) picked[i] = first + i;
-  return picked;
 }
 
 // The packed rows of a JSONL file and what packing it skipped.
@@ -92,7 +86,7 @@ class ConversationBatches : public StageBatches {
     double sum = 0;
     int64_t labelled = 0;
     for (size_t first = 0; first < n; first += static_cast<size_t>(B_)) {
-      const TokenBatch b = stack_rows(val_, consecutive(first, std::min(n - first, static_cast<size_t>(B_))));
+      const TokenBatch b = stack_rows(val_, row_range(first, std::min(n - first, static_cast<size_t>(B_))));
       MoEContext context;
       // The loss is the mean over the batch's labelled targets: times their count, it is their sum.
       sum += model.loss(b.inputs, b.targets, context, b.doc_start).lm.value().item() * static_cast<double>(b.loss_units);
