@@ -36,9 +36,12 @@ train: build
 	$(BUILD)/lingtrain pretrain --model tiny --out out/tiny $(TRAIN_FLAGS)
 
 # Post-training on the embedded tool-use data (docs/post_training.md), each printing its held-out
-# figures before and after. sft starts from out/tiny/checkpoint (`make train` makes it when missing);
-# dpo from out/sft/checkpoint (`make sft` likewise). Tool use is scored by the model playing 200
-# held-out conversations about people and companies it never saw in training.
+# figures before and after. sft starts from out/tiny/checkpoint (`make train` makes it when missing):
+# first 1000 steps on copy instructions (the tiny model cannot copy an unseen name from a question into a
+# call until it has learned to copy), then the tool conversations. dpo starts from out/sft/checkpoint
+# (`make sft` makes it when missing). Tool use is scored by the model playing 200 held-out
+# conversations about people and companies it never saw in training.
+COPY_FLAGS ?= --steps 1000
 SFT_FLAGS ?= --epochs 1
 # A stronger NLL term than Ling's 0.05 (Pang et al.'s 1): at 0.05 the tiny model's calls lost format.
 DPO_FLAGS ?= --rpo-alpha 1
@@ -46,9 +49,11 @@ TOOLS := out/tool
 EVAL_TOOLS = $(BUILD)/lingtrain eval-tools --data $(TOOLS)/sft_val.jsonl --graph $(TOOLS)/knowledge_graph.json --limit 200
 sft: build
 	@[ -e out/tiny/checkpoint/model.safetensors ] || $(MAKE) --no-print-directory train
-	@[ -e $(TOOLS)/sft_train.jsonl ] || $(BUILD)/lingtrain tool-data --out $(TOOLS)
+	@[ -e $(TOOLS)/copy_train.jsonl ] || $(BUILD)/lingtrain tool-data --out $(TOOLS)
 	$(EVAL_TOOLS) --ckpt out/tiny/checkpoint >$(TOOLS)/tool_use_pretrained.json
-	$(BUILD)/lingtrain sft --ckpt out/tiny/checkpoint --data $(TOOLS)/sft_train.jsonl --val $(TOOLS)/sft_val.jsonl \
+	$(BUILD)/lingtrain sft --ckpt out/tiny/checkpoint --data $(TOOLS)/copy_train.jsonl --val $(TOOLS)/copy_val.jsonl \
+	  --out out/sft-copy $(COPY_FLAGS)
+	$(BUILD)/lingtrain sft --ckpt out/sft-copy/checkpoint --data $(TOOLS)/sft_train.jsonl --val $(TOOLS)/sft_val.jsonl \
 	  --out out/sft $(SFT_FLAGS)
 	$(EVAL_TOOLS) --ckpt out/sft/checkpoint >$(TOOLS)/tool_use_sft.json
 	@echo "held-out tool use, pre-trained: $$(cat $(TOOLS)/tool_use_pretrained.json)"

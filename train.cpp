@@ -552,20 +552,23 @@ int cmd_score(const std::vector<std::string>& args) {
   return 0;
 }
 
-// lingtrain tool-data --out DIR [--seed S] [--sft N] [--dpo N]: the embedded post-training data.
+// lingtrain tool-data --out DIR [--seed S] [--sft N] [--dpo N] [--copy N]: the embedded post-training data.
 int cmd_tool_data(const std::vector<std::string>& args) {
-  Flags flags(args, {{"out", ""}, {"seed", "1"}, {"sft", "8000"}, {"dpo", "2000"}});
+  Flags flags(args, {{"out", ""}, {"seed", "1"}, {"sft", "8000"}, {"dpo", "2000"}, {"copy", "20000"}});
   if (flags.str("out").empty()) fail("tool-data needs --out DIR");
   const std::string out = flags.str("out");
   const auto seed = static_cast<uint64_t>(flags.integer("seed"));
   const lt::KnowledgeGraph graph = lt::build_knowledge_graph(seed);
-  const lt::ToolDataSet set = lt::synthesise_tool_data(graph, seed, flags.positive("sft"), flags.positive("dpo"));
+  const lt::ToolDataSet set =
+      lt::synthesise_tool_data(graph, seed, flags.positive("sft"), flags.positive("dpo"), flags.positive("copy"));
   std::filesystem::create_directories(out);
   lt::write_json_file(out + "/knowledge_graph.json", graph.to_json());
   const std::pair<const char*, const std::vector<Json>*> files[] = {{"sft_train.jsonl", &set.sft_train},
                                                                      {"sft_val.jsonl", &set.sft_val},
                                                                      {"dpo_train.jsonl", &set.dpo_train},
-                                                                     {"dpo_val.jsonl", &set.dpo_val}};
+                                                                     {"dpo_val.jsonl", &set.dpo_val},
+                                                                     {"copy_train.jsonl", &set.copy_train},
+                                                                     {"copy_val.jsonl", &set.copy_val}};
   Json summary = {{"knowledge_graph", out + "/knowledge_graph.json"}, {"facts", graph.facts.size()}};
   for (const auto& [name, records] : files) {
     lt::write_jsonl_file(out + "/" + name, *records);
@@ -690,8 +693,9 @@ void usage(FILE* out) {
                "                                 Ling's chat template: text, ids, loss_mask per record\n"
                "  score --ckpt DIR --data F.jsonl [--tokenizer T]   per record, the summed log-prob of the\n"
                "                                 tokens chat-template trains on (logp, tokens), JSON lines\n"
-               "  tool-data --out DIR [--seed S] [--sft N] [--dpo N]   the embedded post-training data: a\n"
-               "                                 knowledge graph, tool-use SFT conversations, preference pairs\n"
+               "  tool-data --out DIR [--seed S] [--sft N] [--dpo N] [--copy N]   the embedded post-training\n"
+               "                                 data: a knowledge graph, tool-use SFT conversations, preference\n"
+               "                                 pairs, copy instructions\n"
                "  eval-tools --ckpt DIR --data F.jsonl [--graph knowledge_graph.json] [--limit N]\n"
                "                                 the model plays tool conversations: call exact match, format\n"
                "                                 validity, final-answer accuracy (last line JSON)\n"

@@ -132,6 +132,13 @@ Json tool_conversation(const KnowledgeGraph& graph, Rng& rng, bool held_out) {
   return {{"messages", messages}};
 }
 
+// A copy instruction: a made-up two-word name, to be repeated exactly.
+Json copy_conversation(Rng& rng) {
+  std::set<std::string> taken;
+  const std::string name = cat({new_name(rng, taken), " ", new_name(rng, taken)});
+  return {{"messages", {message("user", cat({"Repeat exactly: ", name})), message("assistant", name)}}};
+}
+
 // Plain instructions without the tool: arithmetic with the worked answer.
 Json arithmetic_conversation(Rng& rng) {
   const int64_t a = between(rng, 2, 99), b = between(rng, 2, 99);
@@ -311,8 +318,10 @@ std::optional<std::string> parse_tool_result(const std::string& text) {
   return result.at("result").get<std::string>();
 }
 
-ToolDataSet synthesise_tool_data(const KnowledgeGraph& graph, uint64_t seed, int64_t sft_examples, int64_t dpo_pairs) {
-  LT_CHECK(sft_examples >= 5 && dpo_pairs >= 5, "tool data: at least 5 SFT examples and 5 pairs per split");
+ToolDataSet synthesise_tool_data(const KnowledgeGraph& graph, uint64_t seed, int64_t sft_examples, int64_t dpo_pairs,
+                                 int64_t copy_examples) {
+  LT_CHECK(sft_examples >= 5 && dpo_pairs >= 5 && copy_examples >= 5,
+           "tool data: at least 5 SFT examples, 5 pairs and 5 copy instructions per split");
   ToolDataSet set;
   auto fill_split = [&](std::vector<Json>& sft, std::vector<Json>& dpo, int64_t n_sft, int64_t n_dpo, bool held_out,
                         uint64_t stream) {
@@ -323,6 +332,10 @@ ToolDataSet synthesise_tool_data(const KnowledgeGraph& graph, uint64_t seed, int
   };
   fill_split(set.sft_train, set.dpo_train, sft_examples, dpo_pairs, false, 2);
   fill_split(set.sft_val, set.dpo_val, std::max<int64_t>(sft_examples / 5, 5), std::max<int64_t>(dpo_pairs / 5, 5), true, 3);
+  // Their own stream: the tool conversations stay the same whatever the number of copy instructions.
+  Rng copy_rng(derive_seed(seed, 4));
+  for (int64_t i = 0; i < copy_examples; ++i) set.copy_train.push_back(copy_conversation(copy_rng));
+  for (int64_t i = 0; i < std::max<int64_t>(copy_examples / 40, 5); ++i) set.copy_val.push_back(copy_conversation(copy_rng));
   return set;
 }
 

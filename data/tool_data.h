@@ -18,6 +18,13 @@
 // Preference pairs: the prompt is a conversation up to one assistant turn; chosen is the correct turn,
 // rejected one of: a call with the wrong relation, a call on the wrong entity, a wrong final answer, or
 // a malformed call (format only: same content, broken JSON; marked "format_only" for format-recovery DPO).
+//
+// Copy instructions ("Repeat exactly: Vebrailar Thoumix" -> "Vebrailar Thoumix", names made up afresh
+// for each): a call about an unseen entity needs its name copied from the question, and a small model
+// pre-trained on the embedded corpus cannot copy text it has never seen. Fine-tuned on 1,000 steps of
+// these first, the tiny model learns to (abruptly, around step 250); SFT on the tool conversations after
+// that gets 98% held-out exact calls, against 0% without them and 0.5% with them mixed into the tool
+// SFT (docs/post_training.md).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -60,12 +67,15 @@ std::optional<std::string> parse_tool_result(const std::string& text);
 extern const char* const kToolSystemPrompt;
 
 struct ToolDataSet {
-  std::vector<Json> sft_train, sft_val;  // TRL {"messages": [...]}
-  std::vector<Json> dpo_train, dpo_val;  // TRL {"prompt": [...], "chosen": [...], "rejected": [...], "kind": ...}
+  std::vector<Json> sft_train, sft_val;    // TRL {"messages": [...]}
+  std::vector<Json> dpo_train, dpo_val;    // TRL {"prompt": [...], "chosen": [...], "rejected": [...], "kind": ...}
+  std::vector<Json> copy_train, copy_val;  // TRL {"messages": [...]}: the copy instructions
 };
 
-// sft_examples and dpo_pairs per training split; validation splits get a fifth as many. A quarter of the
-// SFT examples are plain instructions (arithmetic with worked answers) without the tool.
-ToolDataSet synthesise_tool_data(const KnowledgeGraph& graph, uint64_t seed, int64_t sft_examples, int64_t dpo_pairs);
+// sft_examples, dpo_pairs and copy_examples per training split; validation splits get a fifth as many
+// (copy: a fortieth). A quarter of the SFT examples are plain instructions (arithmetic with worked
+// answers) without the tool.
+ToolDataSet synthesise_tool_data(const KnowledgeGraph& graph, uint64_t seed, int64_t sft_examples, int64_t dpo_pairs,
+                                 int64_t copy_examples);
 
 }  // namespace lt

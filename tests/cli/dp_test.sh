@@ -52,7 +52,7 @@ mpiexec -n 2 "$bin" pretrain "${common[@]}" --batch 2 --straggle 2:2 --out badst
   fail "--straggle of a rank outside the world accepted"
 grep -q "outside the 2 ranks" bs.err || fail "--straggle: no clear line ($(head -1 bs.err))"
 # SFT and DPO under two ranks: the same loop, so the same data-parallel step, from the dp checkpoint.
-"$bin" tool-data --out td --sft 40 --dpo 10 >/dev/null || fail "tool-data"
+"$bin" tool-data --out td --sft 40 --dpo 10 --copy 40 >/dev/null || fail "tool-data"
 mpiexec -n 2 "$bin" sft --ckpt full/checkpoint --data td/sft_train.jsonl --val td/sft_val.jsonl --steps 2 --batch 2 \
   --threads 1 --out sft >sft.out 2>sft.err || fail "dp sft: $(tail -1 sft.err)"
 grep -q '"world_size":2' sft.out || fail "dp sft: the summary lacks world_size 2: $(cat sft.out)"

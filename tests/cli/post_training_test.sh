@@ -53,8 +53,8 @@ expect_error "chat-template, unknown role" "bad.jsonl:2: messages\[0\]: unknown 
   "$bin" chat-template --data bad.jsonl
 
 # The embedded tool-use data renders through the chat template.
-"$bin" tool-data --out td --sft 40 --dpo 10 >td.out || fail "tool-data"
-grep -q '"sft_train.jsonl":40' td.out || fail "tool-data: $(cat td.out)"
+"$bin" tool-data --out td --sft 40 --dpo 10 --copy 40 >td.out || fail "tool-data"
+grep -q '"sft_train.jsonl":40' td.out && grep -q '"copy_train.jsonl":40' td.out || fail "tool-data: $(cat td.out)"
 [ "$("$bin" chat-template --data td/sft_val.jsonl | wc -l)" = 8 ] || fail "tool-data: sft_val does not render"
 # eval-tools plays 8 of them (an untrained model: the figures are low, the accounting must add up).
 "$bin" eval-tools --ckpt run/checkpoint --data td/sft_val.jsonl --limit 8 --max-tokens 16 --threads 1 >tools.out ||

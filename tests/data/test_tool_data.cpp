@@ -20,17 +20,17 @@ const KnowledgeGraph& graph() {
 }
 
 const ToolDataSet& data() {
-  static const ToolDataSet d = synthesise_tool_data(graph(), 1, 400, 200);
+  static const ToolDataSet d = synthesise_tool_data(graph(), 1, 400, 200, 80);
   return d;
 }
 
 std::string content(const Json& message) { return message.at("content").get<std::string>(); }
 
 TEST(ToolData, DeterministicPerSeed) {
-  const ToolDataSet again = synthesise_tool_data(build_knowledge_graph(1), 1, 400, 200);
+  const ToolDataSet again = synthesise_tool_data(build_knowledge_graph(1), 1, 400, 200, 80);
   EXPECT_EQ(Json(again.sft_train), Json(data().sft_train));
   EXPECT_EQ(Json(again.dpo_val), Json(data().dpo_val));
-  EXPECT_NE(Json(synthesise_tool_data(build_knowledge_graph(2), 2, 400, 200).sft_train), Json(data().sft_train));
+  EXPECT_NE(Json(synthesise_tool_data(build_knowledge_graph(2), 2, 400, 200, 80).sft_train), Json(data().sft_train));
   EXPECT_EQ(data().sft_train.size(), 400u);
   EXPECT_EQ(data().sft_val.size(), 80u);
   EXPECT_EQ(data().dpo_train.size(), 200u);
@@ -83,6 +83,26 @@ TEST(ToolData, ConversationsAgreeWithTheGraphAndHoldOutTheirSubjects) {
     EXPECT_FALSE(held_out.at(subject)) << subject << " is held out but asked about in training";
   EXPECT_GT(two_hops, 80);     // about a third of the tool conversations
   EXPECT_GT(arithmetic, 80);   // a quarter of the examples
+}
+
+// Copy instructions: the reply is the name in the question, letter for letter; names are made up
+// afresh, so validation asks for names that training never showed.
+TEST(ToolData, CopyInstructionsRepeatFreshNames) {
+  ASSERT_EQ(data().copy_train.size(), 80u);
+  ASSERT_EQ(data().copy_val.size(), 5u);
+  std::set<std::string> trained;
+  for (const auto* split : {&data().copy_train, &data().copy_val})
+    for (const Json& record : *split) {
+      const Json& messages = record.at("messages");
+      conversation_from_json(record, "record");
+      ASSERT_EQ(messages.size(), 2u);
+      const std::string question = content(messages[0]), name = content(messages[1]);
+      EXPECT_EQ(question, "Repeat exactly: " + name);
+      EXPECT_NE(name.find(' '), std::string::npos) << name;
+      if (split == &data().copy_train) trained.insert(name);
+      else EXPECT_EQ(trained.count(name), 0u) << name << " is asked for in validation and in training";
+    }
+  EXPECT_GT(trained.size(), 75u);
 }
 
 TEST(ToolData, PreferencePairsAreWrongAsTheirKindSays) {
