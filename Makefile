@@ -43,8 +43,9 @@ train: build
 # conversations about people and companies it never saw in training.
 COPY_FLAGS ?= --steps 1000
 SFT_FLAGS ?= --epochs 1
-# A stronger NLL term than Ling's 0.05 (Pang et al.'s 1): at 0.05 the tiny model's calls lost format.
-DPO_FLAGS ?= --rpo-alpha 1
+# A stronger NLL term than Ling's 0.05 (Pang et al.'s 1) and a larger beta than TRL's 0.1 keep DPO from
+# eroding the tool calls SFT taught (docs/post_training.md has the measurements).
+DPO_FLAGS ?= --rpo-alpha 1 --beta 0.5
 TOOLS := out/tool
 EVAL_TOOLS = $(BUILD)/lingtrain eval-tools --data $(TOOLS)/sft_val.jsonl --graph $(TOOLS)/knowledge_graph.json --limit 200
 sft: build
