@@ -31,6 +31,9 @@ struct CorpusDocument {
   std::string text;
 };
 
+// The default corpus a run generates when it is given no data (its held-out documents are what
+// inspection runs per domain).
+inline constexpr uint64_t kDefaultCorpusSeed = 20250310;
 inline constexpr size_t kDefaultCorpusBytes = size_t{8} << 20;
 inline constexpr double kDefaultHeldoutFraction = 0.05;
 

@@ -1,6 +1,8 @@
 #include "trainer/run.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
+
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +23,7 @@
 #include "dist/edit.h"
 #include "optim/spike_guard.h"
 #include "io/atomic_file.h"
+#include "io/format_text.h"
 #include "io/input_file.h"
 #include "io/metrics.h"
 #include "io/safetensors.h"
@@ -28,6 +31,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/evaluate.h"
 #include "trainer/generate.h"
+#include "trainer/progress.h"
 #include "trainer/stage_batches.h"
 #include "trainer/trainer.h"
 #include "tensor/kernels.h"
@@ -48,7 +52,6 @@ struct RunTokenizer {
 // The embedded default corpus, generated into <out>/data (byte tokenizer) or <out>/data-bpe the first
 // time it is needed. data-bpe keeps a copy of the tokenizer.json it was made with, and is made again
 // when the run's differs.
-constexpr uint64_t kDefaultCorpusSeed = 20250310;
 std::string ensure_default_corpus(const std::string& out_dir, const RunTokenizer& run_tokenizer, std::FILE* progress) {
   const bool bpe = !run_tokenizer.json_text.empty();
   const std::string dir = out_dir + (bpe ? "/data-bpe" : "/data");
@@ -71,12 +74,21 @@ uint64_t stage_sampler_seed(uint64_t seed, int64_t stage) {
   return stage == 0 ? seed : derive_seed(seed, kStageSamplerStream + static_cast<uint64_t>(stage));
 }
 
-std::string format_duration(double seconds) {
-  const long s = std::lround(std::max(0.0, seconds));
-  char buffer[32];
-  if (s >= 3600) std::snprintf(buffer, sizeof buffer, "%ldh%02ldm", s / 3600, (s / 60) % 60);
-  else std::snprintf(buffer, sizeof buffer, "%ldm%02lds", s / 60, s % 60);
-  return buffer;
+// What the progress line shows of a step's record: the worst expert-load imbalance among the layers.
+ProgressFigures progress_figures(const Json& record, double loss, double lr, double grad_norm) {
+  ProgressFigures f;
+  f.step = record.value("step", int64_t{0});
+  f.loss = loss;
+  f.lr = lr;
+  f.grad_norm = grad_norm;
+  f.tokens_per_s = record.value("tokens_per_s", NAN);
+  if (record.contains("moe_layers"))
+    for (const Json& layer : record["moe_layers"])
+      if (!(layer.value("max_over_mean", 0.0) <= f.worst_imbalance)) {
+        f.worst_imbalance = layer.value("max_over_mean", 0.0);
+        f.worst_imbalance_layer = layer.value("layer", int64_t{-1});
+      }
+  return f;
 }
 
 // A stage's token arrays, read once and kept while consecutive stages name the same files.
@@ -330,6 +342,9 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   const ParameterCount counts = count_parameters(config);
   const int64_t total_steps = recipe.total_steps();
   const bool interactive = lead && isatty(fileno(out));
+  winsize terminal{};
+  const int columns = interactive && ioctl(fileno(out), TIOCGWINSZ, &terminal) == 0 ? terminal.ws_col : 0;
+  ProgressLine progress(out, interactive, columns, total_steps, state.step);
   const auto run_start = Clock::now();
   const int64_t first_step = state.step;
   LT_CHECK(options.straggle_rank < world->size(), "--straggle: rank ", options.straggle_rank, " is outside the ",
@@ -392,20 +407,16 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   };
   auto print_progress = [&](Json& record, double loss, double lr, double grad_norm) {
     const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
-    const double eta = elapsed / static_cast<double>(std::max<int64_t>(state.step - first_step, 1)) *
-                       static_cast<double>(total_steps - state.step);
-    std::fprintf(out, "%sstep %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | ETA %s%s",
-                 interactive ? "\r" : "", static_cast<long long>(state.step), static_cast<long long>(total_steps), loss,
-                 lr, grad_norm, record["tokens_per_s"].get<double>(), format_duration(eta).c_str(),
-                 interactive ? "   " : "\n");
     if (record.contains("val_loss")) {
-      std::fprintf(out, "%sstep %lld: held-out loss %.4f", interactive ? "\n" : "", static_cast<long long>(state.step),
-                   record["val_loss"].get<double>());
+      progress.set_heldout_loss(record["val_loss"].get<double>());
+      std::string line = format_text("step %lld: held-out loss %.4f", static_cast<long long>(state.step),
+                                 record["val_loss"].get<double>());
       if (record.contains("eval_rewards/accuracies"))
-        std::fprintf(out, ", rewards/accuracies %.3f, rewards/margins %.3f", record["eval_rewards/accuracies"].get<double>(),
-                     record["eval_rewards/margins"].get<double>());
-      std::fprintf(out, "\n");
+        line += format_text(", rewards/accuracies %.3f, rewards/margins %.3f", record["eval_rewards/accuracies"].get<double>(),
+                        record["eval_rewards/margins"].get<double>());
+      progress.event(line);
     }
+    progress.update(progress_figures(record, loss, lr, grad_norm), elapsed);
   };
   auto crossed = [](int64_t before, int64_t after, int64_t every) { return every > 0 && after / every > before / every; };
   auto sync_record = [](const SyncReport& r) {
@@ -422,8 +433,8 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
     B = stage.batch;
     if (T > model.config().max_position_embeddings) {
       // RoPE has no table of positions: training on longer rows is what extends the context.
-      std::fprintf(out, "stage '%s': context extended from %lld to %lld positions\n", stage.name.c_str(),
-                   static_cast<long long>(model.config().max_position_embeddings), static_cast<long long>(T));
+      progress.event(format_text("stage '%s': context extended from %lld to %lld positions", stage.name.c_str(),
+                             static_cast<long long>(model.config().max_position_embeddings), static_cast<long long>(T)));
       model.extend_context(T);
     }
     if (stage.rope_theta > 0) model.set_rope_theta(stage.rope_theta);
@@ -450,6 +461,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
       inputs.progress = out;
       batches = post_training_batches(stage, inputs);
     };
+    progress.finish();  // preparing a stage may print (skipped records, reference log-probs)
     if (lead) prepare();
     world->barrier();
     if (!lead) prepare();
@@ -466,8 +478,8 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
       add_heldout(record, options.eval_tokens);
       if (record.contains("val_loss")) {
         metrics.write(record);
-        std::fprintf(out, "step %lld: held-out loss %.4f before %s\n", static_cast<long long>(state.step),
-                     record["val_loss"].get<double>(), stage.kind.c_str());
+        progress.event(format_text("step %lld: held-out loss %.4f before %s", static_cast<long long>(state.step),
+                               record["val_loss"].get<double>(), stage.kind.c_str()));
       }
     }
     TrainerSettings& s = trainer.settings();
@@ -476,10 +488,10 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
     s.clip = stage.clip;
     trainer.optimizer().settings().weight_decay = stage.weight_decay;
     if (state.step == first_step || recipe.stages.size() > 1)
-      std::fprintf(out, "%s%s: %.2fM parameters (%.2fM active per token); %s data %s; %d threads\n",
-                   recipe.stages.size() > 1 ? ("stage " + stage.name + ", model ").c_str() : "model ",
-                   config.name.c_str(), counts.total / 1e6, counts.active / 1e6, stage.kind.c_str(),
-                   batches->description().c_str(), num_threads());
+      progress.event(format_text("%s%s: %.2fM parameters (%.2fM active per token); %s data %s; %d threads",
+                             recipe.stages.size() > 1 ? ("stage " + stage.name + ", model ").c_str() : "model ",
+                             config.name.c_str(), counts.total / 1e6, counts.active / 1e6, stage.kind.c_str(),
+                             batches->description().c_str(), num_threads()));
 
     std::vector<TokenBatch> micro_batches;
     auto train_one_step = [&]() {
@@ -503,10 +515,10 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
                  " with a lower --lr");
         guard.reloaded();
         state.data_cursor = position;
-        std::fprintf(out, "%sstep %lld: %lld non-finite steps in a row; reloaded %s, learning rate now x%g\n",
-                     interactive ? "\n" : "", static_cast<long long>(state.step),
-                     static_cast<long long>(options.spike_guard.bad_steps_to_reload), checkpoint_dir.c_str(),
-                     guard.lr_factor(state.step));
+        progress.event(format_text("step %lld: %lld non-finite steps in a row; reloaded %s, learning rate now x%g",
+                               static_cast<long long>(state.step),
+                               static_cast<long long>(options.spike_guard.bad_steps_to_reload), checkpoint_dir.c_str(),
+                               guard.lr_factor(state.step)));
       }
       return stats;
     };
@@ -514,9 +526,8 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
     auto report_verdict = [&](Json& record) {
       if (!verdict || verdict->kind.empty()) return;
       record["spike"] = {{"kind", verdict->kind}, {"z", verdict->z}, {"action", SpikeGuard::action_name(verdict->action)}};
-      std::fprintf(out, "%sstep %lld: %s spike (z %.1f): %s\n", interactive ? "\n" : "",
-                   static_cast<long long>(state.step), verdict->kind.c_str(), verdict->z,
-                   SpikeGuard::action_name(verdict->action));
+      progress.event(format_text("step %lld: %s spike (z %.1f): %s", static_cast<long long>(state.step),
+                             verdict->kind.c_str(), verdict->z, SpikeGuard::action_name(verdict->action)));
     };
 
     // The steps every rank takes together: all of them under dp and edit; under aedit, the synchronous
@@ -560,12 +571,12 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
       print_progress(record, stats.lm_loss, stats.lr, stats.grad_norm);
       if (options.ckpt_every > 0 && state.step % options.ckpt_every == 0 && !last) save();
       if (stop_for_time && !last) {
-        std::fprintf(out, "\ntime limit of %.0f s reached at step %lld\n", options.time_limit_seconds,
-                     static_cast<long long>(state.step));
+        progress.event(format_text("time limit of %.0f s reached at step %lld", options.time_limit_seconds,
+                               static_cast<long long>(state.step)));
         stopped = stopped_for_time = true;
       }
       if (options.stop_at_step > 0 && state.step >= options.stop_at_step && !last) {
-        std::fprintf(out, "\nstopping at step %lld as asked\n", static_cast<long long>(state.step));
+        progress.event(format_text("stopping at step %lld as asked", static_cast<long long>(state.step)));
         stopped = true;
       }
       if (stopped) break;
@@ -670,8 +681,8 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
         if (round_total > 0) print_progress(record, last_loss, last.lr, last.grad_norm);
         if (crossed(step_before, state.step, options.ckpt_every) && !last_step && !final_round) save();
         if (time_up || stop_here) {
-          std::fprintf(out, "\nstopping at step %lld (%s)\n", static_cast<long long>(state.step),
-                       time_up ? "time limit" : "as asked");
+          progress.event(format_text("stopping at step %lld (%s)", static_cast<long long>(state.step),
+                                 time_up ? "time limit" : "as asked"));
           stopped = true;
           break;
         }
@@ -701,6 +712,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   const int64_t steps_run = state.step - first_step;
   const double comm_bytes_per_step = static_cast<double>(bytes_sent()) / static_cast<double>(std::max<int64_t>(steps_run, 1));
   save();
+  progress.finish();
   if (!lead) return Json();
   Json heldout = Json::object();
   add_heldout(heldout, 0);
