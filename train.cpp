@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include "bench/bench.h"
 #include "data/bpe_tokenizer.h"
 #include "data/bpe_trainer.h"
@@ -23,6 +26,11 @@
 #include "data/text_to_shards.h"
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
+#include "inspect/report.h"
+#include "inspect/routing.h"
+#include "inspect/specialisation.h"
+#include "inspect/terminal.h"
+#include "io/atomic_file.h"
 #include "io/input_file.h"
 #include "model/gradcheck_cases.h"
 #include "model/ling.h"
@@ -44,7 +52,11 @@ using lt::Json;
 // typo is an error instead of a silently ignored option.
 class Flags {
  public:
-  Flags(std::vector<std::string> args, std::map<std::string, std::string> defaults) : values_(std::move(defaults)) {
+  // switches: flags that mean "1" on their own (--json); repeatable: flags that may be given more than
+  // once (every value is kept, in order: list()).
+  Flags(std::vector<std::string> args, std::map<std::string, std::string> defaults,
+        const std::set<std::string>& switches = {}, const std::set<std::string>& repeatable = {})
+      : values_(std::move(defaults)) {
     for (size_t i = 0; i < args.size(); ++i) {
       const std::string& arg = args[i];
       if (arg.rfind("--", 0) != 0) fail("unexpected argument '", arg, "'");
@@ -52,14 +64,22 @@ class Flags {
       if (const size_t eq = name.find('='); eq != std::string::npos) {
         value = name.substr(eq + 1);
         name = name.substr(0, eq);
+      } else if (switches.count(name)) {
+        value = "1";
       } else {
         if (i + 1 >= args.size()) fail("flag --", name, " needs a value");
         value = args[++i];
       }
       if (!values_.count(name)) fail("unknown flag --", name);
-      values_[name] = value;
+      values_[name] = value;  // the last one wins (make's *_FLAGS override the Makefile's own)
+      if (repeatable.count(name)) lists_[name].push_back(value);
       set_.insert(name);
     }
+  }
+  const std::vector<std::string>& list(const std::string& name) const {
+    static const std::vector<std::string> none;
+    const auto it = lists_.find(name);
+    return it == lists_.end() ? none : it->second;
   }
   bool was_set(const std::string& name) const { return set_.count(name) > 0; }
   const std::string& str(const std::string& name) const { return values_.at(name); }
@@ -91,6 +111,7 @@ class Flags {
 
  private:
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> lists_;
   std::set<std::string> set_;
 };
 
@@ -649,6 +670,142 @@ int cmd_bench(const std::vector<std::string>& args) {
   return 0;
 }
 
+// ---- inspect, report ---------------------------------------------------------------------------
+
+// Whether stdout is a terminal (colour, and its width for the tables; 0 when not a terminal).
+bool stdout_is_terminal() { return isatty(fileno(stdout)) != 0; }
+int terminal_columns() {
+  winsize size{};
+  if (!stdout_is_terminal() || ioctl(fileno(stdout), TIOCGWINSZ, &size) != 0 || size.ws_col == 0) return 0;
+  return size.ws_col;
+}
+
+// --domain NAME=FILE: a text file (tokenised by the checkpoint's tokenizer) or an llm.c token shard (.bin).
+std::vector<lt::DomainText> domains_from_flags(const std::vector<std::string>& specs, const lt::Tokenizer& tokenizer,
+                                               int64_t vocab_size, int64_t tokens_per_domain) {
+  std::vector<lt::DomainText> domains;
+  for (const std::string& spec : specs) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+      fail("flag --domain needs NAME=FILE, got '", spec, "'");
+    lt::DomainText d;
+    d.name = spec.substr(0, eq);
+    const std::string path = spec.substr(eq + 1);
+    for (const lt::DomainText& other : domains)
+      if (other.name == d.name) fail("flag --domain: domain '", d.name, "' is given twice");
+    if (path.size() > 4 && path.substr(path.size() - 4) == ".bin") {
+      d.tokens = lt::read_token_shard(path, vocab_size);
+    } else {
+      d.tokens = tokenizer.encode(lt::read_file(path));
+    }
+    if (d.tokens.empty()) fail(path, ": no tokens for domain '", d.name, "'");
+    if (static_cast<int64_t>(d.tokens.size()) > tokens_per_domain) d.tokens.resize(static_cast<size_t>(tokens_per_domain));
+    domains.push_back(std::move(d));
+  }
+  return domains;
+}
+
+int cmd_inspect(const std::vector<std::string>& args) {
+  Flags flags(args,
+              {{"ckpt", ""}, {"text", ""}, {"data", ""}, {"tokens", "64"}, {"offset", "0"}, {"vs", ""}, {"json", "0"},
+               {"by-domain", "0"}, {"domain", ""}, {"domain-tokens", "8192"}, {"seq", "0"}, {"threads", "0"}},
+              {"json", "by-domain"}, {"domain"});
+  apply_threads(flags);
+  const std::string ckpt = flags.str("ckpt");
+  if (ckpt.empty()) fail("inspect needs --ckpt DIR");
+  const bool by_domain = flags.integer("by-domain") != 0 || !flags.list("domain").empty();
+  const bool json = flags.integer("json") != 0;
+  if (!by_domain && flags.str("text").empty() == flags.str("data").empty())
+    fail("inspect needs one of --text TEXT, --data SHARD.bin or --by-domain");
+  if (by_domain && (!flags.str("text").empty() || !flags.str("data").empty() || !flags.str("vs").empty()))
+    fail("inspect --by-domain takes no --text, --data or --vs");
+  lt::LingForCausalLM model(lt::load_checkpoint_config(ckpt), 0);
+  lt::load_checkpoint_weights(ckpt, model);
+  const std::unique_ptr<lt::Tokenizer> tokenizer = lt::resolve_tokenizer("", ckpt, model.config().vocab_size);
+  const int64_t window = flags.integer("seq") > 0 ? flags.positive("seq") : lt::trained_window(ckpt, model.config());
+  LT_CHECK(window <= model.config().max_position_embeddings, "flag --seq ", window, " exceeds max_position_embeddings ",
+           model.config().max_position_embeddings, " of ", ckpt);
+  LT_CHECK(!model.config().moe_layer_indices().empty(), ckpt, ": the model has no MoE layer, there is no routing to inspect");
+  const bool colour = !json && stdout_is_terminal();
+
+  if (by_domain) {
+    const int64_t per_domain = flags.positive("domain-tokens");
+    const std::vector<lt::DomainText> domains =
+        flags.list("domain").empty()
+            ? lt::embedded_heldout_domains(*tokenizer, per_domain)
+            : domains_from_flags(flags.list("domain"), *tokenizer, model.config().vocab_size, per_domain);
+    const std::vector<lt::LayerSpecialisation> layers = lt::expert_specialisation(model, domains, window);
+    if (!json)
+      std::printf("routing of %zu domains (%s), %lld tokens at most each, by MoE layer\n\n", domains.size(),
+                  flags.list("domain").empty() ? "held-out text of the embedded corpus" : "--domain files",
+                  static_cast<long long>(per_domain));
+    for (const lt::LayerSpecialisation& s : layers) {
+      if (json) std::printf("%s\n", lt::specialisation_json(s).dump().c_str());
+      else std::printf("%s\n", lt::specialisation_table(s, colour).c_str());
+    }
+    return 0;
+  }
+
+  std::vector<uint32_t> tokens;
+  if (!flags.str("text").empty()) {
+    tokens = tokenizer->encode(flags.str("text"));
+  } else {
+    const std::vector<uint32_t> shard = lt::read_token_shard(flags.str("data"), model.config().vocab_size);
+    const int64_t offset = flags.integer("offset"), count = flags.positive("tokens");
+    if (offset < 0 || offset >= static_cast<int64_t>(shard.size()))
+      fail("flag --offset ", offset, " is outside the ", shard.size(), " tokens of ", flags.str("data"));
+    tokens.assign(shard.begin() + offset, shard.begin() + std::min<int64_t>(offset + count, static_cast<int64_t>(shard.size())));
+  }
+  if (tokens.empty()) fail("inspect: the text has no tokens");
+  const lt::RoutingTrace trace = lt::trace_routing(model, tokens, window);
+  std::vector<double> top1_changed;
+  if (!flags.str("vs").empty()) {
+    const std::string other_dir = flags.str("vs");
+    const lt::LingConfig other_config = lt::load_checkpoint_config(other_dir);
+    LT_CHECK(other_config.num_experts == model.config().num_experts &&
+                 other_config.moe_layer_indices() == model.config().moe_layer_indices() &&
+                 other_config.num_experts_per_tok == model.config().num_experts_per_tok,
+             "flag --vs ", other_dir, ": its MoE layers (experts, top-k, which layers) differ from ", ckpt, "'s");
+    LT_CHECK(lt::load_checkpoint_tokenizer_json(other_dir) == lt::load_checkpoint_tokenizer_json(ckpt), "flag --vs ",
+             other_dir, ": its tokenizer differs from ", ckpt, "'s, so the same text is other tokens");
+    lt::LingForCausalLM other(other_config, 0);
+    lt::load_checkpoint_weights(other_dir, other);
+    const lt::RoutingTrace other_trace = lt::trace_routing(other, tokens, window);
+    for (size_t l = 0; l < trace.layers.size(); ++l)
+      top1_changed.push_back(lt::top1_changed_fraction(trace.layers[l], other_trace.layers[l]));
+  }
+  if (json) {
+    for (const Json& line : lt::routing_json_lines(trace, *tokenizer, top1_changed)) std::printf("%s\n", line.dump().c_str());
+    return 0;
+  }
+  std::vector<lt::LayerTotals> totals;
+  for (const lt::LayerTrace& layer : trace.layers) totals.push_back(lt::layer_totals(layer));
+  std::printf("%s\n%s", lt::routing_table(trace, *tokenizer, colour, terminal_columns()).c_str(),
+              lt::totals_table(totals, top1_changed, colour).c_str());
+  if (!top1_changed.empty()) std::printf("top-1 changed: tokens whose first expert differs in %s\n", flags.str("vs").c_str());
+  return 0;
+}
+
+int cmd_report(const std::vector<std::string>& args) {
+  Flags flags(args, {{"run", ""}, {"out", ""}, {"domain", ""}, {"domain-tokens", "8192"}, {"threads", "0"}}, {},
+              {"domain"});
+  apply_threads(flags);
+  const std::string run = flags.str("run");
+  if (run.empty()) fail("report needs --run DIR (a run's output folder: metrics.jsonl and checkpoint/)");
+  const std::string out = flags.str("out").empty() ? run + "/report.html" : flags.str("out");
+  const int64_t per_domain = flags.positive("domain-tokens");
+  std::vector<lt::DomainText> domains;
+  if (!flags.list("domain").empty()) {
+    const lt::LingConfig config = lt::load_checkpoint_config(run + "/checkpoint");
+    const std::unique_ptr<lt::Tokenizer> tokenizer = lt::resolve_tokenizer("", run + "/checkpoint", config.vocab_size);
+    domains = domains_from_flags(flags.list("domain"), *tokenizer, config.vocab_size, per_domain);
+  }
+  const std::string html = lt::training_report_html(lt::load_report_data(run, domains, per_domain));
+  lt::write_file_atomic(out, html);
+  std::printf("training report written to %s\n", out.c_str());
+  return 0;
+}
+
 void usage(FILE* out) {
   std::fprintf(out,
                "usage: lingtrain <command> [flags]\n"
@@ -699,6 +856,13 @@ void usage(FILE* out) {
                "  eval-tools --ckpt DIR --data F.jsonl [--graph knowledge_graph.json] [--limit N]\n"
                "                                 the model plays tool conversations: call exact match, format\n"
                "                                 validity, final-answer accuracy (last line JSON)\n"
+               "  inspect --ckpt DIR (--text TEXT | --data SHARD.bin [--tokens N (64)] [--offset I]) [--vs DIR2]\n"
+               "          [--json]               per token and MoE layer: chosen experts, gate weights, router\n"
+               "                                 entropy and z; per layer: load, imbalance, top-1 changes vs DIR2\n"
+               "  inspect --ckpt DIR --by-domain [--domain NAME=FILE ...] [--domain-tokens N (8192)] [--json]\n"
+               "                                 domain x expert routing, mutual information, co-activation\n"
+               "  report --run DIR [--out FILE (DIR/report.html)] [--domain NAME=FILE ...]\n"
+               "                                 the training report: one self-contained HTML page\n"
                "  params [--model NAME|config.json]           parameter counts, nothing allocated\n"
                "  bench [--config moe-s|moe-m|dense-124m] [--threads N] [--steps S] [--warmup W] [--profile 1]\n"
                "                                 training-step speed of one config, last line JSON; without\n"
@@ -714,7 +878,8 @@ int main(int argc, char** argv) {
       {"pretrain", cmd_pretrain},  {"sft", cmd_sft},         {"dpo", cmd_dpo},         {"eval", cmd_eval},       {"sample", cmd_sample},
       {"shards", cmd_shards},      {"params", cmd_params},   {"bench", cmd_bench},
       {"tokenizer", cmd_tokenizer}, {"chat-template", cmd_chat_template},
-      {"score", cmd_score},        {"tool-data", cmd_tool_data}, {"eval-tools", cmd_eval_tools}};
+      {"score", cmd_score},        {"tool-data", cmd_tool_data}, {"eval-tools", cmd_eval_tools},
+      {"inspect", cmd_inspect},    {"report", cmd_report}};
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -46,6 +46,14 @@ struct LingConfig {
 
   int64_t resolved_head_dim() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
   bool is_moe_layer(int64_t layer) const { return num_experts > 0 && layer >= first_k_dense_replace; }
+  // The decoder-layer indices of the MoE layers, in order: how metrics and inspection name a MoE layer
+  // (model.layers.<index>.mlp).
+  std::vector<int64_t> moe_layer_indices() const {
+    std::vector<int64_t> indices;
+    for (int64_t i = 0; i < num_hidden_layers; ++i)
+      if (is_moe_layer(i)) indices.push_back(i);
+    return indices;
+  }
 
   // Throws lt::Error naming `origin` (a file name or preset) on an inconsistent configuration.
   void validate(const std::string& origin) const;

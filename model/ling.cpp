@@ -80,6 +80,11 @@ Variable LingForCausalLM::logits(const Tensor& ids_BT, MoEContext& context, int6
   return reshape(matmul(reshape(h, {B * T, H}), head, false, true), {B, T, config_.vocab_size});
 }
 
+Variable LingForCausalLM::final_hidden_states(const Tensor& ids_BT, MoEContext& context) {
+  LT_CHECK(ids_BT.ndim() == 2, "model input ids must be [B, T], got ", ids_BT.str());
+  return model_->forward(ids_BT, context, 0, nullptr);
+}
+
 Variable LingForCausalLM::hidden_states(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context,
                                         const Tensor& doc_start_BT) {
   LT_CHECK(targets_BT.shape() == ids_BT.shape(), "targets ", targets_BT.str(), " do not match ids ", ids_BT.str());

@@ -64,6 +64,9 @@ class LingForCausalLM : public Module {
   // (one per layer), positions continue from pos_offset.
   Variable logits(const Tensor& ids_BT, MoEContext& context, int64_t pos_offset = 0,
                   std::vector<KVCache>* caches = nullptr);
+  // The final hidden states [B, T, H] of ids [B, T], before the head: what inspection runs to see the
+  // routing (the logits of a large vocabulary would cost far more than the layers).
+  Variable final_hidden_states(const Tensor& ids_BT, MoEContext& context);
   // Loss of ids [B, T] against targets [B, T] (ignore_index -100): cross-entropy (through the fused
   // NormHead, normhead_cross_entropy) plus the MoE auxiliary losses collected in `context`. With
   // doc_start_BT (i32 [B, T]) each row holds packed documents that attend only within themselves

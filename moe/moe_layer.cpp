@@ -44,6 +44,9 @@ Variable MoEBlock::forward(const Variable& x_BTH, MoEContext& context) {
       route(x_NH, *gate_weight_EH_, router, *router_warmup_, context.rng ? *context.rng : no_rng);
   context.aux_losses.push_back(routing.aux_loss);
   context.stats.push_back(expert_stats(routing));
+  if (context.routing_trace != nullptr)
+    context.routing_trace->push_back({routing.expert_ids.to(Device::cpu()), routing.weights.value().to(Device::cpu()),
+                                      routing.probs.to(Device::cpu()), routing.lse.to(Device::cpu())});
 
   const DispatchPlan plan = plan_dispatch(routing.expert_ids, settings_.num_experts);
   Variable out_NH = moe_experts(x_NH, routing.weights, plan, *gate_proj_EIH_, *up_proj_EIH_, *down_proj_EHI_);

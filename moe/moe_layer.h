@@ -11,6 +11,14 @@
 
 namespace lt {
 
+// One MoE layer's routing in one forward, kept for inspection (`lingtrain inspect`), on the host.
+struct RoutingSnapshot {
+  Tensor expert_ids_NK;  // i32: the k chosen experts of each token, best first
+  Tensor weights_NK;     // the gating weights of those experts
+  Tensor probs_NE;       // softmax over all experts
+  Tensor lse_N;          // logsumexp of the router logits: the z whose square the z-loss averages
+};
+
 // What one forward pass shares across MoE layers: the step (for the routing warmup), the generator
 // for its noise, and what the layers hand back (the weighted auxiliary losses and router statistics).
 struct MoEContext {
@@ -21,6 +29,8 @@ struct MoEContext {
   int noise_rank = 0, noise_ranks = 1;  // data parallel: this rank's share of the warmup noise (moe/router.h)
   std::vector<Variable> aux_losses;  // per MoE layer: aux_coef * balance + z_coef * z
   std::vector<ExpertStats> stats;    // per MoE layer
+  // When set, each MoE layer appends its routing here (inspection only: it copies to the host).
+  std::vector<RoutingSnapshot>* routing_trace = nullptr;
 };
 
 struct MoESettings {

@@ -120,7 +120,11 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     stats.z_loss /= m;
   }
   for (const std::vector<ExpertStats>& layers : routing) {
-    if (stats.moe_layers.empty()) stats.moe_layers.resize(layers.size());
+    if (stats.moe_layers.empty()) {
+      stats.moe_layers.resize(layers.size());
+      const std::vector<int64_t> indices = model_.config().moe_layer_indices();
+      for (size_t i = 0; i < layers.size(); ++i) stats.moe_layers[i].layer = indices[i];
+    }
     for (size_t i = 0; i < layers.size(); ++i) {
       LayerRouting& out = stats.moe_layers[i];
       // Counts are exact integers in the logits' dtype (moe/router.h).
@@ -177,7 +181,7 @@ Json step_record(const StepStats& s, int64_t tokens_seen) {
   Json layers = Json::array();
   for (size_t i = 0; i < s.moe_layers.size(); ++i) {
     const LoadSummary load = summarize_load(s.moe_layers[i].tokens_per_expert);
-    layers.push_back({{"layer", i},
+    layers.push_back({{"layer", s.moe_layers[i].layer},
                       {"max_over_mean", load.max_over_mean},
                       {"min_load", load.min_load},
                       {"dead_experts", load.dead_experts},

@@ -47,6 +47,7 @@ enum class UpdateDecision {
 };
 
 struct LayerRouting {
+  int64_t layer = 0;                       // the decoder layer (model.layers.<layer>.mlp)
   std::vector<int64_t> tokens_per_expert;  // summed over the step's micro-batches
   double routing_entropy = 0;              // mean over micro-batches
 };

@@ -1,0 +1,558 @@
+#include "inspect/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "io/format_text.h"
+#include "inspect/svg_chart.h"
+#include "io/input_file.h"
+#include "model/config.h"
+#include "trainer/checkpoint.h"
+
+namespace lt {
+
+namespace {
+
+bool has_number(const Json& record, const char* key) { return record.contains(key) && record[key].is_number(); }
+
+// (step, value) of every record that logged `key` as a number.
+ChartSeries series_of(const std::vector<Json>& records, const char* key, const std::string& name,
+                      const std::string& colour, ChartSeries::Style style = ChartSeries::Style::Line) {
+  ChartSeries s;
+  s.name = name;
+  s.colour = colour;
+  s.style = style;
+  for (const Json& r : records)
+    if (has_number(r, key) && has_number(r, "step")) {
+      s.x.push_back(r["step"].get<double>());
+      s.y.push_back(r[key].get<double>());
+    }
+  return s;
+}
+
+// A centred moving average over about 2% of the run's steps (at least 5): the trend of a noisy training
+// loss, without the lag a trailing average has where the loss falls fast.
+ChartSeries smoothed(const ChartSeries& raw, const std::string& name) {
+  ChartSeries s = raw;
+  s.name = name;
+  s.style = ChartSeries::Style::Line;
+  const int64_t n = static_cast<int64_t>(raw.y.size());
+  const int64_t half = std::max<int64_t>(2, n / 100);
+  for (int64_t i = 0; i < n; ++i) {
+    // The window narrows at the ends so that it stays centred (the first step is its own average).
+    const int64_t h = std::min({half, i, n - 1 - i});
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t j = i - h; j <= i + h; ++j)
+      if (std::isfinite(raw.y[static_cast<size_t>(j)])) {
+        sum += raw.y[static_cast<size_t>(j)];
+        ++count;
+      }
+    s.y[static_cast<size_t>(i)] = count > 0 ? sum / static_cast<double>(count) : NAN;
+  }
+  return s;
+}
+
+// The spike guard's actions and the stage changes, as marks across the charts.
+std::vector<ChartMark> spike_events(const std::vector<Json>& records) {
+  std::vector<ChartMark> events;
+  for (const Json& r : records)
+    if (r.contains("spike") && r["spike"].is_object())
+      events.push_back({r.value("step", 0.0), "step " + std::to_string(r.value("step", 0)) + ": " +
+                                                  r["spike"].value("kind", std::string("?")) + " spike, " +
+                                                  r["spike"].value("action", std::string("?")), "#b2182b"});
+  return events;
+}
+std::vector<ChartMark> stage_events(const std::vector<Json>& records) {
+  std::vector<ChartMark> events;
+  std::string current;
+  for (const Json& r : records) {
+    if (!r.contains("stage") || !r["stage"].is_string()) continue;
+    const std::string stage = r["stage"].get<std::string>();
+    if (stage != current && !current.empty())
+      events.push_back({r.value("step", 0.0) - 0.5, "stage '" + stage + "' starts", "#555"});
+    current = stage;
+  }
+  return events;
+}
+
+std::string figure(const std::string& title, const std::string& svg, const std::string& caption) {
+  return "<figure><figcaption><b>" + html_escape(title) + "</b> " + caption + "</figcaption>" + svg + "</figure>";
+}
+
+std::string section(const std::string& id, const std::string& title, const std::string& intro, const std::string& body) {
+  return "<section id=\"" + id + "\"><h2>" + html_escape(title) + "</h2><p class=\"intro\">" + intro + "</p>" + body +
+         "</section>\n";
+}
+
+// One MoE layer's logged figures over training: "moe_layers" entries of the records, by decoder layer.
+struct LayerHistory {
+  std::vector<double> steps;
+  std::vector<std::vector<int64_t>> loads;
+  std::vector<double> entropy, max_over_mean;
+};
+std::map<int64_t, LayerHistory> layer_histories(const std::vector<Json>& records) {
+  std::map<int64_t, LayerHistory> layers;
+  for (const Json& r : records) {
+    if (!r.contains("moe_layers") || !r["moe_layers"].is_array() || !has_number(r, "step")) continue;
+    for (const Json& l : r["moe_layers"]) {
+      if (!l.is_object() || !l.contains("tokens_per_expert")) continue;
+      LayerHistory& h = layers[l.value("layer", int64_t{0})];
+      h.steps.push_back(r["step"].get<double>());
+      h.loads.push_back(l["tokens_per_expert"].get<std::vector<int64_t>>());
+      h.entropy.push_back(l.value("routing_entropy", NAN));
+      h.max_over_mean.push_back(l.value("max_over_mean", NAN));
+    }
+  }
+  return layers;
+}
+
+std::string layer_name(int64_t layer) { return "layer " + std::to_string(layer); }
+
+// The expert-load heatmap of one layer: experts down, training steps across (at most 120 columns, each
+// the summed load of its steps), the colour each expert's share relative to the ideal 1/E.
+std::string load_heatmap(int64_t layer, const LayerHistory& h) {
+  const int64_t E = static_cast<int64_t>(h.loads.front().size());
+  const int64_t n = static_cast<int64_t>(h.loads.size());
+  const int64_t columns = std::min<int64_t>(n, 120);
+  Heatmap map;
+  map.title = "Expert load over training, " + layer_name(layer);
+  map.x_label = "training step";
+  map.y_label = "expert";
+  map.rows = E;
+  map.columns = columns;
+  map.scale = Heatmap::Scale::Ratio;
+  map.legend = "load / ideal (1/E)";
+  map.values.assign(static_cast<size_t>(E * columns), NAN);
+  for (int64_t c = 0; c < columns; ++c) {
+    const int64_t begin = c * n / columns, end = (c + 1) * n / columns;
+    std::vector<double> load(static_cast<size_t>(E), 0.0);
+    double total = 0;
+    for (int64_t i = begin; i < end; ++i)
+      for (int64_t e = 0; e < E && e < static_cast<int64_t>(h.loads[static_cast<size_t>(i)].size()); ++e) {
+        load[static_cast<size_t>(e)] += static_cast<double>(h.loads[static_cast<size_t>(i)][static_cast<size_t>(e)]);
+        total += static_cast<double>(h.loads[static_cast<size_t>(i)][static_cast<size_t>(e)]);
+      }
+    for (int64_t e = 0; e < E && total > 0; ++e)
+      map.values[static_cast<size_t>(e * columns + c)] = load[static_cast<size_t>(e)] * static_cast<double>(E) / total;
+    map.column_labels.push_back(format_text("%.0f", h.steps[static_cast<size_t>(begin)]));
+  }
+  for (int64_t e = 0; e < E; ++e) map.row_labels.push_back(std::to_string(e));
+  return figure(map.title, svg_heatmap(map),
+                "Each row is an expert, each column a stretch of training. White: the expert gets its fair share "
+                "1/E of the token assignments; red: more (overloaded); blue: less (dark blue: starved).");
+}
+
+std::string summary_table(const ReportData& d) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  auto add = [&](const std::string& name, const std::string& value) { rows.emplace_back(name, value); };
+  const LingConfig config = config_from_json(d.config, d.run_dir + "/checkpoint/config.json");
+  const ParameterCount count = count_parameters(config);
+  add("model", d.config.value("lingtrain_preset", std::string("custom config")));
+  add("parameters", format_text("%.2fM total, ", count.total / 1e6) + format_text("%.2fM active per token", count.active / 1e6));
+  add("MoE layers", std::to_string(config.moe_layer_indices().size()) + " of " + std::to_string(config.num_hidden_layers) +
+                        ", " + std::to_string(config.num_experts) + " routed experts, top-" +
+                        std::to_string(config.num_experts_per_tok) + ", " + std::to_string(config.num_shared_experts) +
+                        " shared");
+  double steps = NAN, tokens = NAN, elapsed = NAN, val = NAN;
+  for (const Json& r : d.records) {
+    if (has_number(r, "step")) steps = r["step"].get<double>();
+    if (has_number(r, "tokens")) tokens = r["tokens"].get<double>();
+    if (has_number(r, "elapsed_s")) elapsed = r["elapsed_s"].get<double>();
+    if (has_number(r, "val_loss")) val = r["val_loss"].get<double>();
+  }
+  const ChartSeries loss = smoothed(series_of(d.records, "lm_loss", "", ""), "");
+  if (std::isfinite(steps)) add("steps", format_text("%.0f", steps));
+  if (std::isfinite(tokens)) add("tokens seen", format_text("%.3gM", tokens / 1e6));
+  if (std::isfinite(elapsed)) add("training time", format_text("%.0f s", elapsed));
+  if (!loss.y.empty()) add("final train loss (smoothed)", format_text("%.4f nats/token", loss.y.back()));
+  if (std::isfinite(val)) add("last held-out loss", format_text("%.4f nats/token", val));
+  if (std::isfinite(d.unigram_entropy)) add("unigram entropy of the held-out data", format_text("%.4f nats/token", d.unigram_entropy));
+  std::string html = "<table class=\"summary\">";
+  for (const auto& [name, value] : rows)
+    html += "<tr><th>" + html_escape(name) + "</th><td>" + html_escape(value) + "</td></tr>";
+  return html + "</table>";
+}
+
+// A matrix with one column per expert and the given rows, its cells labelled with their values.
+Heatmap expert_columns(const std::string& title, const std::string& row_name, const std::vector<std::string>& rows,
+                       int64_t num_experts, const std::string& legend) {
+  Heatmap map;
+  map.title = title;
+  map.x_label = "expert";
+  map.y_label = row_name;
+  map.rows = static_cast<int64_t>(rows.size());
+  map.columns = num_experts;
+  map.row_labels = rows;
+  for (int64_t e = 0; e < num_experts; ++e) map.column_labels.push_back(std::to_string(e));
+  map.legend = legend;
+  map.annotate = true;
+  return map;
+}
+
+std::string specialisation_section(const ReportData& d) {
+  if (d.specialisation.empty())
+    return "<p class=\"note\">This model has no MoE layer: nothing routes, so there is nothing to specialise.</p>";
+  const bool baseline = d.starting_specialisation.size() == d.specialisation.size();
+  std::string html = "<table class=\"data\"><tr><th>MoE layer</th><th>I(domain; expert)</th><th>largest possible</th>"
+                     "<th>share of the largest</th>" +
+                     (baseline ? "<th>" + html_escape(d.starting_point) + "</th>" : std::string()) + "</tr>";
+  for (size_t i = 0; i < d.specialisation.size(); ++i) {
+    const LayerSpecialisation& s = d.specialisation[i];
+    html += "<tr><td>" + layer_name(s.layer) + "</td><td>" + format_text("%.3f bits", s.mutual_information_bits) +
+            "</td><td>" + format_text("%.3f bits", s.max_mutual_information_bits) + "</td><td>" +
+            format_text("%.0f%%", s.max_mutual_information_bits > 0
+                                      ? 100 * s.mutual_information_bits / s.max_mutual_information_bits
+                                      : 0.0) +
+            "</td>" +
+            (baseline ? "<td>" + format_text("%.3f bits", d.starting_specialisation[i].mutual_information_bits) + "</td>"
+                      : std::string()) +
+            "</tr>";
+  }
+  html += "</table>";
+  if (baseline)
+    html += "<p class=\"note\">A random router already separates domains somewhat (their characters differ): "
+            "compare each layer with its value " + html_escape(d.starting_point) + " to see what training added.</p>";
+  html += "<div class=\"grid\">";
+  for (const LayerSpecialisation& s : d.specialisation) {
+    const int64_t D = static_cast<int64_t>(s.domains.size()), E = s.num_experts;
+    Heatmap matrix = expert_columns("Domain \u00d7 expert, " + layer_name(s.layer), "domain", s.domains, E,
+                                    "share of the domain's assignments");
+    double largest = 0;
+    for (int64_t dd = 0; dd < D; ++dd) {
+      double row = 0;
+      for (int64_t e = 0; e < E; ++e) row += static_cast<double>(s.domain_expert[static_cast<size_t>(dd * E + e)]);
+      for (int64_t e = 0; e < E; ++e) {
+        const double share = row > 0 ? static_cast<double>(s.domain_expert[static_cast<size_t>(dd * E + e)]) / row : NAN;
+        matrix.values.push_back(share);
+        if (std::isfinite(share)) largest = std::max(largest, share);
+      }
+    }
+    matrix.max_value = std::max(largest, 1.0 / static_cast<double>(E));
+    html += figure(matrix.title, svg_heatmap(matrix),
+                   format_text("I = %.3f bits", s.mutual_information_bits) + format_text(" of at most %.3f.", s.max_mutual_information_bits) +
+                       " Each row: where one domain's tokens go (a row sums to 100%). Without specialisation "
+                       "every row would look the same.");
+    std::vector<std::string> experts;
+    for (int64_t e = 0; e < E; ++e) experts.push_back(std::to_string(e));
+    Heatmap co = expert_columns("Expert co-activation, " + layer_name(s.layer), "expert", experts, E, "tokens choosing both");
+    double off_diagonal = 0;
+    for (int64_t i = 0; i < E; ++i)
+      for (int64_t j = 0; j < E; ++j) {
+        // The diagonal (how often an expert is chosen at all) would drown the pairs: it is left grey.
+        const double v = i == j ? NAN : s.coactivation[static_cast<size_t>(i * E + j)];
+        co.values.push_back(v);
+        if (i != j) off_diagonal = std::max(off_diagonal, v);
+      }
+    co.max_value = off_diagonal > 0 ? off_diagonal : 1;
+    html += figure(co.title, svg_heatmap(co),
+                   "The share of all tokens that chose both experts i and j (k = " + std::to_string(s.top_k) +
+                       " experts per token). Bright pairs work together; the grey diagonal is left out.");
+  }
+  return html + "</div>";
+}
+
+std::string spikes_section(const std::vector<Json>& records) {
+  std::string rows;
+  for (const Json& r : records) {
+    const bool spike = r.contains("spike") && r["spike"].is_object();
+    const std::string update = r.contains("update") && r["update"].is_string() ? r["update"].get<std::string>() : "";
+    if (!spike && update.empty()) continue;
+    rows += "<tr><td>" + std::to_string(r.value("step", 0)) + "</td><td>" +
+            html_escape(spike ? r["spike"].value("kind", std::string("")) : "") + "</td><td>" +
+            (spike && r["spike"].contains("z") && r["spike"]["z"].is_number() ? format_text("%.1f", r["spike"]["z"].get<double>()) : "") +
+            "</td><td>" + html_escape(spike ? r["spike"].value("action", std::string("")) : "") + "</td><td>" +
+            html_escape(update.empty() ? "applied" : update) + "</td><td>" +
+            (has_number(r, "loss") ? format_text("%.4f", r["loss"].get<double>()) : "") + "</td></tr>";
+  }
+  if (rows.empty())
+    return "<p class=\"note\">No loss spike and no non-finite step: the spike guard never acted in this run.</p>";
+  return "<table class=\"data\"><tr><th>step</th><th>kind</th><th>z-score</th><th>guard's action</th>"
+         "<th>update</th><th>loss</th></tr>" + rows + "</table>";
+}
+
+const char* kStyle = R"(
+body { font-family: system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; margin: 0 auto; max-width: 1200px;
+       padding: 16px 24px 48px; color: #222; background: #fff; line-height: 1.4; }
+h1 { font-size: 1.6em; margin-bottom: 4px; }
+h2 { font-size: 1.25em; border-bottom: 1px solid #ddd; padding-bottom: 4px; margin-top: 36px; }
+p.intro { color: #444; max-width: 900px; }
+p.note { color: #555; font-style: italic; }
+.grid { display: flex; flex-wrap: wrap; gap: 12px 28px; }
+figure { margin: 8px 0; }
+figcaption { font-size: 0.9em; color: #333; max-width: 560px; margin-bottom: 4px; }
+svg.chart { display: block; font-size: 11px; }
+svg .tick { fill: #444; font-size: 10.5px; }
+svg .legend { fill: #222; font-size: 11px; }
+svg .axis-title { fill: #222; font-size: 11.5px; font-weight: 600; }
+svg .note { fill: #777; font-style: italic; }
+svg .cell { font-size: 10px; }
+svg .grid { stroke: #e6e6e6; stroke-width: 1; }
+svg .axis { stroke: #888; }
+svg .frame { fill: none; stroke: #999; stroke-width: 1; }
+table { border-collapse: collapse; font-size: 0.92em; margin: 8px 0; }
+th, td { border: 1px solid #ddd; padding: 3px 10px; text-align: left; }
+table.summary th { background: #f5f5f5; font-weight: 600; }
+table.data th { background: #f5f5f5; }
+pre { background: #f7f7f7; border: 1px solid #e3e3e3; padding: 10px; overflow: auto; font-size: 0.85em; max-height: 480px;
+      min-width: 340px; }
+nav a { margin-right: 12px; }
+)";
+
+}  // namespace
+
+const std::vector<std::string>& report_section_ids() {
+  static const std::vector<std::string> ids = {"summary",        "loss",          "learning-rate",   "gradient-norm",
+                                               "auxiliary-losses", "throughput",  "expert-load",     "routing-entropy",
+                                               "specialisation", "spikes",        "configuration"};
+  return ids;
+}
+
+std::string training_report_html(const ReportData& d) {
+  const std::vector<Json>& records = d.records;
+  const std::vector<ChartMark> spikes = spike_events(records);
+  std::vector<ChartMark> events = stage_events(records);
+  events.insert(events.end(), spikes.begin(), spikes.end());
+  const std::map<int64_t, LayerHistory> layers = layer_histories(records);
+  const LingConfig config = config_from_json(d.config, d.run_dir + "/checkpoint/config.json");
+  const int64_t num_experts = config.num_experts, top_k = config.num_experts_per_tok;
+
+  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+                     "<title>Training report: " + html_escape(d.run_dir) + "</title><style>" + kStyle +
+                     "</style></head><body>\n<h1>Training report: " + html_escape(d.run_dir) + "</h1>\n<nav>";
+  const std::vector<std::string> titles = {"Summary", "Loss", "Learning rate", "Gradient norm", "Auxiliary losses",
+                                           "Throughput", "Expert load over training", "Routing entropy",
+                                           "Expert specialisation", "Spikes and recoveries", "Configuration"};
+  for (size_t i = 0; i < titles.size(); ++i)
+    html += "<a href=\"#" + report_section_ids()[i] + "\">" + html_escape(titles[i]) + "</a>";
+  html += "</nav>\n";
+
+  html += section("summary", titles[0],
+                  "What was trained and where it ended. Losses are the mean next-token cross-entropy in nats per "
+                  "token (lower is better).",
+                  summary_table(d));
+
+  LineChart loss;
+  loss.title = "Loss";
+  loss.x_label = "training step";
+  loss.y_label = "loss (nats per token)";
+  const ChartSeries raw = series_of(records, "lm_loss", "train loss (per step)", "#0072B2", ChartSeries::Style::Faint);
+  loss.series = {raw, smoothed(raw, "train loss (smoothed)"),
+                 series_of(records, "val_loss", "held-out loss", "#D55E00", ChartSeries::Style::Points)};
+  if (std::isfinite(d.unigram_entropy))
+    loss.levels.push_back({d.unigram_entropy, "unigram entropy (a model blind to context)", "#009E73"});
+  loss.events = events;
+  loss.width = 1120;
+  loss.height = 340;
+  std::string loss_body = figure("Train and held-out loss", svg_line_chart(loss),
+                                 "The faint line is each step's batch, the solid one its moving average. Held-out "
+                                 "loss is measured on data the model never trains on: when it stops following the "
+                                 "train loss down, the model is memorising. Red dotted lines mark spikes, grey ones "
+                                 "stage changes.");
+  if (std::any_of(records.begin(), records.end(), [](const Json& r) { return has_number(r, "rewards/accuracies"); })) {
+    LineChart rewards;
+    rewards.title = "DPO rewards";
+    rewards.x_label = "training step";
+    rewards.y_label = "reward (beta x log-ratio, nats)";
+    rewards.series = {series_of(records, "rewards/chosen", "chosen", "#009E73"),
+                      series_of(records, "rewards/rejected", "rejected", "#D55E00"),
+                      series_of(records, "rewards/margins", "margin", "#0072B2")};
+    loss_body += figure("DPO rewards", svg_line_chart(rewards),
+                        "The implicit rewards of the chosen and rejected responses against the reference model.");
+  }
+  html += section("loss", titles[1], "The objective the run minimised, and how well it generalises.", loss_body);
+
+  LineChart lr;
+  lr.title = "Learning rate";
+  lr.x_label = "training step";
+  lr.y_label = "learning rate";
+  lr.series = {series_of(records, "lr", "AdamW learning rate", "#0072B2")};
+  lr.events = stage_events(records);
+  html += section("learning-rate", titles[2], "The schedule: warmup, then decay (cosine, WSD or inverse square root).",
+                  figure("Learning rate", svg_line_chart(lr), "As applied at each step, after the spike guard's cuts."));
+
+  LineChart gn;
+  gn.title = "Gradient norm";
+  gn.x_label = "training step";
+  gn.y_label = "global L2 norm (log scale)";
+  gn.log_y = true;
+  gn.series = {series_of(records, "grad_norm", "gradient norm before clipping", "#0072B2")};
+  if (d.trainer_state.is_object() && d.trainer_state.contains("recipe")) {
+    const Json& stages = d.trainer_state["recipe"].value("stages", Json::array());
+    if (!stages.empty() && stages[0].is_object() && stages[0].value("clip", 0.0) > 0)
+      gn.levels.push_back({stages[0].value("clip", 0.0), "clipping threshold", "#D55E00"});
+  }
+  gn.events = spikes;
+  html += section("gradient-norm", titles[3],
+                  "Large early, then settling. Above the threshold, the update is scaled down to it (clipping).",
+                  figure("Gradient norm", svg_line_chart(gn), "Before clipping, on a log scale."));
+
+  const double moe_layers = static_cast<double>(layers.size());
+  LineChart balance;
+  balance.title = "Load-balance loss";
+  balance.x_label = "training step";
+  balance.y_label = "sum over MoE layers (unscaled)";
+  balance.series = {series_of(records, "balance_loss", "E \u03a3 f\u2091 P\u2091, summed over layers", "#0072B2")};
+  if (moe_layers > 0) balance.levels.push_back({moe_layers, "perfect balance (1 per layer)", "#009E73"});
+  LineChart z;
+  z.title = "Router z-loss";
+  z.x_label = "training step";
+  z.y_label = "sum over MoE layers (unscaled, log scale)";
+  z.log_y = true;
+  z.series = {series_of(records, "z_loss", "mean logsumexp(router logits)\u00b2, summed", "#D55E00")};
+  html += section("auxiliary-losses", titles[4],
+                  "The two MoE losses added to the language-model loss (weights aux_loss_coef and z_loss_coef in "
+                  "config.json): load balance pushes each expert towards a fair share of the tokens, the z-loss "
+                  "keeps the router's logits small so its softmax stays numerically tame.",
+                  "<div class=\"grid\">" +
+                      figure("Load-balance loss", svg_line_chart(balance),
+                             "1 per layer when every expert gets 1/E of the tokens; up to E when one takes all.") +
+                      figure("Router z-loss", svg_line_chart(z), "Falls as the router learns smaller logits.") +
+                      "</div>");
+
+  LineChart speed;
+  speed.title = "Throughput";
+  speed.x_label = "training step";
+  speed.y_label = "tokens per second";
+  speed.series = {series_of(records, "tokens_per_s", "training tokens per second", "#0072B2")};
+  html += section("throughput", titles[5], "Training speed of each step (forward, backward and update).",
+                  figure("Throughput", svg_line_chart(speed), "Dips are evaluations, checkpoints or a busy machine."));
+
+  std::string load_body;
+  if (layers.empty()) {
+    load_body = "<p class=\"note\">No expert load was logged (a dense model, or a run logged without it).</p>";
+  } else {
+    load_body = "<div class=\"grid\">";
+    for (const auto& [layer, h] : layers) load_body += load_heatmap(layer, h);
+    LineChart worst;
+    worst.title = "Load imbalance";
+    worst.x_label = "training step";
+    worst.y_label = "busiest expert's load / mean load";
+    size_t i = 0;
+    for (const auto& [layer, h] : layers) {
+      ChartSeries s{layer_name(layer), series_colour(i++, layers.size()), h.steps, h.max_over_mean};
+      worst.series.push_back(s);
+    }
+    worst.levels.push_back({1.0, "perfect balance", "#009E73"});
+    load_body += figure("Load imbalance (max / mean)", svg_line_chart(worst),
+                        "1 is perfect balance; the dropless router never drops a token, so an overloaded expert "
+                        "costs time, not quality.") +
+                 "</div>";
+  }
+  html += section("expert-load", titles[6],
+                  "How the token assignments of each MoE layer spread over its experts as training goes on. Early "
+                  "on, stochastic routing warmup keeps the load even; the balance loss keeps it from collapsing onto "
+                  "a few experts later.",
+                  load_body);
+
+  LineChart entropy;
+  entropy.title = "Routing entropy";
+  entropy.x_label = "training step";
+  entropy.y_label = "mean router entropy (nats)";
+  size_t i = 0;
+  for (const auto& [layer, h] : layers)
+    entropy.series.push_back({layer_name(layer), series_colour(i++, layers.size()), h.steps, h.entropy});
+  if (num_experts > 0) entropy.levels.push_back({std::log(static_cast<double>(num_experts)), "uniform over all E experts (ln E)", "#777"});
+  if (top_k > 1) entropy.levels.push_back({std::log(static_cast<double>(top_k)), "k experts, equal weight (ln k)", "#009E73"});
+  html += section("routing-entropy", titles[7],
+                  "How sure each router is: the entropy of its softmax over all experts, averaged over tokens. At "
+                  "ln E it cannot tell experts apart; falling towards ln k it puts its weight on a few.",
+                  figure("Routing entropy", svg_line_chart(entropy), "Per MoE layer, over the tokens of each step."));
+
+  html += section("specialisation", titles[8],
+                  "Do the experts divide the work by kind of text? Measured on the final checkpoint with " +
+                      html_escape(d.specialisation_source) +
+                      ". The mutual information between a token's domain and its chosen experts is 0 bits when "
+                      "routing ignores the domain and reaches its largest value when each domain has experts of its own.",
+                  specialisation_section(d));
+
+  html += section("spikes", titles[9],
+                  "Steps the spike guard judged abnormal (a loss or gradient-norm z-score over its threshold, or a "
+                  "non-finite loss) and what it did: skip the update, retry on other data, cut the learning rate, "
+                  "or reload the last checkpoint.",
+                  spikes_section(records));
+
+  std::string config_body = "<div class=\"grid\"><div><h3>config.json</h3><pre>" + html_escape(d.config.dump(2)) + "</pre></div>";
+  if (d.trainer_state.is_object() && d.trainer_state.contains("recipe"))
+    config_body += "<div><h3>recipe</h3><pre>" + html_escape(d.trainer_state["recipe"].dump(2)) + "</pre></div>";
+  if (d.trainer_state.is_object() && d.trainer_state.contains("dist"))
+    config_body += "<div><h3>distribution</h3><pre>" + html_escape(d.trainer_state["dist"].dump(2)) + "</pre></div>";
+  config_body += "</div>";
+  html += section("configuration", titles[10], "The model and the run as the final checkpoint records them.", config_body);
+  return html + "</body></html>\n";
+}
+
+ReportData load_report_data(const std::string& run_dir, const std::vector<DomainText>& domains,
+                            int64_t tokens_per_domain) {
+  ReportData d;
+  d.run_dir = run_dir;
+  const std::string metrics_path = run_dir + "/metrics.jsonl";
+  LT_CHECK(std::filesystem::is_directory(run_dir), run_dir, ": no such run folder");
+  const std::string text = read_file(metrics_path);
+  size_t line_number = 0;
+  for (size_t begin = 0; begin < text.size();) {
+    size_t end = text.find('\n', begin);
+    const bool torn = end == std::string::npos;  // a run still writing its last line
+    if (torn) end = text.size();
+    ++line_number;
+    const std::string line = text.substr(begin, end - begin);
+    begin = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (torn) {
+      try {
+        d.records.push_back(parse_json(line, metrics_path));
+      } catch (const std::exception&) {
+      }
+      continue;
+    }
+    Json record = parse_json(line, metrics_path + ":" + std::to_string(line_number));
+    LT_CHECK(record.is_object(), metrics_path, ":", line_number, ": not a JSON object");
+    d.records.push_back(std::move(record));
+  }
+  LT_CHECK(!d.records.empty(), metrics_path, ": no records (has the run taken a step?)");
+
+  const std::string checkpoint = run_dir + "/checkpoint";
+  d.config = parse_json(read_file(checkpoint_folder(checkpoint) + "/config.json"), checkpoint + "/config.json");
+  d.trainer_state = load_trainer_state(checkpoint);
+  const std::string corpus = run_dir + "/data/corpus.json";
+  if (std::filesystem::exists(corpus)) {
+    const Json manifest = parse_json(read_file(corpus), corpus);
+    if (manifest.contains("heldout") && manifest["heldout"].contains("unigram_entropy_nats"))
+      d.unigram_entropy = manifest["heldout"]["unigram_entropy_nats"].get<double>();
+  }
+
+  LingForCausalLM model(load_checkpoint_config(checkpoint), 0);
+  load_checkpoint_weights(checkpoint, model);
+  std::vector<DomainText> texts = domains;
+  if (texts.empty()) {
+    const std::unique_ptr<Tokenizer> tokenizer = resolve_tokenizer("", checkpoint, model.config().vocab_size);
+    texts = embedded_heldout_domains(*tokenizer, tokens_per_domain);
+    d.specialisation_source = "the held-out text of the five embedded corpus domains (" +
+                              std::to_string(tokens_per_domain) + " tokens each)";
+  } else {
+    d.specialisation_source = std::to_string(texts.size()) + " domains given with --domain";
+  }
+  const int64_t window = trained_window(checkpoint, model.config());
+  d.specialisation = expert_specialisation(model, texts, window);
+  // The starting weights: the checkpoint the run continued (post-training), else the initialisation of
+  // the run's seed (LingForCausalLM initialises from the seed alone).
+  const Json recipe = d.trainer_state.value("recipe", Json::object());
+  const std::string init = recipe.value("init", std::string());
+  if (!init.empty() && std::filesystem::exists(init)) {
+    LingForCausalLM start(load_checkpoint_config(init), 0);
+    load_checkpoint_weights(init, start);
+    d.starting_specialisation = expert_specialisation(start, texts, window);
+    d.starting_point = "before the run (" + init + ")";
+  } else if (init.empty() && recipe.contains("seed")) {
+    LingForCausalLM start(model.config(), recipe["seed"].get<uint64_t>());
+    d.starting_specialisation = expert_specialisation(start, texts, window);
+    d.starting_point = "at initialisation (seed " + std::to_string(recipe["seed"].get<uint64_t>()) + ")";
+  }
+  return d;
+}
+
+}  // namespace lt

@@ -1,0 +1,157 @@
+// The training report page (inspect/report.h) from made-up runs: every section is there, the heatmaps
+// work for 2 experts and for 128, text from the run is escaped, and nothing outside the page is referenced.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <regex>
+
+#include "inspect/report.h"
+#include "inspect/svg_chart.h"
+#include "model/config.h"
+
+namespace lt {
+namespace {
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// A run of `steps` steps of a model with `experts` experts in MoE layers 1 and 2, one held-out record every
+// 10 steps, and a spike at step 7.
+ReportData made_up_run(int64_t experts, int64_t steps) {
+  LingConfig config = preset_config("tiny");
+  config.num_experts = experts;
+  config.num_experts_per_tok = std::min<int64_t>(2, experts);
+  config.num_hidden_layers = 3;
+  ReportData d;
+  d.run_dir = "runs/<mine> & yours";
+  d.config = config_to_json(config);
+  d.trainer_state = {{"recipe", {{"stages", Json::array({{{"clip", 1.0}}})}}}};
+  d.unigram_entropy = 3.5;
+  for (int64_t step = 1; step <= steps; ++step) {
+    Json layers = Json::array();
+    for (int64_t layer : {1, 2}) {
+      std::vector<int64_t> load(static_cast<size_t>(experts));
+      for (int64_t e = 0; e < experts; ++e) load[static_cast<size_t>(e)] = 100 + (e * 13 + step * layer) % 50;
+      layers.push_back({{"layer", layer}, {"tokens_per_expert", load}, {"routing_entropy", 2.0 - 0.001 * step},
+                        {"max_over_mean", 1.2}});
+    }
+    Json r = {{"step", step},         {"loss", 5.0 / std::sqrt(step)}, {"lm_loss", 5.0 / std::sqrt(step)},
+              {"lr", 1e-3},          {"grad_norm", 1.0 / step},      {"balance_loss", 2.01},
+              {"z_loss", 3.0},       {"tokens_per_s", 20000.0},      {"tokens", step * 1000},
+              {"elapsed_s", 0.1 * step}, {"moe_layers", layers}};
+    if (step % 10 == 0) r["val_loss"] = 5.2 / std::sqrt(step);
+    if (step == 7) r["spike"] = {{"kind", "loss"}, {"z", 9.5}, {"action", "retry"}};
+    d.records.push_back(r);
+  }
+  for (int64_t layer : {1, 2}) {
+    LayerSpecialisation s;
+    s.layer = layer;
+    s.num_experts = experts;
+    s.top_k = config.num_experts_per_tok;
+    s.domains = {"prose", "code"};
+    s.domain_tokens = {10, 10};
+    s.domain_expert.assign(static_cast<size_t>(2 * experts), 1);
+    s.coactivation.assign(static_cast<size_t>(experts * experts), 0.01);
+    s.mutual_information_bits = 0.25;
+    s.max_mutual_information_bits = 1.0;
+    d.specialisation.push_back(s);
+  }
+  d.specialisation_source = "two made-up domains";
+  d.starting_specialisation = d.specialisation;
+  for (LayerSpecialisation& s : d.starting_specialisation) s.mutual_information_bits = 0.125;
+  d.starting_point = "at initialisation (seed 1)";
+  return d;
+}
+
+void expect_a_whole_page(const std::string& html) {
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  for (const std::string& id : report_section_ids())
+    EXPECT_EQ(count(html, "<section id=\"" + id + "\">"), 1u) << id;
+  EXPECT_EQ(count(html, "<svg"), count(html, "</svg>"));
+  EXPECT_EQ(count(html, "<section"), count(html, "</section>"));
+  // Self-contained and static: no script, no reference to anything outside the file.
+  EXPECT_EQ(count(html, "<script"), 0u);
+  EXPECT_FALSE(std::regex_search(html, std::regex(R"((src|href)=\"(https?:)?//)")));
+  // No number printed from a NaN or an infinity.
+  EXPECT_FALSE(std::regex_search(html, std::regex(R"([^a-z](nan|inf)[^a-z])")));
+  EXPECT_EQ(count(html, "no values logged"), 0u);
+}
+
+TEST(Report, HasEverySectionForTwoExperts) {
+  const ReportData d = made_up_run(2, 45);
+  const std::string html = training_report_html(d);
+  expect_a_whole_page(html);
+  // The run's name is text, never markup.
+  EXPECT_EQ(count(html, "<mine>"), 0u);
+  EXPECT_GE(count(html, "runs/&lt;mine&gt; &amp; yours"), 2u);
+  EXPECT_EQ(count(html, "Expert load over training, layer 1"), 2u);  // the figure's caption and the SVG's label
+  EXPECT_EQ(count(html, "Expert load over training, layer 2"), 2u);
+  // The spike: a row of the table and a mark on the loss chart.
+  EXPECT_NE(html.find("<td>7</td><td>loss</td><td>9.5</td><td>retry</td>"), std::string::npos);
+  EXPECT_NE(html.find("step 7: loss spike, retry"), std::string::npos);
+  EXPECT_NE(html.find("unigram entropy"), std::string::npos);
+  // Each layer's mutual information beside its value at the start.
+  EXPECT_NE(html.find("<th>at initialisation (seed 1)</th>"), std::string::npos);
+  EXPECT_EQ(count(html, "<td>0.250 bits</td><td>1.000 bits</td><td>25%</td><td>0.125 bits</td>"), 2u);
+}
+
+TEST(Report, ScalesTo128Experts) {
+  const ReportData d = made_up_run(128, 300);
+  const std::string html = training_report_html(d);
+  expect_a_whole_page(html);
+  // 128 experts x 120 step columns per load heatmap, 2 x 128 domain cells and 128 x 128 co-activation cells.
+  EXPECT_GE(count(html, "<rect"), 2u * (128 * 120 + 2 * 128 + 128 * 128));
+  // Labels thinned out so they do not overlap: far fewer than one per expert.
+  EXPECT_LT(html.size(), 12u << 20);
+}
+
+TEST(Report, SaysSoWhenNothingHappened) {
+  ReportData d = made_up_run(8, 20);
+  for (Json& r : d.records) r.erase("spike");
+  const std::string html = training_report_html(d);
+  EXPECT_NE(html.find("the spike guard never acted"), std::string::npos);
+}
+
+TEST(SvgChart, LineChartDrawsSeriesLevelsAndLogScale) {
+  LineChart chart;
+  chart.title = "t";
+  chart.x_label = "training step";
+  chart.y_label = "loss";
+  chart.series = {{"a", "#000", {1, 2, 3}, {3, 2, 1}}, {"b", "#111", {1, 3}, {2.5, 1.5}, ChartSeries::Style::Points}};
+  chart.levels = {{1.7, "level", "#777"}};
+  const std::string svg = svg_line_chart(chart);
+  EXPECT_EQ(count(svg, "<path"), 2u);  // a's line and b's, joining its points
+  EXPECT_EQ(count(svg, "<circle"), 2u + 1u);  // b's points and its legend swatch
+  EXPECT_NE(svg.find(">training step<"), std::string::npos);
+  EXPECT_NE(svg.find(">level<"), std::string::npos);
+  chart.log_y = true;
+  chart.series[0].y = {100, 0, 0.01};  // 0 cannot be drawn on a log axis: dropped, not a NaN coordinate
+  const std::string log_svg = svg_line_chart(chart);
+  EXPECT_EQ(count(log_svg, "nan"), 0u);
+  EXPECT_NE(log_svg.find(">100<"), std::string::npos);
+  EXPECT_NE(log_svg.find(">0.01<"), std::string::npos);
+  LineChart empty;
+  EXPECT_NE(svg_line_chart(empty).find("no values logged"), std::string::npos);
+}
+
+TEST(SvgChart, HeatmapColoursAndLegends) {
+  Heatmap h;
+  h.rows = 1;
+  h.columns = 3;
+  h.values = {0.25, 1.0, 4.0};
+  h.scale = Heatmap::Scale::Ratio;
+  h.legend = "load / ideal";
+  const std::string svg = svg_heatmap(h);
+  // Ratio scale: a quarter of the ideal is the bluest, the ideal white-grey, four times red.
+  EXPECT_NE(svg.find("fill=\"#2166ac\""), std::string::npos);
+  EXPECT_NE(svg.find("fill=\"#f7f7f7\""), std::string::npos);
+  EXPECT_NE(svg.find("fill=\"#b2182b\""), std::string::npos);
+  EXPECT_NE(svg.find("1\u00d7 ideal"), std::string::npos);
+  EXPECT_EQ(html_escape("<a href=\"x\">&</a>"), "&lt;a href=&quot;x&quot;&gt;&amp;&lt;/a&gt;");
+}
+
+}  // namespace
+}  // namespace lt
