@@ -236,6 +236,7 @@ std::string specialisation_section(const ReportData& d) {
                    format_text("I = %.3f bits", s.mutual_information_bits) + format_text(" of at most %.3f.", s.max_mutual_information_bits) +
                        " Each row: where one domain's tokens go (a row sums to 100%). Without specialisation "
                        "every row would look the same.");
+    if (s.top_k < 2) continue;  // one expert per token: no two are ever chosen together
     std::vector<std::string> experts;
     for (int64_t e = 0; e < E; ++e) experts.push_back(std::to_string(e));
     Heatmap co = expert_columns("Expert co-activation, " + layer_name(s.layer), "expert", experts, E, "tokens choosing both");

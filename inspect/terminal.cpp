@@ -182,6 +182,7 @@ std::string specialisation_table(const LayerSpecialisation& s, bool colour) {
     }
     out += "\n";
   }
+  if (s.top_k < 2) return out;  // one expert per token: no two are ever chosen together
   out += "  co-activation: % of tokens choosing both experts\n  " + pad("", name_width);
   for (int64_t e = 0; e < E; ++e) out += pad(std::to_string(e), 6, true);
   out += "\n";

@@ -108,6 +108,15 @@ TEST(Report, ScalesTo128Experts) {
   EXPECT_LT(html.size(), 12u << 20);
 }
 
+TEST(Report, NoCoactivationWithOneExpertPerToken) {
+  ReportData d = made_up_run(2, 20);
+  d.config["num_experts_per_tok"] = 1;
+  for (LayerSpecialisation& s : d.specialisation) s.top_k = 1;
+  const std::string html = training_report_html(d);
+  EXPECT_EQ(count(html, "Expert co-activation"), 0u);
+  EXPECT_EQ(count(html, "Domain \u00d7 expert, layer"), 4u);  // two layers' caption and SVG label
+}
+
 TEST(Report, SaysSoWhenNothingHappened) {
   ReportData d = made_up_run(8, 20);
   for (Json& r : d.records) r.erase("spike");
