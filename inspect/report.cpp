@@ -79,6 +79,18 @@ std::vector<ChartMark> stage_events(const std::vector<Json>& records) {
   return events;
 }
 
+// A chart over the run's training steps.
+LineChart step_chart(const std::string& title, const std::string& y_label, std::vector<ChartSeries> series,
+                     bool log_y = false) {
+  LineChart chart;
+  chart.title = title;
+  chart.x_label = "training step";
+  chart.y_label = y_label;
+  chart.series = std::move(series);
+  chart.log_y = log_y;
+  return chart;
+}
+
 std::string figure(const std::string& title, const std::string& svg, const std::string& caption) {
   return "<figure><figcaption><b>" + html_escape(title) + "</b> " + caption + "</figcaption>" + svg + "</figure>";
 }
@@ -337,13 +349,10 @@ std::string training_report_html(const ReportData& d) {
                   "token (lower is better).",
                   summary_table(d));
 
-  LineChart loss;
-  loss.title = "Loss";
-  loss.x_label = "training step";
-  loss.y_label = "loss (nats per token)";
   const ChartSeries raw = series_of(records, "lm_loss", "train loss (per step)", "#0072B2", ChartSeries::Style::Faint);
-  loss.series = {raw, smoothed(raw, "train loss (smoothed)"),
-                 series_of(records, "val_loss", "held-out loss", "#D55E00", ChartSeries::Style::Points)};
+  LineChart loss = step_chart("Loss", "loss (nats per token)",
+                              {raw, smoothed(raw, "train loss (smoothed)"),
+                               series_of(records, "val_loss", "held-out loss", "#D55E00", ChartSeries::Style::Points)});
   if (std::isfinite(d.unigram_entropy))
     loss.levels.push_back({d.unigram_entropy, "unigram entropy (a model blind to context)", "#009E73"});
   loss.events = events;
@@ -355,33 +364,22 @@ std::string training_report_html(const ReportData& d) {
                                  "train loss down, the model is memorising. Red dotted lines mark spikes, grey ones "
                                  "stage changes.");
   if (std::any_of(records.begin(), records.end(), [](const Json& r) { return has_number(r, "rewards/accuracies"); })) {
-    LineChart rewards;
-    rewards.title = "DPO rewards";
-    rewards.x_label = "training step";
-    rewards.y_label = "reward (beta x log-ratio, nats)";
-    rewards.series = {series_of(records, "rewards/chosen", "chosen", "#009E73"),
-                      series_of(records, "rewards/rejected", "rejected", "#D55E00"),
-                      series_of(records, "rewards/margins", "margin", "#0072B2")};
+    const LineChart rewards = step_chart("DPO rewards", "reward (beta x log-ratio, nats)",
+                                         {series_of(records, "rewards/chosen", "chosen", "#009E73"),
+                                          series_of(records, "rewards/rejected", "rejected", "#D55E00"),
+                                          series_of(records, "rewards/margins", "margin", "#0072B2")});
     loss_body += figure("DPO rewards", svg_line_chart(rewards),
                         "The implicit rewards of the chosen and rejected responses against the reference model.");
   }
   html += section("loss", titles[1], "The objective the run minimised, and how well it generalises.", loss_body);
 
-  LineChart lr;
-  lr.title = "Learning rate";
-  lr.x_label = "training step";
-  lr.y_label = "learning rate";
-  lr.series = {series_of(records, "lr", "AdamW learning rate", "#0072B2")};
+  LineChart lr = step_chart("Learning rate", "learning rate", {series_of(records, "lr", "AdamW learning rate", "#0072B2")});
   lr.events = stage_events(records);
   html += section("learning-rate", titles[2], "The schedule: warmup, then decay (cosine, WSD or inverse square root).",
                   figure("Learning rate", svg_line_chart(lr), "As applied at each step, after the spike guard's cuts."));
 
-  LineChart gn;
-  gn.title = "Gradient norm";
-  gn.x_label = "training step";
-  gn.y_label = "global L2 norm (log scale)";
-  gn.log_y = true;
-  gn.series = {series_of(records, "grad_norm", "gradient norm before clipping", "#0072B2")};
+  LineChart gn = step_chart("Gradient norm", "global L2 norm (log scale)",
+                            {series_of(records, "grad_norm", "gradient norm before clipping", "#0072B2")}, true);
   if (d.trainer_state.is_object() && d.trainer_state.contains("recipe")) {
     const Json& stages = d.trainer_state["recipe"].value("stages", Json::array());
     if (!stages.empty() && stages[0].is_object() && stages[0].value("clip", 0.0) > 0)
@@ -393,18 +391,13 @@ std::string training_report_html(const ReportData& d) {
                   figure("Gradient norm", svg_line_chart(gn), "Before clipping, on a log scale."));
 
   const double moe_layers = static_cast<double>(layers.size());
-  LineChart balance;
-  balance.title = "Load-balance loss";
-  balance.x_label = "training step";
-  balance.y_label = "sum over MoE layers (unscaled)";
-  balance.series = {series_of(records, "balance_loss", "E \u03a3 f\u2091 P\u2091, summed over layers", "#0072B2")};
+  LineChart balance =
+      step_chart("Load-balance loss", "sum over MoE layers (unscaled)",
+                 {series_of(records, "balance_loss", "E \u03a3 f\u2091 P\u2091, summed over layers", "#0072B2")});
   if (moe_layers > 0) balance.levels.push_back({moe_layers, "perfect balance (1 per layer)", "#009E73"});
-  LineChart z;
-  z.title = "Router z-loss";
-  z.x_label = "training step";
-  z.y_label = "sum over MoE layers (unscaled, log scale)";
-  z.log_y = true;
-  z.series = {series_of(records, "z_loss", "mean logsumexp(router logits)\u00b2, summed", "#D55E00")};
+  const LineChart z =
+      step_chart("Router z-loss", "sum over MoE layers (unscaled, log scale)",
+                 {series_of(records, "z_loss", "mean logsumexp(router logits)\u00b2, summed", "#D55E00")}, true);
   html += section("auxiliary-losses", titles[4],
                   "The two MoE losses added to the language-model loss (weights aux_loss_coef and z_loss_coef in "
                   "config.json): load balance pushes each expert towards a fair share of the tokens, the z-loss "
@@ -415,11 +408,8 @@ std::string training_report_html(const ReportData& d) {
                       figure("Router z-loss", svg_line_chart(z), "Falls as the router learns smaller logits.") +
                       "</div>");
 
-  LineChart speed;
-  speed.title = "Throughput";
-  speed.x_label = "training step";
-  speed.y_label = "tokens per second";
-  speed.series = {series_of(records, "tokens_per_s", "training tokens per second", "#0072B2")};
+  const LineChart speed =
+      step_chart("Throughput", "tokens per second", {series_of(records, "tokens_per_s", "training tokens per second", "#0072B2")});
   html += section("throughput", titles[5], "Training speed of each step (forward, backward and update).",
                   figure("Throughput", svg_line_chart(speed), "Dips are evaluations, checkpoints or a busy machine."));
 
@@ -429,10 +419,7 @@ std::string training_report_html(const ReportData& d) {
   } else {
     load_body = "<div class=\"grid\">";
     for (const auto& [layer, h] : layers) load_body += load_heatmap(layer, h);
-    LineChart worst;
-    worst.title = "Load imbalance";
-    worst.x_label = "training step";
-    worst.y_label = "busiest expert's load / mean load";
+    LineChart worst = step_chart("Load imbalance", "busiest expert's load / mean load", {});
     size_t i = 0;
     for (const auto& [layer, h] : layers) {
       ChartSeries s{layer_name(layer), series_colour(i++, layers.size()), h.steps, h.max_over_mean};
@@ -450,10 +437,7 @@ std::string training_report_html(const ReportData& d) {
                   "a few experts later.",
                   load_body);
 
-  LineChart entropy;
-  entropy.title = "Routing entropy";
-  entropy.x_label = "training step";
-  entropy.y_label = "mean router entropy (nats)";
+  LineChart entropy = step_chart("Routing entropy", "mean router entropy (nats)", {});
   size_t i = 0;
   for (const auto& [layer, h] : layers)
     entropy.series.push_back({layer_name(layer), series_colour(i++, layers.size()), h.steps, h.entropy});
