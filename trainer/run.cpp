@@ -3,7 +3,6 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -83,11 +82,13 @@ ProgressFigures progress_figures(const Json& record, double loss, double lr, dou
   f.grad_norm = grad_norm;
   f.tokens_per_s = record.value("tokens_per_s", NAN);
   if (record.contains("moe_layers"))
-    for (const Json& layer : record["moe_layers"])
-      if (!(layer.value("max_over_mean", 0.0) <= f.worst_imbalance)) {
-        f.worst_imbalance = layer.value("max_over_mean", 0.0);
+    for (const Json& layer : record["moe_layers"]) {
+      const double imbalance = layer.value("max_over_mean", 0.0);
+      if (std::isnan(f.worst_imbalance) || imbalance > f.worst_imbalance) {
+        f.worst_imbalance = imbalance;
         f.worst_imbalance_layer = layer.value("layer", int64_t{-1});
       }
+    }
   return f;
 }
 
@@ -130,15 +131,17 @@ void check_same_run_on_every_rank(Communicator& world, const std::string& run) {
 }
 
 // The step's statistics over all ranks: the losses and entropies averaged, the expert loads added (the
-// token counts are already global) and so are the objective's sums. Returns whether any rank asked to stop.
+// token counts are already global) and so are the objective's sums; the largest router logit is the
+// largest of any rank (each rank's in its own slot of the sum). Returns whether any rank asked to stop.
 bool share_step_statistics(DataParallel& dp, StepStats& stats, bool stop) {
-  const int ranks = dp.comm().size();
+  const int ranks = dp.comm().size(), rank = dp.comm().rank();
   if (ranks == 1) return stop;
   std::vector<double> values = {stats.loss, stats.lm_loss, stats.aux_loss, stats.balance_loss, stats.z_loss,
                                 stop ? 1.0 : 0.0};
   for (const LayerRouting& layer : stats.moe_layers) {
     values.push_back(layer.routing_entropy);
     values.insert(values.end(), layer.tokens_per_expert.begin(), layer.tokens_per_expert.end());
+    for (int r = 0; r < ranks; ++r) values.push_back(r == rank ? layer.max_logit : 0.0);
   }
   values.insert(values.end(), stats.objective_stats.begin(), stats.objective_stats.end());  // sums: added up
   dp.sum(values);
@@ -149,6 +152,8 @@ bool share_step_statistics(DataParallel& dp, StepStats& stats, bool stop) {
   for (LayerRouting& layer : stats.moe_layers) {
     layer.routing_entropy = values[i++] / ranks;
     for (int64_t& load : layer.tokens_per_expert) load = static_cast<int64_t>(values[i++]);
+    layer.max_logit = *std::max_element(values.begin() + static_cast<int64_t>(i), values.begin() + static_cast<int64_t>(i) + ranks);
+    i += static_cast<size_t>(ranks);
   }
   for (double& sum : stats.objective_stats) sum = values[i++];
   return any_stop;

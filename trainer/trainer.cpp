@@ -132,6 +132,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
       if (out.tokens_per_expert.empty()) out.tokens_per_expert.assign(load.size(), 0);
       for (size_t e = 0; e < load.size(); ++e) out.tokens_per_expert[e] += load[e];
       out.routing_entropy += layers[i].routing_entropy.item() / m;
+      out.max_logit = std::max(out.max_logit, layers[i].max_logit.item());
     }
   }
 
@@ -187,6 +188,7 @@ Json step_record(const StepStats& s, int64_t tokens_seen) {
                       {"dead_experts", load.dead_experts},
                       {"load_cv", load.load_cv},
                       {"routing_entropy", s.moe_layers[i].routing_entropy},
+                      {"max_logit", s.moe_layers[i].max_logit},
                       {"tokens_per_expert", s.moe_layers[i].tokens_per_expert}});
   }
   record["moe_layers"] = layers;

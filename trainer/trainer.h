@@ -13,6 +13,7 @@
 //   hook after_update     a sharded optimiser's updated shard goes to the other shards
 // and the statistics of the step are read back from the device once, at the end.
 #pragma once
+#include <cmath>
 #include <functional>
 #include <vector>
 
@@ -50,6 +51,7 @@ struct LayerRouting {
   int64_t layer = 0;                       // the decoder layer (model.layers.<layer>.mlp)
   std::vector<int64_t> tokens_per_expert;  // summed over the step's micro-batches
   double routing_entropy = 0;              // mean over micro-batches
+  double max_logit = -INFINITY;            // the largest router logit of the step (the routing warmup's mixed ones)
 };
 
 struct StepStats {

@@ -10,11 +10,13 @@ make_text_shards
 common=(--model tiny --data data/train_000000.bin --val data/val_000000.bin --seq 32 --threads 1 --sample-prompt ""
   --eval-every 0 --ckpt-every 0 --warmup-steps 2 --steps 6)
 
-# close A B: every lm_loss of metrics files A and B agrees to a relative 1e-5.
+# close A B [KEY [COUNT]]: every KEY (lm_loss) of metrics files A and B agrees to a relative 1e-5, and
+# there are COUNT (6) of them.
 close() {
-  paste <(grep -o '"lm_loss":[^,]*' "$1" | cut -d: -f2) <(grep -o '"lm_loss":[^,]*' "$2" | cut -d: -f2) |
-    awk 'BEGIN { bad = 0; n = 0 } { n++; d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad++ }
-         END { exit (bad > 0 || n != 6) }'
+  local key=${3:-lm_loss} count=${4:-6}
+  paste <(grep -o "\"$key\":[^,}]*" "$1" | cut -d: -f2) <(grep -o "\"$key\":[^,}]*" "$2" | cut -d: -f2) |
+    awk -v count="$count" 'BEGIN { bad = 0; n = 0 } { n++; d = $1 - $2; if (d < 0) d = -d;
+         m = $1 < 0 ? -$1 : $1; if (d > 1e-5 * m) bad++ } END { exit (bad > 0 || n != count) }'
 }
 
 for ranks in 2 4; do
@@ -24,6 +26,9 @@ for ranks in 2 4; do
   mpiexec -n $ranks "$bin" pretrain "${common[@]}" --routing-warmup 0 --batch $batch --out dp$ranks >out$ranks.txt 2>err$ranks.txt ||
     fail "mpiexec -n $ranks"
   close one$ranks/metrics.jsonl dp$ranks/metrics.jsonl || fail "$ranks ranks: losses differ from one process beyond 1e-5"
+  # The largest router logit of a step is the largest of any rank's (each MoE layer of the tiny model: 3 per step).
+  close one$ranks/metrics.jsonl dp$ranks/metrics.jsonl max_logit 18 ||
+    fail "$ranks ranks: max_logit differs from one process: $(grep -o '"max_logit":[^,]*' dp$ranks/metrics.jsonl | head -3)"
   grep -q "\"world_size\":$ranks" out$ranks.txt || fail "$ranks ranks: the summary lacks world_size $ranks"
   [ "$(grep -c '^{' out$ranks.txt)" = 1 ] || fail "$ranks ranks: not exactly one summary line"
   [ "$(grep -c '^step 1/6' err$ranks.txt)" = 1 ] || fail "$ranks ranks: progress printed by more than rank 0"

@@ -102,6 +102,15 @@ void expect_accumulation_equals_one_batch(const TokenBatch& a, const TokenBatch&
   EXPECT_EQ(s1.tokens, s2.tokens);
   EXPECT_NEAR(s1.lm_loss, s2.lm_loss, 1e-5);
   EXPECT_NEAR(s1.grad_norm, s2.grad_norm, 1e-5 * s2.grad_norm);
+  // The router figures of the step are those of all its tokens: the loads add up, the largest logit is
+  // the largest of either micro-batch.
+  ASSERT_FALSE(s2.moe_layers.empty());
+  ASSERT_EQ(s1.moe_layers.size(), s2.moe_layers.size());
+  for (size_t l = 0; l < s1.moe_layers.size(); ++l) {
+    EXPECT_EQ(s1.moe_layers[l].tokens_per_expert, s2.moe_layers[l].tokens_per_expert);
+    EXPECT_TRUE(std::isfinite(s2.moe_layers[l].max_logit));
+    EXPECT_NEAR(s1.moe_layers[l].max_logit, s2.moe_layers[l].max_logit, 1e-5 * std::fabs(s2.moe_layers[l].max_logit));
+  }
   ASSERT_EQ(g1.size(), g2.size());
   double worst = 0, largest = 0;
   for (size_t i = 0; i < g1.size(); ++i) {
