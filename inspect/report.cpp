@@ -6,8 +6,8 @@
 #include <map>
 #include <set>
 
-#include "io/format_text.h"
 #include "inspect/svg_chart.h"
+#include "io/format_text.h"
 #include "io/input_file.h"
 #include "model/config.h"
 #include "trainer/checkpoint.h"
@@ -61,9 +61,11 @@ std::vector<ChartMark> spike_events(const std::vector<Json>& records) {
   std::vector<ChartMark> events;
   for (const Json& r : records)
     if (r.contains("spike") && r["spike"].is_object())
-      events.push_back({r.value("step", 0.0), "step " + std::to_string(r.value("step", 0)) + ": " +
-                                                  r["spike"].value("kind", std::string("?")) + " spike, " +
-                                                  r["spike"].value("action", std::string("?")), "#b2182b"});
+      events.push_back({r.value("step", 0.0),
+                        "step " + std::to_string(r.value("step", 0)) + ": " +
+                            r["spike"].value("kind", std::string("?")) + " spike, " +
+                            r["spike"].value("action", std::string("?")),
+                        "#b2182b"});
   return events;
 }
 std::vector<ChartMark> stage_events(const std::vector<Json>& records) {
@@ -95,7 +97,8 @@ std::string figure(const std::string& title, const std::string& svg, const std::
   return "<figure><figcaption><b>" + html_escape(title) + "</b> " + caption + "</figcaption>" + svg + "</figure>";
 }
 
-std::string section(const std::string& id, const std::string& title, const std::string& intro, const std::string& body) {
+std::string section(const std::string& id, const std::string& title, const std::string& intro,
+                    const std::string& body) {
   return "<section id=\"" + id + "\"><h2>" + html_escape(title) + "</h2><p class=\"intro\">" + intro + "</p>" + body +
          "</section>\n";
 }
@@ -164,11 +167,12 @@ std::string summary_table(const ReportData& d) {
   const LingConfig config = config_from_json(d.config, d.run_dir + "/checkpoint/config.json");
   const ParameterCount count = count_parameters(config);
   add("model", d.config.value("lingtrain_preset", std::string("custom config")));
-  add("parameters", format_text("%.2fM total, ", count.total / 1e6) + format_text("%.2fM active per token", count.active / 1e6));
-  add("MoE layers", std::to_string(config.moe_layer_indices().size()) + " of " + std::to_string(config.num_hidden_layers) +
-                        ", " + std::to_string(config.num_experts) + " routed experts, top-" +
-                        std::to_string(config.num_experts_per_tok) + ", " + std::to_string(config.num_shared_experts) +
-                        " shared");
+  add("parameters",
+      format_text("%.2fM total, ", count.total / 1e6) + format_text("%.2fM active per token", count.active / 1e6));
+  add("MoE layers", std::to_string(config.moe_layer_indices().size()) + " of " +
+                        std::to_string(config.num_hidden_layers) + ", " + std::to_string(config.num_experts) +
+                        " routed experts, top-" + std::to_string(config.num_experts_per_tok) + ", " +
+                        std::to_string(config.num_shared_experts) + " shared");
   double steps = NAN, tokens = NAN, elapsed = NAN, val = NAN;
   for (const Json& r : d.records) {
     if (has_number(r, "step")) steps = r["step"].get<double>();
@@ -182,7 +186,8 @@ std::string summary_table(const ReportData& d) {
   if (std::isfinite(elapsed)) add("training time", format_text("%.0f s", elapsed));
   if (!loss.y.empty()) add("final train loss (smoothed)", format_text("%.4f nats/token", loss.y.back()));
   if (std::isfinite(val)) add("last held-out loss", format_text("%.4f nats/token", val));
-  if (std::isfinite(d.unigram_entropy)) add("unigram entropy of the held-out data", format_text("%.4f nats/token", d.unigram_entropy));
+  if (std::isfinite(d.unigram_entropy))
+    add("unigram entropy of the held-out data", format_text("%.4f nats/token", d.unigram_entropy));
   std::string html = "<table class=\"summary\">";
   for (const auto& [name, value] : rows)
     html += "<tr><th>" + html_escape(name) + "</th><td>" + html_escape(value) + "</td></tr>";
@@ -209,25 +214,29 @@ std::string specialisation_section(const ReportData& d) {
   if (d.specialisation.empty())
     return "<p class=\"note\">This model has no MoE layer: nothing routes, so there is nothing to specialise.</p>";
   const bool baseline = d.starting_specialisation.size() == d.specialisation.size();
-  std::string html = "<table class=\"data\"><tr><th>MoE layer</th><th>I(domain; expert)</th><th>largest possible</th>"
-                     "<th>share of the largest</th>" +
-                     (baseline ? "<th>" + html_escape(d.starting_point) + "</th>" : std::string()) + "</tr>";
+  std::string html =
+      "<table class=\"data\"><tr><th>MoE layer</th><th>I(domain; expert)</th><th>largest possible</th>"
+      "<th>share of the largest</th>" +
+      (baseline ? "<th>" + html_escape(d.starting_point) + "</th>" : std::string()) + "</tr>";
   for (size_t i = 0; i < d.specialisation.size(); ++i) {
     const LayerSpecialisation& s = d.specialisation[i];
-    html += "<tr><td>" + layer_name(s.layer) + "</td><td>" + format_text("%.3f bits", s.mutual_information_bits) +
-            "</td><td>" + format_text("%.3f bits", s.max_mutual_information_bits) + "</td><td>" +
-            format_text("%.0f%%", s.max_mutual_information_bits > 0
-                                      ? 100 * s.mutual_information_bits / s.max_mutual_information_bits
-                                      : 0.0) +
-            "</td>" +
-            (baseline ? "<td>" + format_text("%.3f bits", d.starting_specialisation[i].mutual_information_bits) + "</td>"
-                      : std::string()) +
-            "</tr>";
+    html +=
+        "<tr><td>" + layer_name(s.layer) + "</td><td>" + format_text("%.3f bits", s.mutual_information_bits) +
+        "</td><td>" + format_text("%.3f bits", s.max_mutual_information_bits) + "</td><td>" +
+        format_text("%.0f%%", s.max_mutual_information_bits > 0
+                                  ? 100 * s.mutual_information_bits / s.max_mutual_information_bits
+                                  : 0.0) +
+        "</td>" +
+        (baseline ? "<td>" + format_text("%.3f bits", d.starting_specialisation[i].mutual_information_bits) + "</td>"
+                  : std::string()) +
+        "</tr>";
   }
   html += "</table>";
   if (baseline)
-    html += "<p class=\"note\">A random router already separates domains somewhat (their characters differ): "
-            "compare each layer with its value " + html_escape(d.starting_point) + " to see what training added.</p>";
+    html +=
+        "<p class=\"note\">A random router already separates domains somewhat (their characters differ): "
+        "compare each layer with its value " +
+        html_escape(d.starting_point) + " to see what training added.</p>";
   html += "<div class=\"grid\">";
   for (const LayerSpecialisation& s : d.specialisation) {
     const int64_t D = static_cast<int64_t>(s.domains.size()), E = s.num_experts;
@@ -238,20 +247,23 @@ std::string specialisation_section(const ReportData& d) {
       double row = 0;
       for (int64_t e = 0; e < E; ++e) row += static_cast<double>(s.domain_expert[static_cast<size_t>(dd * E + e)]);
       for (int64_t e = 0; e < E; ++e) {
-        const double share = row > 0 ? static_cast<double>(s.domain_expert[static_cast<size_t>(dd * E + e)]) / row : NAN;
+        const double share =
+            row > 0 ? static_cast<double>(s.domain_expert[static_cast<size_t>(dd * E + e)]) / row : NAN;
         matrix.values.push_back(share);
         if (std::isfinite(share)) largest = std::max(largest, share);
       }
     }
     matrix.max_value = std::max(largest, 1.0 / static_cast<double>(E));
     html += figure(matrix.title, svg_heatmap(matrix),
-                   format_text("I = %.3f bits", s.mutual_information_bits) + format_text(" of at most %.3f.", s.max_mutual_information_bits) +
+                   format_text("I = %.3f bits", s.mutual_information_bits) +
+                       format_text(" of at most %.3f.", s.max_mutual_information_bits) +
                        " Each row: where one domain's tokens go (a row sums to 100%). Without specialisation "
                        "every row would look the same.");
     if (s.top_k < 2) continue;  // one expert per token: no two are ever chosen together
     std::vector<std::string> experts;
     for (int64_t e = 0; e < E; ++e) experts.push_back(std::to_string(e));
-    Heatmap co = expert_columns("Expert co-activation, " + layer_name(s.layer), "expert", experts, E, "tokens choosing both");
+    Heatmap co =
+        expert_columns("Expert co-activation, " + layer_name(s.layer), "expert", experts, E, "tokens choosing both");
     double off_diagonal = 0;
     for (int64_t i = 0; i < E; ++i)
       for (int64_t j = 0; j < E; ++j) {
@@ -276,7 +288,9 @@ std::string spikes_section(const std::vector<Json>& records) {
     if (!spike && update.empty()) continue;
     rows += "<tr><td>" + std::to_string(r.value("step", 0)) + "</td><td>" +
             html_escape(spike ? r["spike"].value("kind", std::string("")) : "") + "</td><td>" +
-            (spike && r["spike"].contains("z") && r["spike"]["z"].is_number() ? format_text("%.1f", r["spike"]["z"].get<double>()) : "") +
+            (spike && r["spike"].contains("z") && r["spike"]["z"].is_number()
+                 ? format_text("%.1f", r["spike"]["z"].get<double>())
+                 : "") +
             "</td><td>" + html_escape(spike ? r["spike"].value("action", std::string("")) : "") + "</td><td>" +
             html_escape(update.empty() ? "applied" : update) + "</td><td>" +
             (has_number(r, "loss") ? format_text("%.4f", r["loss"].get<double>()) : "") + "</td></tr>";
@@ -284,7 +298,8 @@ std::string spikes_section(const std::vector<Json>& records) {
   if (rows.empty())
     return "<p class=\"note\">No loss spike and no non-finite step: the spike guard never acted in this run.</p>";
   return "<table class=\"data\"><tr><th>step</th><th>kind</th><th>z-score</th><th>guard's action</th>"
-         "<th>update</th><th>loss</th></tr>" + rows + "</table>";
+         "<th>update</th><th>loss</th></tr>" +
+         rows + "</table>";
 }
 
 const char* kStyle = R"(
@@ -318,9 +333,9 @@ nav a { margin-right: 12px; }
 }  // namespace
 
 const std::vector<std::string>& report_section_ids() {
-  static const std::vector<std::string> ids = {"summary",        "loss",          "learning-rate",   "gradient-norm",
-                                               "auxiliary-losses", "throughput",  "expert-load",     "routing-entropy",
-                                               "specialisation", "spikes",        "configuration"};
+  static const std::vector<std::string> ids = {"summary",          "loss",       "learning-rate", "gradient-norm",
+                                               "auxiliary-losses", "throughput", "expert-load",   "routing-entropy",
+                                               "specialisation",   "spikes",     "configuration"};
   return ids;
 }
 
@@ -333,13 +348,23 @@ std::string training_report_html(const ReportData& d) {
   const LingConfig config = config_from_json(d.config, d.run_dir + "/checkpoint/config.json");
   const int64_t num_experts = config.num_experts, top_k = config.num_experts_per_tok;
 
-  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-                     "<title>Training report: " + html_escape(d.run_dir) + "</title><style>" + kStyle +
-                     "</style></head><body>\n<h1>Training report: " + html_escape(d.run_dir) + "</h1>\n<nav>";
-  const std::vector<std::string> titles = {"Summary", "Loss", "Learning rate", "Gradient norm", "Auxiliary losses",
-                                           "Throughput", "Expert load over training", "Routing entropy",
-                                           "Expert specialisation", "Spikes and recoveries", "Configuration"};
+  std::string html =
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+      "<title>Training report: " +
+      html_escape(d.run_dir) + "</title><style>" + kStyle +
+      "</style></head><body>\n<h1>Training report: " + html_escape(d.run_dir) + "</h1>\n<nav>";
+  const std::vector<std::string> titles = {"Summary",
+                                           "Loss",
+                                           "Learning rate",
+                                           "Gradient norm",
+                                           "Auxiliary losses",
+                                           "Throughput",
+                                           "Expert load over training",
+                                           "Routing entropy",
+                                           "Expert specialisation",
+                                           "Spikes and recoveries",
+                                           "Configuration"};
   for (size_t i = 0; i < titles.size(); ++i)
     html += "<a href=\"#" + report_section_ids()[i] + "\">" + html_escape(titles[i]) + "</a>";
   html += "</nav>\n";
@@ -373,10 +398,12 @@ std::string training_report_html(const ReportData& d) {
   }
   html += section("loss", titles[1], "The objective the run minimised, and how well it generalises.", loss_body);
 
-  LineChart lr = step_chart("Learning rate", "learning rate", {series_of(records, "lr", "AdamW learning rate", "#0072B2")});
+  LineChart lr =
+      step_chart("Learning rate", "learning rate", {series_of(records, "lr", "AdamW learning rate", "#0072B2")});
   lr.events = stage_events(records);
-  html += section("learning-rate", titles[2], "The schedule: warmup, then decay (cosine, WSD or inverse square root).",
-                  figure("Learning rate", svg_line_chart(lr), "As applied at each step, after the spike guard's cuts."));
+  html +=
+      section("learning-rate", titles[2], "The schedule: warmup, then decay (cosine, WSD or inverse square root).",
+              figure("Learning rate", svg_line_chart(lr), "As applied at each step, after the spike guard's cuts."));
 
   LineChart gn = step_chart("Gradient norm", "global L2 norm (log scale)",
                             {series_of(records, "grad_norm", "gradient norm before clipping", "#0072B2")}, true);
@@ -398,18 +425,18 @@ std::string training_report_html(const ReportData& d) {
   const LineChart z =
       step_chart("Router z-loss", "sum over MoE layers (unscaled, log scale)",
                  {series_of(records, "z_loss", "mean logsumexp(router logits)\u00b2, summed", "#D55E00")}, true);
-  html += section("auxiliary-losses", titles[4],
-                  "The two MoE losses added to the language-model loss (weights aux_loss_coef and z_loss_coef in "
-                  "config.json): load balance pushes each expert towards a fair share of the tokens, the z-loss "
-                  "keeps the router's logits small so its softmax stays numerically tame.",
-                  "<div class=\"grid\">" +
-                      figure("Load-balance loss", svg_line_chart(balance),
-                             "1 per layer when every expert gets 1/E of the tokens; up to E when one takes all.") +
-                      figure("Router z-loss", svg_line_chart(z), "Falls as the router learns smaller logits.") +
-                      "</div>");
+  html +=
+      section("auxiliary-losses", titles[4],
+              "The two MoE losses added to the language-model loss (weights aux_loss_coef and z_loss_coef in "
+              "config.json): load balance pushes each expert towards a fair share of the tokens, the z-loss "
+              "keeps the router's logits small so its softmax stays numerically tame.",
+              "<div class=\"grid\">" +
+                  figure("Load-balance loss", svg_line_chart(balance),
+                         "1 per layer when every expert gets 1/E of the tokens; up to E when one takes all.") +
+                  figure("Router z-loss", svg_line_chart(z), "Falls as the router learns smaller logits.") + "</div>");
 
-  const LineChart speed =
-      step_chart("Throughput", "tokens per second", {series_of(records, "tokens_per_s", "training tokens per second", "#0072B2")});
+  const LineChart speed = step_chart("Throughput", "tokens per second",
+                                     {series_of(records, "tokens_per_s", "training tokens per second", "#0072B2")});
   html += section("throughput", titles[5], "Training speed of each step (forward, backward and update).",
                   figure("Throughput", svg_line_chart(speed), "Dips are evaluations, checkpoints or a busy machine."));
 
@@ -441,19 +468,22 @@ std::string training_report_html(const ReportData& d) {
   size_t i = 0;
   for (const auto& [layer, h] : layers)
     entropy.series.push_back({layer_name(layer), series_colour(i++, layers.size()), h.steps, h.entropy});
-  if (num_experts > 0) entropy.levels.push_back({std::log(static_cast<double>(num_experts)), "uniform over all E experts (ln E)", "#777"});
-  if (top_k > 1) entropy.levels.push_back({std::log(static_cast<double>(top_k)), "k experts, equal weight (ln k)", "#009E73"});
+  if (num_experts > 0)
+    entropy.levels.push_back({std::log(static_cast<double>(num_experts)), "uniform over all E experts (ln E)", "#777"});
+  if (top_k > 1)
+    entropy.levels.push_back({std::log(static_cast<double>(top_k)), "k experts, equal weight (ln k)", "#009E73"});
   html += section("routing-entropy", titles[7],
                   "How sure each router is: the entropy of its softmax over all experts, averaged over tokens. At "
                   "ln E it cannot tell experts apart; falling towards ln k it puts its weight on a few.",
                   figure("Routing entropy", svg_line_chart(entropy), "Per MoE layer, over the tokens of each step."));
 
-  html += section("specialisation", titles[8],
-                  "Do the experts divide the work by kind of text? Measured on the final checkpoint with " +
-                      html_escape(d.specialisation_source) +
-                      ". The mutual information between a token's domain and its chosen experts is 0 bits when "
-                      "routing ignores the domain and reaches its largest value when each domain has experts of its own.",
-                  specialisation_section(d));
+  html +=
+      section("specialisation", titles[8],
+              "Do the experts divide the work by kind of text? Measured on the final checkpoint with " +
+                  html_escape(d.specialisation_source) +
+                  ". The mutual information between a token's domain and its chosen experts is 0 bits when "
+                  "routing ignores the domain and reaches its largest value when each domain has experts of its own.",
+              specialisation_section(d));
 
   html += section("spikes", titles[9],
                   "Steps the spike guard judged abnormal (a loss or gradient-norm z-score over its threshold, or a "
@@ -461,13 +491,15 @@ std::string training_report_html(const ReportData& d) {
                   "or reload the last checkpoint.",
                   spikes_section(records));
 
-  std::string config_body = "<div class=\"grid\"><div><h3>config.json</h3><pre>" + html_escape(d.config.dump(2)) + "</pre></div>";
+  std::string config_body =
+      "<div class=\"grid\"><div><h3>config.json</h3><pre>" + html_escape(d.config.dump(2)) + "</pre></div>";
   if (d.trainer_state.is_object() && d.trainer_state.contains("recipe"))
     config_body += "<div><h3>recipe</h3><pre>" + html_escape(d.trainer_state["recipe"].dump(2)) + "</pre></div>";
   if (d.trainer_state.is_object() && d.trainer_state.contains("dist"))
     config_body += "<div><h3>distribution</h3><pre>" + html_escape(d.trainer_state["dist"].dump(2)) + "</pre></div>";
   config_body += "</div>";
-  html += section("configuration", titles[10], "The model and the run as the final checkpoint records them.", config_body);
+  html +=
+      section("configuration", titles[10], "The model and the run as the final checkpoint records them.", config_body);
   return html + "</body></html>\n";
 }
 
@@ -516,8 +548,8 @@ ReportData load_report_data(const std::string& run_dir, const std::vector<Domain
   if (texts.empty()) {
     const std::unique_ptr<Tokenizer> tokenizer = resolve_tokenizer("", checkpoint, model.config().vocab_size);
     texts = embedded_heldout_domains(*tokenizer, tokens_per_domain);
-    d.specialisation_source = "the held-out text of the five embedded corpus domains (" +
-                              std::to_string(tokens_per_domain) + " tokens each)";
+    d.specialisation_source =
+        "the held-out text of the five embedded corpus domains (" + std::to_string(tokens_per_domain) + " tokens each)";
   } else {
     d.specialisation_source = std::to_string(texts.size()) + " domains given with --domain";
   }

@@ -16,9 +16,9 @@ namespace lt {
 // What the page shows, read from a run folder by load_report_data or made up by a test.
 struct ReportData {
   std::string run_dir;
-  std::vector<Json> records;  // metrics.jsonl, in order
-  Json config;                // the final checkpoint's config.json
-  Json trainer_state;         // its trainer_state.json (the recipe), or null
+  std::vector<Json> records;     // metrics.jsonl, in order
+  Json config;                   // the final checkpoint's config.json
+  Json trainer_state;            // its trainer_state.json (the recipe), or null
   double unigram_entropy = NAN;  // nats per token of the held-out data, when the run used the embedded corpus
   std::vector<LayerSpecialisation> specialisation;  // of the final checkpoint
   std::string specialisation_source;                // the text it was measured on, in words

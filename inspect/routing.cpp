@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-
 #include <filesystem>
 
 #include "autograd/variable.h"
@@ -50,7 +49,8 @@ RoutingTrace trace_routing(LingForCausalLM& model, std::span<const uint32_t> tok
            " must be in [1, max_position_embeddings = ", config.max_position_embeddings, "]");
   LT_CHECK(!tokens.empty(), "inspect: no tokens to route");
   for (uint32_t t : tokens)
-    LT_CHECK(t < static_cast<uint64_t>(config.vocab_size), "inspect: token id ", t, " >= vocab_size ", config.vocab_size);
+    LT_CHECK(t < static_cast<uint64_t>(config.vocab_size), "inspect: token id ", t, " >= vocab_size ",
+             config.vocab_size);
   RoutingTrace out;
   out.tokens.assign(tokens.begin(), tokens.end());
   for (int64_t layer : config.moe_layer_indices()) {

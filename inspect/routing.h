@@ -33,8 +33,7 @@ struct RoutingTrace {
 
 // Routes `tokens` through `model` (evaluation: no warmup noise) in consecutive windows of at most `window`
 // tokens, each window a fresh context as in a training row, `batch` windows per forward.
-RoutingTrace trace_routing(LingForCausalLM& model, std::span<const uint32_t> tokens, int64_t window,
-                           int64_t batch = 8);
+RoutingTrace trace_routing(LingForCausalLM& model, std::span<const uint32_t> tokens, int64_t window, int64_t batch = 8);
 
 // The window inspection routes in by default: the sequence length the checkpoint last trained at (its
 // trainer_state.json), else the model's max_position_embeddings (a Hugging Face folder). Routing depends

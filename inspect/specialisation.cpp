@@ -10,7 +10,8 @@ namespace lt {
 std::vector<DomainText> embedded_heldout_domains(const Tokenizer& tokenizer, int64_t tokens_per_domain) {
   LT_CHECK(tokens_per_domain > 0, "tokens per domain must be > 0, got ", tokens_per_domain);
   std::vector<DomainText> domains(kNumCorpusDomains);
-  for (int d = 0; d < kNumCorpusDomains; ++d) domains[static_cast<size_t>(d)].name = corpus_domain_name(static_cast<CorpusDomain>(d));
+  for (int d = 0; d < kNumCorpusDomains; ++d)
+    domains[static_cast<size_t>(d)].name = corpus_domain_name(static_cast<CorpusDomain>(d));
   auto full = [&](const DomainText& d) { return static_cast<int64_t>(d.tokens.size()) >= tokens_per_domain; };
   for (uint64_t index = 0; !std::all_of(domains.begin(), domains.end(), full); ++index) {
     if (!is_heldout_document(kDefaultCorpusSeed, index, kDefaultHeldoutFraction)) continue;
@@ -40,7 +41,9 @@ double mutual_information_bits(const std::vector<int64_t>& counts, int64_t rows,
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < columns; ++c) {
       const double n = static_cast<double>(counts[static_cast<size_t>(r * columns + c)]);
-      if (n > 0) bits += n / total * std::log2(n * total / (row_sum[static_cast<size_t>(r)] * column_sum[static_cast<size_t>(c)]));
+      if (n > 0)
+        bits +=
+            n / total * std::log2(n * total / (row_sum[static_cast<size_t>(r)] * column_sum[static_cast<size_t>(c)]));
     }
   return std::max(bits, 0.0);  // rounding can leave -1e-17 for independent tables
 }
@@ -90,7 +93,8 @@ std::vector<LayerSpecialisation> expert_specialisation(LingForCausalLM& model, c
       const double p = static_cast<double>(n) / static_cast<double>(total_tokens);
       if (p > 0) domain_entropy -= p * std::log2(p);
     }
-    s.max_mutual_information_bits = std::min(domain_entropy, std::log2(static_cast<double>(E) / static_cast<double>(k)));
+    s.max_mutual_information_bits =
+        std::min(domain_entropy, std::log2(static_cast<double>(E) / static_cast<double>(k)));
   }
   return layers;
 }

@@ -105,11 +105,20 @@ std::string html_escape(const std::string& in) {
   std::string out;
   for (char c : in) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -135,10 +144,11 @@ std::string svg_line_chart(const LineChart& chart) {
       lx = 70;
       ly += 16;
     }
-    legend += s.style == ChartSeries::Style::Points
-                  ? "<circle cx=\"" + num(lx + 7) + "\" cy=\"" + num(ly - 4) + "\" r=\"3.5\" fill=\"" + s.colour + "\"/>"
-                  : "<line x1=\"" + num(lx) + "\" y1=\"" + num(ly - 4) + "\" x2=\"" + num(lx + 14) + "\" y2=\"" +
-                        num(ly - 4) + "\" stroke=\"" + s.colour + "\" stroke-width=\"2.5\"/>";
+    legend +=
+        s.style == ChartSeries::Style::Points
+            ? "<circle cx=\"" + num(lx + 7) + "\" cy=\"" + num(ly - 4) + "\" r=\"3.5\" fill=\"" + s.colour + "\"/>"
+            : "<line x1=\"" + num(lx) + "\" y1=\"" + num(ly - 4) + "\" x2=\"" + num(lx + 14) + "\" y2=\"" +
+                  num(ly - 4) + "\" stroke=\"" + s.colour + "\" stroke-width=\"2.5\"/>";
     legend += text(lx + 19, ly, s.name, "class=\"legend\"");
     lx += item;
   }
@@ -148,8 +158,8 @@ std::string svg_line_chart(const LineChart& chart) {
       lx = 70;
       ly += 16;
     }
-    legend += "<line x1=\"" + num(lx) + "\" y1=\"" + num(ly - 4) + "\" x2=\"" + num(lx + 14) + "\" y2=\"" + num(ly - 4) +
-              "\" stroke=\"" + m.colour + "\" stroke-width=\"1.5\" stroke-dasharray=\"4 3\"/>" +
+    legend += "<line x1=\"" + num(lx) + "\" y1=\"" + num(ly - 4) + "\" x2=\"" + num(lx + 14) + "\" y2=\"" +
+              num(ly - 4) + "\" stroke=\"" + m.colour + "\" stroke-width=\"1.5\" stroke-dasharray=\"4 3\"/>" +
               text(lx + 19, ly, m.label, "class=\"legend\"");
     lx += item;
   }
@@ -197,8 +207,8 @@ std::string svg_line_chart(const LineChart& chart) {
   }
   auto px = [&](double x) { return left + (x - x_lo) / (x_hi - x_lo) * (right - left); };
   auto py = [&](double y) {
-    const double t = chart.log_y ? (std::log(y) - std::log(y_lo)) / (std::log(y_hi) - std::log(y_lo))
-                                 : (y - y_lo) / (y_hi - y_lo);
+    const double t =
+        chart.log_y ? (std::log(y) - std::log(y_lo)) / (std::log(y_hi) - std::log(y_lo)) : (y - y_lo) / (y_hi - y_lo);
     return bottom - t * (bottom - top);
   };
 
@@ -246,7 +256,8 @@ std::string svg_line_chart(const LineChart& chart) {
         thin_out(xs, ys, 400);
         for (size_t i = 0; i < xs.size(); ++i)
           svg += "<circle cx=\"" + num(px(xs[i])) + "\" cy=\"" + num(py(ys[i])) + "\" r=\"3\" fill=\"" + s.colour +
-                 "\"><title>" + html_escape(s.name + " at step " + tick_label(xs[i]) + ": " + format_text("%.4g", ys[i])) +
+                 "\"><title>" +
+                 html_escape(s.name + " at step " + tick_label(xs[i]) + ": " + format_text("%.4g", ys[i])) +
                  "</title></circle>";
         if (xs.size() < 2) continue;
       }
@@ -272,7 +283,8 @@ std::string svg_heatmap(const Heatmap& h) {
   const double cell_h = std::clamp(260.0 / static_cast<double>(std::max<int64_t>(R, 1)), 2.0, 30.0);
   const double bottom = top + cell_h * static_cast<double>(R);
   // The colour bar is as tall as the map, but tall enough for its rotated title.
-  const double bar_top = top, bar_h = std::max({80.0, std::min(bottom - top, 200.0), 6.2 * static_cast<double>(h.legend.size())});
+  const double bar_top = top,
+               bar_h = std::max({80.0, std::min(bottom - top, 200.0), 6.2 * static_cast<double>(h.legend.size())});
   const int height = static_cast<int>(std::ceil(std::max(bottom + 46, bar_top + bar_h + 8)));
   std::string svg = svg_open(h.width, height, h.title);
 
@@ -295,11 +307,15 @@ std::string svg_heatmap(const Heatmap& h) {
       svg += "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(cell_w + 0.05) + "\" height=\"" +
              num(cell_h + 0.05) + "\" fill=\"" + hex(colour) + "\">";
       if (tooltips) {
-        const std::string row = r < static_cast<int64_t>(h.row_labels.size()) ? h.row_labels[static_cast<size_t>(r)] : std::to_string(r);
-        const std::string column =
-            c < static_cast<int64_t>(h.column_labels.size()) ? h.column_labels[static_cast<size_t>(c)] : std::to_string(c);
-        svg += "<title>" + html_escape(h.y_label + " " + row + ", " + h.x_label + " " + column + ": " +
-                                       (std::isfinite(v) ? value_text(v) : "no value")) + "</title>";
+        const std::string row =
+            r < static_cast<int64_t>(h.row_labels.size()) ? h.row_labels[static_cast<size_t>(r)] : std::to_string(r);
+        const std::string column = c < static_cast<int64_t>(h.column_labels.size())
+                                       ? h.column_labels[static_cast<size_t>(c)]
+                                       : std::to_string(c);
+        svg += "<title>" +
+               html_escape(h.y_label + " " + row + ", " + h.x_label + " " + column + ": " +
+                           (std::isfinite(v) ? value_text(v) : "no value")) +
+               "</title>";
       }
       svg += "</rect>";
       if (annotate && std::isfinite(v))
@@ -339,9 +355,14 @@ std::string svg_heatmap(const Heatmap& h) {
          "\" height=\"" + num(bar_h) + "\"/>";
   std::vector<std::pair<double, std::string>> marks;
   if (h.scale == Heatmap::Scale::Ratio)
-    marks = {{1.0, "4\u00d7"}, {0.75, "2\u00d7"}, {0.5, "1\u00d7 ideal"}, {0.25, "\u00bd\u00d7"}, {0.0, "\u00bc\u00d7 or 0"}};
+    marks = {{1.0, "4\u00d7"},
+             {0.75, "2\u00d7"},
+             {0.5, "1\u00d7 ideal"},
+             {0.25, "\u00bd\u00d7"},
+             {0.0, "\u00bc\u00d7 or 0"}};
   else
-    marks = {{1.0, format_text("%.0f%%", 100 * h.max_value)}, {0.5, format_text("%.0f%%", 50 * h.max_value)}, {0.0, "0%"}};
+    marks = {
+        {1.0, format_text("%.0f%%", 100 * h.max_value)}, {0.5, format_text("%.0f%%", 50 * h.max_value)}, {0.0, "0%"}};
   for (const auto& [t, label] : marks)
     svg += text(bar_x + bar_w + 4, bar_top + bar_h * (1 - t) + 4, label, "class=\"tick\"");
   svg += text(0, 0, h.legend,

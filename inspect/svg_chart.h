@@ -17,7 +17,11 @@ struct ChartSeries {
   std::string name;  // in the legend
   std::string colour;
   std::vector<double> x, y;
-  enum class Style { Line, Faint, Points } style = Style::Line;  // Faint: thin and light, raw values behind a smoothed line
+  enum class Style {
+    Line,
+    Faint,
+    Points
+  } style = Style::Line;  // Faint: thin and light, raw values behind a smoothed line
 };
 
 // A level or a moment drawn across the chart: a horizontal reference value, or a vertical event.
@@ -40,13 +44,13 @@ std::string svg_line_chart(const LineChart& chart);
 struct Heatmap {
   std::string title, x_label, y_label;
   int64_t rows = 0, columns = 0;
-  std::vector<double> values;  // [rows, columns]; NaN: no value (drawn grey)
+  std::vector<double> values;                          // [rows, columns]; NaN: no value (drawn grey)
   std::vector<std::string> row_labels, column_labels;  // thinned out when they do not fit
   // Ratio: a value relative to an ideal of 1 (blue below, white at 1, red above, log2 scale clipped at
   // 1/4 and 4). Fraction: 0 (white) to `max_value` (dark blue).
   enum class Scale { Ratio, Fraction } scale = Scale::Fraction;
   double max_value = 1;
-  std::string legend;  // what a colour means, with units
+  std::string legend;     // what a colour means, with units
   bool annotate = false;  // write each value in its cell when the cells are large enough
   int width = 560;
 };

@@ -56,12 +56,18 @@ std::string readable_token(const Tokenizer& tokenizer, uint32_t id) {
   }
   std::string out;
   for (char c : text) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
-    else if (c == ' ') out += "\u2423";
-    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) out += "<0x" + std::string(format_text("%02X", static_cast<unsigned char>(c))) + ">";
-    else out += c;
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == ' ')
+      out += "\u2423";
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F)
+      out += "<0x" + std::string(format_text("%02X", static_cast<unsigned char>(c))) + ">";
+    else
+      out += c;
   }
   return out;
 }
@@ -81,35 +87,40 @@ std::string routing_table(const RoutingTrace& trace, const Tokenizer& tokenizer,
   const size_t prefix = position_width + 2 + text_width;
   // A layer's group: k "expert:gate" pairs, then entropy and z.
   const size_t pair_width = id_width + 5, group_width = 3 + static_cast<size_t>(k) * (pair_width + 1) + 12;
-  const size_t per_table = width <= 0 ? trace.layers.size()
-                                      : std::max<size_t>(1, (static_cast<size_t>(width) - prefix) / group_width);
+  const size_t per_table =
+      width <= 0 ? trace.layers.size() : std::max<size_t>(1, (static_cast<size_t>(width) - prefix) / group_width);
   const double max_entropy = std::log(static_cast<double>(E));
   std::string out = "experts chosen per token (expert:gate weight, best first), router entropy H in nats (max ln " +
-                    std::to_string(E) + " = " + format_text("%.2f", max_entropy) + ") and z = logsumexp(router logits)\n";
+                    std::to_string(E) + " = " + format_text("%.2f", max_entropy) +
+                    ") and z = logsumexp(router logits)\n";
   for (size_t first = 0; first < trace.layers.size(); first += per_table) {
     const size_t last = std::min(trace.layers.size(), first + per_table);
     std::string header = pad("pos", position_width, true) + "  " + pad("token", text_width);
     std::string sub = std::string(prefix, ' ');
     for (size_t l = first; l < last; ++l) {
       header += " \u2502 " + pad(layer_title(trace.layers[l].layer), group_width - 3);
-      sub += " \u2502 " + pad("experts", static_cast<size_t>(k) * (pair_width + 1)) + pad("H", 5, true) + pad("z", 7, true);
+      sub += " \u2502 " + pad("experts", static_cast<size_t>(k) * (pair_width + 1)) + pad("H", 5, true) +
+             pad("z", 7, true);
     }
     out += (colour ? kBold : "") + header + (colour ? kReset : "") + "\n" + (colour ? kDim : "") + sub +
            (colour ? kReset : "") + "\n";
     for (int64_t n = 0; n < N; ++n) {
-      std::string row = pad(std::to_string(n), position_width, true) + "  " +
-                        pad(display_width(texts[static_cast<size_t>(n)]) > 16 ? texts[static_cast<size_t>(n)].substr(0, 15) + "\u2026"
-                                                                               : texts[static_cast<size_t>(n)],
-                            text_width);
+      std::string row =
+          pad(std::to_string(n), position_width, true) + "  " +
+          pad(display_width(texts[static_cast<size_t>(n)]) > 16 ? texts[static_cast<size_t>(n)].substr(0, 15) + "\u2026"
+                                                                : texts[static_cast<size_t>(n)],
+              text_width);
       for (size_t l = first; l < last; ++l) {
         const LayerTrace& t = trace.layers[l];
         row += " \u2502 ";
         for (int64_t j = 0; j < k; ++j) {
           const int32_t e = t.experts[static_cast<size_t>(n * k + j)];
-          const std::string pair = pad(std::to_string(e), id_width, true) + ":" + format_text("%.2f", t.weights[static_cast<size_t>(n * k + j)]);
+          const std::string pair = pad(std::to_string(e), id_width, true) + ":" +
+                                   format_text("%.2f", t.weights[static_cast<size_t>(n * k + j)]);
           row += colour ? expert_colour(e) + (j == 0 ? kBold : "") + pair + kReset + " " : pair + " ";
         }
-        row += pad(format_text("%.2f", t.entropy[static_cast<size_t>(n)]), 5, true) + pad(format_text("%.2f", t.z[static_cast<size_t>(n)]), 7, true);
+        row += pad(format_text("%.2f", t.entropy[static_cast<size_t>(n)]), 5, true) +
+               pad(format_text("%.2f", t.z[static_cast<size_t>(n)]), 7, true);
       }
       out += row + "\n";
     }
@@ -122,8 +133,8 @@ std::string totals_table(const std::vector<LayerTotals>& totals, const std::vect
   if (totals.empty()) return "";
   const size_t E = totals.front().load.size();
   std::string out = std::string(colour ? kBold : "") + "per MoE layer" + (colour ? kReset : "") +
-                    ": load = share of the token assignments per expert (ideal " + format_text("%.1f%%", 100.0 / static_cast<double>(E)) +
-                    " each)\n";
+                    ": load = share of the token assignments per expert (ideal " +
+                    format_text("%.1f%%", 100.0 / static_cast<double>(E)) + " each)\n";
   std::string header = pad("layer", 6) + pad("max/mean", 10, true) + pad("CV", 7, true) + pad("dead", 6, true) +
                        pad("mean H", 8, true) + pad("mean z", 8, true);
   if (!top1_changed.empty()) header += pad("top-1 changed", 15, true);
@@ -134,7 +145,8 @@ std::string totals_table(const std::vector<LayerTotals>& totals, const std::vect
     double total = 0;
     for (int64_t c : t.load) total += static_cast<double>(c);
     std::string row = pad(std::to_string(t.layer), 6) + pad(format_text("%.3f", t.summary.max_over_mean), 10, true) +
-                      pad(format_text("%.3f", t.summary.load_cv), 7, true) + pad(std::to_string(t.summary.dead_experts), 6, true) +
+                      pad(format_text("%.3f", t.summary.load_cv), 7, true) +
+                      pad(std::to_string(t.summary.dead_experts), 6, true) +
                       pad(format_text("%.3f", t.mean_entropy), 8, true) + pad(format_text("%.3f", t.mean_z), 8, true);
     if (!top1_changed.empty()) row += pad(format_text("%.1f%%", 100 * top1_changed[i]), 15, true);
     row += "  ";
@@ -161,7 +173,9 @@ std::string specialisation_table(const LayerSpecialisation& s, bool colour) {
   std::string out = std::string(colour ? kBold : "") + layer_title(s.layer) + (colour ? kReset : "") +
                     ": I(domain; expert) = " + format_text("%.3f bits", s.mutual_information_bits) + " of at most " +
                     format_text("%.3f", s.max_mutual_information_bits) + " (" +
-                    format_text("%.0f%%", s.max_mutual_information_bits > 0 ? 100 * s.mutual_information_bits / s.max_mutual_information_bits : 0.0) +
+                    format_text("%.0f%%", s.max_mutual_information_bits > 0
+                                              ? 100 * s.mutual_information_bits / s.max_mutual_information_bits
+                                              : 0.0) +
                     ")\n";
   size_t name_width = 8;
   for (const std::string& d : s.domains) name_width = std::max(name_width, display_width(d) + 2);
@@ -174,7 +188,8 @@ std::string specialisation_table(const LayerSpecialisation& s, bool colour) {
     for (int64_t e = 0; e < E; ++e) row_total += static_cast<double>(s.domain_expert[static_cast<size_t>(d * E + e)]);
     out += "  " + pad(s.domains[static_cast<size_t>(d)], name_width);
     for (int64_t e = 0; e < E; ++e) {
-      const double share = row_total > 0 ? static_cast<double>(s.domain_expert[static_cast<size_t>(d * E + e)]) / row_total : 0;
+      const double share =
+          row_total > 0 ? static_cast<double>(s.domain_expert[static_cast<size_t>(d * E + e)]) / row_total : 0;
       // Twice the uniform share stands out: the experts a domain prefers.
       const bool strong = share >= 2 * uniform;
       out += (colour && strong ? std::string(kBold) + expert_colour(static_cast<int32_t>(e)) : "") +
@@ -189,7 +204,8 @@ std::string specialisation_table(const LayerSpecialisation& s, bool colour) {
   for (int64_t i = 0; i < E; ++i) {
     out += "  " + pad(std::to_string(i), name_width);
     for (int64_t j = 0; j < E; ++j)
-      out += i == j ? pad("-", 6, true) : pad(format_text("%.1f", 100 * s.coactivation[static_cast<size_t>(i * E + j)]), 6, true);
+      out += i == j ? pad("-", 6, true)
+                    : pad(format_text("%.1f", 100 * s.coactivation[static_cast<size_t>(i * E + j)]), 6, true);
     out += "\n";
   }
   return out;

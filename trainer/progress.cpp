@@ -39,9 +39,10 @@ std::string ProgressLine::format(const ProgressFigures& f, double elapsed, int c
   if (std::isfinite(f.grad_norm)) fields.push_back({"gnorm " + format_text("%.3f", f.grad_norm), 1});
   if (std::isfinite(f.tokens_per_s)) fields.push_back({format_text("%.0f tok/s", f.tokens_per_s), 6});
   if (std::isfinite(f.worst_imbalance))
-    fields.push_back({"load max/mean " + format_text("%.2f", f.worst_imbalance) +
-                          (f.worst_imbalance_layer >= 0 ? " (layer " + std::to_string(f.worst_imbalance_layer) + ")" : ""),
-                      4});
+    fields.push_back(
+        {"load max/mean " + format_text("%.2f", f.worst_imbalance) +
+             (f.worst_imbalance_layer >= 0 ? " (layer " + std::to_string(f.worst_imbalance_layer) + ")" : ""),
+         4});
   fields.push_back({"ETA " + duration(eta), 5});
   auto join = [&]() {
     std::string line;

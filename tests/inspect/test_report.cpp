@@ -35,13 +35,22 @@ ReportData made_up_run(int64_t experts, int64_t steps) {
     for (int64_t layer : {1, 2}) {
       std::vector<int64_t> load(static_cast<size_t>(experts));
       for (int64_t e = 0; e < experts; ++e) load[static_cast<size_t>(e)] = 100 + (e * 13 + step * layer) % 50;
-      layers.push_back({{"layer", layer}, {"tokens_per_expert", load}, {"routing_entropy", 2.0 - 0.001 * step},
+      layers.push_back({{"layer", layer},
+                        {"tokens_per_expert", load},
+                        {"routing_entropy", 2.0 - 0.001 * step},
                         {"max_over_mean", 1.2}});
     }
-    Json r = {{"step", step},         {"loss", 5.0 / std::sqrt(step)}, {"lm_loss", 5.0 / std::sqrt(step)},
-              {"lr", 1e-3},          {"grad_norm", 1.0 / step},      {"balance_loss", 2.01},
-              {"z_loss", 3.0},       {"tokens_per_s", 20000.0},      {"tokens", step * 1000},
-              {"elapsed_s", 0.1 * step}, {"moe_layers", layers}};
+    Json r = {{"step", step},
+              {"loss", 5.0 / std::sqrt(step)},
+              {"lm_loss", 5.0 / std::sqrt(step)},
+              {"lr", 1e-3},
+              {"grad_norm", 1.0 / step},
+              {"balance_loss", 2.01},
+              {"z_loss", 3.0},
+              {"tokens_per_s", 20000.0},
+              {"tokens", step * 1000},
+              {"elapsed_s", 0.1 * step},
+              {"moe_layers", layers}};
     if (step % 10 == 0) r["val_loss"] = 5.2 / std::sqrt(step);
     if (step == 7) r["spike"] = {{"kind", "loss"}, {"z", 9.5}, {"action", "retry"}};
     d.records.push_back(r);
@@ -68,8 +77,7 @@ ReportData made_up_run(int64_t experts, int64_t steps) {
 
 void expect_a_whole_page(const std::string& html) {
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
-  for (const std::string& id : report_section_ids())
-    EXPECT_EQ(count(html, "<section id=\"" + id + "\">"), 1u) << id;
+  for (const std::string& id : report_section_ids()) EXPECT_EQ(count(html, "<section id=\"" + id + "\">"), 1u) << id;
   EXPECT_EQ(count(html, "<svg"), count(html, "</svg>"));
   EXPECT_EQ(count(html, "<section"), count(html, "</section>"));
   // Self-contained and static: no script, no reference to anything outside the file.
@@ -132,7 +140,7 @@ TEST(SvgChart, LineChartDrawsSeriesLevelsAndLogScale) {
   chart.series = {{"a", "#000", {1, 2, 3}, {3, 2, 1}}, {"b", "#111", {1, 3}, {2.5, 1.5}, ChartSeries::Style::Points}};
   chart.levels = {{1.7, "level", "#777"}};
   const std::string svg = svg_line_chart(chart);
-  EXPECT_EQ(count(svg, "<path"), 2u);  // a's line and b's, joining its points
+  EXPECT_EQ(count(svg, "<path"), 2u);         // a's line and b's, joining its points
   EXPECT_EQ(count(svg, "<circle"), 2u + 1u);  // b's points and its legend swatch
   EXPECT_NE(svg.find(">training step<"), std::string::npos);
   EXPECT_NE(svg.find(">level<"), std::string::npos);

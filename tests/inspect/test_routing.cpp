@@ -48,7 +48,8 @@ TEST(RoutingTrace, AgreesWithTheForwardsOwnStatistics) {
         chosen.insert(t.experts[static_cast<size_t>(n * t.top_k + j)]);
         sum += t.weights[static_cast<size_t>(n * t.top_k + j)];
         if (j > 0) {
-          EXPECT_LE(t.weights[static_cast<size_t>(n * t.top_k + j)], t.weights[static_cast<size_t>(n * t.top_k + j - 1)]);
+          EXPECT_LE(t.weights[static_cast<size_t>(n * t.top_k + j)],
+                    t.weights[static_cast<size_t>(n * t.top_k + j - 1)]);
         }
       }
       EXPECT_EQ(static_cast<int64_t>(chosen.size()), t.top_k);
@@ -125,7 +126,8 @@ TEST(Specialisation, FiguresOfTheEmbeddedDomains) {
     for (int64_t i = 0; i < E; ++i) {
       diagonal += s.coactivation[static_cast<size_t>(i * E + i)];
       for (int64_t j = 0; j < E; ++j)
-        EXPECT_DOUBLE_EQ(s.coactivation[static_cast<size_t>(i * E + j)], s.coactivation[static_cast<size_t>(j * E + i)]);
+        EXPECT_DOUBLE_EQ(s.coactivation[static_cast<size_t>(i * E + j)],
+                         s.coactivation[static_cast<size_t>(j * E + i)]);
     }
     EXPECT_NEAR(diagonal, static_cast<double>(k), 1e-12);
   }

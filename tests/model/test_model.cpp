@@ -33,7 +33,7 @@ TEST(LingConfig, RealModelParameterCountsMatchTheReport) {
 }
 
 TEST(LingConfig, CountMatchesTheBuiltModel) {
-  for (const std::string& name : {"tiny", "moe-s"}) {
+  for (const char* name : {"tiny", "moe-s"}) {
     LingForCausalLM model(preset_config(name), 1);
     EXPECT_EQ(model.parameter_count(), count_parameters(model.config()).total) << name;
   }
