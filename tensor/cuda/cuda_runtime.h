@@ -60,6 +60,10 @@ inline void check_cublas(cublasStatus_t status, const char* call, const char* fi
 
 }  // namespace lt::cuda
 
+// LT_CUDA_LAUNCH(grid, block, kernel)(args...) is kernel<<<grid, block>>>(args...); written this way, a
+// launch also compiles as plain C++ for the CPU emulation of the kernels (tensor/cuda/emulation.h).
+#define LT_CUDA_LAUNCH(grid, block, ...) __VA_ARGS__<<<(grid), (block)>>>
+
 // LT_CUDA_CHECK(cudaMalloc(&p, n)): throws lt::Error naming the call, file, line and CUDA's message.
 #define LT_CUDA_CHECK(call) ::lt::cuda::check_cuda((call), #call, __FILE__, __LINE__)
 #define LT_CUBLAS_CHECK(call) ::lt::cuda::check_cublas((call), #call, __FILE__, __LINE__)

@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <cstring>
 
+#ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
 #include "tensor/cuda/cuda_runtime.h"
+#endif
 #include "tensor/cuda/kernels.h"
 #include "tensor/dtype_switch.h"
 
-namespace lt::cuda {
+namespace lt::LT_CUDA_NAMESPACE {
 namespace {
 
 constexpr int kThreadsPerBlock = 256;
@@ -48,8 +50,8 @@ template <class Op, class T>
 void launch_binary(const T* a, const T* b, T* out, int64_t n, int64_t inner) {
   if (n == 0) return;
   // Same shapes (the common case) skip the 64-bit modulo, which costs more than the load it indexes.
-  if (inner == n) binary_kernel<Op, false><<<blocks_for(n), kThreadsPerBlock>>>(a, b, out, n, inner);
-  else binary_kernel<Op, true><<<blocks_for(n), kThreadsPerBlock>>>(a, b, out, n, inner);
+  if (inner == n) LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, binary_kernel<Op, false>)(a, b, out, n, inner);
+  else LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, binary_kernel<Op, true>)(a, b, out, n, inner);
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -71,14 +73,14 @@ __global__ void fill_kernel(Word* data, int64_t n, Word value) {
 
 template <class Word>
 void launch_fill_words(void* data, int64_t n, uint64_t bits) {
-  fill_kernel<<<blocks_for(n), kThreadsPerBlock>>>(static_cast<Word*>(data), n, static_cast<Word>(bits));
+  LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, fill_kernel)(static_cast<Word*>(data), n, static_cast<Word>(bits));
 }
 
 template <class T>
 void launch_axpby(T alpha, const T* x, T beta, T* y, int64_t n) {
   if (n == 0) return;
-  if (beta == T(0)) axpby_kernel<false><<<blocks_for(n), kThreadsPerBlock>>>(alpha, x, beta, y, n);
-  else axpby_kernel<true><<<blocks_for(n), kThreadsPerBlock>>>(alpha, x, beta, y, n);
+  if (beta == T(0)) LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, axpby_kernel<false>)(alpha, x, beta, y, n);
+  else LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, axpby_kernel<true>)(alpha, x, beta, y, n);
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -150,4 +152,4 @@ void fill(Tensor& t, double value) {
   launch_fill(t.raw_data(), t.numel(), dtype_size(t.dtype()), element_bits(t.dtype(), value));
 }
 
-}  // namespace lt::cuda
+}  // namespace lt::LT_CUDA_NAMESPACE

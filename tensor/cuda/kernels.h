@@ -9,14 +9,21 @@
 //
 // Adding a CUDA kernel: one .cu file (its device code and the Tensor-level function that launches it),
 // the function's declaration here, the CUDA branch in its front door, and one entry in cuda_cases() of
-// tests/cuda/test_cuda.cpp, which compares it with the CPU kernel.
+// tests/cuda/test_cuda.cpp, which compares it with the CPU kernel on a GPU. Launched through
+// LT_CUDA_LAUNCH and without cuBLAS, the kernel also runs on the CPU through tensor/cuda/emulation.h:
+// its .cu file goes into tests/cuda/test_cuda_emulation.cpp, which compares it with the CPU kernel here.
 #pragma once
 #include <cstdint>
 
 #include "tensor/kernel_types.h"
 #include "tensor/tensor.h"
 
-namespace lt::cuda {
+// lt::cuda, or lt::cuda_emulated when a test compiles a .cu file as plain C++ (tensor/cuda/emulation.h).
+#ifndef LT_CUDA_NAMESPACE
+#define LT_CUDA_NAMESPACE cuda
+#endif
+
+namespace lt::LT_CUDA_NAMESPACE {
 
 using kernels::BinaryOp;
 
@@ -32,4 +39,4 @@ void fill(Tensor& t, double value);
 // c = alpha * op(a) @ op(b) + beta * c with the contract of kernels::matmul, f32 or f64, via cuBLAS.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta);
 
-}  // namespace lt::cuda
+}  // namespace lt::LT_CUDA_NAMESPACE

@@ -1,0 +1,149 @@
+// The hand-written CUDA kernels run on the CPU through tensor/cuda/emulation.h, on every machine: each
+// kernel file is compiled here as plain C++ (its kernels and launchers in lt::cuda_emulated) and its
+// results on odd sizes, partial blocks and grid-stride loops are compared with the CPU kernels'. A first
+// group checks the emulation itself: the built-in variables, __shared__ memory, __syncthreads and warp
+// shuffles behave as CUDA defines them. cuBLAS (gemm.cu) is not emulated: tests/cuda/test_cuda.cpp
+// checks it where a GPU exists.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "tensor/kernels.h"
+#include "tests/test_util.h"
+
+// clang-format off: the emulation must come before the kernel files it turns into C++.
+#define LINGTRAIN_CUDA_EMULATION 1
+#include "tensor/cuda/emulation.h"
+#include "tensor/cuda/elementwise.cu"
+// clang-format on
+
+namespace lt {
+namespace {
+
+// ---- the emulation itself ----------------------------------------------------------------------
+
+// Every thread writes its global index; with 2-D blocks, the x index varies fastest.
+__global__ void write_indices(int64_t* out, int64_t n) {
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = i;
+}
+
+TEST(CudaEmulation, EveryThreadOfEveryBlockRunsOnceWithItsOwnIndices) {
+  std::vector<int64_t> out(101, -1);
+  // 4 blocks of 8 x 4 threads = 128 threads for 101 elements: the last block is partial.
+  LT_CUDA_LAUNCH(dim3(4), dim3(8, 4), write_indices)(out.data(), int64_t{101});
+  for (int64_t i = 0; i < 101; ++i) EXPECT_EQ(out[static_cast<size_t>(i)], i);
+}
+
+// A block sum the way CUDA code writes it: a __shared__ tile, __syncthreads between the halving steps,
+// then the last warp reduced with shuffles. Each block writes its partial sum.
+constexpr int kReduceThreads = 128;
+__global__ void block_sums(const float* x, float* partial, int64_t n) {
+  __shared__ float tile[kReduceThreads];
+  const int t = static_cast<int>(threadIdx.x);
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + t;
+  tile[t] = i < n ? x[i] : 0.0f;
+  __syncthreads();
+  for (int half = kReduceThreads / 2; half >= 32; half /= 2) {
+    if (t < half) tile[t] += tile[t + half];
+    __syncthreads();
+  }
+  if (t < 32) {
+    float v = tile[t];
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, static_cast<unsigned>(offset));
+    if (t == 0) partial[blockIdx.x] = v;
+  }
+}
+
+TEST(CudaEmulation, SharedMemoryBarriersAndShufflesReduceABlock) {
+  const int64_t n = 300;  // 3 blocks, the last one 44 elements long
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i % 17) - 8.0f;
+  std::vector<float> partial(3, NAN);
+  LT_CUDA_LAUNCH(dim3(3), dim3(kReduceThreads), block_sums)(x.data(), partial.data(), n);
+  for (int b = 0; b < 3; ++b) {
+    float expected = 0;
+    for (int64_t i = b * kReduceThreads; i < std::min<int64_t>(n, (b + 1) * kReduceThreads); ++i)
+      expected += x[static_cast<size_t>(i)];
+    EXPECT_EQ(partial[static_cast<size_t>(b)], expected) << "block " << b;  // small integers: exact
+  }
+}
+
+__global__ void butterfly(const double* x, double* out) {
+  double v = x[threadIdx.x];
+  for (unsigned mask = 16; mask > 0; mask /= 2) v += __shfl_xor_sync(0xffffffffu, v, mask);
+  out[threadIdx.x] = v;
+}
+
+TEST(CudaEmulation, XorShufflesGiveEveryLaneTheWarpsSum) {
+  std::vector<double> x(64), out(64);
+  std::iota(x.begin(), x.end(), 1.0);
+  LT_CUDA_LAUNCH(dim3(1), dim3(64), butterfly)(x.data(), out.data());
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(out[static_cast<size_t>(i)], i < 32 ? 528.0 : 1552.0) << i;  // 1..32, 33..64
+}
+
+// ---- elementwise.cu ------------------------------------------------------------------------------
+
+// Sizes around the block (256 threads) and grid-stride boundaries.
+const std::vector<int64_t> kSizes = {1, 7, 255, 256, 257, 1000};
+
+TEST(CudaEmulation, BinaryMatchesTheCpuKernel) {
+  // [rows, cols] against b of the same shape or broadcast over the rows (b [cols]).
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {1, 7}, {3, 85}, {1, 256}, {257, 1}, {8, 125}};
+  for (DType dtype : {DType::F32, DType::F64})
+    for (const auto& [rows, cols] : shapes)
+      for (bool broadcast : {false, true}) {
+        const int64_t n = rows * cols, inner = broadcast ? cols : n;
+        const Tensor a = test::random_tensor({rows, cols}, 1 + static_cast<uint64_t>(n), dtype);
+        const Tensor b = broadcast ? test::random_tensor({cols}, 2 + static_cast<uint64_t>(n), dtype)
+                                   : test::random_tensor({rows, cols}, 2 + static_cast<uint64_t>(n), dtype);
+        for (kernels::BinaryOp op : {kernels::BinaryOp::Add, kernels::BinaryOp::Sub, kernels::BinaryOp::Mul}) {
+          Tensor expected = Tensor::empty({rows, cols}, dtype), emulated = Tensor::empty({rows, cols}, dtype);
+          switch (op) {
+            case kernels::BinaryOp::Add: kernels::add(a, b, expected); break;
+            case kernels::BinaryOp::Sub: kernels::sub(a, b, expected); break;
+            case kernels::BinaryOp::Mul: kernels::mul(a, b, expected); break;
+          }
+          cuda_emulated::binary(op, a, b, emulated, inner);
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + " [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                       (broadcast ? "] by a row" : "]"));
+          // One rounding per element on both devices: bit for bit.
+          EXPECT_EQ(std::memcmp(expected.raw_data(), emulated.raw_data(), expected.nbytes()), 0);
+        }
+      }
+}
+
+TEST(CudaEmulation, AxpbyMatchesTheCpuKernel) {
+  for (DType dtype : {DType::F32, DType::F64})
+    for (int64_t n : kSizes) {
+      const Tensor x = test::random_tensor({n}, 3 + static_cast<uint64_t>(n), dtype);
+      const Tensor y = test::random_tensor({n}, 4 + static_cast<uint64_t>(n), dtype);
+      // axpy (beta 1: read y) and scale (beta 0: y only written).
+      Tensor expected = y.clone(), emulated = y.clone();
+      kernels::axpy(-0.75, x, expected);
+      cuda_emulated::axpby(-0.75, x, 1.0, emulated);
+      EXPECT_EQ(std::memcmp(expected.raw_data(), emulated.raw_data(), expected.nbytes()), 0) << "axpy, n " << n;
+      Tensor scaled = Tensor::empty({n}, dtype), emulated_scaled = Tensor::full({n}, NAN, dtype);
+      kernels::scale(x, 1.5, scaled);
+      cuda_emulated::axpby(1.5, x, 0.0, emulated_scaled);  // NaN in y must not leak through beta 0
+      EXPECT_EQ(std::memcmp(scaled.raw_data(), emulated_scaled.raw_data(), scaled.nbytes()), 0) << "scale, n " << n;
+    }
+}
+
+TEST(CudaEmulation, FillMatchesTheCpuFill) {
+  for (DType dtype : {DType::F32, DType::F64, DType::BF16, DType::I32, DType::I64})
+    for (int64_t n : {int64_t{7}, int64_t{257}, int64_t{1000}})
+      for (double value : {0.0, -0.0, 1.0 / 3.0}) {
+        Tensor expected = Tensor::empty({n}, dtype), emulated = Tensor::full({n}, 5.0, dtype);
+        expected.fill_(value);
+        cuda_emulated::fill(emulated, value);
+        EXPECT_EQ(std::memcmp(expected.raw_data(), emulated.raw_data(), expected.nbytes()), 0)
+            << dtype_name(dtype) << " n " << n << " value " << value;
+      }
+}
+
+}  // namespace
+}  // namespace lt
