@@ -10,22 +10,12 @@
 #ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
 #include "tensor/cuda/cuda_runtime.h"
 #endif
+#include "tensor/cuda/grid.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/dtype_switch.h"
 
 namespace lt::LT_CUDA_NAMESPACE {
 namespace {
-
-constexpr int kThreadsPerBlock = 256;
-// Enough blocks to fill the largest GPUs many times over; beyond this, threads loop instead.
-constexpr int64_t kMaxBlocks = 8192;
-
-int blocks_for(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreadsPerBlock - 1) / kThreadsPerBlock, kMaxBlocks));
-}
-
-__device__ int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 struct Add {
   template <class T>

@@ -36,6 +36,12 @@ void axpby(double alpha, const Tensor& x, double beta, Tensor& y);
 // Every element of t = value converted to t's dtype (any dtype; bf16 rounds to nearest even).
 void fill(Tensor& t, double value);
 
+// SiLU and SwiGLU (silu(gate) * up), forward and backward, f32 or f64 (activation.cu).
+void silu(const Tensor& x, Tensor& y);
+void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
+void swiglu(const Tensor& gate, const Tensor& up, Tensor& y);
+void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup);
+
 // c = alpha * op(a) @ op(b) + beta * c with the contract of kernels::matmul, f32 or f64, via cuBLAS.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta);
 

@@ -6,7 +6,9 @@ namespace lt::kernels {
 void silu(const Tensor& x, Tensor& y) {
   check_float(x, "silu", "x");
   check_same(y, x, "silu", "y");
-  require_cpu(x, "silu");
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return cuda::silu(x, y);
+  }
   cpu::silu(x, y);
 }
 
@@ -14,7 +16,9 @@ void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   check_float(x, "silu_backward", "x");
   check_same(dy, x, "silu_backward", "dy");
   check_same(dx, x, "silu_backward", "dx");
-  require_cpu(x, "silu_backward");
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return cuda::silu_backward(x, dy, dx);
+  }
   cpu::silu_backward(x, dy, dx);
 }
 
@@ -22,7 +26,9 @@ void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
   check_float(gate, "swiglu", "gate");
   check_same(up, gate, "swiglu", "up");
   check_same(y, gate, "swiglu", "y");
-  require_cpu(gate, "swiglu");
+  if constexpr (kCudaBackend) {
+    if (!gate.is_cpu()) return cuda::swiglu(gate, up, y);
+  }
   cpu::swiglu(gate, up, y);
 }
 
@@ -32,7 +38,9 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Ten
   check_same(dy, gate, "swiglu_backward", "dy");
   check_same(dgate, gate, "swiglu_backward", "dgate");
   check_same(dup, gate, "swiglu_backward", "dup");
-  require_cpu(gate, "swiglu_backward");
+  if constexpr (kCudaBackend) {
+    if (!gate.is_cpu()) return cuda::swiglu_backward(gate, up, dy, dgate, dup);
+  }
   cpu::swiglu_backward(gate, up, dy, dgate, dup);
 }
 

@@ -173,6 +173,30 @@ OpCase axpy_case(DType dtype, double tolerance) {
           }};
 }
 
+// SiLU and SwiGLU, forward and backward, over inputs wide enough (x 6) to saturate the sigmoid.
+OpCase activation_case(DType dtype, double tolerance) {
+  return {"silu swiglu", dtype_name(dtype), tolerance, [dtype](Device device) {
+            Outputs outputs;
+            for (const Shape& shape : kVectorShapes) {
+              const Tensor x = input(shape, 10, dtype, device), up = input(shape, 11, dtype, device);
+              const Tensor dy = input(shape, 12, dtype, device);
+              Tensor gate = Tensor::empty(shape, dtype, device);
+              kernels::scale(x, 6.0, gate);
+              Tensor y = Tensor::empty(shape, dtype, device), dx = Tensor::empty(shape, dtype, device);
+              Tensor glu = Tensor::empty(shape, dtype, device), dgate = Tensor::empty(shape, dtype, device);
+              Tensor dup = Tensor::empty(shape, dtype, device);
+              kernels::silu(gate, y);
+              kernels::silu_backward(gate, dy, dx);
+              kernels::swiglu(gate, up, glu);
+              kernels::swiglu_backward(gate, up, dy, dgate, dup);
+              for (const auto& [what, out] : std::vector<std::pair<std::string, Tensor>>{
+                       {"silu", y}, {"silu dx", dx}, {"swiglu", glu}, {"swiglu dgate", dgate}, {"swiglu dup", dup}})
+                outputs.push_back({what + " " + shape_str(shape), out});
+            }
+            return outputs;
+          }};
+}
+
 // Tensor::fill_ (and so zeros and full) in every dtype, over a tensor that held something else.
 OpCase fill_case(DType dtype) {
   return {"fill", dtype_name(dtype), 0.0, [dtype](Device device) {
@@ -229,6 +253,7 @@ std::vector<OpCase> cuda_cases() {
     cases.push_back(binary_case("mul", kernels::mul, dtype));
     cases.push_back(scale_case(dtype, f32 ? 1e-6 : 1e-14));
     cases.push_back(axpy_case(dtype, f32 ? 1e-6 : 1e-14));
+    cases.push_back(activation_case(dtype, f32 ? 1e-6 : 1e-14));
     for (const GemmShape& shape : std::vector<GemmShape>{
              {"plain", 0, 13, 17, 19, false},
              {"one element", 0, 1, 1, 1, false},
@@ -347,12 +372,13 @@ TEST_F(CudaDevice, OperandsOnDifferentDevicesAreAnError) {
 
 TEST_F(CudaDevice, AnOpWithoutACudaKernelIsOneClearError) {
   const Tensor x = random_tensor({2, 3}, 13).to(gpu());
-  Tensor y = Tensor::empty_like(x);
+  const Tensor w = random_tensor({3}, 14).to(gpu());
+  Tensor y = Tensor::empty_like(x), rstd = Tensor::empty({2}, DType::F32, gpu());
   try {
-    kernels::silu(x, y);
-    ADD_FAILURE() << "silu ran on " << x.str() << " without a CUDA kernel";
+    kernels::rmsnorm(x, w, 1e-6, y, rstd);
+    ADD_FAILURE() << "rmsnorm ran on " << x.str() << " without a CUDA kernel";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "silu: no CUDA kernel yet for " + x.str());
+    EXPECT_EQ(std::string(e.what()), "rmsnorm: no CUDA kernel yet for " + x.str());
   }
 }
 

@@ -17,6 +17,7 @@
 // clang-format off: the emulation must come before the kernel files it turns into C++.
 #define LINGTRAIN_CUDA_EMULATION 1
 #include "tensor/cuda/emulation.h"
+#include "tensor/cuda/activation.cu"
 #include "tensor/cuda/elementwise.cu"
 // clang-format on
 
@@ -143,6 +144,40 @@ TEST(CudaEmulation, FillMatchesTheCpuFill) {
         EXPECT_EQ(std::memcmp(expected.raw_data(), emulated.raw_data(), expected.nbytes()), 0)
             << dtype_name(dtype) << " n " << n << " value " << value;
       }
+}
+
+// ---- activation.cu -------------------------------------------------------------------------------
+
+TEST(CudaEmulation, ActivationsMatchTheCpuKernels) {
+  for (DType dtype : {DType::F32, DType::F64})
+    for (int64_t n : kSizes) {
+      const double tolerance = dtype == DType::F32 ? 1e-6 : 1e-14;  // the exponentials may differ in the last bit
+      Tensor gate = Tensor::empty({n}, dtype);
+      kernels::scale(test::random_tensor({n}, 5 + static_cast<uint64_t>(n), dtype), 6.0, gate);  // saturating too
+      const Tensor up = test::random_tensor({n}, 6 + static_cast<uint64_t>(n), dtype);
+      const Tensor dy = test::random_tensor({n}, 7 + static_cast<uint64_t>(n), dtype);
+      auto fresh = [&]() { return Tensor::full({n}, NAN, dtype); };
+      Tensor y = fresh(), y_emulated = fresh(), dx = fresh(), dx_emulated = fresh();
+      Tensor glu = fresh(), glu_emulated = fresh(), dgate = fresh(), dgate_emulated = fresh();
+      Tensor dup = fresh(), dup_emulated = fresh();
+      kernels::silu(gate, y);
+      cuda_emulated::silu(gate, y_emulated);
+      kernels::silu_backward(gate, dy, dx);
+      cuda_emulated::silu_backward(gate, dy, dx_emulated);
+      kernels::swiglu(gate, up, glu);
+      cuda_emulated::swiglu(gate, up, glu_emulated);
+      kernels::swiglu_backward(gate, up, dy, dgate, dup);
+      cuda_emulated::swiglu_backward(gate, up, dy, dgate_emulated, dup_emulated);
+      const std::string where = std::string(dtype_name(dtype)) + " n " + std::to_string(n);
+      auto values = [](const Tensor& t) { return t.to(DType::F64).to_vector<double>(); };
+      test::expect_close(values(y_emulated), values(y), tolerance, tolerance, "silu " + where);
+      test::expect_close(values(dx_emulated), values(dx), tolerance, tolerance, "silu dx " + where);
+      test::expect_close(values(glu_emulated), values(glu), tolerance, tolerance, "swiglu " + where);
+      test::expect_close(values(dgate_emulated), values(dgate), tolerance, tolerance,
+                         "swiglu dgate " + where);
+      test::expect_close(values(dup_emulated), values(dup), tolerance, tolerance,
+                         "swiglu dup " + where);
+    }
 }
 
 }  // namespace

@@ -1,0 +1,101 @@
+// Activation CUDA kernels: SiLU and SwiGLU, forward and backward. One thread per element in a
+// grid-stride loop (tensor/cuda/grid.h); nothing is reduced, so results are deterministic.
+//
+// The arithmetic is the CPU kernels' (tensor/cpu/activation.cc), in __host__ __device__ functions: the
+// sigmoid comes from e = exp(-|x|), which lies in (0, 1], so a large |x| saturates to 0 or 1 instead of
+// computing inf / inf. The exponentials of the two devices may differ in the last bit.
+#include <cstdint>
+
+#ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
+#include "tensor/cuda/cuda_runtime.h"
+#endif
+#include "tensor/cuda/grid.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/dtype_switch.h"
+
+namespace lt::LT_CUDA_NAMESPACE {
+namespace {
+
+// expf for f32 and exp for f64, named so that neither device promotes a float to double.
+__host__ __device__ inline float exponential(float x) { return expf(x); }
+__host__ __device__ inline double exponential(double x) { return exp(x); }
+
+template <class T>
+__host__ __device__ inline T sigmoid(T x) {
+  const T e = exponential(x < T(0) ? x : -x);  // exp(-|x|)
+  return (x >= T(0) ? T(1) : e) / (T(1) + e);
+}
+
+// d silu(x) / dx = s + x s (1 - s) = s (x (1 - s) + 1), s = sigmoid(x).
+template <class T>
+__host__ __device__ inline T silu_derivative(T x, T s) {
+  return s * (x * (T(1) - s) + T(1));
+}
+
+template <class T>
+__global__ void silu_kernel(const T* x, T* y, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = x[i] * sigmoid(x[i]);
+}
+
+template <class T>
+__global__ void silu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) dx[i] = dy[i] * silu_derivative(x[i], sigmoid(x[i]));
+}
+
+template <class T>
+__global__ void swiglu_kernel(const T* gate, const T* up, T* y, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = gate[i] * sigmoid(gate[i]) * up[i];
+}
+
+// y = silu(g) u: dgate = dy u silu'(g), dup = dy silu(g).
+template <class T>
+__global__ void swiglu_backward_kernel(const T* gate, const T* up, const T* dy, T* dgate, T* dup, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const T s = sigmoid(gate[i]);
+    dgate[i] = dy[i] * up[i] * silu_derivative(gate[i], s);
+    dup[i] = dy[i] * (gate[i] * s);
+  }
+}
+
+}  // namespace
+
+void silu(const Tensor& x, Tensor& y) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const DeviceGuard guard(x.device().index);
+  LT_FLOAT_SWITCH(x.dtype(), T,
+                  LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, silu_kernel<T>)(x.data<T>(), y.data<T>(), n));
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const DeviceGuard guard(x.device().index);
+  LT_FLOAT_SWITCH(x.dtype(), T,
+                  LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, silu_backward_kernel<T>)(x.data<T>(), dy.data<T>(),
+                                                                                          dx.data<T>(), n));
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
+  const int64_t n = gate.numel();
+  if (n == 0) return;
+  const DeviceGuard guard(gate.device().index);
+  LT_FLOAT_SWITCH(gate.dtype(), T,
+                  LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, swiglu_kernel<T>)(gate.data<T>(), up.data<T>(),
+                                                                                   y.data<T>(), n));
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup) {
+  const int64_t n = gate.numel();
+  if (n == 0) return;
+  const DeviceGuard guard(gate.device().index);
+  LT_FLOAT_SWITCH(gate.dtype(), T,
+                  LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, swiglu_backward_kernel<T>)(
+                      gate.data<T>(), up.data<T>(), dy.data<T>(), dgate.data<T>(), dup.data<T>(), n));
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace lt::LT_CUDA_NAMESPACE
