@@ -42,6 +42,10 @@ void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& y);
 void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup);
 
+// RMSNorm over the last dim C, forward and backward (dw accumulated into), f32 or f64 (norm.cu).
+void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
+void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw);
+
 // c = alpha * op(a) @ op(b) + beta * c with the contract of kernels::matmul, f32 or f64, via cuBLAS.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta);
 

@@ -10,7 +10,6 @@ Shape check_rmsnorm_operands(const Tensor& x, const Tensor& w, const char* op) {
   LT_CHECK(x.ndim() >= 1 && x.dim(-1) > 0, op, ": x must have a non-empty last dimension, got ", x.str());
   check_like(w, x, op, "w");
   check_shape(w, {x.dim(-1)}, op, "w");
-  require_cpu(x, op);
   return Shape(x.shape().begin(), x.shape().end() - 1);
 }
 
@@ -22,6 +21,9 @@ void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rs
   check_same(y, x, "rmsnorm", "y");
   check_like(rstd, x, "rmsnorm", "rstd");
   check_shape(rstd, lead, "rmsnorm", "rstd");
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return cuda::rmsnorm(x, w, eps, y, rstd);
+  }
   cpu::rmsnorm(x, w, eps, y, rstd);
 }
 
@@ -34,6 +36,9 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
   check_same(dx, x, "rmsnorm_backward", "dx");
   check_like(dw, x, "rmsnorm_backward", "dw");
   check_shape(dw, w.shape(), "rmsnorm_backward", "dw");
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return cuda::rmsnorm_backward(x, w, rstd, dy, dx, dw);
+  }
   cpu::rmsnorm_backward(x, w, rstd, dy, dx, dw);
 }
 

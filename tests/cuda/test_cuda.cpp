@@ -197,6 +197,27 @@ OpCase activation_case(DType dtype, double tolerance) {
           }};
 }
 
+// RMSNorm forward and backward over rows shorter and longer than a block (256), dw accumulated into.
+OpCase rmsnorm_case(DType dtype, double tolerance) {
+  return {"rmsnorm", dtype_name(dtype), tolerance, [dtype](Device device) {
+            Outputs outputs;
+            for (const Shape& shape : std::vector<Shape>{{1, 1}, {3, 7}, {2, 5, 300}, {17, 1000}}) {
+              const int64_t C = shape.back();
+              const Shape lead(shape.begin(), shape.end() - 1);
+              const Tensor x = input(shape, 13, dtype, device), w = input({C}, 14, dtype, device);
+              const Tensor dy = input(shape, 15, dtype, device);
+              Tensor y = Tensor::empty(shape, dtype, device), rstd = Tensor::empty(lead, dtype, device);
+              Tensor dx = Tensor::empty(shape, dtype, device), dw = input({C}, 16, dtype, device);
+              kernels::rmsnorm(x, w, 1e-6, y, rstd);
+              kernels::rmsnorm_backward(x, w, rstd, dy, dx, dw);
+              for (const auto& [what, out] :
+                   std::vector<std::pair<std::string, Tensor>>{{"y", y}, {"rstd", rstd}, {"dx", dx}, {"dw", dw}})
+                outputs.push_back({what + " " + shape_str(shape), out});
+            }
+            return outputs;
+          }};
+}
+
 // Tensor::fill_ (and so zeros and full) in every dtype, over a tensor that held something else.
 OpCase fill_case(DType dtype) {
   return {"fill", dtype_name(dtype), 0.0, [dtype](Device device) {
@@ -254,6 +275,7 @@ std::vector<OpCase> cuda_cases() {
     cases.push_back(scale_case(dtype, f32 ? 1e-6 : 1e-14));
     cases.push_back(axpy_case(dtype, f32 ? 1e-6 : 1e-14));
     cases.push_back(activation_case(dtype, f32 ? 1e-6 : 1e-14));
+    cases.push_back(rmsnorm_case(dtype, f32 ? 1e-5 : 1e-13));
     for (const GemmShape& shape : std::vector<GemmShape>{
              {"plain", 0, 13, 17, 19, false},
              {"one element", 0, 1, 1, 1, false},
@@ -372,13 +394,12 @@ TEST_F(CudaDevice, OperandsOnDifferentDevicesAreAnError) {
 
 TEST_F(CudaDevice, AnOpWithoutACudaKernelIsOneClearError) {
   const Tensor x = random_tensor({2, 3}, 13).to(gpu());
-  const Tensor w = random_tensor({3}, 14).to(gpu());
-  Tensor y = Tensor::empty_like(x), rstd = Tensor::empty({2}, DType::F32, gpu());
+  Tensor y = Tensor::empty_like(x);
   try {
-    kernels::rmsnorm(x, w, 1e-6, y, rstd);
-    ADD_FAILURE() << "rmsnorm ran on " << x.str() << " without a CUDA kernel";
+    kernels::softmax(x, y);
+    ADD_FAILURE() << "softmax ran on " << x.str() << " without a CUDA kernel";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "rmsnorm: no CUDA kernel yet for " + x.str());
+    EXPECT_EQ(std::string(e.what()), "softmax: no CUDA kernel yet for " + x.str());
   }
 }
 

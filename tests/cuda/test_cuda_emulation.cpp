@@ -19,6 +19,7 @@
 #include "tensor/cuda/emulation.h"
 #include "tensor/cuda/activation.cu"
 #include "tensor/cuda/elementwise.cu"
+#include "tensor/cuda/norm.cu"
 // clang-format on
 
 namespace lt {
@@ -177,6 +178,34 @@ TEST(CudaEmulation, ActivationsMatchTheCpuKernels) {
                          "swiglu dgate " + where);
       test::expect_close(values(dup_emulated), values(dup), tolerance, tolerance,
                          "swiglu dup " + where);
+    }
+}
+
+// ---- norm.cu -------------------------------------------------------------------------------------
+
+// Rows shorter and longer than the 256-thread block, one row and many: the block's shared-memory sum
+// and the column loop of dw. Sums run in another order than the CPU's, so values agree to rounding.
+TEST(CudaEmulation, RmsNormMatchesTheCpuKernel) {
+  for (DType dtype : {DType::F32, DType::F64})
+    for (const Shape& shape : std::vector<Shape>{{1, 1}, {3, 7}, {2, 5, 300}, {9, 1000}}) {
+      const double tolerance = dtype == DType::F32 ? 1e-5 : 1e-13;
+      const int64_t C = shape.back();
+      const Shape lead(shape.begin(), shape.end() - 1);
+      const Tensor x = test::random_tensor(shape, 21, dtype), w = test::random_tensor({C}, 22, dtype);
+      const Tensor dy = test::random_tensor(shape, 23, dtype), dw0 = test::random_tensor({C}, 24, dtype);
+      Tensor y = Tensor::empty(shape, dtype), rstd = Tensor::empty(lead, dtype), dx = Tensor::empty(shape, dtype);
+      Tensor y_e = Tensor::empty(shape, dtype), rstd_e = Tensor::empty(lead, dtype), dx_e = Tensor::empty(shape, dtype);
+      Tensor dw = dw0.clone(), dw_e = dw0.clone();  // accumulated into
+      kernels::rmsnorm(x, w, 1e-6, y, rstd);
+      cuda_emulated::rmsnorm(x, w, 1e-6, y_e, rstd_e);
+      kernels::rmsnorm_backward(x, w, rstd, dy, dx, dw);
+      cuda_emulated::rmsnorm_backward(x, w, rstd, dy, dx_e, dw_e);
+      auto values = [](const Tensor& t) { return t.to(DType::F64).to_vector<double>(); };
+      const std::string where = std::string(dtype_name(dtype)) + " " + Tensor::empty(shape).str();
+      test::expect_close(values(y_e), values(y), tolerance, tolerance, "y " + where);
+      test::expect_close(values(rstd_e), values(rstd), tolerance, tolerance, "rstd " + where);
+      test::expect_close(values(dx_e), values(dx), tolerance, tolerance, "dx " + where);
+      test::expect_close(values(dw_e), values(dw), tolerance, tolerance, "dw " + where);
     }
 }
 

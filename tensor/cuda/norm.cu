@@ -1,0 +1,106 @@
+// RMSNorm CUDA kernels, forward and backward, with the CPU kernels' numerics (tensor/cpu/norm.cc): the
+// row statistics (sum of squares; the backward's dot product) accumulate in f64 whatever the dtype, and
+// x * rstd is formed before the weight multiplies it.
+//
+// One block per row (a grid-stride loop over rows): its threads stride over the row's columns, then
+// add their partial sums in a tree in shared memory, in an order fixed by the thread index. dw, a sum
+// over all rows, is one thread per column adding the rows in order. Nothing uses atomics, so every
+// output has the same bits run after run.
+#include <cstdint>
+
+#ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
+#include "tensor/cuda/cuda_runtime.h"
+#endif
+#include "tensor/cuda/grid.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/dtype_switch.h"
+
+namespace lt::LT_CUDA_NAMESPACE {
+namespace {
+
+constexpr int kNormThreads = 256;  // the block size of the row kernels (block_sum's tile)
+
+// The sum of every thread's `v` over the block, returned to all of them.
+__device__ inline double block_sum(double v) {
+  __shared__ double partial[kNormThreads];
+  const int t = static_cast<int>(threadIdx.x);
+  partial[t] = v;
+  __syncthreads();
+  for (int half = kNormThreads / 2; half > 0; half /= 2) {
+    if (t < half) partial[t] += partial[t + half];
+    __syncthreads();
+  }
+  const double total = partial[0];
+  __syncthreads();  // every thread has read the total before a next call writes the tile
+  return total;
+}
+
+template <class T>
+__global__ void rmsnorm_kernel(const T* x_NC, const T* w_C, double eps, T* y_NC, T* rstd_N, int64_t N, int64_t C) {
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const T* x = x_NC + n * C;
+    double squares = 0;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) squares += static_cast<double>(x[j]) * static_cast<double>(x[j]);
+    const T r = static_cast<T>(1.0 / sqrt(block_sum(squares) / static_cast<double>(C) + eps));
+    if (threadIdx.x == 0) rstd_N[n] = r;
+    T* y = y_NC + n * C;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) y[j] = (x[j] * r) * w_C[j];
+  }
+}
+
+// dx = rstd g - x rstd^3 mean(g x), g = w dy.
+template <class T>
+__global__ void rmsnorm_dx_kernel(const T* x_NC, const T* w_C, const T* rstd_N, const T* dy_NC, T* dx_NC, int64_t N,
+                                  int64_t C) {
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const T* x = x_NC + n * C;
+    const T* dy = dy_NC + n * C;
+    double dot = 0;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+      dot += static_cast<double>(w_C[j]) * static_cast<double>(dy[j]) * static_cast<double>(x[j]);
+    const double r = static_cast<double>(rstd_N[n]);
+    const double mean_gx = block_sum(dot) / static_cast<double>(C);
+    const T rt = static_cast<T>(r), coef = static_cast<T>(r * r * r * mean_gx);
+    T* dx = dx_NC + n * C;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) dx[j] = rt * (w_C[j] * dy[j]) - coef * x[j];
+  }
+}
+
+// dw += sum over rows of dy (x rstd): one thread per column, rows in order.
+template <class T>
+__global__ void rmsnorm_dw_kernel(const T* x_NC, const T* rstd_N, const T* dy_NC, T* dw_C, int64_t N, int64_t C) {
+  for (int64_t j = first_index(); j < C; j += grid_stride()) {
+    T total = 0;
+    for (int64_t n = 0; n < N; ++n) total += dy_NC[n * C + j] * (x_NC[n * C + j] * rstd_N[n]);
+    dw_C[j] += total;
+  }
+}
+
+int row_blocks(int64_t rows) { return static_cast<int>(std::min<int64_t>(rows, kMaxBlocks)); }
+
+}  // namespace
+
+void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) {
+  const int64_t C = x.dim(-1), N = x.numel() / C;
+  if (N == 0) return;
+  const DeviceGuard guard(x.device().index);
+  LT_FLOAT_SWITCH(x.dtype(), T,
+                  LT_CUDA_LAUNCH(row_blocks(N), kNormThreads, rmsnorm_kernel<T>)(x.data<T>(), w.data<T>(), eps,
+                                                                                 y.data<T>(), rstd.data<T>(), N, C));
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw) {
+  const int64_t C = x.dim(-1), N = x.numel() / C;
+  if (N == 0) return;
+  const DeviceGuard guard(x.device().index);
+  LT_FLOAT_SWITCH(x.dtype(), T, {
+    LT_CUDA_LAUNCH(row_blocks(N), kNormThreads, rmsnorm_dx_kernel<T>)(x.data<T>(), w.data<T>(), rstd.data<T>(),
+                                                                      dy.data<T>(), dx.data<T>(), N, C);
+    LT_CUDA_LAUNCH(blocks_for(C), kThreadsPerBlock, rmsnorm_dw_kernel<T>)(x.data<T>(), rstd.data<T>(), dy.data<T>(),
+                                                                          dw.data<T>(), N, C);
+  });
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace lt::LT_CUDA_NAMESPACE
