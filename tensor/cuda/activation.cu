@@ -9,16 +9,13 @@
 #ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
 #include "tensor/cuda/cuda_runtime.h"
 #endif
+#include "tensor/cuda/device_math.h"
 #include "tensor/cuda/grid.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/dtype_switch.h"
 
 namespace lt::LT_CUDA_NAMESPACE {
 namespace {
-
-// expf for f32 and exp for f64, named so that neither device promotes a float to double.
-__host__ __device__ inline float exponential(float x) { return expf(x); }
-__host__ __device__ inline double exponential(double x) { return exp(x); }
 
 template <class T>
 __host__ __device__ inline T sigmoid(T x) {

@@ -16,6 +16,9 @@ inline int blocks_for(int64_t n) {
   return static_cast<int>(std::min<int64_t>((n + kThreadsPerBlock - 1) / kThreadsPerBlock, kMaxBlocks));
 }
 
+// Row kernels: one block per row, up to the cap (blocks then loop over rows).
+inline int row_blocks(int64_t rows) { return static_cast<int>(std::min<int64_t>(rows, kMaxBlocks)); }
+
 __device__ inline int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ inline int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 

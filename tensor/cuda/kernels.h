@@ -46,6 +46,12 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Ten
 void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
 void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw);
 
+// Softmax and log-softmax over the last dimension, forward and backward, f32 or f64 (softmax.cu).
+void softmax(const Tensor& x, Tensor& y);
+void log_softmax(const Tensor& x, Tensor& y);
+void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
+void log_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
+
 // c = alpha * op(a) @ op(b) + beta * c with the contract of kernels::matmul, f32 or f64, via cuBLAS.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta);
 

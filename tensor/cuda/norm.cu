@@ -3,37 +3,21 @@
 // x * rstd is formed before the weight multiplies it.
 //
 // One block per row (a grid-stride loop over rows): its threads stride over the row's columns, then
-// add their partial sums in a tree in shared memory, in an order fixed by the thread index. dw, a sum
-// over all rows, is one thread per column adding the rows in order. Nothing uses atomics, so every
-// output has the same bits run after run.
+// add their partial sums with block_sum (tensor/cuda/block_reduce.h). dw, a sum over all rows, is one
+// thread per column adding the rows in order. Nothing uses atomics, so every output has the same bits
+// run after run.
 #include <cstdint>
 
 #ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
 #include "tensor/cuda/cuda_runtime.h"
 #endif
+#include "tensor/cuda/block_reduce.h"
 #include "tensor/cuda/grid.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/dtype_switch.h"
 
 namespace lt::LT_CUDA_NAMESPACE {
 namespace {
-
-constexpr int kNormThreads = 256;  // the block size of the row kernels (block_sum's tile)
-
-// The sum of every thread's `v` over the block, returned to all of them.
-__device__ inline double block_sum(double v) {
-  __shared__ double partial[kNormThreads];
-  const int t = static_cast<int>(threadIdx.x);
-  partial[t] = v;
-  __syncthreads();
-  for (int half = kNormThreads / 2; half > 0; half /= 2) {
-    if (t < half) partial[t] += partial[t + half];
-    __syncthreads();
-  }
-  const double total = partial[0];
-  __syncthreads();  // every thread has read the total before a next call writes the tile
-  return total;
-}
 
 template <class T>
 __global__ void rmsnorm_kernel(const T* x_NC, const T* w_C, double eps, T* y_NC, T* rstd_N, int64_t N, int64_t C) {
@@ -76,8 +60,6 @@ __global__ void rmsnorm_dw_kernel(const T* x_NC, const T* rstd_N, const T* dy_NC
   }
 }
 
-int row_blocks(int64_t rows) { return static_cast<int>(std::min<int64_t>(rows, kMaxBlocks)); }
-
 }  // namespace
 
 void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) {
@@ -85,7 +67,7 @@ void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rs
   if (N == 0) return;
   const DeviceGuard guard(x.device().index);
   LT_FLOAT_SWITCH(x.dtype(), T,
-                  LT_CUDA_LAUNCH(row_blocks(N), kNormThreads, rmsnorm_kernel<T>)(x.data<T>(), w.data<T>(), eps,
+                  LT_CUDA_LAUNCH(row_blocks(N), kRowThreads, rmsnorm_kernel<T>)(x.data<T>(), w.data<T>(), eps,
                                                                                  y.data<T>(), rstd.data<T>(), N, C));
   LT_CUDA_CHECK(cudaGetLastError());
 }
@@ -95,7 +77,7 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
   if (N == 0) return;
   const DeviceGuard guard(x.device().index);
   LT_FLOAT_SWITCH(x.dtype(), T, {
-    LT_CUDA_LAUNCH(row_blocks(N), kNormThreads, rmsnorm_dx_kernel<T>)(x.data<T>(), w.data<T>(), rstd.data<T>(),
+    LT_CUDA_LAUNCH(row_blocks(N), kRowThreads, rmsnorm_dx_kernel<T>)(x.data<T>(), w.data<T>(), rstd.data<T>(),
                                                                       dy.data<T>(), dx.data<T>(), N, C);
     LT_CUDA_LAUNCH(blocks_for(C), kThreadsPerBlock, rmsnorm_dw_kernel<T>)(x.data<T>(), rstd.data<T>(), dy.data<T>(),
                                                                           dw.data<T>(), N, C);

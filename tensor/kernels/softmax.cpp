@@ -5,11 +5,10 @@
 namespace lt::kernels {
 namespace {
 
-// x [..., V] with V > 0 on the CPU.
+// x [..., V] with V > 0.
 void check_rows(const Tensor& x, const char* op, const char* what) {
   check_float(x, op, what);
   LT_CHECK(x.ndim() >= 1 && x.dim(-1) > 0, op, ": ", what, " must have a non-empty last dimension, got ", x.str());
-  require_cpu(x, op);
 }
 
 // targets: integer ids of logits' leading shape, each in [0, V) or equal to ignore_index. The ids are
@@ -41,12 +40,18 @@ void check_count(const Tensor& count, const Tensor& like, const char* op) {
 void softmax(const Tensor& x, Tensor& y) {
   check_rows(x, "softmax", "x");
   check_same(y, x, "softmax", "y");
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return cuda::softmax(x, y);
+  }
   cpu::softmax(x, y);
 }
 
 void log_softmax(const Tensor& x, Tensor& y) {
   check_rows(x, "log_softmax", "x");
   check_same(y, x, "log_softmax", "y");
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return cuda::log_softmax(x, y);
+  }
   cpu::log_softmax(x, y);
 }
 
@@ -54,6 +59,9 @@ void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   check_rows(y, "softmax_backward", "y");
   check_same(dy, y, "softmax_backward", "dy");
   check_same(dx, y, "softmax_backward", "dx");
+  if constexpr (kCudaBackend) {
+    if (!y.is_cpu()) return cuda::softmax_backward(y, dy, dx);
+  }
   cpu::softmax_backward(y, dy, dx);
 }
 
@@ -61,11 +69,15 @@ void log_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   check_rows(y, "log_softmax_backward", "y");
   check_same(dy, y, "log_softmax_backward", "dy");
   check_same(dx, y, "log_softmax_backward", "dx");
+  if constexpr (kCudaBackend) {
+    if (!y.is_cpu()) return cuda::log_softmax_backward(y, dy, dx);
+  }
   cpu::log_softmax_backward(y, dy, dx);
 }
 
 void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& loss, Tensor& lse) {
   check_rows(logits, "cross_entropy", "logits");
+  require_cpu(logits, "cross_entropy");
   check_targets(logits, targets, ignore_index, "cross_entropy");
   check_like(loss, logits, "cross_entropy", "loss");
   check_shape(loss, targets.shape(), "cross_entropy", "loss");
@@ -77,6 +89,7 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_i
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& lse,
                             const Tensor& dloss, Tensor& dlogits) {
   check_rows(logits, "cross_entropy_backward", "logits");
+  require_cpu(logits, "cross_entropy_backward");
   check_targets(logits, targets, ignore_index, "cross_entropy_backward");
   check_like(lse, logits, "cross_entropy_backward", "lse");
   check_shape(lse, targets.shape(), "cross_entropy_backward", "lse");

@@ -218,6 +218,28 @@ OpCase rmsnorm_case(DType dtype, double tolerance) {
           }};
 }
 
+// Softmax and log-softmax forward and backward, rows shorter and longer than a block, with large logits.
+OpCase softmax_case(DType dtype, double tolerance) {
+  return {"softmax", dtype_name(dtype), tolerance, [dtype](Device device) {
+            Outputs outputs;
+            for (const Shape& shape : std::vector<Shape>{{1, 1}, {3, 7}, {2, 5, 300}, {4, 3000}}) {
+              Tensor x = Tensor::empty(shape, dtype, device);
+              kernels::scale(input(shape, 17, dtype, device), 30.0, x);  // spread far beyond exp's f32 range
+              const Tensor dy = input(shape, 18, dtype, device);
+              Tensor p = Tensor::empty(shape, dtype, device), logp = Tensor::empty(shape, dtype, device);
+              Tensor dx = Tensor::empty(shape, dtype, device), dlogx = Tensor::empty(shape, dtype, device);
+              kernels::softmax(x, p);
+              kernels::log_softmax(x, logp);
+              kernels::softmax_backward(p, dy, dx);
+              kernels::log_softmax_backward(logp, dy, dlogx);
+              for (const auto& [what, out] : std::vector<std::pair<std::string, Tensor>>{
+                       {"softmax", p}, {"log_softmax", logp}, {"softmax dx", dx}, {"log_softmax dx", dlogx}})
+                outputs.push_back({what + " " + shape_str(shape), out});
+            }
+            return outputs;
+          }};
+}
+
 // Tensor::fill_ (and so zeros and full) in every dtype, over a tensor that held something else.
 OpCase fill_case(DType dtype) {
   return {"fill", dtype_name(dtype), 0.0, [dtype](Device device) {
@@ -276,6 +298,7 @@ std::vector<OpCase> cuda_cases() {
     cases.push_back(axpy_case(dtype, f32 ? 1e-6 : 1e-14));
     cases.push_back(activation_case(dtype, f32 ? 1e-6 : 1e-14));
     cases.push_back(rmsnorm_case(dtype, f32 ? 1e-5 : 1e-13));
+    cases.push_back(softmax_case(dtype, f32 ? 1e-5 : 1e-13));
     for (const GemmShape& shape : std::vector<GemmShape>{
              {"plain", 0, 13, 17, 19, false},
              {"one element", 0, 1, 1, 1, false},
@@ -394,12 +417,12 @@ TEST_F(CudaDevice, OperandsOnDifferentDevicesAreAnError) {
 
 TEST_F(CudaDevice, AnOpWithoutACudaKernelIsOneClearError) {
   const Tensor x = random_tensor({2, 3}, 13).to(gpu());
-  Tensor y = Tensor::empty_like(x);
+  Tensor y = Tensor::empty({1}, DType::F32, gpu());
   try {
-    kernels::softmax(x, y);
-    ADD_FAILURE() << "softmax ran on " << x.str() << " without a CUDA kernel";
+    kernels::sum_squares(x, y);
+    ADD_FAILURE() << "sum_squares ran on " << x.str() << " without a CUDA kernel";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "softmax: no CUDA kernel yet for " + x.str());
+    EXPECT_EQ(std::string(e.what()), "sum_squares: no CUDA kernel yet for " + x.str());
   }
 }
 

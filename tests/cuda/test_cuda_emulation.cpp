@@ -20,6 +20,7 @@
 #include "tensor/cuda/activation.cu"
 #include "tensor/cuda/elementwise.cu"
 #include "tensor/cuda/norm.cu"
+#include "tensor/cuda/softmax.cu"
 // clang-format on
 
 namespace lt {
@@ -206,6 +207,37 @@ TEST(CudaEmulation, RmsNormMatchesTheCpuKernel) {
       test::expect_close(values(rstd_e), values(rstd), tolerance, tolerance, "rstd " + where);
       test::expect_close(values(dx_e), values(dx), tolerance, tolerance, "dx " + where);
       test::expect_close(values(dw_e), values(dw), tolerance, tolerance, "dw " + where);
+    }
+}
+
+// ---- softmax.cu ----------------------------------------------------------------------------------
+
+// Rows shorter and longer than the block, logits spread far beyond exp's f32 range (the max shift).
+TEST(CudaEmulation, SoftmaxMatchesTheCpuKernels) {
+  for (DType dtype : {DType::F32, DType::F64})
+    for (const Shape& shape : std::vector<Shape>{{1, 1}, {3, 7}, {2, 5, 300}, {4, 3000}}) {
+      const double tolerance = dtype == DType::F32 ? 1e-5 : 1e-13;
+      Tensor x = Tensor::empty(shape, dtype);
+      kernels::scale(test::random_tensor(shape, 31, dtype), 30.0, x);
+      const Tensor dy = test::random_tensor(shape, 32, dtype);
+      auto values = [](const Tensor& t) { return t.to(DType::F64).to_vector<double>(); };
+      const std::string where = std::string(dtype_name(dtype)) + " " + Tensor::empty(shape).str();
+      Tensor p = Tensor::empty(shape, dtype), p_e = Tensor::empty(shape, dtype);
+      Tensor logp = Tensor::empty(shape, dtype), logp_e = Tensor::empty(shape, dtype);
+      kernels::softmax(x, p);
+      cuda_emulated::softmax(x, p_e);
+      kernels::log_softmax(x, logp);
+      cuda_emulated::log_softmax(x, logp_e);
+      test::expect_close(values(p_e), values(p), tolerance, tolerance, "softmax " + where);
+      test::expect_close(values(logp_e), values(logp), tolerance, tolerance, "log_softmax " + where);
+      // The backwards from the same (CPU) outputs, so only the backward kernels are compared.
+      Tensor dx = Tensor::empty(shape, dtype), dx_e = Tensor::empty(shape, dtype);
+      kernels::softmax_backward(p, dy, dx);
+      cuda_emulated::softmax_backward(p, dy, dx_e);
+      test::expect_close(values(dx_e), values(dx), tolerance, tolerance, "softmax dx " + where);
+      kernels::log_softmax_backward(logp, dy, dx);
+      cuda_emulated::log_softmax_backward(logp, dy, dx_e);
+      test::expect_close(values(dx_e), values(dx), tolerance, tolerance, "log_softmax dx " + where);
     }
 }
 
