@@ -181,8 +181,9 @@ BufferedGrads buffered_step(bool with_buffers, int backward_calls) {
     const Variable h = add(rmsnorm(matmul(x, w, false, true), norm_weight, 1e-6), embedding(table, ids));
     add(sum(mul(h, h)), sum(matmul(w, w, false, true))).backward();
   }
-  if (with_buffers)
+  if (with_buffers) {
     for (const Variable* v : {&w, &norm_weight, &table}) EXPECT_TRUE(v->grad().shares_storage(v->impl()->grad_buffer));
+  }
   return {w.grad().to_vector<double>(), norm_weight.grad().to_vector<double>(), table.grad().to_vector<double>()};
 }
 
