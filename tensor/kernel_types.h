@@ -1,6 +1,7 @@
 // Types that the kernel interface (tensor/kernels.h) and both backends (tensor/cpu/kernels.h,
 // tensor/cuda/kernels.h) share, so that neither backend header needs the other.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 namespace lt::kernels {
@@ -16,6 +17,11 @@ struct AdamWStep {
   double lr, beta1, beta2, eps, weight_decay;
   int64_t t;  // 1-based step count for the bias corrections
   double grad_scale = 1.0;
+
+  // The bias corrections folded into two scalars, as every backend's kernel applies them:
+  //   p = p (1 - lr wd) - step_size() m / (sqrt(v) inv_sqrt_bias_correction2() + eps).
+  double step_size() const { return lr / (1.0 - std::pow(beta1, static_cast<double>(t))); }
+  double inv_sqrt_bias_correction2() const { return 1.0 / std::sqrt(1.0 - std::pow(beta2, static_cast<double>(t))); }
 };
 
 }  // namespace lt::kernels

@@ -18,8 +18,8 @@ void AdamWT(T* p, const T* g, T* m, T* v, int64_t n, const AdamWStep& s) {
   // Bias corrections folded into two scalars: p -= step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps).
   const T decay = T(1.0 - s.lr * s.weight_decay);
   const T b1 = T(s.beta1), b2 = T(s.beta2), one_minus_b1 = T(1.0 - s.beta1), one_minus_b2 = T(1.0 - s.beta2);
-  const T step_size = T(s.lr / (1.0 - std::pow(s.beta1, static_cast<double>(s.t))));
-  const T inv_sqrt_bc2 = T(1.0 / std::sqrt(1.0 - std::pow(s.beta2, static_cast<double>(s.t))));
+  const T step_size = T(s.step_size());
+  const T inv_sqrt_bc2 = T(s.inv_sqrt_bias_correction2());
   const T eps = T(s.eps), grad_scale = T(s.grad_scale);
   parallel_for(n, 1 << 14, [&](int64_t begin, int64_t end) {
     const hn::ScalableTag<T> d;

@@ -52,6 +52,9 @@ void log_softmax(const Tensor& x, Tensor& y);
 void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 void log_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 
+// One AdamW step over a flat parameter, in place, f32 or f64 (adamw.cu).
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const kernels::AdamWStep& step);
+
 // c = alpha * op(a) @ op(b) + beta * c with the contract of kernels::matmul, f32 or f64, via cuBLAS.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta);
 

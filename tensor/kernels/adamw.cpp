@@ -10,7 +10,9 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
   for (const Tensor* t : std::initializer_list<const Tensor*>{&grad, &m, &v})
     check_same(*t, param, "adamw_step", "state");
   LT_CHECK(step.t >= 1, "adamw_step: step count must start at 1");
-  require_cpu(param, "adamw_step");
+  if constexpr (kCudaBackend) {
+    if (!param.is_cpu()) return cuda::adamw_step(param, grad, m, v, step);
+  }
   cpu::adamw_step(param, grad, m, v, step);
 }
 

@@ -240,6 +240,23 @@ OpCase softmax_case(DType dtype, double tolerance) {
           }};
 }
 
+// Two AdamW steps over a flat buffer (the second reads the moments the first wrote), gradients scaled.
+OpCase adamw_case(DType dtype, double tolerance) {
+  return {"adamw", dtype_name(dtype), tolerance, [dtype](Device device) {
+            Outputs outputs;
+            for (const Shape& shape : kVectorShapes) {
+              Tensor p = input(shape, 19, dtype, device), m = Tensor::zeros(shape, dtype, device);
+              Tensor v = Tensor::zeros(shape, dtype, device);
+              for (int64_t t = 1; t <= 2; ++t)
+                kernels::adamw_step(p, input(shape, 20 + static_cast<uint64_t>(t), dtype, device), m, v,
+                                    {1e-3, 0.9, 0.95, 1e-8, 0.1, t, 0.5});
+              for (const auto& [what, out] : std::vector<std::pair<std::string, Tensor>>{{"p", p}, {"m", m}, {"v", v}})
+                outputs.push_back({what + " " + shape_str(shape), out});
+            }
+            return outputs;
+          }};
+}
+
 // Tensor::fill_ (and so zeros and full) in every dtype, over a tensor that held something else.
 OpCase fill_case(DType dtype) {
   return {"fill", dtype_name(dtype), 0.0, [dtype](Device device) {
@@ -299,6 +316,7 @@ std::vector<OpCase> cuda_cases() {
     cases.push_back(activation_case(dtype, f32 ? 1e-6 : 1e-14));
     cases.push_back(rmsnorm_case(dtype, f32 ? 1e-5 : 1e-13));
     cases.push_back(softmax_case(dtype, f32 ? 1e-5 : 1e-13));
+    cases.push_back(adamw_case(dtype, f32 ? 1e-6 : 1e-14));
     for (const GemmShape& shape : std::vector<GemmShape>{
              {"plain", 0, 13, 17, 19, false},
              {"one element", 0, 1, 1, 1, false},

@@ -18,6 +18,7 @@
 #define LINGTRAIN_CUDA_EMULATION 1
 #include "tensor/cuda/emulation.h"
 #include "tensor/cuda/activation.cu"
+#include "tensor/cuda/adamw.cu"
 #include "tensor/cuda/elementwise.cu"
 #include "tensor/cuda/norm.cu"
 #include "tensor/cuda/softmax.cu"
@@ -238,6 +239,29 @@ TEST(CudaEmulation, SoftmaxMatchesTheCpuKernels) {
       kernels::log_softmax_backward(logp, dy, dx);
       cuda_emulated::log_softmax_backward(logp, dy, dx_e);
       test::expect_close(values(dx_e), values(dx), tolerance, tolerance, "log_softmax dx " + where);
+    }
+}
+
+// ---- adamw.cu ------------------------------------------------------------------------------------
+
+TEST(CudaEmulation, AdamWMatchesTheCpuKernel) {
+  const kernels::AdamWStep step{3e-3, 0.9, 0.95, 1e-8, 0.1, 7, 0.5};  // t = 7, gradients clipped by half
+  for (DType dtype : {DType::F32, DType::F64})
+    for (int64_t n : kSizes) {
+      const double tolerance = dtype == DType::F32 ? 1e-6 : 1e-14;
+      const Tensor p0 = test::random_tensor({n}, 41, dtype), g = test::random_tensor({n}, 42, dtype);
+      const Tensor m0 = test::random_tensor({n}, 43, dtype, 0.1);
+      Tensor v0 = Tensor::empty({n}, dtype);
+      kernels::mul(m0, m0, v0);  // a second moment is >= 0
+      Tensor p = p0.clone(), m = m0.clone(), v = v0.clone();
+      Tensor p_e = p0.clone(), m_e = m0.clone(), v_e = v0.clone();
+      kernels::adamw_step(p, g, m, v, step);
+      cuda_emulated::adamw_step(p_e, g, m_e, v_e, step);
+      auto values = [](const Tensor& t) { return t.to(DType::F64).to_vector<double>(); };
+      const std::string where = std::string(dtype_name(dtype)) + " n " + std::to_string(n);
+      test::expect_close(values(p_e), values(p), tolerance, tolerance, "param " + where);
+      test::expect_close(values(m_e), values(m), tolerance, tolerance, "m " + where);
+      test::expect_close(values(v_e), values(v), tolerance, tolerance, "v " + where);
     }
 }
 
