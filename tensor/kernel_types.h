@@ -24,4 +24,17 @@ struct AdamWStep {
   double inv_sqrt_bias_correction2() const { return 1.0 / std::sqrt(1.0 - std::pow(beta2, static_cast<double>(t))); }
 };
 
+// The first id of an index tensor outside [0, bound) (and not the ignored id, where one is allowed):
+// its position in the flattened tensor and its value; position -1 when every id is in range.
+struct IndexRange {
+  int64_t bound;
+  bool has_ignored = false;
+  int64_t ignored = 0;
+
+  bool allows(int64_t id) const { return (id >= 0 && id < bound) || (has_ignored && id == ignored); }
+};
+struct OutOfRange {
+  int64_t position = -1, value = 0;
+};
+
 }  // namespace lt::kernels

@@ -16,7 +16,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "tensor/cpu/kernels.h"
-#include "tensor/cpu/topk_row.h"
+#include "tensor/topk_row.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
 

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "tensor/cpu/kernels.h"
-#include "tensor/cpu/topk_row.h"
+#include "tensor/topk_row.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
 

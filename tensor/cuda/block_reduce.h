@@ -15,6 +15,9 @@ struct SumOp {
 struct MaxOp {
   __device__ double operator()(double a, double b) const { return a > b ? a : b; }
 };
+struct MinOp {
+  __device__ double operator()(double a, double b) const { return a < b ? a : b; }
+};
 
 // The reduction of every thread's `v` over the block (of kRowThreads threads), returned to all of them.
 template <class Op>
@@ -34,5 +37,6 @@ __device__ inline double block_reduce(double v, Op op) {
 
 __device__ inline double block_sum(double v) { return block_reduce(v, SumOp{}); }
 __device__ inline double block_max(double v) { return block_reduce(v, MaxOp{}); }
+__device__ inline double block_min(double v) { return block_reduce(v, MinOp{}); }
 
 }  // namespace lt::LT_CUDA_NAMESPACE

@@ -9,5 +9,15 @@ namespace lt::LT_CUDA_NAMESPACE {
 
 __host__ __device__ inline float exponential(float x) { return expf(x); }
 __host__ __device__ inline double exponential(double x) { return exp(x); }
+__host__ __device__ inline float logarithm(float x) { return logf(x); }
+__host__ __device__ inline double logarithm(double x) { return log(x); }
+
+// a * b + c rounded once: what the CPU kernels' Highway MulAdd computes, written out where a kernel must
+// round as they do (nvcc would otherwise choose which products to contract).
+__host__ __device__ inline float fused_multiply_add(float a, float b, float c) { return fmaf(a, b, c); }
+__host__ __device__ inline double fused_multiply_add(double a, double b, double c) { return fma(a, b, c); }
+
+__host__ __device__ inline float square_root(float x) { return sqrtf(x); }
+__host__ __device__ inline double square_root(double x) { return sqrt(x); }
 
 }  // namespace lt::LT_CUDA_NAMESPACE

@@ -1,4 +1,5 @@
-// Elementwise CUDA kernels: add, sub, mul with broadcasting, axpby (scale and axpy), fill.
+// Elementwise CUDA kernels: add, sub, mul with broadcasting, axpby (scale and axpy) with the factor
+// given or read from the device, sum_to (the backward of broadcasting), fill.
 //
 // Each is a grid-stride loop: a grid sized to the data up to a cap, where every thread walks the
 // range in steps of the whole grid. One thread owns each output element and nothing is reduced, so
@@ -10,6 +11,7 @@
 #ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
 #include "tensor/cuda/cuda_runtime.h"
 #endif
+#include "tensor/cuda/device_math.h"
 #include "tensor/cuda/grid.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/dtype_switch.h"
@@ -19,15 +21,21 @@ namespace {
 
 struct Add {
   template <class T>
-  __device__ T operator()(T a, T b) const { return a + b; }
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 struct Sub {
   template <class T>
-  __device__ T operator()(T a, T b) const { return a - b; }
+  __device__ T operator()(T a, T b) const {
+    return a - b;
+  }
 };
 struct Mul {
   template <class T>
-  __device__ T operator()(T a, T b) const { return a * b; }
+  __device__ T operator()(T a, T b) const {
+    return a * b;
+  }
 };
 
 // No __restrict__: out may be a or b (in-place updates).
@@ -40,13 +48,12 @@ template <class Op, class T>
 void launch_binary(const T* a, const T* b, T* out, int64_t n, int64_t inner) {
   if (n == 0) return;
   // Same shapes (the common case) skip the 64-bit modulo, which costs more than the load it indexes.
-  if (inner == n) LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, binary_kernel<Op, false>)(a, b, out, n, inner);
-  else LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, binary_kernel<Op, true>)(a, b, out, n, inner);
+  if (inner == n)
+    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, binary_kernel<Op, false>)(a, b, out, n, inner);
+  else
+    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, binary_kernel<Op, true>)(a, b, out, n, inner);
   LT_CUDA_CHECK(cudaGetLastError());
 }
-
-__device__ float fused_multiply_add(float a, float b, float c) { return fmaf(a, b, c); }
-__device__ double fused_multiply_add(double a, double b, double c) { return fma(a, b, c); }
 
 // fma(alpha, x, beta * y) is exactly what the CPU kernel computes (Highway MulAdd), so both devices
 // round the same way; written out so that nvcc's contraction cannot pick the other pairing.
@@ -54,6 +61,24 @@ template <bool kReadY, class T>
 __global__ void axpby_kernel(T alpha, const T* x, T beta, T* y, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride())
     y[i] = kReadY ? fused_multiply_add(alpha, x[i], beta * y[i]) : alpha * x[i];
+}
+
+// axpby with alpha = factor * s[0] read where the data lives, rounded to T as the CPU kernel rounds it.
+template <bool kReadY, class T>
+__global__ void axpby_by_kernel(const T* s, double factor, const T* x, T beta, T* y, int64_t n) {
+  const T alpha = static_cast<T>(factor * static_cast<double>(s[0]));
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    y[i] = kReadY ? fused_multiply_add(alpha, x[i], beta * y[i]) : alpha * x[i];
+}
+
+// out[j] = the sum over rows of x[r, j]: one thread per column, rows in order, as on the CPU.
+template <class T>
+__global__ void sum_rows_kernel(const T* x, T* out, int64_t rows, int64_t inner) {
+  for (int64_t j = first_index(); j < inner; j += grid_stride()) {
+    T total = 0;
+    for (int64_t r = 0; r < rows; ++r) total += x[r * inner + j];
+    out[j] = total;
+  }
 }
 
 template <class Word>
@@ -69,18 +94,27 @@ void launch_fill_words(void* data, int64_t n, uint64_t bits) {
 template <class T>
 void launch_axpby(T alpha, const T* x, T beta, T* y, int64_t n) {
   if (n == 0) return;
-  if (beta == T(0)) LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, axpby_kernel<false>)(alpha, x, beta, y, n);
-  else LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, axpby_kernel<true>)(alpha, x, beta, y, n);
+  if (beta == T(0))
+    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, axpby_kernel<false>)(alpha, x, beta, y, n);
+  else
+    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, axpby_kernel<true>)(alpha, x, beta, y, n);
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_fill(void* data, int64_t n, size_t elem_bytes, uint64_t bits) {
   if (n == 0) return;
   switch (elem_bytes) {
-    case 2: launch_fill_words<uint16_t>(data, n, bits); break;
-    case 4: launch_fill_words<uint32_t>(data, n, bits); break;
-    case 8: launch_fill_words<uint64_t>(data, n, bits); break;
-    default: fail("launch_fill: elements of ", elem_bytes, " bytes; only 2, 4 and 8 are supported");
+    case 2:
+      launch_fill_words<uint16_t>(data, n, bits);
+      break;
+    case 4:
+      launch_fill_words<uint32_t>(data, n, bits);
+      break;
+    case 8:
+      launch_fill_words<uint64_t>(data, n, bits);
+      break;
+    default:
+      fail("launch_fill: elements of ", elem_bytes, " bytes; only 2, 4 and 8 are supported");
   }
   LT_CUDA_CHECK(cudaGetLastError());
 }
@@ -94,8 +128,12 @@ uint64_t element_bits(DType dtype, double value) {
       std::memcpy(&bits, &v, sizeof v);
       break;
     }
-    case DType::F64: std::memcpy(&bits, &value, sizeof value); break;
-    case DType::BF16: bits = f32_to_bf16(static_cast<float>(value)); break;
+    case DType::F64:
+      std::memcpy(&bits, &value, sizeof value);
+      break;
+    case DType::BF16:
+      bits = f32_to_bf16(static_cast<float>(value));
+      break;
     case DType::I32: {
       const int32_t v = static_cast<int32_t>(value);
       std::memcpy(&bits, &v, sizeof v);
@@ -119,9 +157,15 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, int64_t 
     const T* pb = b.data<T>();
     T* po = out.data<T>();
     switch (op) {
-      case BinaryOp::Add: launch_binary<Add>(pa, pb, po, a.numel(), inner); break;
-      case BinaryOp::Sub: launch_binary<Sub>(pa, pb, po, a.numel(), inner); break;
-      case BinaryOp::Mul: launch_binary<Mul>(pa, pb, po, a.numel(), inner); break;
+      case BinaryOp::Add:
+        launch_binary<Add>(pa, pb, po, a.numel(), inner);
+        break;
+      case BinaryOp::Sub:
+        launch_binary<Sub>(pa, pb, po, a.numel(), inner);
+        break;
+      case BinaryOp::Mul:
+        launch_binary<Mul>(pa, pb, po, a.numel(), inner);
+        break;
     }
   });
 }
@@ -129,6 +173,32 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, int64_t 
 void axpby(double alpha, const Tensor& x, double beta, Tensor& y) {
   const DeviceGuard guard(x.device().index);
   LT_FLOAT_SWITCH(x.dtype(), T, launch_axpby(T(alpha), x.data<T>(), T(beta), y.data<T>(), x.numel()));
+}
+
+void axpby_by(const Tensor& s, double factor, const Tensor& x, double beta, Tensor& y) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const DeviceGuard guard(x.device().index);
+  LT_FLOAT_SWITCH(x.dtype(), T, {
+    if (beta == 0.0)
+      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, axpby_by_kernel<false, T>)
+      (s.data<T>(), factor, x.data<T>(), T(beta), y.data<T>(), n);
+    else
+      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, axpby_by_kernel<true, T>)
+      (s.data<T>(), factor, x.data<T>(), T(beta), y.data<T>(), n);
+  });
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+void sum_to(const Tensor& x, Tensor& out) {
+  const int64_t inner = out.numel();
+  if (inner == 0) return;
+  const DeviceGuard guard(x.device().index);
+  LT_FLOAT_SWITCH(x.dtype(), T, {
+    LT_CUDA_LAUNCH(blocks_for(inner), kThreadsPerBlock, sum_rows_kernel<T>)
+    (x.data<T>(), out.data<T>(), x.numel() / inner, inner);
+  });
+  LT_CUDA_CHECK(cudaGetLastError());
 }
 
 void fill(Tensor& t, double value) {

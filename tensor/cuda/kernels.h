@@ -26,6 +26,8 @@
 namespace lt::LT_CUDA_NAMESPACE {
 
 using kernels::BinaryOp;
+using kernels::IndexRange;
+using kernels::OutOfRange;
 
 // out[i] = a[i] op b[i % inner], f32 or f64 (elementwise.cu).
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, int64_t inner);
@@ -33,8 +35,31 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, int64_t 
 // y = alpha * x + beta * y, f32 or f64; beta == 0 means y is only written (elementwise.cu).
 void axpby(double alpha, const Tensor& x, double beta, Tensor& y);
 
+// axpby with alpha = factor * s[0], s one element on x's device (elementwise.cu).
+void axpby_by(const Tensor& s, double factor, const Tensor& x, double beta, Tensor& y);
+
+// out[j] = sum over the leading rows of x [rows, out.numel()] (elementwise.cu).
+void sum_to(const Tensor& x, Tensor& out);
+
 // Every element of t = value converted to t's dtype (any dtype; bf16 rounds to nearest even).
 void fill(Tensor& t, double value);
+
+// Sums of all elements, of their squares (f64 partials) and over the last dimension (reduce.cu).
+void sum(const Tensor& x, Tensor& out);
+void sum_squares(const Tensor& x, Tensor& out);
+void sum_last_dim(const Tensor& x, Tensor& out);
+
+// The mean of a loss over the targets that take part in it, on the device (reduce.cu).
+void count_targets(const Tensor& targets, int64_t ignore_index, Tensor& count);
+void mean_over_count(const Tensor& values, const Tensor& count, Tensor& mean);
+void mean_over_count_backward(const Tensor& dmean, const Tensor& count, Tensor& dvalues);
+
+// Copy a block of columns out of a matrix, or add one back in (slice.cu).
+void copy_cols(const Tensor& src, int64_t start, Tensor& dst);
+void add_to_cols(const Tensor& src, int64_t start, Tensor& dst);
+
+// NormHead's inverse column norms of the head w [V, H] (normhead.cu).
+void column_inv_norm(const Tensor& w, double eps, Tensor& inv_norm);
 
 // SiLU and SwiGLU (silu(gate) * up), forward and backward, f32 or f64 (activation.cu).
 void silu(const Tensor& x, Tensor& y);
@@ -52,8 +77,40 @@ void log_softmax(const Tensor& x, Tensor& y);
 void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 void log_softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 
+// Cross-entropy with ignore index, forward and backward; targets already checked (softmax.cu).
+void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& loss, Tensor& lse);
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& lse,
+                            const Tensor& dloss, Tensor& dlogits);
+
+// Rotary position embedding and the split of a fused QKV projection with RoPE on q and k (rope.cu).
+void rope(const Tensor& x, double theta, int64_t pos_offset, bool inverse, Tensor& y);
+void split_qkv_rope(const Tensor& qkv, double theta, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v);
+void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, double theta, int64_t pos_offset,
+                             Tensor& dqkv);
+
+// Causal grouped-query attention, flash-style, forward and backward, head dims up to
+// kMaxAttentionHeadDim (the front door checks), doc_start optional (attention.cu).
+inline constexpr int64_t kMaxAttentionHeadDim = 128;
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse,
+               const Tensor& doc_start);
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        const Tensor& dout, double scale, Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& doc_start);
+
 // One AdamW step over a flat parameter, in place, f32 or f64 (adamw.cu).
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const kernels::AdamWStep& step);
+
+// The first id of `ids` (i32 or i64) that `range` does not allow, found on the device and read back:
+// the one call here that waits for the GPU, which a front door makes before it lets ids address memory
+// (index.cu).
+OutOfRange first_out_of_range(const Tensor& ids, const IndexRange& range);
+
+// Row and column gathers and scatter-adds, top-k per row (index.cu), with the contracts of the
+// kernels:: functions of the same names.
+void gather_rows(const Tensor& table, const Tensor& idx, Tensor& out);
+void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& out);
+void topk(const Tensor& x, int64_t k, Tensor& values, Tensor& indices);
+void gather_cols(const Tensor& x, const Tensor& idx, Tensor& out);
+void scatter_add_cols(const Tensor& dout, const Tensor& idx, Tensor& dx);
 
 // c = alpha * op(a) @ op(b) + beta * c with the contract of kernels::matmul, f32 or f64, via cuBLAS.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta);

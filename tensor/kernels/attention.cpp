@@ -23,18 +23,22 @@ void check_attention(const char* op, const Tensor& q, const Tensor& k, const Ten
   check_shape(v, k.shape(), op, "v");
   check_shape(out, q.shape(), op, "out");
   check_shape(lse, {B, Hq, T}, op, "lse");
-  require_cpu(q, op);
+  if (!q.is_cpu())
+    LT_CHECK(D <= cuda::kMaxAttentionHeadDim, op, ": the CUDA kernel takes head dims up to ",
+             cuda::kMaxAttentionHeadDim, ", got ", q.str());
 }
 
-// doc_start, when given: i32 [B, T] on the CPU, each row a run of documents: 0 first, then every entry
-// either its predecessor's value (the same document) or its own position (a new document starts).
+// doc_start, when given: i32 [B, T] on q's device, each row a run of documents: 0 first, then every
+// entry either its predecessor's value (the same document) or its own position (a new document
+// starts). Checked on the host: a CUDA doc_start ([B, T], small next to q) is copied there first.
 void check_doc_start(const char* op, const Tensor& doc_start, const Tensor& q) {
   if (!doc_start.defined()) return;
   LT_CHECK(doc_start.dtype() == DType::I32, op, ": doc_start must be i32, got ", doc_start.str());
   check_shape(doc_start, {q.dim(0), q.dim(1)}, op, "doc_start");
-  require_cpu(doc_start, op);
+  check_device(doc_start, q, op, "doc_start");
+  const Tensor host = doc_start.to(Device::cpu());
   const int64_t B = q.dim(0), T = q.dim(1);
-  const int32_t* start = doc_start.data<int32_t>();
+  const int32_t* start = host.data<int32_t>();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
       const int32_t s = start[b * T + t];
@@ -49,6 +53,9 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, 
                const Tensor& doc_start) {
   check_attention("attention", q, k, v, out, lse);
   check_doc_start("attention", doc_start, q);
+  if constexpr (kCudaBackend) {
+    if (!q.is_cpu()) return cuda::attention(q, k, v, scale, out, lse, doc_start);
+  }
   cpu::attention(q, k, v, scale, out, lse, doc_start);
 }
 
@@ -61,6 +68,9 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   check_same(dq, q, op, "dq");
   check_same(dk, k, op, "dk");
   check_same(dv, k, op, "dv");
+  if constexpr (kCudaBackend) {
+    if (!q.is_cpu()) return cuda::attention_backward(q, k, v, out, lse, dout, scale, dq, dk, dv, doc_start);
+  }
   cpu::attention_backward(q, k, v, out, lse, dout, scale, dq, dk, dv, doc_start);
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 #include "tensor/cpu/kernels.h"
 #include "tensor/cuda/kernels.h"
+#include "tensor/dtype_switch.h"
 #include "tensor/kernels.h"
 
 namespace lt::kernels {
@@ -19,21 +20,19 @@ inline constexpr bool kCudaBackend = false;
 
 inline void check_float(const Tensor& t, const char* op, const char* what) {
   LT_CHECK(t.defined(), op, ": ", what, " is undefined");
-  LT_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64, op, ": ", what, " must be f32 or f64, got ",
-           t.str());
+  LT_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64, op, ": ", what, " must be f32 or f64, got ", t.str());
 }
 
 inline void check_index(const Tensor& t, const char* op, const char* what) {
   LT_CHECK(t.defined(), op, ": ", what, " is undefined");
-  LT_CHECK(t.dtype() == DType::I32 || t.dtype() == DType::I64, op, ": ", what, " must be i32 or i64, got ",
-           t.str());
+  LT_CHECK(t.dtype() == DType::I32 || t.dtype() == DType::I64, op, ": ", what, " must be i32 or i64, got ", t.str());
 }
 
 // Same dtype and device as the reference operand.
 inline void check_like(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
   LT_CHECK(t.defined(), op, ": ", what, " is undefined");
-  LT_CHECK(t.dtype() == ref.dtype() && t.device() == ref.device(), op, ": ", what, " is ", t.str(),
-           ", expected ", dtype_name(ref.dtype()), " on ", ref.device().str());
+  LT_CHECK(t.dtype() == ref.dtype() && t.device() == ref.device(), op, ": ", what, " is ", t.str(), ", expected ",
+           dtype_name(ref.dtype()), " on ", ref.device().str());
 }
 
 // Same device as the reference operand (an index tensor next to float data).
@@ -42,14 +41,29 @@ inline void check_device(const Tensor& t, const Tensor& ref, const char* op, con
 }
 
 inline void check_shape(const Tensor& t, const Shape& shape, const char* op, const char* what) {
-  LT_CHECK(t.shape() == shape, op, ": ", what, " has shape ", shape_str(t.shape()), ", expected ",
-           shape_str(shape));
+  LT_CHECK(t.shape() == shape, op, ": ", what, " has shape ", shape_str(t.shape()), ", expected ", shape_str(shape));
 }
 
 // Same dtype, device and shape as the reference operand.
 inline void check_same(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
   check_like(t, ref, op, what);
   check_shape(t, ref.shape(), op, what);
+}
+
+// The first id of `ids` that `range` does not allow (position -1 when there is none). CPU ids are
+// scanned on the host, few next to the data they address; CUDA ids on their device, which waits for
+// the GPU to read back the answer.
+inline OutOfRange first_out_of_range(const Tensor& ids, const IndexRange& range) {
+  if constexpr (kCudaBackend) {
+    if (!ids.is_cpu()) return cuda::first_out_of_range(ids, range);
+  }
+  OutOfRange bad;
+  LT_INDEX_SWITCH(ids.dtype(), I, {
+    const I* id = ids.data<I>();
+    for (int64_t i = 0; i < ids.numel(); ++i)
+      if (!range.allows(static_cast<int64_t>(id[i]))) return OutOfRange{i, static_cast<int64_t>(id[i])};
+  });
+  return bad;
 }
 
 // The backend choice of an op with no CUDA kernel yet: the CPU, or one clear error for a CUDA operand

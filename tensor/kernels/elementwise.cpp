@@ -43,7 +43,9 @@ void axpby_by(const char* name, const char* y_name, const Tensor& s, double fact
   check_same(y, x, name, y_name);
   check_like(s, x, name, "s");
   LT_CHECK(s.numel() == 1, name, ": s must hold one element, got ", s.str());
-  require_cpu(x, name);
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return cuda::axpby_by(s, factor, x, beta, y);
+  }
   cpu::axpby_by(s, factor, x, beta, y);
 }
 
@@ -52,7 +54,9 @@ void axpby_by(const char* name, const char* y_name, const Tensor& s, double fact
 void scale_by(const Tensor& x, const Tensor& s, double alpha, Tensor& out) {
   axpby_by("scale_by", "out", s, alpha, x, 0.0, out);
 }
-void axpy_by(const Tensor& s, double alpha, const Tensor& x, Tensor& y) { axpby_by("axpy_by", "y", s, alpha, x, 1.0, y); }
+void axpy_by(const Tensor& s, double alpha, const Tensor& x, Tensor& y) {
+  axpby_by("axpy_by", "y", s, alpha, x, 1.0, y);
+}
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) { binary(BinaryOp::Add, "add", a, b, out); }
 void sub(const Tensor& a, const Tensor& b, Tensor& out) { binary(BinaryOp::Sub, "sub", a, b, out); }
@@ -65,7 +69,9 @@ void sum_to(const Tensor& x, Tensor& out) {
   check_float(x, "sum_to", "x");
   check_like(out, x, "sum_to", "out");
   broadcast_inner(x, out, "sum_to");
-  require_cpu(x, "sum_to");
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return cuda::sum_to(x, out);
+  }
   cpu::sum_to(x, out);
 }
 

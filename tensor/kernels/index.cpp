@@ -10,17 +10,11 @@
 namespace lt::kernels {
 namespace {
 
-// One serial pass over the indices on the host, which the CPU kernels allow: they are few next to the
-// data they move. A CUDA kernel will check them on its device.
-template <class I>
-void check_range(const I* idx, int64_t n, int64_t bound, const char* op) {
-  for (int64_t i = 0; i < n; ++i)
-    LT_CHECK(idx[i] >= 0 && static_cast<int64_t>(idx[i]) < bound, op, ": index ", static_cast<int64_t>(idx[i]),
-             " at position ", i, " is out of range [0, ", bound, ")");
-}
-
+// Every index in [0, bound), checked before a kernel lets one address memory.
 void check_indices(const Tensor& idx, int64_t bound, const char* op) {
-  LT_INDEX_SWITCH(idx.dtype(), I, check_range(idx.data<I>(), idx.numel(), bound, op));
+  const OutOfRange bad = first_out_of_range(idx, IndexRange{bound});
+  LT_CHECK(bad.position < 0, op, ": index ", bad.value, " at position ", bad.position, " is out of range [0, ", bound,
+           ")");
 }
 
 Shape with_last(const Shape& lead, int64_t last) {
@@ -36,7 +30,6 @@ void check_cols(const Tensor& wide, const Tensor& idx, const Tensor& narrow, con
   check_index(idx, op, "idx");
   check_like(narrow, wide, op, narrow_name);
   check_device(idx, wide, op, "idx");
-  require_cpu(wide, op);
   LT_CHECK(wide.ndim() == 2, op, ": ", wide_name, " must be 2-D [N, E], got ", wide.str());
   LT_CHECK(idx.ndim() == 2 && idx.dim(0) == wide.dim(0), op, ": idx must be [", wide.dim(0), ", K], got ", idx.str());
   check_shape(narrow, idx.shape(), op, narrow_name);
@@ -50,10 +43,12 @@ void gather_rows(const Tensor& table, const Tensor& idx, Tensor& out) {
   check_index(idx, "gather_rows", "idx");
   check_like(out, table, "gather_rows", "out");
   check_device(idx, table, "gather_rows", "idx");
-  require_cpu(table, "gather_rows");
   LT_CHECK(table.ndim() == 2, "gather_rows: table must be 2-D [R, C], got ", table.str());
   check_shape(out, with_last(idx.shape(), table.dim(1)), "gather_rows", "out");
   check_indices(idx, table.dim(0), "gather_rows");
+  if constexpr (kCudaBackend) {
+    if (!table.is_cpu()) return cuda::gather_rows(table, idx, out);
+  }
   cpu::gather_rows(table, idx, out);
 }
 
@@ -62,10 +57,12 @@ void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& out) {
   check_index(idx, "scatter_add_rows", "idx");
   check_like(out, src, "scatter_add_rows", "out");
   check_device(idx, src, "scatter_add_rows", "idx");
-  require_cpu(src, "scatter_add_rows");
   LT_CHECK(out.ndim() == 2, "scatter_add_rows: out must be 2-D [R, C], got ", out.str());
   check_shape(src, with_last(idx.shape(), out.dim(1)), "scatter_add_rows", "src");
   check_indices(idx, out.dim(0), "scatter_add_rows");
+  if constexpr (kCudaBackend) {
+    if (!src.is_cpu()) return cuda::scatter_add_rows(src, idx, out);
+  }
   cpu::scatter_add_rows(src, idx, out);
 }
 
@@ -81,17 +78,25 @@ void topk(const Tensor& x, int64_t k, Tensor& values, Tensor& indices) {
   check_device(indices, x, "topk", "indices");
   check_shape(values, {rows, k}, "topk", "values");
   check_shape(indices, {rows, k}, "topk", "indices");
-  require_cpu(x, "topk");
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return cuda::topk(x, k, values, indices);
+  }
   cpu::topk(x, k, values, indices);
 }
 
 void gather_cols(const Tensor& x, const Tensor& idx, Tensor& out) {
   check_cols(x, idx, out, "gather_cols", "x", "out");
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return cuda::gather_cols(x, idx, out);
+  }
   cpu::gather_cols(x, idx, out);
 }
 
 void scatter_add_cols(const Tensor& dout, const Tensor& idx, Tensor& dx) {
   check_cols(dx, idx, dout, "scatter_add_cols", "dx", "dout");
+  if constexpr (kCudaBackend) {
+    if (!dx.is_cpu()) return cuda::scatter_add_cols(dout, idx, dx);
+  }
   cpu::scatter_add_cols(dout, idx, dx);
 }
 

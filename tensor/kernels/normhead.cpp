@@ -8,7 +8,9 @@ void column_inv_norm(const Tensor& w, double eps, Tensor& inv_norm) {
   LT_CHECK(w.ndim() == 2, "column_inv_norm: w must be 2-D [V, H], got ", w.str());
   check_like(inv_norm, w, "column_inv_norm", "inv_norm");
   check_shape(inv_norm, {w.dim(1)}, "column_inv_norm", "inv_norm");
-  require_cpu(w, "column_inv_norm");
+  if constexpr (kCudaBackend) {
+    if (!w.is_cpu()) return cuda::column_inv_norm(w, eps, inv_norm);
+  }
   cpu::column_inv_norm(w, eps, inv_norm);
 }
 

@@ -7,7 +7,9 @@ void sum(const Tensor& x, Tensor& out) {
   check_float(x, "sum", "x");
   check_like(out, x, "sum", "out");
   LT_CHECK(out.numel() == 1, "sum: out must hold one element, got ", out.str());
-  require_cpu(x, "sum");
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return cuda::sum(x, out);
+  }
   cpu::sum(x, out);
 }
 
@@ -15,7 +17,9 @@ void sum_squares(const Tensor& x, Tensor& out) {
   check_float(x, "sum_squares", "x");
   check_like(out, x, "sum_squares", "out");
   LT_CHECK(out.numel() == 1, "sum_squares: out must hold one element, got ", out.str());
-  require_cpu(x, "sum_squares");
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return cuda::sum_squares(x, out);
+  }
   cpu::sum_squares(x, out);
 }
 
@@ -25,7 +29,9 @@ void sum_last_dim(const Tensor& x, Tensor& out) {
   LT_CHECK(x.ndim() >= 1, "sum_last_dim: x must have at least one dimension");
   Shape lead(x.shape().begin(), x.shape().end() - 1);
   check_shape(out, lead, "sum_last_dim", "out");
-  require_cpu(x, "sum_last_dim");
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return cuda::sum_last_dim(x, out);
+  }
   cpu::sum_last_dim(x, out);
 }
 

@@ -10,7 +10,6 @@ namespace {
 void check_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, double theta, int64_t pos_offset,
                const char* op) {
   check_float(qkv, op, "qkv");
-  require_cpu(qkv, op);
   for (const Tensor* t : {&q, &k, &v}) check_like(*t, qkv, op, "q, k, v");
   LT_CHECK(q.ndim() == 4 && k.ndim() == 4, op, ": q and k must be [B, T, H, D], got ", q.str(), ", ", k.str());
   const int64_t B = q.dim(0), T = q.dim(1), Hq = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
@@ -31,18 +30,26 @@ void rope(const Tensor& x, double theta, int64_t pos_offset, bool inverse, Tenso
   LT_CHECK(x.dim(3) % 2 == 0, "rope: head dim D must be even, got ", x.str());
   LT_CHECK(theta > 0, "rope: theta must be positive, got ", theta);
   LT_CHECK(pos_offset >= 0, "rope: pos_offset must be >= 0, got ", pos_offset);
-  require_cpu(x, "rope");
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return cuda::rope(x, theta, pos_offset, inverse, y);
+  }
   cpu::rope(x, theta, pos_offset, inverse, y);
 }
 
 void split_qkv_rope(const Tensor& qkv, double theta, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v) {
   check_qkv(qkv, q, k, v, theta, pos_offset, "split_qkv_rope");
+  if constexpr (kCudaBackend) {
+    if (!qkv.is_cpu()) return cuda::split_qkv_rope(qkv, theta, pos_offset, q, k, v);
+  }
   cpu::split_qkv_rope(qkv, theta, pos_offset, q, k, v);
 }
 
 void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, double theta, int64_t pos_offset,
                              Tensor& dqkv) {
   check_qkv(dqkv, dq, dk, dv, theta, pos_offset, "split_qkv_rope_backward");
+  if constexpr (kCudaBackend) {
+    if (!dqkv.is_cpu()) return cuda::split_qkv_rope_backward(dq, dk, dv, theta, pos_offset, dqkv);
+  }
   cpu::split_qkv_rope_backward(dq, dk, dv, theta, pos_offset, dqkv);
 }
 

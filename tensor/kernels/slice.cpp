@@ -11,20 +11,25 @@ void check_slice(const Tensor& wide, const Tensor& narrow, int64_t start, const 
   const int64_t rows = wide.dim(-1) ? wide.numel() / wide.dim(-1) : 0;
   const int64_t narrow_rows = narrow.dim(-1) ? narrow.numel() / narrow.dim(-1) : 0;
   LT_CHECK(rows == narrow_rows, op, ": ", wide.str(), " and ", narrow.str(), " differ in rows");
-  LT_CHECK(start >= 0 && start + narrow.dim(-1) <= wide.dim(-1), op, ": columns [", start, ", ",
-           start + narrow.dim(-1), ") out of range for ", wide.str());
-  require_cpu(wide, op);
+  LT_CHECK(start >= 0 && start + narrow.dim(-1) <= wide.dim(-1), op, ": columns [", start, ", ", start + narrow.dim(-1),
+           ") out of range for ", wide.str());
 }
 
 }  // namespace
 
 void copy_cols(const Tensor& src, int64_t start, Tensor& dst) {
   check_slice(src, dst, start, "copy_cols");
+  if constexpr (kCudaBackend) {
+    if (!src.is_cpu()) return cuda::copy_cols(src, start, dst);
+  }
   cpu::copy_cols(src, start, dst);
 }
 
 void add_to_cols(const Tensor& src, int64_t start, Tensor& dst) {
   check_slice(dst, src, start, "add_to_cols");
+  if constexpr (kCudaBackend) {
+    if (!src.is_cpu()) return cuda::add_to_cols(src, start, dst);
+  }
   cpu::add_to_cols(src, start, dst);
 }
 

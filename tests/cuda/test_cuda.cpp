@@ -114,8 +114,10 @@ std::string case_name(const ::testing::TestParamInfo<OpCase>& info) {
   std::string name;
   for (const char ch : info.param.op + "_" + info.param.variant) {
     const bool keep = std::isalnum(static_cast<unsigned char>(ch));
-    if (keep) name += ch;
-    else if (!name.empty() && name.back() != '_') name += '_';
+    if (keep)
+      name += ch;
+    else if (!name.empty() && name.back() != '_')
+      name += '_';
   }
   while (!name.empty() && name.back() == '_') name.pop_back();
   return name;
@@ -257,6 +259,210 @@ OpCase adamw_case(DType dtype, double tolerance) {
           }};
 }
 
+// Integer ids drawn on the host (the same on both runs), put on `device`.
+Tensor ids_on(const Shape& shape, const std::function<int64_t(int64_t)>& id_of, DType dtype, Device device) {
+  int64_t n = 1;
+  for (const int64_t d : shape) n *= d;
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = id_of(i);
+  return Tensor::from_vector(shape, ids).to(dtype).to(device);
+}
+
+// Sums of all elements (past one block and past the first pass's 1024 blocks), of squares, over the
+// last dim, over leading dims (sum_to), and the factor read on the device (scale_by, axpy_by).
+OpCase reduction_case(DType dtype, double tolerance) {
+  return {"sums", dtype_name(dtype), tolerance, [dtype](Device device) {
+            Outputs outputs;
+            for (const Shape& shape : std::vector<Shape>{{1}, {3, 7}, {2, 5, 300}, {3, 100003}}) {
+              const Tensor x = input(shape, 30, dtype, device);
+              const Shape lead(shape.begin(), shape.end() - 1);
+              Tensor total = Tensor::empty({1}, dtype, device), squares = Tensor::empty({1}, dtype, device);
+              Tensor rows = Tensor::empty(lead, dtype, device), columns = Tensor::empty({shape.back()}, dtype, device);
+              Tensor x_squared = Tensor::empty(shape, dtype, device);
+              kernels::mul(x, x, x_squared);  // positive terms: a relative tolerance fits their sum
+              kernels::sum(x_squared, total);
+              kernels::sum_squares(x, squares);
+              kernels::sum_last_dim(x, rows);
+              kernels::sum_to(x, columns);
+              const Tensor s = Tensor::full({1}, -0.3, dtype, device);
+              Tensor scaled = Tensor::full(shape, kNaN, dtype, device), y = input(shape, 31, dtype, device);
+              kernels::scale_by(x, s, 1.7, scaled);
+              kernels::axpy_by(s, 2.5, x, y);
+              for (const auto& [what, out] : Outputs{{"sum x^2", total},
+                                                     {"sum_squares", squares},
+                                                     {"sum_last_dim", rows},
+                                                     {"sum_to", columns},
+                                                     {"scale_by", scaled},
+                                                     {"axpy_by", y}})
+                outputs.push_back({what + " " + shape_str(shape), out});
+            }
+            return outputs;
+          }};
+}
+
+// Cross-entropy with ignored rows (i32 and i64 targets), its backward, the count of targets and the
+// mean over them with its backward.
+OpCase cross_entropy_case(DType dtype, DType id_dtype, double tolerance) {
+  return {"cross_entropy", std::string(dtype_name(dtype)) + " " + dtype_name(id_dtype), tolerance,
+          [dtype, id_dtype](Device device) {
+            Outputs outputs;
+            for (const auto& [N, V] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 7}, {9, 300}, {3, 3000}}) {
+              Tensor logits = Tensor::empty({N, V}, dtype, device);
+              kernels::scale(input({N, V}, 32, dtype, device), 20.0, logits);
+              const int64_t vocab = V;
+              const Tensor targets = ids_on(
+                  {N}, [vocab](int64_t n) { return n % 3 == 1 ? -100 : (n * 7919) % vocab; }, id_dtype, device);
+              Tensor loss = Tensor::empty({N}, dtype, device), lse = Tensor::empty({N}, dtype, device);
+              kernels::cross_entropy(logits, targets, -100, loss, lse);
+              Tensor dlogits = Tensor::full({N, V}, kNaN, dtype, device);
+              kernels::cross_entropy_backward(logits, targets, -100, lse, input({N}, 33, dtype, device), dlogits);
+              Tensor count = Tensor::empty({1}, DType::I64, device), mean = Tensor::empty({1}, dtype, device);
+              kernels::count_targets(targets, -100, count);
+              kernels::mean_over_count(loss, count, mean);
+              Tensor dvalues = Tensor::empty({N}, dtype, device);
+              kernels::mean_over_count_backward(Tensor::full({1}, 0.7, dtype, device), count, dvalues);
+              for (const auto& [what, out] :
+                   Outputs{{"loss", loss}, {"lse", lse}, {"dlogits", dlogits}, {"mean", mean}, {"dmean", dvalues}})
+                outputs.push_back({what + " [" + std::to_string(N) + ", " + std::to_string(V) + "]", out});
+              // The count is an integer: compared as a float, it must be exact.
+              outputs.push_back({"count", count.to(Device::cpu()).to(DType::F64).to(device)});
+            }
+            return outputs;
+          }};
+}
+
+// Row and column gathers and scatter-adds with repeated ids, and top-k with ties and a NaN: the CPU's
+// order of additions and selection rule, so bit for bit.
+OpCase index_case(DType dtype, DType id_dtype) {
+  return {"gather scatter topk", std::string(dtype_name(dtype)) + " " + dtype_name(id_dtype), 0.0,
+          [dtype, id_dtype](Device device) {
+            Outputs outputs;
+            for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{3, 1}, {11, 7}, {40, 300}}) {
+              const std::string where = " [" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+              const int64_t n = 2 * rows + 1, r = rows, c = cols, k = std::min<int64_t>(cols, 3) + 1;
+              const Tensor idx = ids_on(
+                  {n}, [r](int64_t i) { return (i * 5 + 2) % r; }, id_dtype, device);
+              const Tensor table = input({rows, cols}, 34, dtype, device);
+              Tensor gathered = Tensor::empty({n, cols}, dtype, device), acc = input({rows, cols}, 35, dtype, device);
+              kernels::gather_rows(table, idx, gathered);
+              kernels::scatter_add_rows(input({n, cols}, 36, dtype, device), idx, acc);
+              const Tensor cidx = ids_on(
+                  {rows, k}, [c, k](int64_t i) { return i % k == k - 1 ? 0 : (i * 3) % c; }, id_dtype, device);
+              Tensor picked = Tensor::empty({rows, k}, dtype, device), dx = input({rows, cols}, 37, dtype, device);
+              kernels::gather_cols(table, cidx, picked);
+              kernels::scatter_add_cols(input({rows, k}, 38, dtype, device), cidx, dx);
+              std::vector<double> v = random_tensor({rows, cols}, 39, DType::F64).to_vector<double>();
+              for (size_t i = 0; i < v.size(); i += 7) v[i] = 0.25;  // ties
+              const Tensor x = Tensor::from_vector({rows, cols}, v).to(dtype).to(device);
+              Tensor best = Tensor::empty({rows, k - 1}, dtype, device);
+              Tensor best_ids = Tensor::empty({rows, k - 1}, DType::I32, device);
+              kernels::topk(x, k - 1, best, best_ids);
+              // A NaN ranks first; only the ids are kept (the table's outputs are finite numbers).
+              if (v.size() > 3) v[3] = kNaN;
+              Tensor nan_best = Tensor::empty({rows, k - 1}, dtype, device);
+              Tensor nan_ids = Tensor::empty({rows, k - 1}, DType::I32, device);
+              kernels::topk(Tensor::from_vector({rows, cols}, v).to(dtype).to(device), k - 1, nan_best, nan_ids);
+              for (const auto& [what, out] : Outputs{{"gather_rows", gathered},
+                                                     {"scatter_add_rows", acc},
+                                                     {"gather_cols", picked},
+                                                     {"scatter_add_cols", dx},
+                                                     {"topk values", best},
+                                                     {"topk ids", best_ids},
+                                                     {"topk ids with a NaN", nan_ids}})
+                outputs.push_back({what + where, out});
+            }
+            return outputs;
+          }};
+}
+
+// Column slices in and out of a matrix, and NormHead's inverse column norms: bit for bit.
+OpCase slice_case(DType dtype) {
+  return {"copy_cols add_to_cols column_inv_norm", dtype_name(dtype), 0.0, [dtype](Device device) {
+            Outputs outputs;
+            for (const auto& [rows, C, start, W] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{
+                     {1, 1, 0, 1}, {5, 9, 2, 4}, {300, 33, 0, 33}, {2, 700, 300, 400}}) {
+              const Tensor wide = input({rows, C}, 40, dtype, device);
+              Tensor narrow = Tensor::full({rows, W}, kNaN, dtype, device), sum = wide.clone();
+              kernels::copy_cols(wide, start, narrow);
+              kernels::add_to_cols(input({rows, W}, 41, dtype, device), start, sum);
+              Tensor inv_norm = Tensor::empty({C}, dtype, device);
+              kernels::column_inv_norm(wide, 1e-6, inv_norm);
+              const std::string where = " [" + std::to_string(rows) + ", " + std::to_string(C) + "] at " +
+                                        std::to_string(start) + " + " + std::to_string(W);
+              for (const auto& [what, out] :
+                   Outputs{{"copy_cols", narrow}, {"add_to_cols", sum}, {"column_inv_norm", inv_norm}})
+                outputs.push_back({what + where, out});
+            }
+            return outputs;
+          }};
+}
+
+// RoPE both ways (in place too) at a large position offset, and the fused QKV split with its backward.
+OpCase rope_case(DType dtype, double tolerance) {
+  return {
+      "rope split_qkv_rope", dtype_name(dtype), tolerance, [dtype](Device device) {
+        Outputs outputs;
+        for (const auto& [B, T, Hq, Hkv, D] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
+                 {1, 1, 1, 1, 2}, {2, 5, 4, 2, 6}, {2, 129, 8, 2, 64}}) {
+          const std::string where = " B" + std::to_string(B) + " T" + std::to_string(T) + " Hq" + std::to_string(Hq) +
+                                    " Hkv" + std::to_string(Hkv) + " D" + std::to_string(D);
+          const Tensor x = input({B, T, Hq, D}, 42, dtype, device);
+          Tensor y = Tensor::empty({B, T, Hq, D}, dtype, device), back = y.clone();
+          kernels::rope(x, 600000.0, 4093, false, y);
+          kernels::rope(y, 600000.0, 4093, true, back);
+          const int64_t C = (Hq + 2 * Hkv) * D;
+          const Tensor qkv = input({B, T, C}, 43, dtype, device);
+          Tensor q = Tensor::empty({B, T, Hq, D}, dtype, device), k = Tensor::empty({B, T, Hkv, D}, dtype, device);
+          Tensor v = Tensor::empty({B, T, Hkv, D}, dtype, device), dqkv = Tensor::full({B, T, C}, kNaN, dtype, device);
+          kernels::split_qkv_rope(qkv, 10000.0, 7, q, k, v);
+          kernels::split_qkv_rope_backward(q, k, v, 10000.0, 7, dqkv);
+          for (const auto& [what, out] :
+               Outputs{{"rope", y}, {"rope^-1", back}, {"q", q}, {"k", k}, {"v", v}, {"dqkv", dqkv}})
+            outputs.push_back({what + where, out});
+        }
+        return outputs;
+      }};
+}
+
+// Attention forward and backward: partial tiles, GQA, the largest head dim, packed documents.
+OpCase attention_case(DType dtype, double tolerance) {
+  return {
+      "attention", dtype_name(dtype), tolerance, [dtype](Device device) {
+        Outputs outputs;
+        struct Dims {
+          int64_t B, T, Hq, Hkv, D;
+          bool packed;
+        };
+        for (const Dims& n : std::vector<Dims>{{1, 1, 1, 1, 4, false},
+                                               {2, 37, 4, 2, 24, false},
+                                               {1, 300, 8, 2, 128, false},
+                                               {2, 45, 2, 1, 16, true}}) {
+          const std::string where = " B" + std::to_string(n.B) + " T" + std::to_string(n.T) + " Hq" +
+                                    std::to_string(n.Hq) + " Hkv" + std::to_string(n.Hkv) + " D" + std::to_string(n.D) +
+                                    (n.packed ? " packed" : "");
+          // Documents of 11 tokens packed into each row: boundaries inside and at the edges of tiles.
+          const int64_t T = n.T;
+          const Tensor doc_start =
+              n.packed ? ids_on(
+                             {n.B, n.T}, [T](int64_t i) { return (i % T) / 11 * 11; }, DType::I32, device)
+                       : Tensor();
+          const Tensor q = input({n.B, n.T, n.Hq, n.D}, 44, dtype, device);
+          const Tensor k = input({n.B, n.T, n.Hkv, n.D}, 45, dtype, device);
+          const Tensor v = input({n.B, n.T, n.Hkv, n.D}, 46, dtype, device);
+          const double scale = 1.0 / std::sqrt(static_cast<double>(n.D));
+          Tensor out = Tensor::empty(q.shape(), dtype, device), lse = Tensor::empty({n.B, n.Hq, n.T}, dtype, device);
+          kernels::attention(q, k, v, scale, out, lse, doc_start);
+          Tensor dq = Tensor::empty(q.shape(), dtype, device), dk = Tensor::empty(k.shape(), dtype, device);
+          Tensor dv = Tensor::empty(k.shape(), dtype, device);
+          kernels::attention_backward(q, k, v, out, lse, input(q.shape(), 47, dtype, device), scale, dq, dk, dv,
+                                      doc_start);
+          for (const auto& [what, t] : Outputs{{"out", out}, {"lse", lse}, {"dq", dq}, {"dk", dk}, {"dv", dv}})
+            outputs.push_back({what + where, t});
+        }
+        return outputs;
+      }};
+}
+
 // Tensor::fill_ (and so zeros and full) in every dtype, over a tensor that held something else.
 OpCase fill_case(DType dtype) {
   return {"fill", dtype_name(dtype), 0.0, [dtype](Device device) {
@@ -317,6 +523,14 @@ std::vector<OpCase> cuda_cases() {
     cases.push_back(rmsnorm_case(dtype, f32 ? 1e-5 : 1e-13));
     cases.push_back(softmax_case(dtype, f32 ? 1e-5 : 1e-13));
     cases.push_back(adamw_case(dtype, f32 ? 1e-6 : 1e-14));
+    cases.push_back(reduction_case(dtype, f32 ? 2e-5 : 1e-12));
+    for (const DType id_dtype : {DType::I32, DType::I64}) {
+      cases.push_back(cross_entropy_case(dtype, id_dtype, f32 ? 1e-5 : 1e-13));
+      cases.push_back(index_case(dtype, id_dtype));
+    }
+    cases.push_back(slice_case(dtype));
+    cases.push_back(rope_case(dtype, f32 ? 1e-6 : 1e-14));
+    cases.push_back(attention_case(dtype, f32 ? 2e-5 : 1e-12));
     for (const GemmShape& shape : std::vector<GemmShape>{
              {"plain", 0, 13, 17, 19, false},
              {"one element", 0, 1, 1, 1, false},
@@ -360,8 +574,10 @@ TEST_P(CudaMatchesCpu, OnTheSameInputs) {
     const Tensor& gpu_out = actual[i].second;
     ASSERT_EQ(gpu_out.device(), Device::cuda(0));
     ASSERT_EQ(gpu_out.shape(), expected[i].second.shape());
-    if (c.tolerance == 0) EXPECT_EQ(host_bytes(gpu_out), host_bytes(expected[i].second));
-    else expect_close(host_values(gpu_out), host_values(expected[i].second), c.tolerance, c.tolerance, c.op);
+    if (c.tolerance == 0)
+      EXPECT_EQ(host_bytes(gpu_out), host_bytes(expected[i].second));
+    else
+      expect_close(host_values(gpu_out), host_values(expected[i].second), c.tolerance, c.tolerance, c.op);
   }
 }
 
@@ -400,7 +616,7 @@ TEST_F(CudaDevice, CopiesRoundTripBitForBit) {
       const Tensor host = random_tensor(shape, 11, DType::F32).to(dtype);
       const Tensor device = host.to(gpu());
       EXPECT_EQ(device.device(), gpu());
-      EXPECT_EQ(host_bytes(device), host_bytes(host));   // host -> device -> host
+      EXPECT_EQ(host_bytes(device), host_bytes(host));          // host -> device -> host
       EXPECT_EQ(host_bytes(device.clone()), host_bytes(host));  // device -> device
       Tensor target = Tensor::empty(shape, dtype, gpu());
       target.copy_from(host);
@@ -434,13 +650,37 @@ TEST_F(CudaDevice, OperandsOnDifferentDevicesAreAnError) {
 }
 
 TEST_F(CudaDevice, AnOpWithoutACudaKernelIsOneClearError) {
-  const Tensor x = random_tensor({2, 3}, 13).to(gpu());
-  Tensor y = Tensor::empty({1}, DType::F32, gpu());
+  const Tensor logits = random_tensor({2, 3}, 13).to(gpu());
+  Tensor stats = Tensor::zeros({3}, DType::F64, gpu());
   try {
-    kernels::sum_squares(x, y);
-    ADD_FAILURE() << "sum_squares ran on " << x.str() << " without a CUDA kernel";
+    kernels::routing_warmup_observe(logits, 0.9, stats);
+    ADD_FAILURE() << "routing_warmup_observe ran on " << logits.str() << " without a CUDA kernel";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "sum_squares: no CUDA kernel yet for " + x.str());
+    EXPECT_EQ(std::string(e.what()), "routing_warmup_observe: no CUDA kernel yet for " + logits.str());
+  }
+}
+
+// Ids are checked on the device before they address memory: one clear error naming the first bad id,
+// and the output untouched.
+TEST_F(CudaDevice, OutOfRangeIdsAreOneClearErrorFromTheDevice) {
+  const Tensor table = random_tensor({10, 4}, 14).to(gpu());
+  const Tensor ids = Tensor::from_vector<int64_t>({5}, {1, 2, 10, 3, -1}, gpu());
+  Tensor out = Tensor::full({5, 4}, 7.0, DType::F32, gpu());
+  try {
+    kernels::gather_rows(table, ids, out);
+    ADD_FAILURE() << "gather_rows read row 10 of a 10-row table";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "gather_rows: index 10 at position 2 is out of range [0, 10)");
+  }
+  EXPECT_EQ(host_values(out), std::vector<double>(20, 7.0));
+  const Tensor logits = random_tensor({3, 10}, 15).to(gpu());
+  const Tensor targets = Tensor::from_vector<int32_t>({3}, {-100, 4, 11}, gpu());
+  Tensor loss = Tensor::empty({3}, DType::F32, gpu()), lse = Tensor::empty({3}, DType::F32, gpu());
+  try {
+    kernels::cross_entropy(logits, targets, -100, loss, lse);
+    ADD_FAILURE() << "cross_entropy took target 11 of a 10-word vocabulary";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "cross_entropy: target id 11 (row 2) is outside the vocabulary [0, 10)");
   }
 }
 

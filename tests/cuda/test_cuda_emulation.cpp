@@ -14,18 +14,33 @@
 #include "tensor/kernels.h"
 #include "tests/test_util.h"
 
-// clang-format off: the emulation must come before the kernel files it turns into C++.
+// The emulation must come before the kernel files it turns into C++ (not sorted).
+// clang-format off
 #define LINGTRAIN_CUDA_EMULATION 1
 #include "tensor/cuda/emulation.h"
 #include "tensor/cuda/activation.cu"
 #include "tensor/cuda/adamw.cu"
+#include "tensor/cuda/attention.cu"
 #include "tensor/cuda/elementwise.cu"
+#include "tensor/cuda/index.cu"
 #include "tensor/cuda/norm.cu"
+#include "tensor/cuda/normhead.cu"
+#include "tensor/cuda/reduce.cu"
+#include "tensor/cuda/rope.cu"
+#include "tensor/cuda/slice.cu"
 #include "tensor/cuda/softmax.cu"
 // clang-format on
 
 namespace lt {
 namespace {
+
+std::vector<double> values(const Tensor& t) { return t.to(DType::F64).to_vector<double>(); }
+
+// The same bytes: what a kernel with the CPU kernel's arithmetic in the same order must give.
+void expect_same_bits(const Tensor& emulated, const Tensor& expected, const std::string& what) {
+  ASSERT_EQ(emulated.nbytes(), expected.nbytes()) << what;
+  EXPECT_EQ(std::memcmp(emulated.raw_data(), expected.raw_data(), expected.nbytes()), 0) << what;
+}
 
 // ---- the emulation itself ----------------------------------------------------------------------
 
@@ -107,9 +122,15 @@ TEST(CudaEmulation, BinaryMatchesTheCpuKernel) {
         for (kernels::BinaryOp op : {kernels::BinaryOp::Add, kernels::BinaryOp::Sub, kernels::BinaryOp::Mul}) {
           Tensor expected = Tensor::empty({rows, cols}, dtype), emulated = Tensor::empty({rows, cols}, dtype);
           switch (op) {
-            case kernels::BinaryOp::Add: kernels::add(a, b, expected); break;
-            case kernels::BinaryOp::Sub: kernels::sub(a, b, expected); break;
-            case kernels::BinaryOp::Mul: kernels::mul(a, b, expected); break;
+            case kernels::BinaryOp::Add:
+              kernels::add(a, b, expected);
+              break;
+            case kernels::BinaryOp::Sub:
+              kernels::sub(a, b, expected);
+              break;
+            case kernels::BinaryOp::Mul:
+              kernels::mul(a, b, expected);
+              break;
           }
           cuda_emulated::binary(op, a, b, emulated, inner);
           SCOPED_TRACE(std::string(dtype_name(dtype)) + " [" + std::to_string(rows) + ", " + std::to_string(cols) +
@@ -172,14 +193,11 @@ TEST(CudaEmulation, ActivationsMatchTheCpuKernels) {
       kernels::swiglu_backward(gate, up, dy, dgate, dup);
       cuda_emulated::swiglu_backward(gate, up, dy, dgate_emulated, dup_emulated);
       const std::string where = std::string(dtype_name(dtype)) + " n " + std::to_string(n);
-      auto values = [](const Tensor& t) { return t.to(DType::F64).to_vector<double>(); };
       test::expect_close(values(y_emulated), values(y), tolerance, tolerance, "silu " + where);
       test::expect_close(values(dx_emulated), values(dx), tolerance, tolerance, "silu dx " + where);
       test::expect_close(values(glu_emulated), values(glu), tolerance, tolerance, "swiglu " + where);
-      test::expect_close(values(dgate_emulated), values(dgate), tolerance, tolerance,
-                         "swiglu dgate " + where);
-      test::expect_close(values(dup_emulated), values(dup), tolerance, tolerance,
-                         "swiglu dup " + where);
+      test::expect_close(values(dgate_emulated), values(dgate), tolerance, tolerance, "swiglu dgate " + where);
+      test::expect_close(values(dup_emulated), values(dup), tolerance, tolerance, "swiglu dup " + where);
     }
 }
 
@@ -202,7 +220,6 @@ TEST(CudaEmulation, RmsNormMatchesTheCpuKernel) {
       cuda_emulated::rmsnorm(x, w, 1e-6, y_e, rstd_e);
       kernels::rmsnorm_backward(x, w, rstd, dy, dx, dw);
       cuda_emulated::rmsnorm_backward(x, w, rstd, dy, dx_e, dw_e);
-      auto values = [](const Tensor& t) { return t.to(DType::F64).to_vector<double>(); };
       const std::string where = std::string(dtype_name(dtype)) + " " + Tensor::empty(shape).str();
       test::expect_close(values(y_e), values(y), tolerance, tolerance, "y " + where);
       test::expect_close(values(rstd_e), values(rstd), tolerance, tolerance, "rstd " + where);
@@ -221,7 +238,6 @@ TEST(CudaEmulation, SoftmaxMatchesTheCpuKernels) {
       Tensor x = Tensor::empty(shape, dtype);
       kernels::scale(test::random_tensor(shape, 31, dtype), 30.0, x);
       const Tensor dy = test::random_tensor(shape, 32, dtype);
-      auto values = [](const Tensor& t) { return t.to(DType::F64).to_vector<double>(); };
       const std::string where = std::string(dtype_name(dtype)) + " " + Tensor::empty(shape).str();
       Tensor p = Tensor::empty(shape, dtype), p_e = Tensor::empty(shape, dtype);
       Tensor logp = Tensor::empty(shape, dtype), logp_e = Tensor::empty(shape, dtype);
@@ -257,11 +273,338 @@ TEST(CudaEmulation, AdamWMatchesTheCpuKernel) {
       Tensor p_e = p0.clone(), m_e = m0.clone(), v_e = v0.clone();
       kernels::adamw_step(p, g, m, v, step);
       cuda_emulated::adamw_step(p_e, g, m_e, v_e, step);
-      auto values = [](const Tensor& t) { return t.to(DType::F64).to_vector<double>(); };
       const std::string where = std::string(dtype_name(dtype)) + " n " + std::to_string(n);
       test::expect_close(values(p_e), values(p), tolerance, tolerance, "param " + where);
       test::expect_close(values(m_e), values(m), tolerance, tolerance, "m " + where);
       test::expect_close(values(v_e), values(v), tolerance, tolerance, "v " + where);
+    }
+}
+
+// ---- elementwise.cu: the factor read on the device, and sum_to -----------------------------------
+
+TEST(CudaEmulation, ScaleByAxpyByAndSumToMatchTheCpuKernels) {
+  for (DType dtype : {DType::F32, DType::F64})
+    for (int64_t n : kSizes) {
+      const std::string where = std::string(dtype_name(dtype)) + " n " + std::to_string(n);
+      const Tensor x = test::random_tensor({n}, 51, dtype), y0 = test::random_tensor({n}, 52, dtype);
+      const Tensor s = Tensor::full({1}, -0.3, dtype);
+      Tensor scaled = Tensor::empty({n}, dtype), scaled_e = Tensor::full({n}, NAN, dtype);
+      kernels::scale_by(x, s, 1.7, scaled);
+      cuda_emulated::axpby_by(s, 1.7, x, 0.0, scaled_e);
+      expect_same_bits(scaled_e, scaled, "scale_by " + where);
+      Tensor y = y0.clone(), y_e = y0.clone();
+      kernels::axpy_by(s, 2.5, x, y);
+      cuda_emulated::axpby_by(s, 2.5, x, 1.0, y_e);
+      expect_same_bits(y_e, y, "axpy_by " + where);
+    }
+  // Columns in row order on both backends: bit for bit, for one row, many rows, and many columns.
+  for (DType dtype : {DType::F32, DType::F64})
+    for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 5}, {7, 3}, {300, 9}, {3, 700}}) {
+      const Tensor x = test::random_tensor({rows, cols}, 53, dtype);
+      Tensor out = Tensor::empty({cols}, dtype), out_e = Tensor::full({cols}, NAN, dtype);
+      kernels::sum_to(x, out);
+      cuda_emulated::sum_to(x, out_e);
+      expect_same_bits(
+          out_e, out,
+          "sum_to " + std::string(dtype_name(dtype)) + " [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+    }
+}
+
+// ---- reduce.cu -----------------------------------------------------------------------------------
+
+// Sizes past one block and past the 1024 first-pass blocks (grid-stride loops in both passes). The GPU
+// adds in f64 and the CPU in the dtype, so they agree to the dtype's rounding of a long sum.
+TEST(CudaEmulation, ReductionsMatchTheCpuKernels) {
+  for (DType dtype : {DType::F32, DType::F64})
+    for (int64_t n : {int64_t{1}, int64_t{255}, int64_t{1000}, int64_t{300000}}) {
+      const double tolerance = dtype == DType::F32 ? 2e-5 : 1e-12;
+      const std::string where = std::string(dtype_name(dtype)) + " n " + std::to_string(n);
+      const Tensor x = test::random_tensor({n}, 61, dtype);
+      Tensor total = Tensor::empty({1}, dtype), total_e = Tensor::empty({1}, dtype);
+      kernels::sum(x, total);
+      cuda_emulated::sum(x, total_e);
+      // A sum of n signed values can be near 0: scale the tolerance by the sum of magnitudes (~0.8 n).
+      test::expect_close(values(total_e), values(total), 0.0, tolerance * static_cast<double>(n), "sum " + where);
+      kernels::sum_squares(x, total);
+      cuda_emulated::sum_squares(x, total_e);
+      test::expect_close(values(total_e), values(total), tolerance, 0.0, "sum_squares " + where);
+    }
+  for (DType dtype : {DType::F32, DType::F64})
+    for (const Shape& shape : std::vector<Shape>{{1, 1}, {3, 7}, {2, 5, 300}}) {
+      const double tolerance = dtype == DType::F32 ? 1e-5 : 1e-13;
+      const Tensor x = test::random_tensor(shape, 62, dtype);
+      const Shape lead(shape.begin(), shape.end() - 1);
+      Tensor out = Tensor::empty(lead, dtype), out_e = Tensor::empty(lead, dtype);
+      kernels::sum_last_dim(x, out);
+      cuda_emulated::sum_last_dim(x, out_e);
+      test::expect_close(values(out_e), values(out), tolerance, tolerance * shape.back(),
+                         "sum_last_dim " + std::string(dtype_name(dtype)));
+    }
+}
+
+// ---- softmax.cu: cross-entropy; reduce.cu: the mean over counted targets ---------------------------
+
+// Targets: i32 and i64, some ignored, one at the last column; large logits (the max shift); rows
+// shorter and longer than the block.
+TEST(CudaEmulation, CrossEntropyAndTheMeanOverTargetsMatchTheCpuKernels) {
+  constexpr int64_t kIgnore = -100;
+  for (DType dtype : {DType::F32, DType::F64})
+    for (DType id_dtype : {DType::I32, DType::I64})
+      for (const auto& [N, V] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 7}, {9, 300}, {3, 3000}}) {
+        const double tolerance = dtype == DType::F32 ? 1e-5 : 1e-13;
+        const std::string where = std::string(dtype_name(dtype)) + " " + dtype_name(id_dtype) + " [" +
+                                  std::to_string(N) + ", " + std::to_string(V) + "]";
+        Tensor logits = Tensor::empty({N, V}, dtype);
+        kernels::scale(test::random_tensor({N, V}, 71, dtype), 20.0, logits);
+        std::vector<int64_t> ids(static_cast<size_t>(N));
+        for (int64_t n = 0; n < N; ++n) ids[static_cast<size_t>(n)] = n % 3 == 1 ? kIgnore : (n * 7919) % V;
+        ids.back() = N > 2 ? V - 1 : ids.back();
+        const Tensor targets = Tensor::from_vector({N}, ids).to(id_dtype);
+        Tensor loss = Tensor::empty({N}, dtype), lse = Tensor::empty({N}, dtype);
+        Tensor loss_e = Tensor::full({N}, NAN, dtype), lse_e = Tensor::full({N}, NAN, dtype);
+        kernels::cross_entropy(logits, targets, kIgnore, loss, lse);
+        cuda_emulated::cross_entropy(logits, targets, kIgnore, loss_e, lse_e);
+        test::expect_close(values(loss_e), values(loss), tolerance, tolerance, "loss " + where);
+        test::expect_close(values(lse_e), values(lse), tolerance, tolerance, "lse " + where);
+        const Tensor dloss = test::random_tensor({N}, 72, dtype);
+        Tensor dlogits = Tensor::empty({N, V}, dtype), dlogits_e = Tensor::full({N, V}, NAN, dtype);
+        kernels::cross_entropy_backward(logits, targets, kIgnore, lse, dloss, dlogits);
+        cuda_emulated::cross_entropy_backward(logits, targets, kIgnore, lse, dloss, dlogits_e);
+        test::expect_close(values(dlogits_e), values(dlogits), tolerance, tolerance, "dlogits " + where);
+
+        Tensor count = Tensor::empty({1}, DType::I64), count_e = Tensor::full({1}, -1.0, DType::I64);
+        kernels::count_targets(targets, kIgnore, count);
+        cuda_emulated::count_targets(targets, kIgnore, count_e);
+        expect_same_bits(count_e, count, "count " + where);
+        Tensor mean = Tensor::empty({1}, dtype), mean_e = Tensor::empty({1}, dtype);
+        kernels::mean_over_count(loss, count, mean);
+        cuda_emulated::mean_over_count(loss, count, mean_e);
+        test::expect_close(values(mean_e), values(mean), tolerance, tolerance, "mean " + where);
+        const Tensor dmean = Tensor::full({1}, 0.7, dtype);
+        Tensor dvalues = Tensor::empty({N}, dtype), dvalues_e = Tensor::empty({N}, dtype);
+        kernels::mean_over_count_backward(dmean, count, dvalues);
+        cuda_emulated::mean_over_count_backward(dmean, count, dvalues_e);
+        expect_same_bits(dvalues_e, dvalues, "mean backward " + where);
+      }
+  // Every target ignored: count 0, mean 0 and a zero backward, as on the CPU.
+  const Tensor ignored = Tensor::full({4}, static_cast<double>(kIgnore), DType::I64);
+  Tensor count = Tensor::full({1}, 5.0, DType::I64), mean = Tensor::full({1}, NAN), dvalues = Tensor::full({4}, NAN);
+  cuda_emulated::count_targets(ignored, kIgnore, count);
+  EXPECT_EQ(count.data<int64_t>()[0], 0);
+  cuda_emulated::mean_over_count(test::random_tensor({4}, 73), count, mean);
+  EXPECT_EQ(mean.item(), 0.0);
+  cuda_emulated::mean_over_count_backward(Tensor::full({1}, 1.0), count, dvalues);
+  EXPECT_EQ(values(dvalues), std::vector<double>(4, 0.0));
+}
+
+// ---- index.cu ------------------------------------------------------------------------------------
+
+// The device-side range check finds the first bad id (not just any), also past the first block and
+// in the second pass; an ignored id is allowed only where the range says so.
+TEST(CudaEmulation, TheDeviceRangeCheckFindsTheFirstOutOfRangeId) {
+  for (DType id_dtype : {DType::I32, DType::I64})
+    for (int64_t n : {int64_t{1}, int64_t{300}, int64_t{70000}}) {
+      std::vector<int64_t> ids(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = i % 50;
+      const std::string where = std::string(dtype_name(id_dtype)) + " n " + std::to_string(n);
+      kernels::OutOfRange none =
+          cuda_emulated::first_out_of_range(Tensor::from_vector({n}, ids).to(id_dtype), kernels::IndexRange{50});
+      EXPECT_EQ(none.position, -1) << where;
+      // Two bad ids; the earlier one must be reported. -100 is allowed only as the ignored id.
+      const int64_t first = n * 2 / 3, second = n - 1;
+      ids[static_cast<size_t>(second)] = 50;
+      ids[static_cast<size_t>(first)] = -100;
+      const Tensor bad = Tensor::from_vector({n}, ids).to(id_dtype);
+      const kernels::OutOfRange found = cuda_emulated::first_out_of_range(bad, kernels::IndexRange{50});
+      EXPECT_EQ(found.position, first) << where;
+      EXPECT_EQ(found.value, -100) << where;
+      const kernels::OutOfRange past_ignored =
+          cuda_emulated::first_out_of_range(bad, kernels::IndexRange{50, true, -100});
+      EXPECT_EQ(past_ignored.position, first == second ? -1 : second) << where;
+      if (first != second) {
+        EXPECT_EQ(past_ignored.value, 50) << where;
+      }
+    }
+}
+
+TEST(CudaEmulation, GathersAndScatterAddsMatchTheCpuKernels) {
+  for (DType dtype : {DType::F32, DType::F64})
+    for (DType id_dtype : {DType::I32, DType::I64})
+      for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{3, 1}, {11, 7}, {40, 300}}) {
+        const std::string where = std::string(dtype_name(dtype)) + " " + dtype_name(id_dtype) + " [" +
+                                  std::to_string(rows) + ", " + std::to_string(cols) + "]";
+        // Rows: repeated ids (the scatter-add's order matters), in a pattern that is not sorted.
+        const int64_t n = 2 * rows + 1;
+        std::vector<int64_t> row_ids(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) row_ids[static_cast<size_t>(i)] = (i * 5 + 2) % rows;
+        const Tensor idx = Tensor::from_vector({n}, row_ids).to(id_dtype);
+        const Tensor table = test::random_tensor({rows, cols}, 81, dtype);
+        Tensor out = Tensor::empty({n, cols}, dtype), out_e = Tensor::full({n, cols}, NAN, dtype);
+        kernels::gather_rows(table, idx, out);
+        cuda_emulated::gather_rows(table, idx, out_e);
+        expect_same_bits(out_e, out, "gather_rows " + where);
+        const Tensor src = test::random_tensor({n, cols}, 82, dtype),
+                     acc0 = test::random_tensor({rows, cols}, 83, dtype);
+        Tensor acc = acc0.clone(), acc_e = acc0.clone();
+        kernels::scatter_add_rows(src, idx, acc);
+        cuda_emulated::scatter_add_rows(src, idx, acc_e);
+        expect_same_bits(acc_e, acc, "scatter_add_rows " + where);
+
+        // Columns: k picks per row, with a repeat in each row.
+        const int64_t k = std::min<int64_t>(cols, 3) + 1;
+        std::vector<int64_t> col_ids(static_cast<size_t>(rows * k));
+        for (int64_t i = 0; i < rows * k; ++i) col_ids[static_cast<size_t>(i)] = (i % k == k - 1) ? 0 : (i * 3) % cols;
+        const Tensor cidx = Tensor::from_vector({rows, k}, col_ids).to(id_dtype);
+        Tensor picked = Tensor::empty({rows, k}, dtype), picked_e = Tensor::full({rows, k}, NAN, dtype);
+        kernels::gather_cols(table, cidx, picked);
+        cuda_emulated::gather_cols(table, cidx, picked_e);
+        expect_same_bits(picked_e, picked, "gather_cols " + where);
+        const Tensor dout = test::random_tensor({rows, k}, 84, dtype);
+        Tensor dx = acc0.clone(), dx_e = acc0.clone();
+        kernels::scatter_add_cols(dout, cidx, dx);
+        cuda_emulated::scatter_add_cols(dout, cidx, dx_e);
+        expect_same_bits(dx_e, dx, "scatter_add_cols " + where);
+      }
+}
+
+// The shared TopKRow: ties go to the lower index, NaN ranks above everything.
+TEST(CudaEmulation, TopKMatchesTheCpuKernel) {
+  for (DType dtype : {DType::F32, DType::F64})
+    for (const auto& [rows, cols, k] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 1}, {7, 8, 2}, {300, 64, 6}, {3, 5, 5}}) {
+      Tensor x = test::random_tensor({rows, cols}, 91, dtype);
+      std::vector<double> v = values(x);
+      for (size_t i = 0; i < v.size(); i += 7) v[i] = 0.25;  // ties
+      if (v.size() > 3) v[3] = NAN;
+      x = Tensor::from_vector({rows, cols}, v).to(dtype);
+      Tensor best = Tensor::empty({rows, k}, dtype), best_e = Tensor::empty({rows, k}, dtype);
+      Tensor ids = Tensor::empty({rows, k}, DType::I32), ids_e = Tensor::empty({rows, k}, DType::I32);
+      kernels::topk(x, k, best, ids);
+      cuda_emulated::topk(x, k, best_e, ids_e);
+      const std::string where = std::string(dtype_name(dtype)) + " [" + std::to_string(rows) + ", " +
+                                std::to_string(cols) + "] k " + std::to_string(k);
+      expect_same_bits(best_e, best, "values " + where);
+      expect_same_bits(ids_e, ids, "indices " + where);
+    }
+}
+
+// ---- slice.cu, normhead.cu -------------------------------------------------------------------------
+
+TEST(CudaEmulation, ColumnSlicesAndNormHeadScalesMatchTheCpuKernels) {
+  for (DType dtype : {DType::F32, DType::F64})
+    for (const auto& [rows, C, start, W] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{
+             {1, 1, 0, 1}, {5, 9, 2, 4}, {300, 33, 0, 33}, {2, 700, 300, 400}}) {
+      const std::string where = std::string(dtype_name(dtype)) + " [" + std::to_string(rows) + ", " +
+                                std::to_string(C) + "] columns " + std::to_string(start) + " + " + std::to_string(W);
+      const Tensor wide = test::random_tensor({rows, C}, 101, dtype);
+      Tensor narrow = Tensor::empty({rows, W}, dtype), narrow_e = Tensor::full({rows, W}, NAN, dtype);
+      kernels::copy_cols(wide, start, narrow);
+      cuda_emulated::copy_cols(wide, start, narrow_e);
+      expect_same_bits(narrow_e, narrow, "copy_cols " + where);
+      const Tensor add = test::random_tensor({rows, W}, 102, dtype);
+      Tensor sum = wide.clone(), sum_e = wide.clone();
+      kernels::add_to_cols(add, start, sum);
+      cuda_emulated::add_to_cols(add, start, sum_e);
+      expect_same_bits(sum_e, sum, "add_to_cols " + where);
+      // The head w [V, H] = [rows, C]: per-column f64 sums in row order on both backends.
+      Tensor inv = Tensor::empty({C}, dtype), inv_e = Tensor::full({C}, NAN, dtype);
+      kernels::column_inv_norm(wide, 1e-6, inv);
+      cuda_emulated::column_inv_norm(wide, 1e-6, inv_e);
+      expect_same_bits(inv_e, inv, "column_inv_norm " + where);
+    }
+}
+
+// ---- rope.cu -------------------------------------------------------------------------------------
+
+// Head dims whose half is and is not a multiple of the CPU vector width (its scalar tail rounds the
+// pair a*c - b*s in another order), GQA shapes, a position offset, and RoPE in place.
+TEST(CudaEmulation, RopeAndTheFusedQkvSplitMatchTheCpuKernels) {
+  for (DType dtype : {DType::F32, DType::F64})
+    for (const auto& [B, T, Hq, Hkv, D] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
+             {1, 1, 1, 1, 2}, {2, 5, 4, 2, 6}, {1, 33, 3, 1, 64}}) {
+      const double tolerance = dtype == DType::F32 ? 1e-6 : 1e-14;
+      const std::string where = std::string(dtype_name(dtype)) + " B " + std::to_string(B) + " T " + std::to_string(T) +
+                                " Hq " + std::to_string(Hq) + " Hkv " + std::to_string(Hkv) + " D " + std::to_string(D);
+      const double theta = 600000.0;
+      const int64_t offset = 4093;
+      const Tensor x = test::random_tensor({B, T, Hq, D}, 111, dtype);
+      for (bool inverse : {false, true}) {
+        Tensor y = Tensor::empty({B, T, Hq, D}, dtype), y_e = x.clone();  // y_e: in place
+        kernels::rope(x, theta, offset, inverse, y);
+        cuda_emulated::rope(y_e, theta, offset, inverse, y_e);
+        test::expect_close(values(y_e), values(y), tolerance, tolerance, (inverse ? "rope^-1 " : "rope ") + where);
+      }
+      const int64_t C = (Hq + 2 * Hkv) * D;
+      const Tensor qkv = test::random_tensor({B, T, C}, 112, dtype);
+      Tensor q = Tensor::empty({B, T, Hq, D}, dtype), k = Tensor::empty({B, T, Hkv, D}, dtype);
+      Tensor v = Tensor::empty({B, T, Hkv, D}, dtype);
+      Tensor q_e = Tensor::full({B, T, Hq, D}, NAN, dtype), k_e = Tensor::full({B, T, Hkv, D}, NAN, dtype);
+      Tensor v_e = Tensor::full({B, T, Hkv, D}, NAN, dtype);
+      kernels::split_qkv_rope(qkv, theta, offset, q, k, v);
+      cuda_emulated::split_qkv_rope(qkv, theta, offset, q_e, k_e, v_e);
+      test::expect_close(values(q_e), values(q), tolerance, tolerance, "q " + where);
+      test::expect_close(values(k_e), values(k), tolerance, tolerance, "k " + where);
+      expect_same_bits(v_e, v, "v " + where);
+      Tensor dqkv = Tensor::empty({B, T, C}, dtype), dqkv_e = Tensor::full({B, T, C}, NAN, dtype);
+      kernels::split_qkv_rope_backward(q, k, v, theta, offset, dqkv);
+      cuda_emulated::split_qkv_rope_backward(q, k, v, theta, offset, dqkv_e);
+      test::expect_close(values(dqkv_e), values(dqkv), tolerance, tolerance, "dqkv " + where);
+    }
+}
+
+// ---- attention.cu --------------------------------------------------------------------------------
+
+// The doc_start of documents of the given lengths packed into each of B rows of length T.
+Tensor packed_doc_start(int64_t B, int64_t T, const std::vector<int64_t>& lengths) {
+  std::vector<int32_t> starts;
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t t = 0;
+    for (size_t d = 0; t < T; d = (d + 1) % lengths.size())
+      for (int64_t i = 0; i < lengths[d] && t < T; ++i) starts.push_back(static_cast<int32_t>(t - i)), ++t;
+  }
+  return Tensor::from_vector<int32_t>({B, T}, starts);
+}
+
+// Lengths that leave partial tiles (16 in f32, 8 in f64), GQA groups of 1, 2 and 4, the largest head
+// dim, and packed documents whose boundaries fall inside tiles and on their edges.
+TEST(CudaEmulation, AttentionForwardAndBackwardMatchTheCpuKernel) {
+  struct Case {
+    int64_t B, T, Hq, Hkv, D;
+    std::vector<int64_t> documents;  // empty: one causal sequence per row
+  };
+  const std::vector<Case> cases = {{1, 1, 1, 1, 4, {}},
+                                   {2, 37, 4, 2, 24, {}},
+                                   {1, 20, 4, 1, 128, {}},
+                                   {1, 45, 2, 2, 8, {5, 16, 3}},
+                                   {2, 33, 2, 1, 16, {8, 1, 24}}};
+  for (DType dtype : {DType::F32, DType::F64})
+    for (const Case& c : cases) {
+      const double tolerance = dtype == DType::F32 ? 2e-5 : 1e-12;
+      const std::string where = std::string(dtype_name(dtype)) + " B " + std::to_string(c.B) + " T " +
+                                std::to_string(c.T) + " Hq " + std::to_string(c.Hq) + " Hkv " + std::to_string(c.Hkv) +
+                                " D " + std::to_string(c.D) + (c.documents.empty() ? "" : " packed");
+      const Tensor doc_start = c.documents.empty() ? Tensor() : packed_doc_start(c.B, c.T, c.documents);
+      const Tensor q = test::random_tensor({c.B, c.T, c.Hq, c.D}, 121, dtype);
+      const Tensor k = test::random_tensor({c.B, c.T, c.Hkv, c.D}, 122, dtype);
+      const Tensor v = test::random_tensor({c.B, c.T, c.Hkv, c.D}, 123, dtype);
+      const Tensor dout = test::random_tensor({c.B, c.T, c.Hq, c.D}, 124, dtype);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+      Tensor out = Tensor::empty(q.shape(), dtype), lse = Tensor::empty({c.B, c.Hq, c.T}, dtype);
+      Tensor out_e = Tensor::full(q.shape(), NAN, dtype), lse_e = Tensor::full({c.B, c.Hq, c.T}, NAN, dtype);
+      kernels::attention(q, k, v, scale, out, lse, doc_start);
+      cuda_emulated::attention(q, k, v, scale, out_e, lse_e, doc_start);
+      test::expect_close(values(out_e), values(out), tolerance, tolerance, "out " + where);
+      test::expect_close(values(lse_e), values(lse), tolerance, tolerance, "lse " + where);
+      // The backwards from the same (CPU) forward outputs.
+      Tensor dq = Tensor::empty(q.shape(), dtype), dk = Tensor::empty(k.shape(), dtype);
+      Tensor dv = Tensor::empty(k.shape(), dtype);
+      Tensor dq_e = Tensor::full(q.shape(), NAN, dtype), dk_e = Tensor::full(k.shape(), NAN, dtype);
+      Tensor dv_e = Tensor::full(k.shape(), NAN, dtype);
+      kernels::attention_backward(q, k, v, out, lse, dout, scale, dq, dk, dv, doc_start);
+      cuda_emulated::attention_backward(q, k, v, out, lse, dout, scale, dq_e, dk_e, dv_e, doc_start);
+      test::expect_close(values(dq_e), values(dq), tolerance, tolerance, "dq " + where);
+      test::expect_close(values(dk_e), values(dk), tolerance, tolerance, "dk " + where);
+      test::expect_close(values(dv_e), values(dv), tolerance, tolerance, "dv " + where);
     }
 }
 

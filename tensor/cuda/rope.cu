@@ -1,0 +1,170 @@
+// Rotary position embedding on the GPU, rotate-half (NeoX) convention, and its inverse (the backward),
+// on compact [B, T, H, D] tensors or on the head blocks of a fused QKV projection's rows, with the CPU
+// kernels' numerics (tensor/cpu/rope.cc):
+//   y[i] = a[i] cos - b[i] sin,   y[i + D/2] = b[i] cos + a[i] sin   (a, b the halves of a head vector),
+// each output one fused multiply-add on a product, as the CPU vector code forms it.
+//
+// The cos/sin tables [T, D/2] are computed on the device in f64 (angles reach 16K positions times
+// theta^0) and rounded once to the dtype, then kept per device, dtype and key: steady-state steps
+// build nothing. One thread per (head row, i) pair; each pair is loaded before either output is
+// stored, so y may alias x.
+#include <cmath>
+#include <cstdint>
+
+#ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
+#include "tensor/cuda/cuda_runtime.h"
+#endif
+#include "tensor/cuda/device_math.h"
+#include "tensor/cuda/grid.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/dtype_switch.h"
+
+namespace lt::LT_CUDA_NAMESPACE {
+namespace {
+
+// Where the head vectors sit: row r = token * heads + h is the D values at
+// base + token * token_stride + offset + h * D (a compact tensor: stride H * D, offset 0).
+struct HeadRows {
+  int64_t token_stride, offset;
+};
+
+template <class T>
+__global__ void rope_table_kernel(int64_t pos_offset, int64_t seq, int64_t D, double theta, T* cos_table,
+                                  T* sin_table) {
+  const int64_t half = D / 2;
+  for (int64_t e = first_index(); e < seq * half; e += grid_stride()) {
+    const int64_t t = e / half, i = e % half;
+    const double angle =
+        static_cast<double>(pos_offset + t) * pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+    cos_table[e] = static_cast<T>(cos(angle));
+    sin_table[e] = static_cast<T>(sin(angle));
+  }
+}
+
+template <bool kInverse, class T>
+__global__ void rope_kernel(const T* x, HeadRows x_rows, T* y, HeadRows y_rows, int64_t rows, int64_t seq,
+                            int64_t heads, int64_t D, const T* cos_table, const T* sin_table) {
+  const int64_t half = D / 2;
+  for (int64_t e = first_index(); e < rows * half; e += grid_stride()) {
+    const int64_t r = e / half, i = e % half;
+    const int64_t token = r / heads, head = r % heads, t = token % seq;
+    const T* xa = x + token * x_rows.token_stride + x_rows.offset + head * D;
+    T* ya = y + token * y_rows.token_stride + y_rows.offset + head * D;
+    const T a = xa[i], b = xa[i + half], c = cos_table[t * half + i], s = sin_table[t * half + i];
+    if constexpr (kInverse) {  // turn by -angle: (a cos + b sin, b cos - a sin)
+      ya[i] = fused_multiply_add(b, s, a * c);
+      ya[i + half] = fused_multiply_add(-a, s, b * c);
+    } else {
+      ya[i] = fused_multiply_add(-b, s, a * c);
+      ya[i + half] = fused_multiply_add(a, s, b * c);
+    }
+  }
+}
+
+// The tables of one key on one device, rebuilt only when the key changes. Thread-local, as on the CPU:
+// two host threads never share a half-built table.
+struct RopeTable {
+  int device = -1;
+  DType dtype = DType::F32;
+  int64_t pos_offset = -1, seq = 0, dim = 0;
+  double theta = 0;
+  Tensor cos_table, sin_table;
+};
+
+const RopeTable& rope_table(Device device, DType dtype, int64_t pos_offset, int64_t seq, int64_t D, double theta) {
+  thread_local RopeTable table;
+  if (table.device == device.index && table.dtype == dtype && table.pos_offset == pos_offset && table.seq == seq &&
+      table.dim == D && table.theta == theta && table.cos_table.defined() && table.cos_table.device() == device)
+    return table;
+  const int64_t half = D / 2;
+  table.cos_table = Tensor::empty({seq, half}, dtype, device);
+  table.sin_table = Tensor::empty({seq, half}, dtype, device);
+  LT_FLOAT_SWITCH(dtype, T, {
+    LT_CUDA_LAUNCH(blocks_for(seq * half), kThreadsPerBlock, rope_table_kernel<T>)
+    (pos_offset, seq, D, theta, table.cos_table.data<T>(), table.sin_table.data<T>());
+  });
+  LT_CUDA_CHECK(cudaGetLastError());
+  table.device = device.index;
+  table.dtype = dtype;
+  table.pos_offset = pos_offset;
+  table.seq = seq;
+  table.dim = D;
+  table.theta = theta;
+  return table;
+}
+
+// RoPE (or its inverse) from the head rows of x to those of y.
+void launch_rope(bool inverse, const Tensor& x, HeadRows x_rows, Tensor& y, HeadRows y_rows, int64_t rows, int64_t seq,
+                 int64_t heads, int64_t D, const RopeTable& table) {
+  const int64_t n = rows * (D / 2);
+  if (n == 0) return;
+  LT_FLOAT_SWITCH(x.dtype(), T, {
+    const T* c = table.cos_table.data<T>();
+    const T* s = table.sin_table.data<T>();
+    if (inverse)
+      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, rope_kernel<true, T>)
+      (x.data<T>(), x_rows, y.data<T>(), y_rows, rows, seq, heads, D, c, s);
+    else
+      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, rope_kernel<false, T>)
+      (x.data<T>(), x_rows, y.data<T>(), y_rows, rows, seq, heads, D, c, s);
+  });
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+// The v block between the projection's rows and compact v: `width` values per token copied from
+// column from_start of rows of from_stride to column to_start of rows of to_stride.
+template <class T>
+__global__ void copy_block_kernel(const T* from, int64_t from_stride, int64_t from_start, T* to, int64_t to_stride,
+                                  int64_t to_start, int64_t tokens, int64_t width) {
+  for (int64_t e = first_index(); e < tokens * width; e += grid_stride()) {
+    const int64_t token = e / width, j = e % width;
+    to[token * to_stride + to_start + j] = from[token * from_stride + from_start + j];
+  }
+}
+
+void copy_v_block(const Tensor& from, int64_t from_stride, int64_t from_start, Tensor& to, int64_t to_stride,
+                  int64_t to_start, int64_t tokens, int64_t width) {
+  const int64_t n = tokens * width;
+  if (n == 0) return;
+  LT_FLOAT_SWITCH(from.dtype(), T, {
+    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, copy_block_kernel<T>)
+    (from.data<T>(), from_stride, from_start, to.data<T>(), to_stride, to_start, tokens, width);
+  });
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void rope(const Tensor& x, double theta, int64_t pos_offset, bool inverse, Tensor& y) {
+  if (x.numel() == 0) return;
+  const int64_t seq = x.dim(1), heads = x.dim(2), D = x.dim(3);
+  const DeviceGuard guard(x.device().index);
+  const RopeTable& table = rope_table(x.device(), x.dtype(), pos_offset, seq, D, theta);
+  const HeadRows compact{heads * D, 0};
+  launch_rope(inverse, x, compact, y, compact, x.numel() / D, seq, heads, D, table);
+}
+
+void split_qkv_rope(const Tensor& qkv, double theta, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v) {
+  const int64_t tokens = q.dim(0) * q.dim(1), seq = q.dim(1), Hq = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
+  const int64_t C = qkv.dim(2);
+  if (tokens == 0) return;
+  const DeviceGuard guard(qkv.device().index);
+  const RopeTable& table = rope_table(qkv.device(), qkv.dtype(), pos_offset, seq, D, theta);
+  launch_rope(false, qkv, HeadRows{C, 0}, q, HeadRows{Hq * D, 0}, tokens * Hq, seq, Hq, D, table);
+  launch_rope(false, qkv, HeadRows{C, Hq * D}, k, HeadRows{Hkv * D, 0}, tokens * Hkv, seq, Hkv, D, table);
+  copy_v_block(qkv, C, (Hq + Hkv) * D, v, Hkv * D, 0, tokens, Hkv * D);
+}
+
+void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, double theta, int64_t pos_offset,
+                             Tensor& dqkv) {
+  const int64_t tokens = dq.dim(0) * dq.dim(1), seq = dq.dim(1), Hq = dq.dim(2), Hkv = dk.dim(2), D = dq.dim(3);
+  const int64_t C = dqkv.dim(2);
+  if (tokens == 0) return;
+  const DeviceGuard guard(dqkv.device().index);
+  const RopeTable& table = rope_table(dqkv.device(), dqkv.dtype(), pos_offset, seq, D, theta);
+  launch_rope(true, dq, HeadRows{Hq * D, 0}, dqkv, HeadRows{C, 0}, tokens * Hq, seq, Hq, D, table);
+  launch_rope(true, dk, HeadRows{Hkv * D, 0}, dqkv, HeadRows{C, Hq * D}, tokens * Hkv, seq, Hkv, D, table);
+  copy_v_block(dv, Hkv * D, 0, dqkv, C, (Hq + Hkv) * D, tokens, Hkv * D);
+}
+
+}  // namespace lt::LT_CUDA_NAMESPACE

@@ -1,0 +1,69 @@
+// Column-slice CUDA kernels: copy a block of columns out of a matrix, or add one back in, with the CPU
+// kernels' results (tensor/cpu/slice.cc). One thread per element of the narrow side; each element of
+// the wide side is written by at most one thread, so no atomics.
+#include <cstdint>
+
+#ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
+#include "tensor/cuda/cuda_runtime.h"
+#endif
+#include "tensor/cuda/grid.h"
+#include "tensor/cuda/kernels.h"
+#include "tensor/dtype_switch.h"
+
+namespace lt::LT_CUDA_NAMESPACE {
+namespace {
+
+// Narrow element i (row i / W, column i % W) sits at wide column start + i % W of width C.
+__device__ inline int64_t wide_index(int64_t i, int64_t W, int64_t C, int64_t start) {
+  return (i / W) * C + start + i % W;
+}
+
+template <class Word>
+__global__ void copy_cols_kernel(const Word* src, int64_t C, int64_t start, Word* dst, int64_t W, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) dst[i] = src[wide_index(i, W, C, start)];
+}
+
+template <class T>
+__global__ void add_to_cols_kernel(const T* src, int64_t W, int64_t start, T* dst, int64_t C, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) dst[wide_index(i, W, C, start)] += src[i];
+}
+
+template <class Word>
+void launch_copy_cols(const Tensor& src, int64_t start, Tensor& dst) {
+  const int64_t n = dst.numel();
+  LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, copy_cols_kernel<Word>)
+  (static_cast<const Word*>(src.raw_data()), src.dim(-1), start, static_cast<Word*>(dst.raw_data()), dst.dim(-1), n);
+}
+
+}  // namespace
+
+void copy_cols(const Tensor& src, int64_t start, Tensor& dst) {
+  if (dst.numel() == 0) return;
+  const DeviceGuard guard(src.device().index);
+  // A copy moves bits: the element's width is all that matters.
+  switch (dtype_size(src.dtype())) {
+    case 2:
+      launch_copy_cols<uint16_t>(src, start, dst);
+      break;
+    case 4:
+      launch_copy_cols<uint32_t>(src, start, dst);
+      break;
+    default:
+      launch_copy_cols<uint64_t>(src, start, dst);
+      break;
+  }
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+void add_to_cols(const Tensor& src, int64_t start, Tensor& dst) {
+  const int64_t n = src.numel();
+  if (n == 0) return;
+  const DeviceGuard guard(src.device().index);
+  LT_FLOAT_SWITCH(src.dtype(), T, {
+    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, add_to_cols_kernel<T>)
+    (src.data<T>(), src.dim(-1), start, dst.data<T>(), dst.dim(-1), n);
+  });
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace lt::LT_CUDA_NAMESPACE
