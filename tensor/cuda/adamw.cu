@@ -48,8 +48,8 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const k
                             T(step.inv_sqrt_bias_correction2()),
                             T(step.eps),
                             T(step.grad_scale)};
-    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, adamw_kernel<T>)
-    (param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), n, s);
+    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, adamw_kernel<T>)(
+        param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), n, s);
   });
   LT_CUDA_CHECK(cudaGetLastError());
 }

@@ -300,8 +300,8 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, 
   const DeviceGuard guard(q.device().index);
   LT_FLOAT_SWITCH(q.dtype(), T, {
     constexpr int kTile = Tile<T>::kSize;
-    LT_CUDA_LAUNCH(tiles_grid<T>(s, s.Hq), kTile * kTile, attention_forward_kernel<T>)
-    (q.data<T>(), k.data<T>(), v.data<T>(), static_cast<T>(scale), doc_start_data(doc_start), s, out.data<T>(),
+    LT_CUDA_LAUNCH(tiles_grid<T>(s, s.Hq), kTile * kTile, attention_forward_kernel<T>)(
+        q.data<T>(), k.data<T>(), v.data<T>(), static_cast<T>(scale), doc_start_data(doc_start), s, out.data<T>(),
      lse.data<T>());
   });
   LT_CUDA_CHECK(cudaGetLastError());
@@ -316,13 +316,13 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   LT_FLOAT_SWITCH(q.dtype(), T, {
     constexpr int kTile = Tile<T>::kSize;
     const T t_scale = static_cast<T>(scale);
-    LT_CUDA_LAUNCH(blocks_for(s.B * s.Hq * s.T), kThreadsPerBlock, attention_row_dot_kernel<T>)
-    (out.data<T>(), dout.data<T>(), s, row_dot.data<T>());
-    LT_CUDA_LAUNCH(tiles_grid<T>(s, s.Hq), kTile * kTile, attention_dq_kernel<T>)
-    (q.data<T>(), k.data<T>(), v.data<T>(), lse.data<T>(), row_dot.data<T>(), dout.data<T>(), t_scale,
+    LT_CUDA_LAUNCH(blocks_for(s.B * s.Hq * s.T), kThreadsPerBlock, attention_row_dot_kernel<T>)(
+        out.data<T>(), dout.data<T>(), s, row_dot.data<T>());
+    LT_CUDA_LAUNCH(tiles_grid<T>(s, s.Hq), kTile * kTile, attention_dq_kernel<T>)(
+        q.data<T>(), k.data<T>(), v.data<T>(), lse.data<T>(), row_dot.data<T>(), dout.data<T>(), t_scale,
      doc_start_data(doc_start), s, dq.data<T>());
-    LT_CUDA_LAUNCH(tiles_grid<T>(s, s.Hkv), kTile * kTile, attention_dkdv_kernel<T>)
-    (q.data<T>(), k.data<T>(), v.data<T>(), lse.data<T>(), row_dot.data<T>(), dout.data<T>(), t_scale,
+    LT_CUDA_LAUNCH(tiles_grid<T>(s, s.Hkv), kTile * kTile, attention_dkdv_kernel<T>)(
+        q.data<T>(), k.data<T>(), v.data<T>(), lse.data<T>(), row_dot.data<T>(), dout.data<T>(), t_scale,
      doc_start_data(doc_start), s, dk.data<T>(), dv.data<T>());
   });
   LT_CUDA_CHECK(cudaGetLastError());

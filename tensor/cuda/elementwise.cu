@@ -181,11 +181,11 @@ void axpby_by(const Tensor& s, double factor, const Tensor& x, double beta, Tens
   const DeviceGuard guard(x.device().index);
   LT_FLOAT_SWITCH(x.dtype(), T, {
     if (beta == 0.0)
-      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, axpby_by_kernel<false, T>)
-      (s.data<T>(), factor, x.data<T>(), T(beta), y.data<T>(), n);
+      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, axpby_by_kernel<false, T>)(
+          s.data<T>(), factor, x.data<T>(), T(beta), y.data<T>(), n);
     else
-      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, axpby_by_kernel<true, T>)
-      (s.data<T>(), factor, x.data<T>(), T(beta), y.data<T>(), n);
+      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, axpby_by_kernel<true, T>)(
+          s.data<T>(), factor, x.data<T>(), T(beta), y.data<T>(), n);
   });
   LT_CUDA_CHECK(cudaGetLastError());
 }
@@ -195,8 +195,8 @@ void sum_to(const Tensor& x, Tensor& out) {
   if (inner == 0) return;
   const DeviceGuard guard(x.device().index);
   LT_FLOAT_SWITCH(x.dtype(), T, {
-    LT_CUDA_LAUNCH(blocks_for(inner), kThreadsPerBlock, sum_rows_kernel<T>)
-    (x.data<T>(), out.data<T>(), x.numel() / inner, inner);
+    LT_CUDA_LAUNCH(blocks_for(inner), kThreadsPerBlock, sum_rows_kernel<T>)(
+        x.data<T>(), out.data<T>(), x.numel() / inner, inner);
   });
   LT_CUDA_CHECK(cudaGetLastError());
 }

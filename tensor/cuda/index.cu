@@ -12,45 +12,36 @@
 #ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
 #include "tensor/cuda/cuda_runtime.h"
 #endif
-#include "tensor/cuda/block_reduce.h"
 #include "tensor/cuda/grid.h"
 #include "tensor/cuda/kernels.h"
+#include "tensor/cuda/reduce_terms.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/topk_row.h"
 
 namespace lt::LT_CUDA_NAMESPACE {
 namespace {
 
-// Blocks of the range check's first pass; the second pass is one block over their partial results.
-constexpr int64_t kCheckBlocks = 1024;
-
-// Positions travel through the block reductions as doubles: exact below 2^53 elements.
+// Positions travel through the block reductions (reduce_terms) as doubles: exact below 2^53 elements.
 constexpr double kNoPosition = 1e300;
 
+// The term of the range check: the position of a disallowed id, kNoPosition for an allowed one; their
+// minimum is the first bad position.
 template <class I>
-__global__ void first_out_of_range_blocks(const I* ids, int64_t n, IndexRange range, double* first_N) {
-  double first = kNoPosition;
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+struct BadPosition {
+  const I* ids;
+  IndexRange range;
+  __device__ double operator()(int64_t i) const {
     const int64_t id = static_cast<int64_t>(ids[i]);
-    if ((id < 0 || id >= range.bound) && !(range.has_ignored && id == range.ignored)) {
-      first = static_cast<double>(i);  // the thread's positions rise: its first bad one is its minimum
-      break;
-    }
+    const bool allowed = (id >= 0 && id < range.bound) || (range.has_ignored && id == range.ignored);
+    return allowed ? kNoPosition : static_cast<double>(i);
   }
-  const double block_first = block_min(first);
-  if (threadIdx.x == 0) first_N[blockIdx.x] = block_first;
-}
+};
 
 template <class I>
-__global__ void first_out_of_range_total(const I* ids, const double* first_N, int64_t blocks, int64_t* result) {
-  double first = kNoPosition;
-  for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) first = first < first_N[b] ? first : first_N[b];
-  const double total = block_min(first);
-  if (threadIdx.x == 0) {
-    const int64_t position = total == kNoPosition ? -1 : static_cast<int64_t>(total);
-    result[0] = position;
-    result[1] = position < 0 ? 0 : static_cast<int64_t>(ids[position]);
-  }
+__global__ void out_of_range_result_kernel(const I* ids, const double* first, int64_t* result) {
+  const int64_t position = first[0] == kNoPosition ? -1 : static_cast<int64_t>(first[0]);
+  result[0] = position;
+  result[1] = position < 0 ? 0 : static_cast<int64_t>(ids[position]);
 }
 
 template <class T, class I>
@@ -89,14 +80,11 @@ OutOfRange first_out_of_range(const Tensor& ids, const IndexRange& range) {
   const int64_t n = ids.numel();
   if (n == 0) return {};
   const DeviceGuard guard(ids.device().index);
-  const int64_t blocks = std::min<int64_t>(blocks_for(n), kCheckBlocks);
-  Tensor first_N = Tensor::empty({blocks}, DType::F64, ids.device());
+  Tensor first = Tensor::empty({1}, DType::F64, ids.device());
   Tensor result = Tensor::empty({2}, DType::I64, ids.device());
   LT_INDEX_SWITCH(ids.dtype(), I, {
-    LT_CUDA_LAUNCH(static_cast<int>(blocks), kRowThreads, first_out_of_range_blocks<I>)
-    (ids.data<I>(), n, range, first_N.data<double>());
-    LT_CUDA_LAUNCH(1, kRowThreads, first_out_of_range_total<I>)
-    (ids.data<I>(), first_N.data<double>(), blocks, result.data<int64_t>());
+    reduce_terms(n, BadPosition<I>{ids.data<I>(), range}, MinOp{}, kNoPosition, first.data<double>(), ids.device());
+    LT_CUDA_LAUNCH(1, 1, out_of_range_result_kernel<I>)(ids.data<I>(), first.data<double>(), result.data<int64_t>());
   });
   LT_CUDA_CHECK(cudaGetLastError());
   const Tensor host = result.to(Device::cpu());
@@ -108,8 +96,8 @@ void gather_rows(const Tensor& table, const Tensor& idx, Tensor& out) {
   if (n * cols == 0) return;
   const DeviceGuard guard(table.device().index);
   LT_FLOAT_SWITCH(table.dtype(), T, LT_INDEX_SWITCH(idx.dtype(), I, {
-                    LT_CUDA_LAUNCH(blocks_for(n * cols), kThreadsPerBlock, gather_rows_kernel<T, I>)
-                    (table.data<T>(), idx.data<I>(), out.data<T>(), n, cols);
+                    LT_CUDA_LAUNCH(blocks_for(n * cols), kThreadsPerBlock, gather_rows_kernel<T, I>)(
+                        table.data<T>(), idx.data<I>(), out.data<T>(), n, cols);
                   }));
   LT_CUDA_CHECK(cudaGetLastError());
 }
@@ -119,8 +107,8 @@ void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& out) {
   if (n * cols == 0) return;
   const DeviceGuard guard(src.device().index);
   LT_FLOAT_SWITCH(src.dtype(), T, LT_INDEX_SWITCH(idx.dtype(), I, {
-                    LT_CUDA_LAUNCH(blocks_for(cols), kThreadsPerBlock, scatter_add_rows_kernel<T, I>)
-                    (src.data<T>(), idx.data<I>(), out.data<T>(), n, cols);
+                    LT_CUDA_LAUNCH(blocks_for(cols), kThreadsPerBlock, scatter_add_rows_kernel<T, I>)(
+                        src.data<T>(), idx.data<I>(), out.data<T>(), n, cols);
                   }));
   LT_CUDA_CHECK(cudaGetLastError());
 }
@@ -130,8 +118,8 @@ void topk(const Tensor& x, int64_t k, Tensor& values, Tensor& indices) {
   if (rows == 0) return;
   const DeviceGuard guard(x.device().index);
   LT_FLOAT_SWITCH(x.dtype(), T, {
-    LT_CUDA_LAUNCH(blocks_for(rows), kThreadsPerBlock, topk_kernel<T>)
-    (x.data<T>(), values.data<T>(), indices.data<int32_t>(), rows, cols, k);
+    LT_CUDA_LAUNCH(blocks_for(rows), kThreadsPerBlock, topk_kernel<T>)(
+        x.data<T>(), values.data<T>(), indices.data<int32_t>(), rows, cols, k);
   });
   LT_CUDA_CHECK(cudaGetLastError());
 }
@@ -141,8 +129,8 @@ void gather_cols(const Tensor& x, const Tensor& idx, Tensor& out) {
   if (rows * k == 0) return;
   const DeviceGuard guard(x.device().index);
   LT_FLOAT_SWITCH(x.dtype(), T, LT_INDEX_SWITCH(idx.dtype(), I, {
-                    LT_CUDA_LAUNCH(blocks_for(rows * k), kThreadsPerBlock, gather_cols_kernel<T, I>)
-                    (x.data<T>(), idx.data<I>(), out.data<T>(), rows, cols, k);
+                    LT_CUDA_LAUNCH(blocks_for(rows * k), kThreadsPerBlock, gather_cols_kernel<T, I>)(
+                        x.data<T>(), idx.data<I>(), out.data<T>(), rows, cols, k);
                   }));
   LT_CUDA_CHECK(cudaGetLastError());
 }
@@ -152,8 +140,8 @@ void scatter_add_cols(const Tensor& dout, const Tensor& idx, Tensor& dx) {
   if (rows * k == 0) return;
   const DeviceGuard guard(dx.device().index);
   LT_FLOAT_SWITCH(dx.dtype(), T, LT_INDEX_SWITCH(idx.dtype(), I, {
-                    LT_CUDA_LAUNCH(blocks_for(rows), kThreadsPerBlock, scatter_add_cols_kernel<T, I>)
-                    (dout.data<T>(), idx.data<I>(), dx.data<T>(), rows, cols, k);
+                    LT_CUDA_LAUNCH(blocks_for(rows), kThreadsPerBlock, scatter_add_cols_kernel<T, I>)(
+                        dout.data<T>(), idx.data<I>(), dx.data<T>(), rows, cols, k);
                   }));
   LT_CUDA_CHECK(cudaGetLastError());
 }

@@ -32,8 +32,8 @@ void column_inv_norm(const Tensor& w, double eps, Tensor& inv_norm) {
   if (H == 0) return;
   const DeviceGuard guard(w.device().index);
   LT_FLOAT_SWITCH(w.dtype(), T, {
-    LT_CUDA_LAUNCH(blocks_for(H), kThreadsPerBlock, column_inv_norm_kernel<T>)
-    (w.data<T>(), inv_norm.data<T>(), V, H, eps);
+    LT_CUDA_LAUNCH(blocks_for(H), kThreadsPerBlock, column_inv_norm_kernel<T>)(
+        w.data<T>(), inv_norm.data<T>(), V, H, eps);
   });
   LT_CUDA_CHECK(cudaGetLastError());
 }

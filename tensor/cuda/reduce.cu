@@ -1,10 +1,8 @@
 // Reduction CUDA kernels: the sum of all elements and of their squares, sums over the last dimension,
 // and the mean of a loss over the targets that take part in it (count_targets, mean_over_count).
 //
-// Whole-tensor sums take two passes, neither with atomics: each block of the first pass adds a
-// grid-stride share of the elements in f64 (block_sum, tensor/cuda/block_reduce.h) and writes one
-// partial; one block then adds the partials in block order. The order is fixed by the size, so the
-// result has the same bits every run. The CPU kernels (tensor/cpu/reduce.cc) add in the dtype across
+// Whole-tensor sums are reduce_terms (tensor/cuda/reduce_terms.h): f64 partials per block, then one
+// block adds them in order, so the result has the same bits every run. The CPU kernels (tensor/cpu/reduce.cc) add in the dtype across
 // vector lanes, so the two backends agree to rounding, not bit for bit; the f64 partials here are the
 // more accurate of the two.
 #include <cstdint>
@@ -15,61 +13,30 @@
 #include "tensor/cuda/block_reduce.h"
 #include "tensor/cuda/grid.h"
 #include "tensor/cuda/kernels.h"
+#include "tensor/cuda/reduce_terms.h"
 #include "tensor/dtype_switch.h"
 
 namespace lt::LT_CUDA_NAMESPACE {
 namespace {
 
-// Blocks of a first pass: enough to fill a GPU, few enough for the second pass to be one block.
-constexpr int64_t kPartialBlocks = 1024;
-
-struct Identity {
-  template <class T>
-  __device__ double operator()(T v) const {
-    return static_cast<double>(v);
-  }
+// The terms of the sums.
+template <class T>
+struct ElementOf {
+  const T* x;
+  __device__ double operator()(int64_t i) const { return static_cast<double>(x[i]); }
 };
-struct Square {
-  template <class T>
-  __device__ double operator()(T v) const {
-    return static_cast<double>(v) * static_cast<double>(v);
-  }
+template <class T>
+struct SquareOf {
+  const T* x;
+  __device__ double operator()(int64_t i) const { return static_cast<double>(x[i]) * static_cast<double>(x[i]); }
 };
 // 1 for a target that takes part in the loss, 0 for an ignored one.
-struct Counted {
+template <class I>
+struct CountedTarget {
+  const I* ids;
   int64_t ignore_index;
-  template <class I>
-  __device__ double operator()(I id) const {
-    return static_cast<int64_t>(id) == ignore_index ? 0.0 : 1.0;
-  }
+  __device__ double operator()(int64_t i) const { return static_cast<int64_t>(ids[i]) == ignore_index ? 0.0 : 1.0; }
 };
-
-template <class Term, class T>
-__global__ void partial_sums_kernel(const T* x, int64_t n, Term term, double* partial_N) {
-  double local = 0;
-  for (int64_t i = first_index(); i < n; i += grid_stride()) local += term(x[i]);
-  const double block_total = block_sum(local);
-  if (threadIdx.x == 0) partial_N[blockIdx.x] = block_total;
-}
-
-template <class Out>
-__global__ void total_kernel(const double* partial_N, int64_t blocks, Out* out) {
-  double local = 0;
-  for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) local += partial_N[b];
-  const double total = block_sum(local);
-  if (threadIdx.x == 0) out[0] = static_cast<Out>(total);
-}
-
-// out[0] = the sum of term(x[i]) over all n elements, rounded once to Out.
-template <class Term, class T, class Out>
-void sum_of_terms(const T* x, int64_t n, Term term, Out* out, Device device) {
-  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(blocks_for(n), kPartialBlocks));
-  Tensor partial_N = Tensor::empty({blocks}, DType::F64, device);
-  LT_CUDA_LAUNCH(static_cast<int>(blocks), kRowThreads, partial_sums_kernel<Term, T>)
-  (x, n, term, partial_N.data<double>());
-  LT_CUDA_LAUNCH(1, kRowThreads, total_kernel<Out>)(partial_N.data<double>(), blocks, out);
-  LT_CUDA_CHECK(cudaGetLastError());
-}
 
 template <class T>
 __global__ void sum_last_dim_kernel(const T* x_NC, T* out_N, int64_t N, int64_t C) {
@@ -99,12 +66,12 @@ __global__ void mean_over_count_backward_kernel(const T* dmean, const int64_t* c
 
 void sum(const Tensor& x, Tensor& out) {
   const DeviceGuard guard(x.device().index);
-  LT_FLOAT_SWITCH(x.dtype(), T, sum_of_terms(x.data<T>(), x.numel(), Identity{}, out.data<T>(), x.device()));
+  LT_FLOAT_SWITCH(x.dtype(), T, sum_terms(x.numel(), ElementOf<T>{x.data<T>()}, out.data<T>(), x.device()));
 }
 
 void sum_squares(const Tensor& x, Tensor& out) {
   const DeviceGuard guard(x.device().index);
-  LT_FLOAT_SWITCH(x.dtype(), T, sum_of_terms(x.data<T>(), x.numel(), Square{}, out.data<T>(), x.device()));
+  LT_FLOAT_SWITCH(x.dtype(), T, sum_terms(x.numel(), SquareOf<T>{x.data<T>()}, out.data<T>(), x.device()));
 }
 
 void sum_last_dim(const Tensor& x, Tensor& out) {
@@ -118,9 +85,9 @@ void sum_last_dim(const Tensor& x, Tensor& out) {
 
 void count_targets(const Tensor& targets, int64_t ignore_index, Tensor& count) {
   const DeviceGuard guard(targets.device().index);
-  LT_INDEX_SWITCH(
-      targets.dtype(), I,
-      sum_of_terms(targets.data<I>(), targets.numel(), Counted{ignore_index}, count.data<int64_t>(), targets.device()));
+  LT_INDEX_SWITCH(targets.dtype(), I,
+                  sum_terms(targets.numel(), CountedTarget<I>{targets.data<I>(), ignore_index},
+                            count.data<int64_t>(), targets.device()));
 }
 
 void mean_over_count(const Tensor& values, const Tensor& count, Tensor& mean) {
@@ -136,8 +103,8 @@ void mean_over_count_backward(const Tensor& dmean, const Tensor& count, Tensor& 
   if (n == 0) return;
   const DeviceGuard guard(dmean.device().index);
   LT_FLOAT_SWITCH(dmean.dtype(), T, {
-    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, mean_over_count_backward_kernel<T>)
-    (dmean.data<T>(), count.data<int64_t>(), dvalues.data<T>(), n);
+    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, mean_over_count_backward_kernel<T>)(
+        dmean.data<T>(), count.data<int64_t>(), dvalues.data<T>(), n);
   });
   LT_CUDA_CHECK(cudaGetLastError());
 }

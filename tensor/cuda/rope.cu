@@ -80,8 +80,8 @@ const RopeTable& rope_table(Device device, DType dtype, int64_t pos_offset, int6
   table.cos_table = Tensor::empty({seq, half}, dtype, device);
   table.sin_table = Tensor::empty({seq, half}, dtype, device);
   LT_FLOAT_SWITCH(dtype, T, {
-    LT_CUDA_LAUNCH(blocks_for(seq * half), kThreadsPerBlock, rope_table_kernel<T>)
-    (pos_offset, seq, D, theta, table.cos_table.data<T>(), table.sin_table.data<T>());
+    LT_CUDA_LAUNCH(blocks_for(seq * half), kThreadsPerBlock, rope_table_kernel<T>)(
+        pos_offset, seq, D, theta, table.cos_table.data<T>(), table.sin_table.data<T>());
   });
   LT_CUDA_CHECK(cudaGetLastError());
   table.device = device.index;
@@ -102,11 +102,11 @@ void launch_rope(bool inverse, const Tensor& x, HeadRows x_rows, Tensor& y, Head
     const T* c = table.cos_table.data<T>();
     const T* s = table.sin_table.data<T>();
     if (inverse)
-      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, rope_kernel<true, T>)
-      (x.data<T>(), x_rows, y.data<T>(), y_rows, rows, seq, heads, D, c, s);
+      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, rope_kernel<true, T>)(
+          x.data<T>(), x_rows, y.data<T>(), y_rows, rows, seq, heads, D, c, s);
     else
-      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, rope_kernel<false, T>)
-      (x.data<T>(), x_rows, y.data<T>(), y_rows, rows, seq, heads, D, c, s);
+      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, rope_kernel<false, T>)(
+          x.data<T>(), x_rows, y.data<T>(), y_rows, rows, seq, heads, D, c, s);
   });
   LT_CUDA_CHECK(cudaGetLastError());
 }
@@ -127,8 +127,8 @@ void copy_v_block(const Tensor& from, int64_t from_stride, int64_t from_start, T
   const int64_t n = tokens * width;
   if (n == 0) return;
   LT_FLOAT_SWITCH(from.dtype(), T, {
-    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, copy_block_kernel<T>)
-    (from.data<T>(), from_stride, from_start, to.data<T>(), to_stride, to_start, tokens, width);
+    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, copy_block_kernel<T>)(
+        from.data<T>(), from_stride, from_start, to.data<T>(), to_stride, to_start, tokens, width);
   });
   LT_CUDA_CHECK(cudaGetLastError());
 }

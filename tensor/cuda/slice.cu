@@ -31,8 +31,8 @@ __global__ void add_to_cols_kernel(const T* src, int64_t W, int64_t start, T* ds
 template <class Word>
 void launch_copy_cols(const Tensor& src, int64_t start, Tensor& dst) {
   const int64_t n = dst.numel();
-  LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, copy_cols_kernel<Word>)
-  (static_cast<const Word*>(src.raw_data()), src.dim(-1), start, static_cast<Word*>(dst.raw_data()), dst.dim(-1), n);
+  LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, copy_cols_kernel<Word>)(
+      static_cast<const Word*>(src.raw_data()), src.dim(-1), start, static_cast<Word*>(dst.raw_data()), dst.dim(-1), n);
 }
 
 }  // namespace
@@ -60,8 +60,8 @@ void add_to_cols(const Tensor& src, int64_t start, Tensor& dst) {
   if (n == 0) return;
   const DeviceGuard guard(src.device().index);
   LT_FLOAT_SWITCH(src.dtype(), T, {
-    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, add_to_cols_kernel<T>)
-    (src.data<T>(), src.dim(-1), start, dst.data<T>(), dst.dim(-1), n);
+    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, add_to_cols_kernel<T>)(
+        src.data<T>(), src.dim(-1), start, dst.data<T>(), dst.dim(-1), n);
   });
   LT_CUDA_CHECK(cudaGetLastError());
 }

@@ -179,8 +179,8 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_i
   if (N == 0) return;
   const DeviceGuard guard(logits.device().index);
   LT_FLOAT_SWITCH(logits.dtype(), T, LT_INDEX_SWITCH(targets.dtype(), I, {
-                    LT_CUDA_LAUNCH(row_blocks(N), kRowThreads, cross_entropy_kernel<T, I>)
-                    (logits.data<T>(), targets.data<I>(), ignore_index, loss.data<T>(), lse.data<T>(), N, V);
+                    LT_CUDA_LAUNCH(row_blocks(N), kRowThreads, cross_entropy_kernel<T, I>)(
+                        logits.data<T>(), targets.data<I>(), ignore_index, loss.data<T>(), lse.data<T>(), N, V);
                   }));
   LT_CUDA_CHECK(cudaGetLastError());
 }
@@ -191,8 +191,8 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t
   if (N == 0) return;
   const DeviceGuard guard(logits.device().index);
   LT_FLOAT_SWITCH(logits.dtype(), T, LT_INDEX_SWITCH(targets.dtype(), I, {
-                    LT_CUDA_LAUNCH(row_blocks(N), kRowThreads, cross_entropy_backward_kernel<T, I>)
-                    (logits.data<T>(), targets.data<I>(), ignore_index, lse.data<T>(), dloss.data<T>(),
+                    LT_CUDA_LAUNCH(row_blocks(N), kRowThreads, cross_entropy_backward_kernel<T, I>)(
+                        logits.data<T>(), targets.data<I>(), ignore_index, lse.data<T>(), dloss.data<T>(),
                      dlogits.data<T>(), N, V);
                   }));
   LT_CUDA_CHECK(cudaGetLastError());
