@@ -3,13 +3,14 @@
 // Each op family has one front door, tensor/kernels/<family>.cpp: it checks the operands (shapes,
 // dtypes, one device) and runs the kernel of the operands' device, from one of two peer backends that
 // check nothing themselves: the CPU kernels of tensor/cpu/<family>.cc (Highway, dynamic dispatch, f32
-// and f64) and the CUDA kernels of tensor/cuda/<family>.cu where one exists. A CUDA operand reaching an
-// op with no CUDA kernel yet is one lt::Error ("<op>: no CUDA kernel yet for <tensor>"). Outputs are
-// passed in, already allocated, so callers decide where memory comes from. Forward and backward of a
+// and f64) and the CUDA kernels of tensor/cuda/<family>.cu (every op has one; cuBLAS for the GEMMs).
+// Index operands are range-checked on their own device before a kernel lets them address memory. Outputs
+// are passed in, already allocated, so callers decide where memory comes from. Forward and backward of a
 // family sit side by side.
 //
 // Determinism: for a given thread count, every kernel returns bit-identical results run after run
-// (work is split by lt::parallel_for, reductions combine chunk results in chunk order, no atomics).
+// (work is split by lt::parallel_for, reductions combine chunk results in chunk order, no atomics; the
+// CUDA kernels likewise reduce in a fixed order and use no atomics).
 #pragma once
 #include <cstdint>
 

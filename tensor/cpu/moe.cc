@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "tensor/cpu/kernels.h"
-#include "tensor/topk_row.h"
 #include "tensor/dtype_switch.h"
+#include "tensor/router_row.h"
 #include "tensor/threadpool.h"
 
 namespace lt::cpu {
@@ -17,7 +17,7 @@ int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 4096 / std::max<in
 
 }  // namespace
 
-// Per row: max, then exp and the sum in f64, so lse and probs are exact to the dtype whatever E.
+// The rows' arithmetic is shared with the CUDA kernels (tensor/router_row.h).
 void router_topk(const Tensor& logits, int64_t k, bool renormalize, Tensor& probs, Tensor& lse, Tensor& weights,
                  Tensor& ids) {
   const int64_t N = logits.dim(0), E = logits.dim(1);
@@ -28,29 +28,11 @@ void router_topk(const Tensor& logits, int64_t k, bool renormalize, Tensor& prob
     T* w = weights.data<T>();
     int32_t* id = ids.data<int32_t>();
     parallel_for(N, row_grain(E), [&](int64_t begin, int64_t end) {
-      for (int64_t n = begin; n < end; ++n) {
-        const T* s_n = s + n * E;
-        T* p_n = p + n * E;
-        T max = s_n[0];
-        for (int64_t e = 1; e < E; ++e) max = std::max(max, s_n[e]);
-        double total = 0;
-        for (int64_t e = 0; e < E; ++e) total += std::exp(static_cast<double>(s_n[e] - max));
-        for (int64_t e = 0; e < E; ++e) p_n[e] = static_cast<T>(std::exp(static_cast<double>(s_n[e] - max)) / total);
-        l[n] = static_cast<T>(static_cast<double>(max) + std::log(total));
-        T* w_n = w + n * k;
-        TopKRow(p_n, E, k, w_n, id + n * k);
-        if (!renormalize) continue;
-        T sum = 0;
-        for (int64_t j = 0; j < k; ++j) sum += w_n[j];
-        for (int64_t j = 0; j < k; ++j) w_n[j] /= sum;
-      }
+      for (int64_t n = begin; n < end; ++n) RouterTopKRow(s + n * E, E, k, renormalize, p + n * E, l + n, w + n * k, id + n * k);
     });
   });
 }
 
-// Per row, with S = sum_j p[i_j] and dw the incoming gradient of the weights:
-//   dp[i_j] = (dw_j - sum_l dw_l w_l) / S  (renormalised; w_l = p[i_l] / S), or dw_j (not);
-//   ds_e = p_e (dp_e - sum_j dp[i_j] p[i_j]), dp_e = 0 for the experts not chosen (softmax backward).
 void router_topk_backward(const Tensor& probs, const Tensor& ids, bool renormalize, const Tensor& dweights,
                           double scale, Tensor& dlogits) {
   const int64_t N = probs.dim(0), E = probs.dim(1), k = ids.dim(1);
@@ -59,28 +41,10 @@ void router_topk_backward(const Tensor& probs, const Tensor& ids, bool renormali
     const int32_t* id = ids.data<int32_t>();
     const T* dw = dweights.data<T>();
     T* ds = dlogits.data<T>();
+    const T s = static_cast<T>(scale);
     parallel_for(N, row_grain(E), [&](int64_t begin, int64_t end) {
-      T dp[kernels::kRouterMaxTopK];
-      for (int64_t n = begin; n < end; ++n) {
-        const T* p_n = p + n * E;
-        const int32_t* id_n = id + n * k;
-        const T* dw_n = dw + n * k;
-        if (renormalize) {
-          T sum = 0;
-          for (int64_t j = 0; j < k; ++j) sum += p_n[id_n[j]];
-          T dot = 0;
-          for (int64_t j = 0; j < k; ++j) dot += dw_n[j] * (p_n[id_n[j]] / sum);
-          for (int64_t j = 0; j < k; ++j) dp[j] = (dw_n[j] - dot) / sum;
-        } else {
-          for (int64_t j = 0; j < k; ++j) dp[j] = dw_n[j];
-        }
-        T dot = 0;
-        for (int64_t j = 0; j < k; ++j) dot += dp[j] * p_n[id_n[j]];
-        T* ds_n = ds + n * E;
-        const T s = static_cast<T>(scale);
-        for (int64_t e = 0; e < E; ++e) ds_n[e] = -s * p_n[e] * dot;
-        for (int64_t j = 0; j < k; ++j) ds_n[id_n[j]] += s * p_n[id_n[j]] * dp[j];
-      }
+      for (int64_t n = begin; n < end; ++n)
+        RouterTopKBackwardRow(p + n * E, id + n * k, E, k, renormalize, dw + n * k, s, ds + n * E);
     });
   });
 }
@@ -91,21 +55,13 @@ void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& c
   LT_FLOAT_SWITCH(probs.dtype(), T, {
     // The upstream factor joins the scales in f64, as a host-side product of the two would.
     const double g = static_cast<double>(upstream.data<T>()[0]);
-    balance_scale *= g;
-    z_scale *= g;
+    const T a = static_cast<T>(balance_scale * g), b = static_cast<T>(z_scale * g);
     const T* p = probs.data<T>();
     const T* l = lse.data<T>();
     const T* c = counts.data<T>();
     T* ds = dlogits.data<T>();
-    const T a = static_cast<T>(balance_scale), b = static_cast<T>(z_scale);
     parallel_for(N, row_grain(E), [&](int64_t begin, int64_t end) {
-      for (int64_t n = begin; n < end; ++n) {
-        const T* p_n = p + n * E;
-        T mean_count = 0;  // sum_e p_e c_e
-        for (int64_t e = 0; e < E; ++e) mean_count += p_n[e] * c[e];
-        const T row_term = b * l[n] - a * mean_count;
-        for (int64_t e = 0; e < E; ++e) ds[n * E + e] = p_n[e] * (a * c[e] + row_term);
-      }
+      for (int64_t n = begin; n < end; ++n) RouterAuxBackwardRow(p + n * E, l[n], c, E, a, b, ds + n * E);
     });
   });
 }

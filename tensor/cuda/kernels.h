@@ -96,6 +96,11 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& dout, double scale, Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& doc_start);
 
+// Attention for generation with a KV cache (attention_decode.cu), and the DPO loss (dpo.cu).
+void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Tk, double scale, Tensor& out);
+void dpo_loss(const Tensor& token_logp, const Tensor& response, const Tensor& counted, const Tensor& reference_logp,
+              double beta, double rpo_alpha, Tensor& loss, Tensor& stats, Tensor& dtoken_logp);
+
 // One AdamW step over a flat parameter, in place, f32 or f64 (adamw.cu).
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const kernels::AdamWStep& step);
 
@@ -111,6 +116,31 @@ void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& out);
 void topk(const Tensor& x, int64_t k, Tensor& values, Tensor& indices);
 void gather_cols(const Tensor& x, const Tensor& idx, Tensor& out);
 void scatter_add_cols(const Tensor& dout, const Tensor& idx, Tensor& dx);
+
+// The MoE router, combine, statistics and dispatch, with the contracts of the kernels:: functions of
+// the same names (moe.cu, moe_stats.cu). The ids they take were range-checked by the front door.
+void router_topk(const Tensor& logits, int64_t k, bool renormalize, Tensor& probs, Tensor& lse, Tensor& weights,
+                 Tensor& ids);
+void router_topk_backward(const Tensor& probs, const Tensor& ids, bool renormalize, const Tensor& dweights,
+                          double scale, Tensor& dlogits);
+void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& counts, const Tensor& upstream,
+                         double balance_scale, double z_scale, Tensor& dlogits);
+void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out);
+void combine_backward_before_down(const Tensor& w, const Tensor& pos, Tensor& t, Tensor& h, Tensor& dw);
+void routing_warmup_observe(const Tensor& logits, double momentum, Tensor& stats);
+void routing_warmup_noise(const Tensor& stats, const Tensor& eps, double alpha, Tensor& noise);
+void router_aux_loss(const Tensor& probs, const Tensor& lse, const Tensor& ids, double balance_coef, double z_coef,
+                     Tensor& counts, Tensor& balance, Tensor& z, Tensor& aux);
+void routing_entropy(const Tensor& probs, const Tensor& logits, const Tensor& lse, Tensor& entropy,
+                     Tensor& max_logit);
+void dispatch_plan(const Tensor& ids, Tensor& token_of, Tensor& position_of, Tensor& offsets);
+void accumulate_f64(const Tensor& x, Tensor& sum);
+
+// The grouped GEMMs over a dispatch's segments, via cuBLAS (gemm.cu); host_offsets is the front door's
+// host copy of the segment offsets.
+void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& host_offsets, Tensor& out,
+                    double beta);
+void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& host_offsets, Tensor& dw, double beta);
 
 // c = alpha * op(a) @ op(b) + beta * c with the contract of kernels::matmul, f32 or f64, via cuBLAS.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta);

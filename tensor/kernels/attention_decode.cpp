@@ -17,7 +17,9 @@ void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, int64_t
   LT_CHECK(Tq <= Tk && Tk <= capacity, "attention_decode: need Tq <= Tk <= capacity, got ", Tq, ", ", Tk, ", ",
            capacity);
   check_shape(out, q.shape(), "attention_decode", "out");
-  require_cpu(q, "attention_decode");
+  if constexpr (kCudaBackend) {
+    if (!q.is_cpu()) return cuda::attention_decode(q, k, v, Tk, scale, out);
+  }
   cpu::attention_decode(q, k, v, Tk, scale, out);
 }
 

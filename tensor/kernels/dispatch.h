@@ -66,17 +66,10 @@ inline OutOfRange first_out_of_range(const Tensor& ids, const IndexRange& range)
   return bad;
 }
 
-// The backend choice of an op with no CUDA kernel yet: the CPU, or one clear error for a CUDA operand
-// before anything reads device memory on the host.
-inline void require_cpu(const Tensor& t, const char* op) {
-  LT_CHECK(t.is_cpu(), op, ": no CUDA kernel yet for ", t.str());
-}
-
-// A routing's probs [N, E] (float, on the CPU until the router has CUDA kernels) and the log-sum-exp
+// A routing's probs [N, E] (float) and the log-sum-exp
 // lse [N] of its rows, as the router's kernels take them.
 inline void check_probs_and_lse(const Tensor& probs, const Tensor& lse, const char* op) {
   check_float(probs, op, "probs");
-  require_cpu(probs, op);
   LT_CHECK(probs.ndim() == 2, op, ": probs must be [N, E], got ", probs.str());
   check_like(lse, probs, op, "lse");
   check_shape(lse, {probs.dim(0)}, op, "lse");

@@ -25,13 +25,15 @@ void dpo_loss(const Tensor& token_logp, const Tensor& response, const Tensor& co
   LT_CHECK(stats.defined() && stats.dtype() == DType::F64 && stats.numel() == kDpoStats, op, ": stats must be f64 [",
            static_cast<int>(kDpoStats), "]");
   if (dtoken_logp.defined()) check_same(dtoken_logp, token_logp, op, "dtoken_logp");
-  require_cpu(token_logp, op);
-  // The response ids are read on the host, which the CPU kernel allows.
+  check_device(stats, token_logp, op, "stats");
   const int64_t pairs = reference_logp.numel() / 2;
-  const int32_t* ids = response.data<int32_t>();
-  for (int64_t n = 0; n < N; ++n)
-    LT_CHECK(ids[n] >= -1 && ids[n] < 2 * pairs, op, ": response id ", ids[n], " (token ", n, ") is outside [-1, ",
-             2 * pairs, ")");
+  const OutOfRange bad = first_out_of_range(response, IndexRange{2 * pairs, true, -1});
+  LT_CHECK(bad.position < 0, op, ": response id ", bad.value, " (token ", bad.position, ") is outside [-1, ",
+           2 * pairs, ")");
+  if constexpr (kCudaBackend) {
+    if (!token_logp.is_cpu())
+      return cuda::dpo_loss(token_logp, response, counted, reference_logp, beta, rpo_alpha, loss, stats, dtoken_logp);
+  }
   cpu::dpo_loss(token_logp, response, counted, reference_logp, beta, rpo_alpha, loss, stats, dtoken_logp);
 }
 

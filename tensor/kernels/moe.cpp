@@ -7,17 +7,15 @@ namespace {
 
 void check_router_rows(const Tensor& probs, const Tensor& ids, const char* op) {
   check_float(probs, op, "probs");
-  require_cpu(probs, op);
   LT_CHECK(probs.ndim() == 2, op, ": probs must be [N, E], got ", probs.str());
   LT_CHECK(ids.defined() && ids.dtype() == DType::I32 && ids.ndim() == 2 && ids.dim(0) == probs.dim(0), op,
            ": ids must be i32 [", probs.dim(0), ", k], got ", ids.defined() ? ids.str() : "undefined");
   check_device(ids, probs, op, "ids");
 }
 
-// y [M, C], w [N, k] with N k = M, pos [N k] i32 positions in [0, M), read on the host (CPU only).
+// y [M, C], w [N, k] with N k = M, pos [N k] i32 positions in [0, M).
 void check_combine(const Tensor& y, const Tensor& w, const Tensor& pos, const char* op) {
   check_float(y, op, "y");
-  require_cpu(y, op);
   LT_CHECK(y.ndim() == 2, op, ": y must be [M, C], got ", y.str());
   check_like(w, y, op, "w");
   LT_CHECK(w.ndim() == 2 && w.numel() == y.dim(0), op, ": w must be [N, k] with N k = ", y.dim(0), ", got ",
@@ -25,10 +23,9 @@ void check_combine(const Tensor& y, const Tensor& w, const Tensor& pos, const ch
   LT_CHECK(pos.defined() && pos.dtype() == DType::I32 && pos.numel() == w.numel(), op, ": pos must be i32 of ",
            w.numel(), " positions, got ", pos.defined() ? pos.str() : "undefined");
   check_device(pos, y, op, "pos");
-  const int32_t* p = pos.data<int32_t>();
-  for (int64_t a = 0; a < pos.numel(); ++a)
-    LT_CHECK(p[a] >= 0 && p[a] < y.dim(0), op, ": position ", p[a], " of assignment ", a, " outside [0, ", y.dim(0),
-             ")");
+  const OutOfRange bad = first_out_of_range(pos, IndexRange{y.dim(0)});
+  LT_CHECK(bad.position < 0, op, ": position ", bad.value, " of assignment ", bad.position, " outside [0, ", y.dim(0),
+           ")");
 }
 
 }  // namespace
@@ -37,7 +34,6 @@ void router_topk(const Tensor& logits, int64_t k, bool renormalize, Tensor& prob
                  Tensor& ids) {
   const char* op = "router_topk";
   check_float(logits, op, "logits");
-  require_cpu(logits, op);
   LT_CHECK(logits.ndim() == 2, op, ": logits must be [N, E], got ", logits.str());
   const int64_t N = logits.dim(0), E = logits.dim(1);
   LT_CHECK(k >= 1 && k <= E, op, ": k = ", k, " must be in [1, ", E, "]");
@@ -48,6 +44,9 @@ void router_topk(const Tensor& logits, int64_t k, bool renormalize, Tensor& prob
   check_shape(weights, {N, k}, op, "weights");
   check_router_rows(probs, ids, op);
   check_shape(ids, {N, k}, op, "ids");
+  if constexpr (kCudaBackend) {
+    if (!logits.is_cpu()) return cuda::router_topk(logits, k, renormalize, probs, lse, weights, ids);
+  }
   cpu::router_topk(logits, k, renormalize, probs, lse, weights, ids);
 }
 
@@ -60,6 +59,9 @@ void router_topk_backward(const Tensor& probs, const Tensor& ids, bool renormali
   check_shape(dweights, ids.shape(), op, "dweights");
   check_same(dlogits, probs, op, "dlogits");
   LT_CHECK(k <= kRouterMaxTopK, op, ": k = ", k, " exceeds ", kRouterMaxTopK);
+  if constexpr (kCudaBackend) {
+    if (!probs.is_cpu()) return cuda::router_topk_backward(probs, ids, renormalize, dweights, scale, dlogits);
+  }
   cpu::router_topk_backward(probs, ids, renormalize, dweights, scale, dlogits);
 }
 
@@ -73,6 +75,9 @@ void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& c
   check_like(upstream, probs, op, "upstream");
   check_shape(upstream, {1}, op, "upstream");
   check_same(dlogits, probs, op, "dlogits");
+  if constexpr (kCudaBackend) {
+    if (!probs.is_cpu()) return cuda::router_aux_backward(probs, lse, counts, upstream, balance_scale, z_scale, dlogits);
+  }
   cpu::router_aux_backward(probs, lse, counts, upstream, balance_scale, z_scale, dlogits);
 }
 
@@ -80,6 +85,9 @@ void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& o
   check_combine(y, w, pos, "combine_rows");
   check_like(out, y, "combine_rows", "out");
   check_shape(out, {w.dim(0), y.dim(1)}, "combine_rows", "out");
+  if constexpr (kCudaBackend) {
+    if (!y.is_cpu()) return cuda::combine_rows(y, w, pos, out);
+  }
   cpu::combine_rows(y, w, pos, out);
 }
 
@@ -88,6 +96,9 @@ void combine_backward_before_down(const Tensor& w, const Tensor& pos, Tensor& t,
   check_combine(t, w, pos, op);
   check_same(h, t, op, "h");
   if (dw.defined()) check_same(dw, w, op, "dw");
+  if constexpr (kCudaBackend) {
+    if (!t.is_cpu()) return cuda::combine_backward_before_down(w, pos, t, h, dw);
+  }
   cpu::combine_backward_before_down(w, pos, t, h, dw);
 }
 

@@ -15,27 +15,28 @@ void check_f64(const Tensor& t, const Shape& shape, const Tensor& ref, const cha
   check_shape(t, shape, op, what);
 }
 
-// ids i32 [N, k] of experts in [0, E), read on the host (CPU only).
+// ids i32 [N, k] of experts in [0, E).
 void check_expert_ids(const Tensor& ids, int64_t N, int64_t E, const char* op) {
   LT_CHECK(ids.defined() && ids.dtype() == DType::I32 && ids.ndim() == 2 && (N < 0 || ids.dim(0) == N), op,
            ": ids must be i32 [N, k], got ", ids.defined() ? ids.str() : "undefined");
-  require_cpu(ids, op);
-  const int32_t* id = ids.data<int32_t>();
-  for (int64_t a = 0; a < ids.numel(); ++a)
-    LT_CHECK(id[a] >= 0 && id[a] < E, op, ": expert id ", id[a], " outside [0, ", E, ")");
+  const OutOfRange bad = first_out_of_range(ids, IndexRange{E});
+  LT_CHECK(bad.position < 0, op, ": expert id ", bad.value, " outside [0, ", E, ")");
 }
 
-// The expert segments of a dispatch: offsets i64 [E + 1], non-decreasing from 0 to `rows`. Read on the
-// host: the grouped GEMM's CPU backend loops over the segments itself.
-void check_segment_offsets(const Tensor& offsets, int64_t E, int64_t rows, const char* op) {
+// The expert segments of a dispatch: offsets i64 [E + 1], non-decreasing from 0 to `rows`, returned
+// as a host copy (the same tensor on the CPU): the grouped GEMMs loop over the segments on the host,
+// and cuBLAS takes its sizes there.
+Tensor checked_segment_offsets(const Tensor& offsets, const Tensor& a, int64_t E, int64_t rows, const char* op) {
   LT_CHECK(offsets.defined() && offsets.dtype() == DType::I64, op, ": offsets must be i64, got ",
            offsets.defined() ? offsets.str() : "undefined");
   check_shape(offsets, {E + 1}, op, "offsets");
-  require_cpu(offsets, op);
-  const int64_t* off = offsets.data<int64_t>();
+  check_device(offsets, a, op, "offsets");
+  const Tensor host = offsets.to(Device::cpu());
+  const int64_t* off = host.data<int64_t>();
   LT_CHECK(off[0] == 0 && off[E] == rows, op, ": offsets span [", off[0], ", ", off[E], "), expected [0, ", rows, ")");
   for (int64_t e = 0; e < E; ++e)
     LT_CHECK(off[e] <= off[e + 1], op, ": offsets decrease at expert ", e, " (", off[e], " > ", off[e + 1], ")");
+  return host;
 }
 
 }  // namespace
@@ -43,17 +44,22 @@ void check_segment_offsets(const Tensor& offsets, int64_t E, int64_t rows, const
 void routing_warmup_observe(const Tensor& logits, double momentum, Tensor& stats) {
   const char* op = "routing_warmup_observe";
   check_float(logits, op, "logits");
-  require_cpu(logits, op);
   check_f64(stats, {3}, logits, op, "stats");
-  if (logits.numel() > 0) cpu::routing_warmup_observe(logits, momentum, stats);
+  if (logits.numel() == 0) return;
+  if constexpr (kCudaBackend) {
+    if (!logits.is_cpu()) return cuda::routing_warmup_observe(logits, momentum, stats);
+  }
+  cpu::routing_warmup_observe(logits, momentum, stats);
 }
 
 void routing_warmup_noise(const Tensor& stats, const Tensor& eps, double alpha, Tensor& noise) {
   const char* op = "routing_warmup_noise";
   check_float(noise, op, "noise");
-  require_cpu(noise, op);
   check_f64(stats, {3}, noise, op, "stats");
   check_f64(eps, noise.shape(), noise, op, "eps");
+  if constexpr (kCudaBackend) {
+    if (!noise.is_cpu()) return cuda::routing_warmup_noise(stats, eps, alpha, noise);
+  }
   cpu::routing_warmup_noise(stats, eps, alpha, noise);
 }
 
@@ -63,6 +69,7 @@ void router_aux_loss(const Tensor& probs, const Tensor& lse, const Tensor& ids, 
   check_probs_and_lse(probs, lse, op);
   const int64_t N = probs.dim(0), E = probs.dim(1);
   check_expert_ids(ids, N, E, op);
+  check_device(ids, probs, op, "ids");
   check_like(counts, probs, op, "counts");
   check_shape(counts, {E}, op, "counts");
   check_f64(balance, {1}, probs, op, "balance");
@@ -75,6 +82,9 @@ void router_aux_loss(const Tensor& probs, const Tensor& lse, const Tensor& ids, 
                                                     : int64_t{1} << std::numeric_limits<double>::digits;
   LT_CHECK(ids.numel() <= exact, op, ": ", ids.numel(), " assignments exceed the exact integers of ",
            dtype_name(probs.dtype()));
+  if constexpr (kCudaBackend) {
+    if (!probs.is_cpu()) return cuda::router_aux_loss(probs, lse, ids, balance_coef, z_coef, counts, balance, z, aux);
+  }
   cpu::router_aux_loss(probs, lse, ids, balance_coef, z_coef, counts, balance, z, aux);
 }
 
@@ -85,6 +95,9 @@ void routing_entropy(const Tensor& probs, const Tensor& logits, const Tensor& ls
   check_same(logits, probs, op, "logits");
   check_f64(entropy, {1}, probs, op, "entropy");
   check_f64(max_logit, {1}, probs, op, "max_logit");
+  if constexpr (kCudaBackend) {
+    if (!probs.is_cpu()) return cuda::routing_entropy(probs, logits, lse, entropy, max_logit);
+  }
   cpu::routing_entropy(probs, logits, lse, entropy, max_logit);
 }
 
@@ -101,44 +114,53 @@ void dispatch_plan(const Tensor& ids, Tensor& token_of, Tensor& position_of, Ten
   check_shape(token_of, {M}, op, "token_of");
   check_like(position_of, ids, op, "position_of");
   check_shape(position_of, {M}, op, "position_of");
+  if constexpr (kCudaBackend) {
+    if (!ids.is_cpu()) return cuda::dispatch_plan(ids, token_of, position_of, offsets);
+  }
   cpu::dispatch_plan(ids, token_of, position_of, offsets);
 }
 
 void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& out, double beta) {
   const char* op = "grouped_matmul";
   check_float(a, op, "a");
-  require_cpu(a, op);
   check_like(w, a, op, "w");
   check_like(out, a, op, "out");
   LT_CHECK(a.ndim() == 2 && w.ndim() == 3 && out.ndim() == 2 && out.dim(0) == a.dim(0) &&
                a.dim(1) == w.dim(trans_w ? 2 : 1) && out.dim(1) == w.dim(trans_w ? 1 : 2),
            op, ": a ", a.str(), ", w ", w.str(), (trans_w ? " (transposed)" : ""), " and out ", out.str(),
            " do not fit");
-  check_segment_offsets(offsets, w.dim(0), a.dim(0), op);
+  const Tensor host_offsets = checked_segment_offsets(offsets, a, w.dim(0), a.dim(0), op);
+  if constexpr (kCudaBackend) {
+    if (!a.is_cpu()) return cuda::grouped_matmul(a, w, trans_w, host_offsets, out, beta);
+  }
   cpu::grouped_matmul(a, w, trans_w, offsets, out, beta);
 }
 
 void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& dw, double beta) {
   const char* op = "grouped_weight_grad";
   check_float(a, op, "a");
-  require_cpu(a, op);
   check_like(b, a, op, "b");
   check_like(dw, a, op, "dw");
   LT_CHECK(a.ndim() == 2 && b.ndim() == 2 && dw.ndim() == 3 && b.dim(0) == a.dim(0) && dw.dim(1) == a.dim(1) &&
                dw.dim(2) == b.dim(1),
            op, ": a ", a.str(), ", b ", b.str(), " and dw ", dw.str(), " do not fit ([M, P], [M, Q], [E, P, Q])");
   LT_CHECK(beta == 0 || beta == 1, op, ": beta must be 0 or 1, got ", beta);
-  check_segment_offsets(offsets, dw.dim(0), a.dim(0), op);
+  const Tensor host_offsets = checked_segment_offsets(offsets, a, dw.dim(0), a.dim(0), op);
+  if constexpr (kCudaBackend) {
+    if (!a.is_cpu()) return cuda::grouped_weight_grad(a, b, host_offsets, dw, beta);
+  }
   cpu::grouped_weight_grad(a, b, offsets, dw, beta);
 }
 
 void accumulate_f64(const Tensor& x, Tensor& sum) {
   const char* op = "accumulate_f64";
   check_float(x, op, "x");
-  require_cpu(x, op);
   LT_CHECK(sum.defined() && sum.dtype() == DType::F64 && sum.device() == x.device() && sum.numel() == x.numel(), op,
            ": sum must be f64 of ", x.numel(), " elements on ", x.device().str(), ", got ",
            sum.defined() ? sum.str() : "undefined");
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return cuda::accumulate_f64(x, sum);
+  }
   cpu::accumulate_f64(x, sum);
 }
 

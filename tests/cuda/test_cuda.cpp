@@ -463,6 +463,84 @@ OpCase attention_case(DType dtype, double tolerance) {
       }};
 }
 
+// The router, the combine and its backward, the dispatch, the routing statistics and the grouped GEMMs
+// over the dispatch's segments (cuBLAS), for one skewed routing with empty experts.
+OpCase moe_case(DType dtype, double tolerance) {
+  return {"moe", dtype_name(dtype), tolerance, [dtype](Device device) {
+            Outputs outputs;
+            for (const auto& [N, E, k] :
+                 std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 1}, {9, 8, 2}, {700, 16, 3}}) {
+              const std::string where = " N" + std::to_string(N) + " E" + std::to_string(E) + " k" + std::to_string(k);
+              Tensor logits = Tensor::empty({N, E}, dtype, device);
+              kernels::scale(input({N, E}, 50, dtype, device), 3.0, logits);
+              Tensor probs = Tensor::empty({N, E}, dtype, device), lse = Tensor::empty({N}, dtype, device);
+              Tensor weights = Tensor::empty({N, k}, dtype, device), ids = Tensor::empty({N, k}, DType::I32, device);
+              kernels::router_topk(logits, k, true, probs, lse, weights, ids);
+              Tensor dlogits = Tensor::empty({N, E}, dtype, device), daux = Tensor::empty({N, E}, dtype, device);
+              kernels::router_topk_backward(probs, ids, true, input({N, k}, 51, dtype, device), 0.5, dlogits);
+              auto f64 = [device] { return Tensor::empty({1}, DType::F64, device); };
+              Tensor counts = Tensor::empty({E}, dtype, device), balance = f64(), z = f64();
+              Tensor aux = Tensor::empty({1}, dtype, device), entropy = f64(), max_logit = f64();
+              kernels::router_aux_loss(probs, lse, ids, 0.01, 0.001, counts, balance, z, aux);
+              kernels::router_aux_backward(probs, lse, counts, Tensor::full({1}, 0.3, dtype, device), 0.01, 0.001,
+                                           daux);
+              kernels::routing_entropy(probs, logits, lse, entropy, max_logit);
+              Tensor token = Tensor::empty({N * k}, DType::I32, device);
+              Tensor position = Tensor::empty({N * k}, DType::I32, device);
+              Tensor offsets = Tensor::empty({E + 1}, DType::I64, device);
+              kernels::dispatch_plan(ids, token, position, offsets);
+              const int64_t C = 24, F = 40, M = N * k;
+              const Tensor y = input({M, C}, 52, dtype, device);
+              Tensor combined = Tensor::empty({N, C}, dtype, device);
+              kernels::combine_rows(y, weights, position, combined);
+              Tensor t = input({M, C}, 53, dtype, device), h = input({M, C}, 54, dtype, device);
+              Tensor dw = Tensor::empty({N, k}, dtype, device);
+              kernels::combine_backward_before_down(weights, position, t, h, dw);
+              // The experts' up projection over the sorted rows, and its weight gradient.
+              Tensor rows_out = Tensor::empty({M, F}, dtype, device), w_grad = Tensor::empty({E, F, C}, dtype, device);
+              kernels::grouped_matmul(y, input({E, F, C}, 55, dtype, device), true, offsets, rows_out);
+              kernels::grouped_weight_grad(rows_out, y, offsets, w_grad, 0.0);
+              Tensor stats = Tensor::zeros({3}, DType::F64, device), noise = Tensor::empty({N, E}, dtype, device);
+              kernels::routing_warmup_observe(logits, 0.9, stats);
+              kernels::routing_warmup_noise(stats, random_tensor({N, E}, 56, DType::F64).to(device), 0.25, noise);
+              auto as_float = [device](const Tensor& t) { return t.to(Device::cpu()).to(DType::F64).to(device); };
+              for (const auto& [what, out] :
+                   Outputs{{"probs", probs}, {"lse", lse}, {"weights", weights}, {"ids", as_float(ids)},
+                           {"dlogits", dlogits}, {"counts", counts}, {"balance", balance}, {"z", z}, {"aux", aux},
+                           {"daux", daux}, {"entropy", entropy}, {"max_logit", max_logit},
+                           {"token_of", as_float(token)}, {"position_of", as_float(position)},
+                           {"offsets", as_float(offsets)}, {"combined", combined}, {"t", t}, {"h", h}, {"dw", dw},
+                           {"grouped_matmul", rows_out}, {"grouped_weight_grad", w_grad}, {"warmup stats", stats},
+                           {"warmup noise", noise}})
+                outputs.push_back({what + where, out});
+            }
+            return outputs;
+          }};
+}
+
+// Decoding attention against a partly filled cache, and the DPO loss with its token gradients.
+OpCase decode_and_dpo_case(DType dtype, double tolerance) {
+  return {"attention_decode dpo_loss", dtype_name(dtype), tolerance, [dtype](Device device) {
+            Outputs outputs;
+            const Tensor q = input({2, 3, 4, 16}, 60, dtype, device);
+            const Tensor k = input({2, 300, 2, 16}, 61, dtype, device), v = input({2, 300, 2, 16}, 62, dtype, device);
+            Tensor out = Tensor::empty(q.shape(), dtype, device);
+            kernels::attention_decode(q, k, v, 290, 0.25, out);
+            outputs.push_back({"attention_decode", out});
+            const int64_t N = 40, P = 3;
+            const Tensor response =
+                ids_on({N}, [](int64_t n) { return n % 5 == 0 ? -1 : (n * 3) % (2 * P); }, DType::I32, device);
+            const Tensor counted = ids_on({N}, [](int64_t n) { return n % 7 != 3 ? 1 : 0; }, DType::I32, device);
+            const Tensor reference = Tensor::from_vector<double>({2 * P}, {-3.0, -3.5, -4.0, -2.0, -6.0, -5.5}, device);
+            Tensor loss = Tensor::empty({1}, dtype, device), dx = Tensor::empty({N}, dtype, device);
+            Tensor stats = Tensor::empty({kernels::kDpoStats}, DType::F64, device);
+            kernels::dpo_loss(input({N}, 63, dtype, device), response, counted, reference, 0.1, 0.05, loss, stats, dx);
+            for (const auto& [what, t] : Outputs{{"dpo loss", loss}, {"dpo stats", stats}, {"dpo dtoken_logp", dx}})
+              outputs.push_back({what, t});
+            return outputs;
+          }};
+}
+
 // Tensor::fill_ (and so zeros and full) in every dtype, over a tensor that held something else.
 OpCase fill_case(DType dtype) {
   return {"fill", dtype_name(dtype), 0.0, [dtype](Device device) {
@@ -531,6 +609,8 @@ std::vector<OpCase> cuda_cases() {
     cases.push_back(slice_case(dtype));
     cases.push_back(rope_case(dtype, f32 ? 1e-6 : 1e-14));
     cases.push_back(attention_case(dtype, f32 ? 2e-5 : 1e-12));
+    cases.push_back(moe_case(dtype, f32 ? 1e-5 : 1e-12));
+    cases.push_back(decode_and_dpo_case(dtype, f32 ? 1e-6 : 1e-13));
     for (const GemmShape& shape : std::vector<GemmShape>{
              {"plain", 0, 13, 17, 19, false},
              {"one element", 0, 1, 1, 1, false},
@@ -647,17 +727,6 @@ TEST_F(CudaDevice, OperandsOnDifferentDevicesAreAnError) {
   const Tensor a = random_tensor({4}, 3), b = random_tensor({4}, 4);
   Tensor out = Tensor::empty({4}, DType::F32, gpu());
   EXPECT_THROW(kernels::add(a.to(gpu()), b, out), Error);
-}
-
-TEST_F(CudaDevice, AnOpWithoutACudaKernelIsOneClearError) {
-  const Tensor logits = random_tensor({2, 3}, 13).to(gpu());
-  Tensor stats = Tensor::zeros({3}, DType::F64, gpu());
-  try {
-    kernels::routing_warmup_observe(logits, 0.9, stats);
-    ADD_FAILURE() << "routing_warmup_observe ran on " << logits.str() << " without a CUDA kernel";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "routing_warmup_observe: no CUDA kernel yet for " + logits.str());
-  }
 }
 
 // Ids are checked on the device before they address memory: one clear error naming the first bad id,
