@@ -127,7 +127,8 @@ int cmd_version(const std::vector<std::string>& args) {
   std::printf("lingtrain %s\n", LINGTRAIN_VERSION);
   std::printf("cpu kernels: Highway %s\n", lt::cpu_kernel_target());
   std::printf("threads: %d\n", lt::num_threads());
-  if (lt::cuda_compiled()) std::printf("cuda: compiled in, %d device(s) found\n", lt::cuda_device_count());
+  if (lt::cuda_compiled()) std::printf("cuda: compiled in, %d device(s) found\n%s", lt::cuda_device_count(),
+                                      lt::cuda_device_list().c_str());
   else std::printf("cuda: not compiled in\n");
   return 0;
 }
@@ -330,7 +331,7 @@ int run_command(const std::vector<std::string>& args, const std::string& kind) {
       {"out", "out/tiny"},   {"threads", "0"},      {"resume", ""},        {"eval-every", "200"},
       {"eval-tokens", "65536"}, {"ckpt-every", "200"}, {"metrics", ""},    {"sample-prompt", "The "},
       {"sample-tokens", "200"}, {"time-limit", "0"},      {"stop-at", "0"},
-      {"dist", "dp"},           {"straggle", ""},         {"tokenizer", ""}};
+      {"dist", "dp"},           {"straggle", ""},         {"tokenizer", ""},       {"device", "cpu"}};
   if (post_training) {
     for (const char* flag : {"recipe", "model", "routing-warmup"}) defaults.erase(flag);
     defaults.insert({{"ckpt", ""}, {"epochs", kind == "sft" ? "2" : "1"}, {"aux-loss-coef", ""}, {"z-loss-coef", ""}});
@@ -347,6 +348,7 @@ int run_command(const std::vector<std::string>& args, const std::string& kind) {
   apply_threads(flags);
   Json stage = stage_from_flags(flags);
   lt::RunOptions options;
+  options.device = lt::parse_device(flags.str("device"));
   options.resume = flags.str("resume");
   options.tokenizer = flags.str("tokenizer");
   if (post_training) {
@@ -817,6 +819,7 @@ void usage(FILE* out) {
                "           [--lr-schedule cosine (default) | wsd (Ling's: warmup, constant, halved after --halve-at\n"
                "           of the tokens) | inverse_sqrt | constant] [--seed S] [--threads N]\n"
                "           [--rope-theta X] [--resume DIR] [--tokenizer tokenizer.json (kept in checkpoints)]\n"
+               "           [--device cpu|cuda|cuda:N (sft and dpo too; one GPU, f32)]\n"
                "           ...  pre-train (default: the embedded corpus, tokenised by the run's tokenizer)\n"
                "  pretrain --recipe tiny|R.json [--out DIR]   the stages of a recipe in order (resumable)\n"
                "  mpirun -n N lingtrain pretrain ... [--dist dp|edit|aedit] [--straggle RANK:FACTOR]\n"

@@ -73,7 +73,7 @@ Variable LingForCausalLM::logits(const Tensor& ids_BT, MoEContext& context, int6
                                  std::vector<KVCache>* caches) {
   LT_CHECK(ids_BT.ndim() == 2, "model input ids must be [B, T], got ", ids_BT.str());
   const int64_t B = ids_BT.dim(0), T = ids_BT.dim(1), H = config_.hidden_size;
-  const Variable h = model_->forward(ids_BT, context, pos_offset, caches);
+  const Variable h = model_->forward(here(ids_BT), context, pos_offset, caches);
   const Variable head = config_.norm_head
                             ? column_normalize(*lm_head_VH_, config_.norm_head_grad == NormHeadGrad::Detached)
                             : *lm_head_VH_;
@@ -82,13 +82,14 @@ Variable LingForCausalLM::logits(const Tensor& ids_BT, MoEContext& context, int6
 
 Variable LingForCausalLM::final_hidden_states(const Tensor& ids_BT, MoEContext& context) {
   LT_CHECK(ids_BT.ndim() == 2, "model input ids must be [B, T], got ", ids_BT.str());
-  return model_->forward(ids_BT, context, 0, nullptr);
+  return model_->forward(here(ids_BT), context, 0, nullptr);
 }
 
 Variable LingForCausalLM::hidden_states(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context,
                                         const Tensor& doc_start_BT) {
   LT_CHECK(targets_BT.shape() == ids_BT.shape(), "targets ", targets_BT.str(), " do not match ids ", ids_BT.str());
-  return reshape(model_->forward(ids_BT, context, 0, nullptr, doc_start_BT), {ids_BT.numel(), config_.hidden_size});
+  return reshape(model_->forward(here(ids_BT), context, 0, nullptr, here(doc_start_BT)),
+                 {ids_BT.numel(), config_.hidden_size});
 }
 
 HeadNorm LingForCausalLM::head_norm() const {
@@ -101,13 +102,14 @@ LossBreakdown LingForCausalLM::loss(const Tensor& ids_BT, const Tensor& targets_
                                    const Tensor& doc_start_BT) {
   const Variable h_NH = hidden_states(ids_BT, targets_BT, context, doc_start_BT);
   return add_auxiliary_losses(
-      normhead_cross_entropy(h_NH, *lm_head_VH_, targets_BT.reshape({ids_BT.numel()}), -100, head_norm()), context);
+      normhead_cross_entropy(h_NH, *lm_head_VH_, here(targets_BT).reshape({ids_BT.numel()}), -100, head_norm()),
+      context);
 }
 
 Variable LingForCausalLM::target_logprobs(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context,
                                           const Tensor& doc_start_BT) {
   const Variable h_NH = hidden_states(ids_BT, targets_BT, context, doc_start_BT);
-  return normhead_token_logprobs(h_NH, *lm_head_VH_, targets_BT.reshape({ids_BT.numel()}), -100, head_norm());
+  return normhead_token_logprobs(h_NH, *lm_head_VH_, here(targets_BT).reshape({ids_BT.numel()}), -100, head_norm());
 }
 
 LossBreakdown LingForCausalLM::add_auxiliary_losses(const Variable& objective, const MoEContext& context) const {
@@ -132,8 +134,9 @@ LossBreakdown LingForCausalLM::add_auxiliary_losses(const Variable& objective, c
 std::vector<KVCache> LingForCausalLM::make_kv_caches(int64_t batch, int64_t capacity) const {
   std::vector<KVCache> caches(static_cast<size_t>(config_.num_hidden_layers));
   for (KVCache& c : caches) {
-    c.k_BTHD = Tensor::zeros({batch, capacity, config_.num_key_value_heads, config_.resolved_head_dim()});
-    c.v_BTHD = Tensor::zeros({batch, capacity, config_.num_key_value_heads, config_.resolved_head_dim()});
+    const Shape shape{batch, capacity, config_.num_key_value_heads, config_.resolved_head_dim()};
+    c.k_BTHD = Tensor::zeros(shape, lm_head_VH_->value().dtype(), device());
+    c.v_BTHD = Tensor::zeros(shape, lm_head_VH_->value().dtype(), device());
   }
   return caches;
 }

@@ -59,6 +59,9 @@ class LingForCausalLM : public Module {
  public:
   LingForCausalLM(const LingConfig& config, uint64_t seed);
   const LingConfig& config() const { return config_; }
+  // Where the weights live (Module::to moves them). Token ids, targets and document starts given on
+  // another device (the host, where batches are made) are copied here as each call begins.
+  Device device() const { return lm_head_VH_->value().device(); }
 
   // Logits [B, T, V] of ids [B, T], for evaluation and sampling (loss() never forms them). With caches
   // (one per layer), positions continue from pos_offset.
@@ -97,6 +100,7 @@ class LingForCausalLM : public Module {
   Variable hidden_states(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context,
                          const Tensor& doc_start_BT);
   HeadNorm head_norm() const;
+  Tensor here(const Tensor& t) const { return t.defined() ? t.to(device()) : t; }
 
   LingConfig config_;
   LingBackbone* model_;

@@ -26,7 +26,9 @@ DpoLoss dpo_loss(const Variable& token_logp, const Tensor& response, const Tenso
   Tensor loss = Tensor::empty({1}, x.dtype(), x.device());
   auto node = std::make_shared<DpoLossNode>();
   Tensor dx = grad_enabled() && token_logp.requires_grad() ? Tensor::empty_like(x) : Tensor();
-  kernels::dpo_loss(x, response, counted, reference_logp, beta, rpo_alpha, loss, out.stats, dx);
+  // The pairs' labels are made on the host with the batch; they join the log-probs where those live.
+  kernels::dpo_loss(x, response.to(x.device()), counted.to(x.device()), reference_logp.to(x.device()), beta,
+                    rpo_alpha, loss, out.stats, dx);
   node->dtoken_logp = dx;
   out.loss = make_result(loss, node, {token_logp});
   return out;

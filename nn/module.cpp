@@ -34,6 +34,11 @@ std::vector<Buffer> Module::buffers(const std::string& prefix) {
   return out;
 }
 
+void Module::to(Device device) {
+  for (const Parameter& p : parameters()) p.value->value() = p.value->value().to(device);
+  for (const Buffer& b : buffers()) *b.value = b.value->to(device);
+}
+
 int64_t Module::parameter_count() {
   int64_t n = 0;
   for (const Parameter& p : parameters()) n += p.value->value().numel();

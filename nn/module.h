@@ -37,6 +37,9 @@ class Module {
   int64_t parameter_count();
   // Every buffer below this module, in the same order and with the same naming as parameters().
   std::vector<Buffer> buffers(const std::string& prefix = "");
+  // Moves every parameter and buffer below this module to `device` (PyTorch's module.to). Before a
+  // Trainer lays the parameters out flat: their gradient buffers are not moved.
+  void to(Device device);
 
  protected:
   Variable& add_parameter(const std::string& name, Tensor value, bool weight_decay);

@@ -18,6 +18,13 @@ struct Device {
   std::string str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
 };
 
+// The device a flag names: "cpu", "cuda" (device 0) or "cuda:N". A CUDA device must exist: a binary
+// built without CUDA, a machine without a GPU or an index past the last GPU is one error line.
+Device parse_device(const std::string& text);
+
+// One line per usable GPU ("cuda:0: NVIDIA H100 ..., 79.1 GiB, compute capability 9.0"); empty without.
+std::string cuda_device_list();
+
 // True when the CUDA backend was compiled in (nvcc was found at build time).
 bool cuda_compiled();
 // Number of usable GPUs: 0 when not compiled, when no driver is installed, or when none is present.

@@ -203,6 +203,8 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   const std::unique_ptr<Communicator> world = make_world_communicator();
   DataParallel data_parallel(*world);
   const bool lead = world->rank() == 0;
+  LT_CHECK(options.device.is_cpu() || world->size() == 1, "--device ", options.device.str(), " under mpirun (",
+           world->size(), " ranks): multi-GPU runs are not wired yet; run one process per GPU job, or train on the CPU");
   const bool local_sgd = options.dist != "dp";
   EditSettings edit_settings = options.edit;
   edit_settings.time_based = options.dist == "aedit";
@@ -225,6 +227,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
       source_checkpoint.empty() ? resolve_config(recipe.model) : load_checkpoint_config(source_checkpoint);
   LingForCausalLM model(config, recipe.seed);
   if (options.resume.empty() && !recipe.init.empty()) load_checkpoint_weights(recipe.init, model);
+  model.to(options.device);
   // A run from a checkpoint keeps the tokenizer that checkpoint was trained with; --tokenizer may only
   // name it again.
   RunTokenizer run_tokenizer;
@@ -364,7 +367,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   auto save = [&]() {
     // A non-finite weight would make every later resume diverge at once; the guard keeps them out, and
     // this keeps them out of the checkpoint whatever happened.
-    Tensor sum_squares = Tensor::empty({1}, trainer.parameters().values().dtype());
+    Tensor sum_squares = Tensor::empty({1}, trainer.parameters().values().dtype(), options.device);
     kernels::sum_squares(trainer.parameters().values(), sum_squares);
     LT_CHECK(std::isfinite(sum_squares.item()), "the weights are not finite at step ", state.step,
              ": not writing a checkpoint over ", checkpoint_dir);
@@ -464,6 +467,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
       inputs.rank = world->rank();
       inputs.world_size = world->size();
       inputs.progress = out;
+      inputs.device = options.device;
       batches = post_training_batches(stage, inputs);
     };
     progress.finish();  // preparing a stage may print (skipped records, reference log-probs)

@@ -26,6 +26,9 @@ struct Injection {
 
 struct RunOptions {
   std::string out_dir = "out/tiny";  // checkpoint/, metrics.jsonl and, for the embedded corpus, data/
+  // Where the model trains (--device). Batches are made on the host and copied there; checkpoints are
+  // written from host copies, so they move freely between CPU and GPU runs.
+  Device device = Device::cpu();
   std::string resume;                // a checkpoint to continue from (it brings its recipe)
   // A byte-level BPE tokenizer.json ("": the byte tokenizer). It tokenises the embedded corpus when no
   // data is given and the sample, and is copied into every checkpoint; a resumed run keeps its own.

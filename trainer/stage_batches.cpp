@@ -146,6 +146,7 @@ std::vector<double> reference_logprobs(const StageSettings& stage, const std::st
   std::vector<double> logps = cached_reference_logprobs(cache, key, sequences, [&]() {
     LingForCausalLM reference(load_checkpoint_config(stage.reference), 0);
     load_checkpoint_weights(stage.reference, reference);
+    reference.to(inputs.device);
     reference.extend_context(stage.seq);
     return packed_sequence_logprobs(reference, packed.rows, static_cast<int64_t>(sequences), stage.batch);
   }, &reused);

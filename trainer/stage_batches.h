@@ -53,6 +53,7 @@ struct PostTrainingInputs {
   uint64_t seed = 1;
   int rank = 0, world_size = 1;
   std::FILE* progress = stderr;
+  Device device = Device::cpu();  // where the reference model computes (the run's device)
 };
 
 // SFT or DPO batches of `stage` (stage.kind). Reports on `progress` how the data packed and what was

@@ -3,6 +3,9 @@
 #ifdef LINGTRAIN_CUDA
 #include "tensor/cuda/cuda_runtime.h"
 
+#include <cstdio>
+#include <string>
+
 #include <array>
 #include <cstring>
 #include <mutex>
@@ -39,6 +42,15 @@ int device_count() {
     return n;
   }();
   return count;
+}
+
+std::string device_description(int index) {
+  cudaDeviceProp props{};
+  LT_CUDA_CHECK(cudaGetDeviceProperties(&props, index));
+  char memory[32];
+  std::snprintf(memory, sizeof memory, "%.1f GiB", static_cast<double>(props.totalGlobalMem) / (1 << 30));
+  return std::string(props.name) + ", " + memory + ", compute capability " + std::to_string(props.major) + "." +
+         std::to_string(props.minor);
 }
 
 DeviceGuard::DeviceGuard(int index) {

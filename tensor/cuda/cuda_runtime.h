@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <string>
 
 namespace lt {
 struct Device;
@@ -23,6 +24,9 @@ namespace lt::cuda {
 // Number of usable GPUs, queried once. 0 when cudaGetDeviceCount fails (error 35 without a driver)
 // as well as when it reports none.
 int device_count();
+
+// "NVIDIA H100 80GB HBM3, 79.1 GiB, compute capability 9.0": what `lingtrain --version` lists.
+std::string device_description(int index);
 
 // The caching allocator of device `index` (cudaMalloc / cudaFree). An index that is not a usable
 // device is an lt::Error, so creating a CUDA tensor on a machine without a GPU fails cleanly.

@@ -98,6 +98,13 @@ expect_error "unknown flag" "unknown flag --foo" "$bin" pretrain "${run[@]}" --f
 expect_error "unknown schedule" "unknown lr schedule 'bogus'" "$bin" pretrain "${run[@]}" --lr-schedule bogus --out x14
 expect_error "unknown dist" "unknown --dist 'bogus'" "$bin" pretrain "${run[@]}" --dist bogus --out x15
 expect_error "negative threads" "flag --threads must be >= 0" "$bin" pretrain "${run[@]}" --threads -1
+expect_error "unknown device" "device 'tpu' is not cpu, cuda or cuda:N" "$bin" pretrain "${run[@]}" --device tpu --out x20
+# --device cuda where no GPU can take it: the reason, in one line (a machine with a GPU trains instead).
+case "$("$bin" --version)" in
+  *"cuda: not compiled in"*) expect_error "cuda without the backend" "built without CUDA" "$bin" pretrain "${run[@]}" --device cuda --out x21 ;;
+  *"0 device(s) found"*) expect_error "cuda without a GPU" "no CUDA device is usable" "$bin" pretrain "${run[@]}" --device cuda --out x21 ;;
+  *) expect_error "a GPU index past the last" "CUDA device(s), cuda:0 to" "$bin" pretrain "${run[@]}" --device cuda:64 --out x21 ;;
+esac
 expect_error "unknown model" "unknown model 'nosuchmodel' (presets: " "$bin" pretrain "${run[@]}" --model nosuchmodel --out x16
 expect_error "bad injection" "flag --inject needs" "$bin" pretrain "${run[@]}" --inject boom@3 --out x17
 expect_error "bad straggle" "flag --straggle needs RANK:FACTOR" "$bin" pretrain "${run[@]}" --straggle 1 --out x18
@@ -118,6 +125,6 @@ expect_error "resume below the saved step" "--steps 1 is below the 2 steps" "$bi
 # Nothing half-written: no staging folder anywhere, and no output folder for the runs refused up front.
 leftovers=$(find . -name '*.tmp-*' | head -3)
 [ -z "$leftovers" ] || fail "half-written files left: $leftovers"
-for refused in x1 x3 x7 x10 x13 x16 x19; do [ ! -e "$refused/checkpoint" ] || fail "$refused: a refused run wrote a checkpoint"; done
+for refused in x1 x3 x7 x10 x13 x16 x19 x20 x21; do [ ! -e "$refused/checkpoint" ] || fail "$refused: a refused run wrote a checkpoint"; done
 
 finish bad_input

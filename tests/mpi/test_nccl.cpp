@@ -144,7 +144,9 @@ TEST_F(Nccl, AllGatherGatherAndBroadcastMoveTheBytes) {
     Tensor at_root_cpu = Tensor::empty({P * 33}), at_root_gpu = Tensor::empty({P * 33}, DType::F32, device);
     mpi->gather(original, at_root_cpu, root);
     nccl->gather(original.to(device), at_root_gpu, root);
-    if (r == root) EXPECT_EQ(bytes_of(at_root_gpu), bytes_of(at_root_cpu)) << "gather to root " << root;
+    if (r == root) {
+      EXPECT_EQ(bytes_of(at_root_gpu), bytes_of(at_root_cpu)) << "gather to root " << root;
+    }
   }
   nccl->barrier();
 }
