@@ -8,6 +8,7 @@
 
 #include "tensor/cpu/kernels.h"
 #include "tensor/dtype_switch.h"
+#include "tensor/grouped_gemm.h"
 #include "tensor/threadpool.h"
 
 namespace lt::cpu {
@@ -109,30 +110,12 @@ void dispatch_plan(const Tensor& ids, Tensor& token_of, Tensor& position_of, Ten
   off[0] = 0;
 }
 
-// One dense GEMM per expert on its contiguous rows, so each expert's work is as efficient as its
-// segment allows.
 void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& out, double beta) {
-  const int64_t E = w.dim(0);
-  const int64_t* off = offsets.data<int64_t>();
-  const Shape slice{w.dim(1), w.dim(2)};
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t rows = off[e + 1] - off[e];
-    if (rows == 0) continue;
-    Tensor out_e = out.narrow(off[e], rows);
-    matmul(a.narrow(off[e], rows), false, w.narrow(e, 1).reshape(slice), trans_w, out_e, 1.0, beta);
-  }
+  grouped_matmul_by_segments(a, w, trans_w, offsets.data<int64_t>(), out, beta, matmul);
 }
 
 void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& dw, double beta) {
-  const int64_t E = dw.dim(0);
-  const int64_t* off = offsets.data<int64_t>();
-  const Shape slice{dw.dim(1), dw.dim(2)};
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t rows = off[e + 1] - off[e];
-    Tensor dw_e = dw.narrow(e, 1).reshape(slice);
-    if (rows > 0) matmul(a.narrow(off[e], rows), true, b.narrow(off[e], rows), false, dw_e, 1.0, beta);
-    else if (beta == 0) dw_e.zero_();
-  }
+  grouped_weight_grad_by_segments(a, b, offsets.data<int64_t>(), dw, beta, matmul);
 }
 
 void accumulate_f64(const Tensor& x, Tensor& sum) {

@@ -29,7 +29,14 @@
 
 #include "tensor/error.h"
 
+// The kernels' namespace: lt::cuda_emulated beside the real backend (the kernel tests), or lt::cuda itself
+// where a test build stands the emulated kernels in for the GPU (tests/cuda/emulated_gpu.cpp, which
+// defines LINGTRAIN_EMULATED_GPU and supplies lt::cuda's runtime functions and DeviceGuard).
+#ifdef LINGTRAIN_EMULATED_GPU
+#define LT_CUDA_NAMESPACE cuda
+#else
 #define LT_CUDA_NAMESPACE cuda_emulated
+#endif
 #define __global__
 #define __device__
 #define __host__
@@ -136,8 +143,10 @@ T __shfl_xor_sync(unsigned /*mask*/, T value, unsigned lane_mask) {
 }
 
 // The CUDA runtime pieces a kernel file's launchers use.
+#ifndef LINGTRAIN_EMULATED_GPU
 namespace lt::cuda_emulated {
 struct DeviceGuard {
   explicit DeviceGuard(int) {}
 };
 }  // namespace lt::cuda_emulated
+#endif

@@ -3,6 +3,7 @@
 #include "tensor/cuda/cuda_runtime.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/dtype_switch.h"
+#include "tensor/grouped_gemm.h"
 
 namespace lt::cuda {
 namespace {
@@ -66,32 +67,16 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
                                                        M * N, batches)));
 }
 
-// The grouped GEMMs over a dispatch's expert segments: one cuBLAS GEMM per expert with rows, as on the
-// CPU. The segment bounds come from the front door's host copy of the offsets (read once per call, not
-// once per expert), since cuBLAS takes its sizes on the host.
+// The grouped GEMMs: one cuBLAS GEMM per expert with rows (tensor/grouped_gemm.h). The segment bounds
+// come from the front door's host copy of the offsets (read once per call, not once per expert), since
+// cuBLAS takes its sizes on the host.
 void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& host_offsets, Tensor& out,
                     double beta) {
-  const int64_t E = w.dim(0);
-  const int64_t* off = host_offsets.data<int64_t>();
-  const Shape slice{w.dim(1), w.dim(2)};
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t rows = off[e + 1] - off[e];
-    if (rows == 0) continue;
-    Tensor out_e = out.narrow(off[e], rows);
-    matmul(a.narrow(off[e], rows), false, w.narrow(e, 1).reshape(slice), trans_w, out_e, 1.0, beta);
-  }
+  grouped_matmul_by_segments(a, w, trans_w, host_offsets.data<int64_t>(), out, beta, matmul);
 }
 
 void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& host_offsets, Tensor& dw, double beta) {
-  const int64_t E = dw.dim(0);
-  const int64_t* off = host_offsets.data<int64_t>();
-  const Shape slice{dw.dim(1), dw.dim(2)};
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t rows = off[e + 1] - off[e];
-    Tensor dw_e = dw.narrow(e, 1).reshape(slice);
-    if (rows > 0) matmul(a.narrow(off[e], rows), true, b.narrow(off[e], rows), false, dw_e, 1.0, beta);
-    else if (beta == 0) dw_e.zero_();
-  }
+  grouped_weight_grad_by_segments(a, b, host_offsets.data<int64_t>(), dw, beta, matmul);
 }
 
 }  // namespace lt::cuda

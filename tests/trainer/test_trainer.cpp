@@ -8,7 +8,7 @@
 
 #include "model/ling.h"
 #include "tests/model/small_config.h"
-#include "tensor/device.h"
+#include "tests/trainer/trainer_test_util.h"
 #include "tensor/kernels.h"
 #include "tests/io/temp_dir.h"
 #include "trainer/checkpoint.h"
@@ -17,25 +17,10 @@
 namespace lt {
 namespace {
 
+using test::constant_lr;
+using test::random_batch;
 using test::small_config;
-
-TokenBatch random_batch(Rng& rng, int64_t B, int64_t T) {
-  std::vector<int32_t> ids(B * T), targets(B * T);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = static_cast<int32_t>(rng.below(250));
-    targets[i] = static_cast<int32_t>(rng.below(250));
-  }
-  return {Tensor::from_vector<int32_t>({B, T}, ids), Tensor::from_vector<int32_t>({B, T}, targets)};
-}
-
-TrainerSettings constant_lr(double lr) {
-  TrainerSettings s;
-  s.schedule.kind = "constant";
-  s.schedule.peak = lr;
-  return s;
-}
-
-std::vector<float> values_of(Trainer& trainer) { return trainer.parameters().values().to_vector<float>(); }
+using test::values_of;
 
 TEST(Trainer, HooksSeeTheStepAndMaySkipOrRetry) {
   LingForCausalLM model(small_config(), 1);
@@ -177,33 +162,6 @@ TEST(Trainer, CheckpointKeepsTheOptimizerUpdateCount) {
   const auto a = trainer.optimizer().state(), b = other.optimizer().state();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second.to_vector<float>(), b[i].second.to_vector<float>());
-}
-
-// The model on the GPU (Module::to before the Trainer lays it out flat), fed the same host batches:
-// the same losses, gradient norms and updated weights as on the CPU, to the rounding of another
-// summation order, over steps with the routing warmup's noise and without.
-TEST(Trainer, StepsOnTheGpuMatchTheStepsOnTheCpu) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount found none)";
-  LingForCausalLM cpu_model(small_config(), 1), gpu_model(small_config(), 1);
-  gpu_model.to(Device::cuda(0));
-  ASSERT_EQ(gpu_model.device(), Device::cuda(0));
-  TrainerSettings settings = constant_lr(1e-2);
-  settings.routing_warmup_steps = 2;
-  Trainer on_cpu(cpu_model, settings), on_gpu(gpu_model, settings);
-  Rng rng(3);
-  for (int step = 0; step < 4; ++step) {
-    const std::vector<TokenBatch> batch = {random_batch(rng, 2, 16), random_batch(rng, 2, 16)};
-    const StepStats expected = on_cpu.step(batch), actual = on_gpu.step(batch);
-    EXPECT_NEAR(actual.loss, expected.loss, 1e-4 * std::abs(expected.loss)) << "step " << step;
-    EXPECT_NEAR(actual.aux_loss, expected.aux_loss, 1e-4 * std::abs(expected.aux_loss) + 1e-9) << "step " << step;
-    EXPECT_NEAR(actual.grad_norm, expected.grad_norm, 1e-3 * expected.grad_norm) << "step " << step;
-    ASSERT_EQ(actual.moe_layers.size(), expected.moe_layers.size());
-    for (size_t l = 0; l < expected.moe_layers.size(); ++l)
-      EXPECT_EQ(actual.moe_layers[l].tokens_per_expert, expected.moe_layers[l].tokens_per_expert) << "step " << step;
-  }
-  const std::vector<float> cpu_values = values_of(on_cpu), gpu_values = values_of(on_gpu);
-  ASSERT_EQ(gpu_values.size(), cpu_values.size());
-  for (size_t i = 0; i < cpu_values.size(); ++i) ASSERT_NEAR(gpu_values[i], cpu_values[i], 1e-4) << "weight " << i;
 }
 
 }  // namespace

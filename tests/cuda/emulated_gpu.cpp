@@ -1,0 +1,100 @@
+// An emulated GPU, for the tests of machines without one: linked into lingtrain_emulated_gpu_tests in
+// place of the CUDA backend's device code, it makes cuda:0 a device whose memory is host memory and
+// whose kernels are the hand-written .cu files compiled as plain C++ through tensor/cuda/emulation.h.
+// Every front door then takes its CUDA branch, so the GPU table (tests/cuda/test_cuda.cpp) and a whole
+// training step on cuda:0 (tests/trainer/test_trainer_gpu.cpp) run here through every CUDA kernel,
+// with the host copies, device-side index checks and device placement of a real GPU run.
+//
+// What it cannot show: speed, a host read of device memory (here it works; on a GPU it crashes), the
+// memory model of real hardware, and cuBLAS, whose GEMMs are stood in for by the CPU's.
+//
+// The linker takes lt::cuda's runtime functions and kernels from this object, so it pulls none of the
+// real backend's objects out of lt_tensor (a symbol defined twice would fail the link, not pass).
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "tensor/allocator.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/device.h"
+#include "tensor/grouped_gemm.h"
+
+// tensor/cuda/cuda_runtime.h's DeviceGuard, token for token: that header brings the CUDA toolkit's own
+// runtime types, which the emulation replaces, so the class is declared here again.
+namespace lt::cuda {
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+}  // namespace lt::cuda
+
+// The kernels into lt::cuda (the emulation must come first).
+// clang-format off
+#define LINGTRAIN_CUDA_EMULATION 1
+#define LINGTRAIN_EMULATED_GPU 1
+#include "tensor/cuda/emulation.h"
+#include "tensor/cuda/activation.cu"
+#include "tensor/cuda/adamw.cu"
+#include "tensor/cuda/attention.cu"
+#include "tensor/cuda/attention_decode.cu"
+#include "tensor/cuda/dpo.cu"
+#include "tensor/cuda/elementwise.cu"
+#include "tensor/cuda/index.cu"
+#include "tensor/cuda/moe.cu"
+#include "tensor/cuda/moe_stats.cu"
+#include "tensor/cuda/norm.cu"
+#include "tensor/cuda/normhead.cu"
+#include "tensor/cuda/reduce.cu"
+#include "tensor/cuda/rope.cu"
+#include "tensor/cuda/slice.cu"
+#include "tensor/cuda/softmax.cu"
+// clang-format on
+
+namespace lt::cuda {
+
+// One device, always current.
+DeviceGuard::DeviceGuard(int index) : previous_(index) {}
+DeviceGuard::~DeviceGuard() = default;
+
+int device_count() { return 1; }
+
+std::string device_description(int) { return "emulated on the CPU (tests/cuda/emulated_gpu.cpp)"; }
+
+namespace {
+// Device blocks on the host, 64-byte aligned as the CPU allocator's are.
+void* device_malloc(size_t bytes) { return std::aligned_alloc(64, (bytes + 63) / 64 * 64); }
+void device_free(void* ptr) { std::free(ptr); }
+}  // namespace
+
+CachingAllocator& device_allocator(int index) {
+  LT_CHECK(index == 0, "cuda:", index, " is not a usable device: the one emulated CUDA device is cuda:0");
+  static CachingAllocator allocator(device_malloc, device_free);
+  return allocator;
+}
+
+void copy_bytes(void* dst, Device, const void* src, Device, size_t bytes) {
+  if (bytes > 0) std::memmove(dst, src, bytes);
+}
+
+// cuBLAS's part: the CPU GEMM on the same (host) memory.
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta) {
+  cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta);
+}
+
+void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& host_offsets, Tensor& out,
+                    double beta) {
+  grouped_matmul_by_segments(a, w, trans_w, host_offsets.data<int64_t>(), out, beta, matmul);
+}
+
+void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& host_offsets, Tensor& dw, double beta) {
+  grouped_weight_grad_by_segments(a, b, host_offsets.data<int64_t>(), dw, beta, matmul);
+}
+
+}  // namespace lt::cuda
