@@ -432,12 +432,14 @@ int cmd_dpo(const std::vector<std::string>& args) { return run_command(args, "dp
 // ---- eval, sample, shards, params --------------------------------------------------------------
 
 int cmd_eval(const std::vector<std::string>& args) {
-  Flags flags(args, {{"ckpt", ""}, {"data", ""}, {"seq", "0"}, {"batch", "8"}, {"threads", "0"}});
+  Flags flags(args, {{"ckpt", ""}, {"data", ""}, {"seq", "0"}, {"batch", "8"}, {"threads", "0"}, {"device", "cpu"}});
   apply_threads(flags);
   if (flags.str("ckpt").empty() || flags.str("data").empty()) fail("eval needs --ckpt DIR and --data FILE.bin");
   const std::string ckpt = flags.str("ckpt");
+  const lt::Device device = lt::parse_device(flags.str("device"));
   lt::LingForCausalLM model(lt::load_checkpoint_config(ckpt), 0);
   lt::load_checkpoint_weights(ckpt, model);
+  model.to(device);
   int64_t T = flags.integer("seq");
   if (T <= 0) {
     const Json state = lt::load_trainer_state(ckpt);
@@ -456,12 +458,14 @@ int cmd_eval(const std::vector<std::string>& args) {
 
 int cmd_sample(const std::vector<std::string>& args) {
   Flags flags(args, {{"ckpt", ""},    {"prompt", ""},    {"tokens", "200"}, {"temperature", "0.8"}, {"top-k", "40"},
-                     {"top-p", "0.95"}, {"seed", "1"},     {"threads", "0"},  {"tokenizer", ""}});
+                     {"top-p", "0.95"}, {"seed", "1"},     {"threads", "0"},  {"tokenizer", ""}, {"device", "cpu"}});
   apply_threads(flags);
   if (flags.str("ckpt").empty()) fail("sample needs --ckpt DIR");
   const std::string ckpt = flags.str("ckpt");
+  const lt::Device device = lt::parse_device(flags.str("device"));
   lt::LingForCausalLM model(lt::load_checkpoint_config(ckpt), 0);
   lt::load_checkpoint_weights(ckpt, model);
+  model.to(device);
   lt::SamplingSettings sampling;
   sampling.max_new_tokens = flags.positive("tokens");
   sampling.temperature = flags.number("temperature");
@@ -644,7 +648,7 @@ int cmd_params(const std::vector<std::string>& args) {
 
 int cmd_bench(const std::vector<std::string>& args) {
   Flags flags(args, {{"config", ""}, {"threads", "0"}, {"steps", "10"}, {"warmup", "3"}, {"batch", "0"},
-                     {"seq", "0"},   {"seed", "1"},    {"profile", "0"}, {"part", "all"}});
+                     {"seq", "0"},   {"seed", "1"},    {"profile", "0"}, {"part", "all"}, {"device", "cpu"}});
   apply_threads(flags);
   const int64_t steps = flags.positive("steps"), warmup = flags.integer("warmup");
   if (warmup < 0) fail("flag --warmup must be >= 0, got ", warmup);
@@ -654,6 +658,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   Json result;
   if (flags.str("config").empty()) {
     if (batch != 0 || seq != 0) fail("bench: --batch and --seq need --config");
+    if (flags.str("device") != "cpu") fail("bench: --device ", flags.str("device"), " needs --config (one config per run)");
     const lt::bench::BenchPart part = lt::bench::parse_bench_part(flags.str("part"));
     result = lt::bench::run_all(part, lt::num_threads(), steps, warmup, profile);
   } else {
@@ -666,6 +671,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     options.warmup = warmup;
     options.seed = static_cast<uint64_t>(flags.integer("seed"));
     options.profile = profile;
+    options.device = flags.str("device");
     result = lt::bench::run_step_bench(options);
   }
   std::printf("%s\n", result.dump().c_str());
@@ -841,8 +847,8 @@ void usage(FILE* out) {
                "                                 sigmoid DPO against the --ckpt model (log-probs cached on disk);\n"
                "                                 sft and dpo take pretrain's run flags (--resume, --eval-every,\n"
                "                                 --dist, the spike guard ...)\n"
-               "  eval --ckpt DIR --data FILE.bin [--seq T]   mean next-token loss over the whole file\n"
-               "  sample --ckpt DIR --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--top-p P]\n"
+               "  eval --ckpt DIR --data FILE.bin [--seq T] [--device D]   mean next-token loss over the whole file\n"
+               "  sample --ckpt DIR --prompt TEXT [--tokens N] [--temperature X] [--top-k K] [--top-p P] [--device D]\n"
                "         [--tokenizer T (default: the checkpoint's)]\n"
                "  shards --out PREFIX [--tokenizer T] FILE... text files to llm.c token shards (byte tokenizer,\n"
                "                                 or a byte-level BPE tokenizer.json)\n"
@@ -868,6 +874,7 @@ void usage(FILE* out) {
                "                                 the training report: one self-contained HTML page\n"
                "  params [--model NAME|config.json]           parameter counts, nothing allocated\n"
                "  bench [--config moe-s|moe-m|dense-124m] [--threads N] [--steps S] [--warmup W] [--profile 1]\n"
+               "        [--device cuda|cuda:N (with --config; e.g. --config ling-lite --batch 1 --seq 2048)]\n"
                "                                 training-step speed of one config, last line JSON; without\n"
                "                                 --config: FMA peak, GEMM and each config in its own process\n"
                "                                 (--part kernels|steps for one half)\n");

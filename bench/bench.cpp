@@ -230,6 +230,16 @@ BenchShape bench_shape(const std::string& config_name) {
   fail("bench: config '", config_name, "' has no bench shape (bench configs: moe-s, moe-m, dense-124m); pass --batch and --seq");
 }
 
+GpuPeak gpu_peak(const std::string& name) {
+  // Checked in order: the PCIe H100 has lower clocks than the SXM one the plain name means.
+  const std::vector<std::pair<std::string, GpuPeak>> table = {
+      {"H100 PCIe", {756, 51}}, {"H100", {989, 67}}, {"H200", {989, 67}}, {"H800", {989, 67}},
+      {"A100", {312, 19.5}},    {"A10", {125, 31.2}}, {"L40S", {362, 91.6}}, {"L4", {121, 30.3}}};
+  for (const auto& [key, peak] : table)
+    if (name.find(key) != std::string::npos) return peak;
+  return {};
+}
+
 Json run_step_bench(const StepBenchOptions& o) {
   const LingConfig config = resolve_config(o.config);
   BenchShape shape{o.batch, o.seq};
@@ -242,10 +252,15 @@ Json run_step_bench(const StepBenchOptions& o) {
   LT_CHECK(T <= config.max_position_embeddings, "bench: --seq ", T, " exceeds max_position_embeddings ",
            config.max_position_embeddings, " of ", o.config);
   const int threads = num_threads();
-  const FmaPeak peak = measure_fma_peak(threads);
+  const Device device = parse_device(o.device);
+  // The MFU reference: the CPU's measured FMA peak, or the GPU's bf16 tensor-core peak.
+  const std::string device_name = device.is_cpu() ? cpu_kernel_target() : cuda_device_description(device.index);
+  const GpuPeak gpu = device.is_cpu() ? GpuPeak{} : gpu_peak(device_name);
+  const double peak_gflops = device.is_cpu() ? measure_fma_peak(threads).gflops : gpu.bf16_tflops * 1e3;
   const TrainingFlops flops = training_flops(config, T);
 
   LingForCausalLM model(config, o.seed);
+  model.to(device);
   TrainerSettings settings;
   settings.adam.weight_decay = 0.1;
   settings.clip = 1.0;
@@ -267,12 +282,17 @@ Json run_step_bench(const StepBenchOptions& o) {
   std::vector<std::vector<TokenBatch>> batches;
   for (int64_t i = 0; i < total_steps; ++i) batches.push_back({random_batch(data_rng, B, T, config.vocab_size)});
 
-  std::printf("%s: batch %lld x seq %lld, %d threads (%s), %lld warm-up + %lld measured steps\n", config.name.c_str(),
-              static_cast<long long>(B), static_cast<long long>(T), threads, cpu_kernel_target(),
-              static_cast<long long>(o.warmup), static_cast<long long>(o.steps));
+  if (device.is_cpu())
+    std::printf("%s: batch %lld x seq %lld, %d threads (%s), %lld warm-up + %lld measured steps\n", config.name.c_str(),
+                static_cast<long long>(B), static_cast<long long>(T), threads, device_name.c_str(),
+                static_cast<long long>(o.warmup), static_cast<long long>(o.steps));
+  else
+    std::printf("%s: batch %lld x seq %lld on %s (%s), f32, %lld warm-up + %lld measured steps\n", config.name.c_str(),
+                static_cast<long long>(B), static_cast<long long>(T), device.str().c_str(), device_name.c_str(),
+                static_cast<long long>(o.warmup), static_cast<long long>(o.steps));
   std::fflush(stdout);
 
-  CachingAllocator& allocator = allocator_for(Device::cpu());
+  CachingAllocator& allocator = allocator_for(device);
   AllocatorStats at_measure_start;
   std::vector<double> step_s, forward_s, backward_s, optimizer_s;
   double loss_first = 0, loss_last = 0;
@@ -299,7 +319,7 @@ Json run_step_bench(const StepBenchOptions& o) {
   const double step = median(step_s);
   const double tokens_per_s = static_cast<double>(B * T) / step;
   const double gflops = flops.per_token * tokens_per_s / 1e9;
-  const double mfu = gflops / peak.gflops;
+  const double mfu = peak_gflops > 0 ? gflops / peak_gflops : 0.0;
   const uint64_t system_allocs = at_end.system_allocs - at_measure_start.system_allocs;
   const double held = static_cast<double>(at_measure_start.bytes_in_use);
   const double peak_in_use = static_cast<double>(at_end.peak_bytes_in_use);
@@ -309,11 +329,21 @@ Json run_step_bench(const StepBenchOptions& o) {
               step * 1e3, *std::min_element(step_s.begin(), step_s.end()) * 1e3,
               *std::max_element(step_s.begin(), step_s.end()) * 1e3, median(forward_s) * 1e3,
               median(backward_s) * 1e3, median(optimizer_s) * 1e3);
-  std::printf("%.0f tokens/s, %.1f GFLOP/s at %.2f MFLOP/token; FMA peak %.1f GFLOP/s on %d threads: MFU %.1f%%\n",
-              tokens_per_s, gflops, flops.per_token / 1e6, peak.gflops, threads, 100.0 * mfu);
-  std::printf("memory: parameters %.1f MiB, AdamW state %.1f MiB, held between steps %.1f MiB, peak in use %.1f MiB "
-              "(%.1f MiB of activations, gradients and temporaries), peak RSS %.1f MiB\n",
-              mib(param_bytes), mib(adam_bytes), mib(held), mib(peak_in_use), mib(peak_in_use - held), rss);
+  if (device.is_cpu())
+    std::printf("%.0f tokens/s, %.1f GFLOP/s at %.2f MFLOP/token; FMA peak %.1f GFLOP/s on %d threads: MFU %.1f%%\n",
+                tokens_per_s, gflops, flops.per_token / 1e6, peak_gflops, threads, 100.0 * mfu);
+  else if (peak_gflops > 0)
+    std::printf("%.0f tokens/s, %.1f GFLOP/s at %.2f MFLOP/token; bf16 peak %.0f TFLOP/s: MFU %.1f%% (f32 peak %.1f "
+                "TFLOP/s: %.1f%%)\n",
+                tokens_per_s, gflops, flops.per_token / 1e6, gpu.bf16_tflops, 100.0 * mfu, gpu.f32_tflops,
+                100.0 * gflops / (gpu.f32_tflops * 1e3));
+  else
+    std::printf("%.0f tokens/s, %.1f GFLOP/s at %.2f MFLOP/token; no peak on record for this GPU: no MFU\n",
+                tokens_per_s, gflops, flops.per_token / 1e6);
+  std::printf("memory (%s): parameters %.1f MiB, AdamW state %.1f MiB, held between steps %.1f MiB, peak in use "
+              "%.1f MiB (%.1f MiB of activations, gradients and temporaries), peak host RSS %.1f MiB\n",
+              device.str().c_str(), mib(param_bytes), mib(adam_bytes), mib(held), mib(peak_in_use),
+              mib(peak_in_use - held), rss);
   std::printf("system allocations during the measured steps: %llu; loss %.4f -> %.4f\n",
               static_cast<unsigned long long>(system_allocs), loss_first, loss_last);
 
@@ -324,6 +354,8 @@ Json run_step_bench(const StepBenchOptions& o) {
                  {"warmup", o.warmup},
                  {"steps", o.steps},
                  {"cpu_target", cpu_kernel_target()},
+                 {"device", device.str()},
+                 {"device_name", device_name},
                  {"step_ms", round_to(step * 1e3, 3)},
                  {"step_ms_min", round_to(*std::min_element(step_s.begin(), step_s.end()) * 1e3, 3)},
                  {"step_ms_max", round_to(*std::max_element(step_s.begin(), step_s.end()) * 1e3, 3)},
@@ -335,7 +367,7 @@ Json run_step_bench(const StepBenchOptions& o) {
                  {"active_matmul_params", flops.active_matmul_params},
                  {"total_params", total_params},
                  {"gflops", round_to(gflops, 2)},
-                 {"peak_gflops", round_to(peak.gflops, 2)},
+                 {"peak_gflops", round_to(peak_gflops, 2)},
                  {"mfu", round_to(mfu, 4)},
                  {"peak_rss_mb", round_to(rss, 1)},
                  {"system_allocs_in_steady_state", system_allocs},

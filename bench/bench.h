@@ -27,9 +27,17 @@ struct StepBenchOptions {
   int64_t steps = 10, warmup = 3;
   uint64_t seed = 1;
   bool profile = false;  // per-op breakdown of the measured steps (autograd/profile.h)
+  std::string device = "cpu";  // --device: cpu, cuda or cuda:N (tensor/device.h)
 };
 
-// Training steps of one config in this process, on lt's current thread count: random tokens (fixed
+// The dense peaks of a GPU, by its name (the vendor's datasheet figures, TFLOP/s): bf16 on the tensor
+// cores, the MFU reference of mixed-precision training, and f32 without them. 0 for a GPU not listed.
+struct GpuPeak {
+  double bf16_tflops = 0, f32_tflops = 0;
+};
+GpuPeak gpu_peak(const std::string& device_description);
+
+// Training steps of one config in this process, on lt's current thread count or on a GPU (--device): random tokens (fixed
 // seed), AdamW lr 3e-4 weight decay 0.1, clipping at 1.0, the config's aux and z losses and NormHead.
 // Prints a summary (and the per-op table when profiling) and returns the JSON result.
 Json run_step_bench(const StepBenchOptions& options);

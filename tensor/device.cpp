@@ -37,11 +37,18 @@ Device parse_device(const std::string& text) {
   return Device::cuda(index);
 }
 
+std::string cuda_device_description(int index) {
+  LT_CHECK(index >= 0 && index < cuda_device_count(), "cuda:", index, " is not a usable CUDA device");
+#ifdef LINGTRAIN_CUDA
+  return cuda::device_description(index);
+#else
+  return {};
+#endif
+}
+
 std::string cuda_device_list() {
   std::string list;
-#ifdef LINGTRAIN_CUDA
-  for (int i = 0; i < cuda_device_count(); ++i) list += "cuda:" + std::to_string(i) + ": " + cuda::device_description(i) + "\n";
-#endif
+  for (int i = 0; i < cuda_device_count(); ++i) list += "cuda:" + std::to_string(i) + ": " + cuda_device_description(i) + "\n";
   return list;
 }
 

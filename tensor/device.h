@@ -22,6 +22,9 @@ struct Device {
 // built without CUDA, a machine without a GPU or an index past the last GPU is one error line.
 Device parse_device(const std::string& text);
 
+// "NVIDIA H100 80GB HBM3, 79.1 GiB, compute capability 9.0" for a usable GPU index.
+std::string cuda_device_description(int index);
+
 // One line per usable GPU ("cuda:0: NVIDIA H100 ..., 79.1 GiB, compute capability 9.0"); empty without.
 std::string cuda_device_list();
 

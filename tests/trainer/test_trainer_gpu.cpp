@@ -1,0 +1,91 @@
+// Training on a GPU against training on the CPU. In lingtrain_tests it runs where a GPU exists (and
+// skips elsewhere); lingtrain_emulated_gpu_tests runs it on every machine against the emulated GPU
+// (tests/cuda/emulated_gpu.cpp), where every op of the step goes through its CUDA kernel.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/ling.h"
+#include "tensor/device.h"
+#include "tests/io/temp_dir.h"
+#include "tests/model/small_config.h"
+#include "tests/trainer/trainer_test_util.h"
+#include "trainer/checkpoint.h"
+#include "trainer/generate.h"
+#include "trainer/trainer.h"
+
+namespace lt {
+namespace {
+
+using test::constant_lr;
+using test::random_batch;
+using test::small_config;
+using test::values_of;
+
+// The model on the GPU (Module::to before the Trainer lays it out flat), fed the same host batches:
+// the same losses, gradient norms and updated weights as on the CPU, to the rounding of another
+// summation order, over steps with the routing warmup's noise and without.
+TEST(Trainer, StepsOnTheGpuMatchTheStepsOnTheCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount found none)";
+  LingForCausalLM cpu_model(small_config(), 1), gpu_model(small_config(), 1);
+  gpu_model.to(Device::cuda(0));
+  ASSERT_EQ(gpu_model.device(), Device::cuda(0));
+  TrainerSettings settings = constant_lr(1e-2);
+  settings.routing_warmup_steps = 2;
+  Trainer on_cpu(cpu_model, settings), on_gpu(gpu_model, settings);
+  Rng rng(3);
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<TokenBatch> batch = {random_batch(rng, 2, 16), random_batch(rng, 2, 16)};
+    const StepStats expected = on_cpu.step(batch), actual = on_gpu.step(batch);
+    EXPECT_NEAR(actual.loss, expected.loss, 1e-4 * std::abs(expected.loss)) << "step " << step;
+    EXPECT_NEAR(actual.aux_loss, expected.aux_loss, 1e-4 * std::abs(expected.aux_loss) + 1e-9) << "step " << step;
+    EXPECT_NEAR(actual.grad_norm, expected.grad_norm, 1e-3 * expected.grad_norm) << "step " << step;
+    ASSERT_EQ(actual.moe_layers.size(), expected.moe_layers.size());
+    for (size_t l = 0; l < expected.moe_layers.size(); ++l)
+      EXPECT_EQ(actual.moe_layers[l].tokens_per_expert, expected.moe_layers[l].tokens_per_expert) << "step " << step;
+  }
+  const std::vector<float> cpu_values = values_of(on_cpu), gpu_values = values_of(on_gpu);
+  ASSERT_EQ(gpu_values.size(), cpu_values.size());
+  for (size_t i = 0; i < cpu_values.size(); ++i) ASSERT_NEAR(gpu_values[i], cpu_values[i], 1e-4) << "weight " << i;
+}
+
+// Checkpoints move freely between devices: weights and optimiser state written by a GPU run load into
+// a CPU run bit for bit, and back.
+TEST(Trainer, CheckpointsMoveBetweenTheGpuAndTheCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount found none)";
+  LingForCausalLM gpu_model(small_config(), 7), cpu_model(small_config(), 8), back_on_gpu(small_config(), 9);
+  gpu_model.to(Device::cuda(0));
+  back_on_gpu.to(Device::cuda(0));
+  Trainer on_gpu(gpu_model, constant_lr(1e-2)), on_cpu(cpu_model, constant_lr(1e-2));
+  Trainer again_on_gpu(back_on_gpu, constant_lr(1e-2));
+  Rng rng(8);
+  on_gpu.step({random_batch(rng, 2, 8)});
+  test::TempDir dir;
+  save_checkpoint(dir.root() + "/from_gpu", gpu_model, &on_gpu.optimizer(), Json::object());
+  load_checkpoint_weights(dir.root() + "/from_gpu", cpu_model);
+  load_checkpoint_optimizer(dir.root() + "/from_gpu", on_cpu.optimizer());
+  EXPECT_EQ(values_of(on_cpu), values_of(on_gpu));
+  const auto gpu_state = on_gpu.optimizer().state(), cpu_state = on_cpu.optimizer().state();
+  ASSERT_EQ(cpu_state.size(), gpu_state.size());
+  for (size_t i = 0; i < gpu_state.size(); ++i)
+    EXPECT_EQ(cpu_state[i].second.to_vector<float>(), gpu_state[i].second.to_vector<float>()) << gpu_state[i].first;
+  save_checkpoint(dir.root() + "/from_cpu", cpu_model, &on_cpu.optimizer(), Json::object());
+  load_checkpoint_weights(dir.root() + "/from_cpu", back_on_gpu);
+  EXPECT_EQ(values_of(again_on_gpu), values_of(on_gpu));
+  EXPECT_EQ(back_on_gpu.device(), Device::cuda(0));
+}
+
+// Greedy generation with the KV cache (decoding attention) on the GPU picks the CPU's tokens.
+TEST(Trainer, GreedyGenerationOnTheGpuMatchesTheCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount found none)";
+  LingForCausalLM on_cpu(small_config(), 5), on_gpu(small_config(), 5);
+  on_gpu.to(Device::cuda(0));
+  SamplingSettings greedy;
+  greedy.max_new_tokens = 12;
+  greedy.temperature = 0;
+  const std::vector<uint32_t> prompt = {3, 17, 101, 42, 7};
+  EXPECT_EQ(generate(on_gpu, prompt, greedy, 250), generate(on_cpu, prompt, greedy, 250));
+}
+
+}  // namespace
+}  // namespace lt
