@@ -6,7 +6,7 @@
 
 #include "tensor/cpu/kernels.h"
 #include "tensor/dtype_switch.h"
-#include "tensor/router_row.h"
+#include "tensor/moe_rows.h"
 #include "tensor/threadpool.h"
 
 namespace lt::cpu {
@@ -17,7 +17,7 @@ int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 4096 / std::max<in
 
 }  // namespace
 
-// The rows' arithmetic is shared with the CUDA kernels (tensor/router_row.h).
+// The rows' arithmetic is shared with the CUDA kernels (tensor/moe_rows.h).
 void router_topk(const Tensor& logits, int64_t k, bool renormalize, Tensor& probs, Tensor& lse, Tensor& weights,
                  Tensor& ids) {
   const int64_t N = logits.dim(0), E = logits.dim(1);
@@ -99,18 +99,8 @@ void combine_backward_before_down(const Tensor& w, const Tensor& pos, Tensor& t,
     // Each assignment a owns row pos[a] of t and h and entry a of dw: no two threads share any.
     parallel_for(w.numel(), row_grain(2 * C), [&](int64_t begin, int64_t end) {
       for (int64_t a = begin; a < end; ++a) {
-        T* t_m = pt + static_cast<int64_t>(ppos[a]) * C;
-        T* h_m = ph + static_cast<int64_t>(ppos[a]) * C;
-        if (pdw) {
-          T dot = 0;
-          for (int64_t c = 0; c < C; ++c) dot += t_m[c] * h_m[c];
-          pdw[a] = dot;
-        }
-        const T w_a = pw[a];
-        for (int64_t c = 0; c < C; ++c) {
-          t_m[c] *= w_a;
-          h_m[c] *= w_a;
-        }
+        const int64_t m = static_cast<int64_t>(ppos[a]);
+        CombineBackwardAssignment(pw[a], C, pt + m * C, ph + m * C, pdw ? pdw + a : nullptr);
       }
     });
   });

@@ -97,6 +97,31 @@ __device__ inline int64_t first_visible_key(const int32_t* doc_start, const Atte
   return doc_start == nullptr ? 0 : static_cast<int64_t>(doc_start[b * s.T + t]);
 }
 
+// Where a block of the forward or dq kernel stands: thread (r, j) of a query tile of batch b and query
+// head h (kv head h_kv), the tile's first query q0 and last one, this thread's query, whether that
+// query exists (past T it does not) and the first key it sees.
+template <int kTile>
+struct QueryTile {
+  int r, j;
+  int64_t b, h, h_kv, q0, query, last_query, lo;
+  bool live;
+  __device__ QueryTile(const AttentionDims& s, const int32_t* doc_start)
+      : r(static_cast<int>(threadIdx.x) / kTile),
+        j(static_cast<int>(threadIdx.x) % kTile),
+        b(blockIdx.y / s.Hq),
+        h(blockIdx.y % s.Hq),
+        h_kv(h / s.group()),
+        q0(static_cast<int64_t>(blockIdx.x) * kTile),
+        query(q0 + r),
+        last_query((q0 + kTile < s.T ? q0 + kTile : s.T) - 1),
+        lo(query < s.T ? first_visible_key(doc_start, s, b, query) : 0),
+        live(query < s.T) {}
+  // The first key tile any query of the tile sees (document starts never decrease along a row).
+  __device__ int64_t first_key_tile(const AttentionDims& s, const int32_t* doc_start) const {
+    return first_visible_key(doc_start, s, b, q0) / kTile * kTile;
+  }
+};
+
 template <class T>
 __global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T scale, const int32_t* doc_start,
                                          AttentionDims s, T* out, T* lse) {
@@ -105,18 +130,16 @@ __global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T s
   __shared__ T k_tile[kTile][kMaxAttentionHeadDim];
   __shared__ T v_tile[kTile][kMaxAttentionHeadDim];
   __shared__ T p_tile[kTile][kTile];
-  const int r = static_cast<int>(threadIdx.x) / kTile, j = static_cast<int>(threadIdx.x) % kTile;
-  const int64_t b = blockIdx.y / s.Hq, h = blockIdx.y % s.Hq, h_kv = h / s.group();
-  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kTile, query = q0 + r;
-  const bool live = query < s.T;
-  const int64_t lo = live ? first_visible_key(doc_start, s, b, query) : 0;
-  const int64_t last_query = (q0 + kTile < s.T ? q0 + kTile : s.T) - 1;
+  const QueryTile<kTile> tile(s, doc_start);
+  const int r = tile.r, j = tile.j;
+  const int64_t b = tile.b, h = tile.h, h_kv = tile.h_kv, q0 = tile.q0, query = tile.query, lo = tile.lo;
+  const bool live = tile.live;
   load_tile<kTile>(q_tile, q, s, b, q0, h, s.Hq);
 
   T m = -INFINITY, l = 0;
   T acc[kCols];
   for (int i = 0; i < kCols; ++i) acc[i] = 0;
-  for (int64_t k0 = first_visible_key(doc_start, s, b, q0) / kTile * kTile; k0 <= last_query; k0 += kTile) {
+  for (int64_t k0 = tile.first_key_tile(s, doc_start); k0 <= tile.last_query; k0 += kTile) {
     __syncthreads();  // the previous tile's reads of k, v and p are done
     load_tile<kTile>(k_tile, k, s, b, k0, h_kv, s.Hkv);
     load_tile<kTile>(v_tile, v, s, b, k0, h_kv, s.Hkv);
@@ -171,12 +194,10 @@ __global__ void attention_dq_kernel(const T* q, const T* k, const T* v, const T*
   __shared__ T k_tile[kTile][kMaxAttentionHeadDim];
   __shared__ T v_tile[kTile][kMaxAttentionHeadDim];
   __shared__ T ds_tile[kTile][kTile];
-  const int r = static_cast<int>(threadIdx.x) / kTile, j = static_cast<int>(threadIdx.x) % kTile;
-  const int64_t b = blockIdx.y / s.Hq, h = blockIdx.y % s.Hq, h_kv = h / s.group();
-  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kTile, query = q0 + r;
-  const bool live = query < s.T;
-  const int64_t lo = live ? first_visible_key(doc_start, s, b, query) : 0;
-  const int64_t last_query = (q0 + kTile < s.T ? q0 + kTile : s.T) - 1;
+  const QueryTile<kTile> tile(s, doc_start);
+  const int r = tile.r, j = tile.j;
+  const int64_t b = tile.b, h = tile.h, h_kv = tile.h_kv, q0 = tile.q0, query = tile.query, lo = tile.lo;
+  const bool live = tile.live;
   const int64_t stat = (b * s.Hq + h) * s.T + query;
   const T row_lse = live ? lse[stat] : T(0), row_d = live ? row_dot[stat] : T(0);
   load_tile<kTile>(q_tile, q, s, b, q0, h, s.Hq);
@@ -184,7 +205,7 @@ __global__ void attention_dq_kernel(const T* q, const T* k, const T* v, const T*
 
   T acc[kCols];
   for (int i = 0; i < kCols; ++i) acc[i] = 0;
-  for (int64_t k0 = first_visible_key(doc_start, s, b, q0) / kTile * kTile; k0 <= last_query; k0 += kTile) {
+  for (int64_t k0 = tile.first_key_tile(s, doc_start); k0 <= tile.last_query; k0 += kTile) {
     __syncthreads();
     load_tile<kTile>(k_tile, k, s, b, k0, h_kv, s.Hkv);
     load_tile<kTile>(v_tile, v, s, b, k0, h_kv, s.Hkv);

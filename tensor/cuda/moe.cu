@@ -1,5 +1,5 @@
 // The MoE router and combine on the GPU. The router's rows run the CPU kernels' own code
-// (tensor/router_row.h), one thread per token: E and k are small, and the shared code keeps the two
+// (tensor/moe_rows.h), one thread per token: E and k are small, and the shared code keeps the two
 // backends' choices of experts identical. The combine and its backward give each output element (or
 // assignment) one thread, adding in the CPU's order; nothing uses atomics.
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include "tensor/cuda/grid.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/dtype_switch.h"
-#include "tensor/router_row.h"
+#include "tensor/moe_rows.h"
 
 namespace lt::LT_CUDA_NAMESPACE {
 namespace {
@@ -56,18 +56,8 @@ template <class T>
 __global__ void combine_backward_before_down_kernel(const T* w, const int32_t* pos, int64_t assignments, int64_t C,
                                                     T* t, T* h, T* dw) {
   for (int64_t a = first_index(); a < assignments; a += grid_stride()) {
-    T* t_m = t + static_cast<int64_t>(pos[a]) * C;
-    T* h_m = h + static_cast<int64_t>(pos[a]) * C;
-    if (dw != nullptr) {
-      T dot = 0;
-      for (int64_t c = 0; c < C; ++c) dot += t_m[c] * h_m[c];
-      dw[a] = dot;
-    }
-    const T w_a = w[a];
-    for (int64_t c = 0; c < C; ++c) {
-      t_m[c] *= w_a;
-      h_m[c] *= w_a;
-    }
+    const int64_t m = static_cast<int64_t>(pos[a]);
+    CombineBackwardAssignment(w[a], C, t + m * C, h + m * C, dw != nullptr ? dw + a : nullptr);
   }
 }
 

@@ -635,7 +635,7 @@ Tensor skewed_expert_ids(int64_t N, int64_t k, int64_t E) {
   return Tensor::from_vector<int32_t>({N, k}, ids);
 }
 
-// The router's rows run the CPU's own code (tensor/router_row.h): bit for bit, renormalised or not,
+// The router's rows run the CPU's own code (tensor/moe_rows.h): bit for bit, renormalised or not,
 // with more rows than a block and more experts than k.
 TEST(CudaEmulation, RouterAndCombineMatchTheCpuKernels) {
   for (DType dtype : {DType::F32, DType::F64})
