@@ -115,6 +115,13 @@ class Flags {
   std::set<std::string> set_;
 };
 
+// --dtype: f32, or bf16 (mixed precision: the GPU's matmuls take bf16 operands, everything else f32).
+lt::kernels::MatmulPrecision matmul_precision_from_flag(const std::string& dtype) {
+  if (dtype == "f32") return lt::kernels::MatmulPrecision::F32;
+  if (dtype == "bf16") return lt::kernels::MatmulPrecision::BF16Inputs;
+  fail("flag --dtype must be f32 or bf16, got '", dtype, "'");
+}
+
 void apply_threads(const Flags& flags) {
   const long long threads = flags.integer("threads");
   if (threads < 0) fail("flag --threads must be >= 0, got ", threads);
@@ -331,7 +338,8 @@ int run_command(const std::vector<std::string>& args, const std::string& kind) {
       {"out", "out/tiny"},   {"threads", "0"},      {"resume", ""},        {"eval-every", "200"},
       {"eval-tokens", "65536"}, {"ckpt-every", "200"}, {"metrics", ""},    {"sample-prompt", "The "},
       {"sample-tokens", "200"}, {"time-limit", "0"},      {"stop-at", "0"},
-      {"dist", "dp"},           {"straggle", ""},         {"tokenizer", ""},       {"device", "cpu"}};
+      {"dist", "dp"},           {"straggle", ""},         {"tokenizer", ""},       {"device", "cpu"},
+      {"dtype", "f32"}};
   if (post_training) {
     for (const char* flag : {"recipe", "model", "routing-warmup"}) defaults.erase(flag);
     defaults.insert({{"ckpt", ""}, {"epochs", kind == "sft" ? "2" : "1"}, {"aux-loss-coef", ""}, {"z-loss-coef", ""}});
@@ -349,6 +357,7 @@ int run_command(const std::vector<std::string>& args, const std::string& kind) {
   Json stage = stage_from_flags(flags);
   lt::RunOptions options;
   options.device = lt::parse_device(flags.str("device"));
+  options.matmul_precision = matmul_precision_from_flag(flags.str("dtype"));
   options.resume = flags.str("resume");
   options.tokenizer = flags.str("tokenizer");
   if (post_training) {
@@ -648,7 +657,8 @@ int cmd_params(const std::vector<std::string>& args) {
 
 int cmd_bench(const std::vector<std::string>& args) {
   Flags flags(args, {{"config", ""}, {"threads", "0"}, {"steps", "10"}, {"warmup", "3"}, {"batch", "0"},
-                     {"seq", "0"},   {"seed", "1"},    {"profile", "0"}, {"part", "all"}, {"device", "cpu"}});
+                     {"seq", "0"},   {"seed", "1"},    {"profile", "0"}, {"part", "all"}, {"device", "cpu"},
+                     {"dtype", "f32"}});
   apply_threads(flags);
   const int64_t steps = flags.positive("steps"), warmup = flags.integer("warmup");
   if (warmup < 0) fail("flag --warmup must be >= 0, got ", warmup);
@@ -658,7 +668,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   Json result;
   if (flags.str("config").empty()) {
     if (batch != 0 || seq != 0) fail("bench: --batch and --seq need --config");
-    if (flags.str("device") != "cpu") fail("bench: --device ", flags.str("device"), " needs --config (one config per run)");
+    if (flags.str("device") != "cpu" || flags.str("dtype") != "f32")
+      fail("bench: --device and --dtype need --config (one config per run)");
     const lt::bench::BenchPart part = lt::bench::parse_bench_part(flags.str("part"));
     result = lt::bench::run_all(part, lt::num_threads(), steps, warmup, profile);
   } else {
@@ -672,6 +683,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     options.seed = static_cast<uint64_t>(flags.integer("seed"));
     options.profile = profile;
     options.device = flags.str("device");
+    options.matmul_precision = matmul_precision_from_flag(flags.str("dtype"));
     result = lt::bench::run_step_bench(options);
   }
   std::printf("%s\n", result.dump().c_str());
@@ -825,7 +837,8 @@ void usage(FILE* out) {
                "           [--lr-schedule cosine (default) | wsd (Ling's: warmup, constant, halved after --halve-at\n"
                "           of the tokens) | inverse_sqrt | constant] [--seed S] [--threads N]\n"
                "           [--rope-theta X] [--resume DIR] [--tokenizer tokenizer.json (kept in checkpoints)]\n"
-               "           [--device cpu|cuda|cuda:N (sft and dpo too; one GPU, f32)]\n"
+               "           [--device cpu|cuda|cuda:N (sft and dpo too; one GPU)] [--dtype f32|bf16 (bf16: the GPU's\n"
+               "           matmuls take bf16 operands with f32 accumulation; weights and checkpoints stay f32)]\n"
                "           ...  pre-train (default: the embedded corpus, tokenised by the run's tokenizer)\n"
                "  pretrain --recipe tiny|R.json [--out DIR]   the stages of a recipe in order (resumable)\n"
                "  mpirun -n N lingtrain pretrain ... [--dist dp|edit|aedit] [--straggle RANK:FACTOR]\n"
@@ -874,7 +887,7 @@ void usage(FILE* out) {
                "                                 the training report: one self-contained HTML page\n"
                "  params [--model NAME|config.json]           parameter counts, nothing allocated\n"
                "  bench [--config moe-s|moe-m|dense-124m] [--threads N] [--steps S] [--warmup W] [--profile 1]\n"
-               "        [--device cuda|cuda:N (with --config; e.g. --config ling-lite --batch 1 --seq 2048)]\n"
+               "        [--device cuda|cuda:N [--dtype bf16] (with --config; e.g. --config ling-lite --batch 1 --seq 2048)]\n"
                "                                 training-step speed of one config, last line JSON; without\n"
                "                                 --config: FMA peak, GEMM and each config in its own process\n"
                "                                 (--part kernels|steps for one half)\n");

@@ -259,6 +259,9 @@ Json run_step_bench(const StepBenchOptions& o) {
   const double peak_gflops = device.is_cpu() ? measure_fma_peak(threads).gflops : gpu.bf16_tflops * 1e3;
   const TrainingFlops flops = training_flops(config, T);
 
+  const bool bf16 = o.matmul_precision == kernels::MatmulPrecision::BF16Inputs;
+  LT_CHECK(!bf16 || device.is_cuda(), "bench: --dtype bf16 needs --device cuda");
+  kernels::set_gpu_matmul_precision(o.matmul_precision);
   LingForCausalLM model(config, o.seed);
   model.to(device);
   TrainerSettings settings;
@@ -287,9 +290,10 @@ Json run_step_bench(const StepBenchOptions& o) {
                 static_cast<long long>(B), static_cast<long long>(T), threads, device_name.c_str(),
                 static_cast<long long>(o.warmup), static_cast<long long>(o.steps));
   else
-    std::printf("%s: batch %lld x seq %lld on %s (%s), f32, %lld warm-up + %lld measured steps\n", config.name.c_str(),
-                static_cast<long long>(B), static_cast<long long>(T), device.str().c_str(), device_name.c_str(),
-                static_cast<long long>(o.warmup), static_cast<long long>(o.steps));
+    std::printf("%s: batch %lld x seq %lld on %s (%s), %s matmuls, %lld warm-up + %lld measured steps\n",
+                config.name.c_str(), static_cast<long long>(B), static_cast<long long>(T), device.str().c_str(),
+                device_name.c_str(), bf16 ? "bf16" : "f32", static_cast<long long>(o.warmup),
+                static_cast<long long>(o.steps));
   std::fflush(stdout);
 
   CachingAllocator& allocator = allocator_for(device);
@@ -356,6 +360,7 @@ Json run_step_bench(const StepBenchOptions& o) {
                  {"cpu_target", cpu_kernel_target()},
                  {"device", device.str()},
                  {"device_name", device_name},
+                 {"matmul_dtype", bf16 ? "bf16" : "f32"},
                  {"step_ms", round_to(step * 1e3, 3)},
                  {"step_ms_min", round_to(*std::min_element(step_s.begin(), step_s.end()) * 1e3, 3)},
                  {"step_ms_max", round_to(*std::max_element(step_s.begin(), step_s.end()) * 1e3, 3)},

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "tensor/host_device.h"
+
 namespace lt {
 
 enum class DType : uint8_t { F32, F64, BF16, I32, I64 };
@@ -22,9 +24,9 @@ template <> constexpr DType dtype_of<int32_t>() { return DType::I32; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::I64; }
 
 // bf16 is the top half of an f32. Conversion rounds to nearest, ties to even, as PyTorch does
-// (Highway's demotion truncates, hence our own). NaNs stay NaN: a quiet bit is forced so that
+// (Highway's demotion truncates, hence our own); the CUDA kernels round with the same code. NaNs stay NaN: a quiet bit is forced so that
 // rounding cannot carry a NaN payload into infinity.
-inline uint16_t f32_to_bf16(float value) {
+LT_HOST_DEVICE inline uint16_t f32_to_bf16(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof bits);
   if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
@@ -32,7 +34,7 @@ inline uint16_t f32_to_bf16(float value) {
   return static_cast<uint16_t>((bits + rounding_bias) >> 16);
 }
 
-inline float bf16_to_f32(uint16_t value) {
+LT_HOST_DEVICE inline float bf16_to_f32(uint16_t value) {
   const uint32_t bits = static_cast<uint32_t>(value) << 16;
   float out;
   std::memcpy(&out, &bits, sizeof out);

@@ -9,6 +9,12 @@ namespace lt::kernels {
 // The binary elementwise ops: one kernel per backend, parameterised by the op.
 enum class BinaryOp { Add, Sub, Mul };
 
+// The precision of matmuls on CUDA tensors of f32 (kernels::set_gpu_matmul_precision): exact f32, or
+// mixed precision, the operands rounded to bf16 as they enter the tensor cores and the products summed
+// in f32 into an f32 result. Everything else (master weights, optimiser state, norms, softmax
+// statistics, losses) stays f32 either way.
+enum class MatmulPrecision { F32, BF16Inputs };
+
 // The largest k that router_topk_backward takes: the size of its per-row scratch, on every backend.
 inline constexpr int64_t kRouterMaxTopK = 64;
 

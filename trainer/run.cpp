@@ -203,6 +203,14 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   const std::unique_ptr<Communicator> world = make_world_communicator();
   DataParallel data_parallel(*world);
   const bool lead = world->rank() == 0;
+  LT_CHECK(options.matmul_precision == kernels::MatmulPrecision::F32 || options.device.is_cuda(),
+           "--dtype bf16 needs --device cuda (bf16 matmuls on the CPU are not there yet)");
+  // The run's matmul precision for its whole length, the process's previous one back after it.
+  struct PrecisionScope {
+    kernels::MatmulPrecision previous = kernels::gpu_matmul_precision();
+    explicit PrecisionScope(kernels::MatmulPrecision p) { kernels::set_gpu_matmul_precision(p); }
+    ~PrecisionScope() { kernels::set_gpu_matmul_precision(previous); }
+  } precision_scope(options.matmul_precision);
   LT_CHECK(options.device.is_cpu() || world->size() == 1, "--device ", options.device.str(), " under mpirun (",
            world->size(), " ranks): multi-GPU runs are not wired yet; run one process per GPU job, or train on the CPU");
   const bool local_sgd = options.dist != "dp";

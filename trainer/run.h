@@ -11,6 +11,7 @@
 #include "dist/edit.h"
 #include "io/json.h"
 #include "optim/spike_guard.h"
+#include "tensor/kernel_types.h"
 #include "trainer/recipe.h"
 
 namespace lt {
@@ -29,6 +30,9 @@ struct RunOptions {
   // Where the model trains (--device). Batches are made on the host and copied there; checkpoints are
   // written from host copies, so they move freely between CPU and GPU runs.
   Device device = Device::cpu();
+  // --dtype bf16: the GPU's matmuls take bf16 operands with f32 accumulation (mixed precision); master
+  // weights, optimiser state and checkpoints stay f32.
+  kernels::MatmulPrecision matmul_precision = kernels::MatmulPrecision::F32;
   std::string resume;                // a checkpoint to continue from (it brings its recipe)
   // A byte-level BPE tokenizer.json ("": the byte tokenizer). It tokenises the embedded corpus when no
   // data is given and the sample, and is copied into every checkpoint; a resumed run keeps its own.

@@ -1,5 +1,5 @@
 // Elementwise CUDA kernels: add, sub, mul with broadcasting, axpby (scale and axpy) with the factor
-// given or read from the device, sum_to (the backward of broadcasting), fill.
+// given or read from the device, sum_to (the backward of broadcasting), fill, and f32 -> bf16 rounding.
 //
 // Each is a grid-stride loop: a grid sized to the data up to a cap, where every thread walks the
 // range in steps of the whole grid. One thread owns each output element and nothing is reduced, so
@@ -79,6 +79,10 @@ __global__ void sum_rows_kernel(const T* x, T* out, int64_t rows, int64_t inner)
     for (int64_t r = 0; r < rows; ++r) total += x[r * inner + j];
     out[j] = total;
   }
+}
+
+__global__ void round_to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = f32_to_bf16(x[i]);
 }
 
 template <class Word>
@@ -198,6 +202,15 @@ void sum_to(const Tensor& x, Tensor& out) {
     LT_CUDA_LAUNCH(blocks_for(inner), kThreadsPerBlock, sum_rows_kernel<T>)(
         x.data<T>(), out.data<T>(), x.numel() / inner, inner);
   });
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+void round_to_bf16(const Tensor& x, Tensor& y) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const DeviceGuard guard(x.device().index);
+  LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, round_to_bf16_kernel)(x.data<float>(),
+                                                                       static_cast<uint16_t*>(y.raw_data()), n);
   LT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -28,7 +28,8 @@ cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t op_
 
 }  // namespace
 
-void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta) {
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta,
+            MatmulPrecision precision) {
   const bool batched = a.ndim() == 3;
   const bool b_shared = b.ndim() == 2;
   const int64_t G = batched ? a.dim(0) : 1;
@@ -61,6 +62,19 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   const int64_t ld_a = trans_a ? M : K;
   const int64_t stride_b = b_shared ? 0 : K * N;  // stride 0: every batch reads the same b
   const cublasHandle_t handle = cublas_handle(device);
+  if (precision == MatmulPrecision::BF16Inputs && a.dtype() == DType::F32) {
+    // Mixed precision: both operands rounded to bf16 (round to nearest even, as on the host), the
+    // products summed in f32 on the tensor cores into the f32 c.
+    Tensor a16 = Tensor::empty(a.shape(), DType::BF16, a.device()), b16 = Tensor::empty(b.shape(), DType::BF16, b.device());
+    round_to_bf16(a, a16);
+    round_to_bf16(b, b16);
+    const float alpha32 = static_cast<float>(alpha), beta32 = static_cast<float>(beta);
+    LT_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(handle, op_b, op_a, N, rows, K, &alpha32, b16.raw_data(), CUDA_R_16BF,
+                                                  ld_b, stride_b, a16.raw_data(), CUDA_R_16BF, ld_a, M * K, &beta32,
+                                                  c.raw_data(), CUDA_R_32F, N, M * N, batches, CUBLAS_COMPUTE_32F,
+                                                  CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   LT_FLOAT_SWITCH(a.dtype(), T,
                   LT_CUBLAS_CHECK(gemm_strided_batched(handle, op_b, op_a, N, rows, K, T(alpha), b.data<T>(), ld_b,
                                                        stride_b, a.data<T>(), ld_a, M * K, T(beta), c.data<T>(), N,
@@ -71,12 +85,17 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
 // come from the front door's host copy of the offsets (read once per call, not once per expert), since
 // cuBLAS takes its sizes on the host.
 void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& host_offsets, Tensor& out,
-                    double beta) {
-  grouped_matmul_by_segments(a, w, trans_w, host_offsets.data<int64_t>(), out, beta, matmul);
+                    double beta, MatmulPrecision precision) {
+  grouped_matmul_by_segments(a, w, trans_w, host_offsets.data<int64_t>(), out, beta,
+                             [precision](const Tensor& x, bool tx, const Tensor& y, bool ty, Tensor& z, double al,
+                                         double be) { matmul(x, tx, y, ty, z, al, be, precision); });
 }
 
-void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& host_offsets, Tensor& dw, double beta) {
-  grouped_weight_grad_by_segments(a, b, host_offsets.data<int64_t>(), dw, beta, matmul);
+void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& host_offsets, Tensor& dw, double beta,
+                         MatmulPrecision precision) {
+  grouped_weight_grad_by_segments(a, b, host_offsets.data<int64_t>(), dw, beta,
+                                  [precision](const Tensor& x, bool tx, const Tensor& y, bool ty, Tensor& z, double al,
+                                              double be) { matmul(x, tx, y, ty, z, al, be, precision); });
 }
 
 }  // namespace lt::cuda

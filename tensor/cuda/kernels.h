@@ -27,6 +27,7 @@ namespace lt::LT_CUDA_NAMESPACE {
 
 using kernels::BinaryOp;
 using kernels::IndexRange;
+using kernels::MatmulPrecision;
 using kernels::OutOfRange;
 
 // out[i] = a[i] op b[i % inner], f32 or f64 (elementwise.cu).
@@ -139,10 +140,17 @@ void accumulate_f64(const Tensor& x, Tensor& sum);
 // The grouped GEMMs over a dispatch's segments, via cuBLAS (gemm.cu); host_offsets is the front door's
 // host copy of the segment offsets.
 void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& host_offsets, Tensor& out,
-                    double beta);
-void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& host_offsets, Tensor& dw, double beta);
+                    double beta, MatmulPrecision precision);
+void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& host_offsets, Tensor& dw, double beta,
+                         MatmulPrecision precision);
 
-// c = alpha * op(a) @ op(b) + beta * c with the contract of kernels::matmul, f32 or f64, via cuBLAS.
-void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta);
+// c = alpha * op(a) @ op(b) + beta * c with the contract of kernels::matmul, f32 or f64, via cuBLAS;
+// with BF16Inputs, f32 operands are rounded to bf16 (round_to_bf16) and multiplied on the tensor cores
+// with f32 accumulation.
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta,
+            MatmulPrecision precision);
+
+// y (bf16) = x (f32) rounded to nearest even, element by element (elementwise.cu).
+void round_to_bf16(const Tensor& x, Tensor& y);
 
 }  // namespace lt::LT_CUDA_NAMESPACE

@@ -1,7 +1,16 @@
 // The matrix-multiply front door: c = alpha * op(a) @ op(b) + beta * c, plain or batched.
+#include <atomic>
+
 #include "tensor/kernels/dispatch.h"
 
 namespace lt::kernels {
+
+namespace {
+std::atomic<MatmulPrecision> gpu_precision{MatmulPrecision::F32};
+}  // namespace
+
+void set_gpu_matmul_precision(MatmulPrecision precision) { gpu_precision.store(precision); }
+MatmulPrecision gpu_matmul_precision() { return gpu_precision.load(); }
 
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta) {
   check_float(a, "matmul", "a");
@@ -24,7 +33,7 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   if (!c_fits) check_shape(c, batched ? Shape{G, M, N} : Shape{M, N}, "matmul", "c");
   if (c.numel() == 0) return;
   if constexpr (kCudaBackend) {
-    if (!a.is_cpu()) return cuda::matmul(a, trans_a, b, trans_b, c, alpha, beta);
+    if (!a.is_cpu()) return cuda::matmul(a, trans_a, b, trans_b, c, alpha, beta, gpu_matmul_precision());
   }
   cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta);
 }

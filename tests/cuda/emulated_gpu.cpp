@@ -83,18 +83,33 @@ void copy_bytes(void* dst, Device, const void* src, Device, size_t bytes) {
   if (bytes > 0) std::memmove(dst, src, bytes);
 }
 
-// cuBLAS's part: the CPU GEMM on the same (host) memory.
-void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta) {
-  cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta);
+// cuBLAS's part: the CPU GEMM on the same (host) memory. Mixed precision rounds copies of the operands
+// to bf16 values first (round_to_bf16, the kernel a real run uses, and back), which an f32 GEMM then
+// multiplies exactly and sums in f32, as the tensor cores do.
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta,
+            MatmulPrecision precision) {
+  if (precision == MatmulPrecision::F32 || a.dtype() != DType::F32)
+    return cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta);
+  auto rounded = [](const Tensor& x) {
+    Tensor x16 = Tensor::empty(x.shape(), DType::BF16, x.device());
+    round_to_bf16(x, x16);
+    return x16.to(Device::cpu()).to(DType::F32);
+  };
+  cpu::matmul(rounded(a), trans_a, rounded(b), trans_b, c, alpha, beta);
 }
 
 void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& host_offsets, Tensor& out,
-                    double beta) {
-  grouped_matmul_by_segments(a, w, trans_w, host_offsets.data<int64_t>(), out, beta, matmul);
+                    double beta, MatmulPrecision precision) {
+  grouped_matmul_by_segments(a, w, trans_w, host_offsets.data<int64_t>(), out, beta,
+                             [precision](const Tensor& x, bool tx, const Tensor& y, bool ty, Tensor& z, double al,
+                                         double be) { matmul(x, tx, y, ty, z, al, be, precision); });
 }
 
-void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& host_offsets, Tensor& dw, double beta) {
-  grouped_weight_grad_by_segments(a, b, host_offsets.data<int64_t>(), dw, beta, matmul);
+void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& host_offsets, Tensor& dw, double beta,
+                         MatmulPrecision precision) {
+  grouped_weight_grad_by_segments(a, b, host_offsets.data<int64_t>(), dw, beta,
+                                  [precision](const Tensor& x, bool tx, const Tensor& y, bool ty, Tensor& z, double al,
+                                              double be) { matmul(x, tx, y, ty, z, al, be, precision); });
 }
 
 }  // namespace lt::cuda

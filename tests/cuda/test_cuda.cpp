@@ -591,6 +591,33 @@ OpCase matmul_case(const GemmShape& s, bool trans_a, bool trans_b, DType dtype, 
           }};
 }
 
+// Mixed precision: the GPU's bf16-operand GEMM against the CPU's f32 GEMM of the same operands rounded
+// to bf16 (exact products, so only the order of the f32 sums differs). On the CPU run the precision is
+// ignored, so the case rounds the operands itself there.
+OpCase bf16_matmul_case(const GemmShape& s, bool trans_a, bool trans_b) {
+  std::string variant = s.name + (trans_a ? " trans_a" : "") + (trans_b ? " trans_b" : "");
+  return {"matmul bf16 inputs", variant, 1e-5, [s, trans_a, trans_b](Device device) {
+            Shape a_shape = trans_a ? Shape{s.K, s.M} : Shape{s.M, s.K};
+            Shape b_shape = trans_b ? Shape{s.N, s.K} : Shape{s.K, s.N};
+            Shape c_shape{s.M, s.N};
+            if (s.G > 0) {
+              a_shape.insert(a_shape.begin(), s.G);
+              c_shape.insert(c_shape.begin(), s.G);
+              if (s.b_batched) b_shape.insert(b_shape.begin(), s.G);
+            }
+            Tensor a = random_tensor(a_shape, 71), b = random_tensor(b_shape, 72);
+            if (device.is_cpu()) {
+              a = a.to(DType::BF16).to(DType::F32);
+              b = b.to(DType::BF16).to(DType::F32);
+            }
+            Tensor c = random_tensor(c_shape, 73).to(device);
+            kernels::set_gpu_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
+            kernels::matmul(a.to(device), trans_a, b.to(device), trans_b, c, 0.5, 1.0);
+            kernels::set_gpu_matmul_precision(kernels::MatmulPrecision::F32);
+            return Outputs{{"c", c}};
+          }};
+}
+
 std::vector<OpCase> cuda_cases() {
   std::vector<OpCase> cases;
   for (const DType dtype : {DType::F32, DType::F64}) {
@@ -627,6 +654,10 @@ std::vector<OpCase> cuda_cases() {
   }
   for (const DType dtype : {DType::F32, DType::F64, DType::BF16, DType::I32, DType::I64})
     cases.push_back(fill_case(dtype));
+  for (const GemmShape& shape : std::vector<GemmShape>{{"plain", 0, 13, 17, 19, false}, {"batched", 3, 5, 9, 70, true},
+                                                       {"batched shared b", 4, 6, 11, 8, false}})
+    for (const bool trans_a : {false, true})
+      for (const bool trans_b : {false, true}) cases.push_back(bf16_matmul_case(shape, trans_a, trans_b));
   return cases;
 }
 

@@ -163,6 +163,17 @@ TEST(CudaEmulation, AxpbyMatchesTheCpuKernel) {
     }
 }
 
+// Mixed precision's operand rounding: nearest even, NaN kept NaN, as the host's conversion.
+TEST(CudaEmulation, RoundToBf16MatchesTheHostConversion) {
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.01171875f, -3.3e38f, 3.4e38f, 1e-40f, INFINITY,
+                               -INFINITY, NAN, 65504.0f, 1.0f / 3.0f};
+  for (int i = 0; i < 300; ++i) values.push_back(static_cast<float>(std::sin(i * 0.37) * std::pow(10.0, i % 9 - 4)));
+  const Tensor x = Tensor::from_vector<float>({static_cast<int64_t>(values.size())}, values);
+  Tensor y = Tensor::empty(x.shape(), DType::BF16);
+  cuda_emulated::round_to_bf16(x, y);
+  expect_same_bits(y, x.to(DType::BF16), "bf16 of " + std::to_string(values.size()) + " values");
+}
+
 TEST(CudaEmulation, FillMatchesTheCpuFill) {
   for (DType dtype : {DType::F32, DType::F64, DType::BF16, DType::I32, DType::I64})
     for (int64_t n : {int64_t{7}, int64_t{257}, int64_t{1000}})

@@ -7,6 +7,7 @@
 
 #include "model/ling.h"
 #include "tensor/device.h"
+#include "tensor/kernels.h"
 #include "tests/io/temp_dir.h"
 #include "tests/model/small_config.h"
 #include "tests/trainer/trainer_test_util.h"
@@ -47,6 +48,27 @@ TEST(Trainer, StepsOnTheGpuMatchTheStepsOnTheCpu) {
   const std::vector<float> cpu_values = values_of(on_cpu), gpu_values = values_of(on_gpu);
   ASSERT_EQ(gpu_values.size(), cpu_values.size());
   for (size_t i = 0; i < cpu_values.size(); ++i) ASSERT_NEAR(gpu_values[i], cpu_values[i], 1e-4) << "weight " << i;
+}
+
+// Mixed precision (--dtype bf16): the GPU's matmuls take bf16 operands. The steps differ from the f32
+// ones (the mode is on), yet stay within a percent of the CPU's f32 losses.
+TEST(Trainer, StepsWithBf16MatmulsOnTheGpuStayCloseToF32) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount found none)";
+  LingForCausalLM cpu_model(small_config(), 1), f32_model(small_config(), 1), bf16_model(small_config(), 1);
+  f32_model.to(Device::cuda(0));
+  bf16_model.to(Device::cuda(0));
+  Trainer on_cpu(cpu_model, constant_lr(1e-2)), f32(f32_model, constant_lr(1e-2)), bf16(bf16_model, constant_lr(1e-2));
+  Rng rng(4);
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<TokenBatch> batch = {random_batch(rng, 2, 16)};
+    const double expected = on_cpu.step(batch).loss, exact = f32.step(batch).loss;
+    kernels::set_gpu_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
+    const double mixed = bf16.step(batch).loss;
+    kernels::set_gpu_matmul_precision(kernels::MatmulPrecision::F32);
+    EXPECT_NEAR(exact, expected, 1e-4 * expected) << "step " << step;
+    EXPECT_NEAR(mixed, expected, 1e-2 * expected) << "step " << step;
+    EXPECT_NE(mixed, exact) << "step " << step << ": bf16 operands changed nothing";
+  }
 }
 
 // Checkpoints move freely between devices: weights and optimiser state written by a GPU run load into
