@@ -18,7 +18,10 @@ class DataParallel {
   // rarely, small enough that the reduction's scratch stays modest.
   static constexpr int64_t kBucketElements = int64_t{1} << 22;
 
-  explicit DataParallel(Communicator& comm) : comm_(comm) {}
+  // comm: the ranks (MPI), for the host-side agreement and the step statistics; device_comm, when given
+  // (NCCL, one GPU per rank), carries the gradients and buffers of a model that lives on GPUs.
+  explicit DataParallel(Communicator& comm, Communicator* device_comm = nullptr)
+      : comm_(comm), device_comm_(device_comm) {}
 
   // Averages the gradients in the flat buffer (the stretches that hold one) and the buffers of `module`.
   // Fails with one clear line when the ranks disagree on which parameters have gradients.
@@ -31,6 +34,7 @@ class DataParallel {
 
  private:
   Communicator& comm_;
+  Communicator* device_comm_;
 };
 
 }  // namespace lt

@@ -19,6 +19,7 @@
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
+#include "dist/nccl_communicator.h"
 #include "dist/edit.h"
 #include "optim/spike_guard.h"
 #include "io/atomic_file.h"
@@ -201,7 +202,17 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
            "' (dp, edit, aedit)");
   LT_CHECK(options.straggle_factor >= 1, "--straggle: the factor must be >= 1, got ", options.straggle_factor);
   const std::unique_ptr<Communicator> world = make_world_communicator();
-  DataParallel data_parallel(*world);
+  // One GPU per rank under mpirun: rank r drives GPU r mod (the GPUs it sees), and the gradients travel
+  // between the GPUs through NCCL; the agreement between ranks and the step statistics stay on MPI.
+  Device device = options.device;
+  std::unique_ptr<Communicator> gpu_world;
+  if (device.is_cuda() && world->size() > 1) {
+    LT_CHECK(options.dist == "dp", "--device ", device.str(), " under mpirun trains with --dist dp; --dist ",
+             options.dist, " on GPUs is not wired yet");
+    device = nccl_device(world->rank());
+    gpu_world = make_nccl_communicator(*world);
+  }
+  DataParallel data_parallel(*world, gpu_world.get());
   const bool lead = world->rank() == 0;
   LT_CHECK(options.matmul_precision == kernels::MatmulPrecision::F32 || options.device.is_cuda(),
            "--dtype bf16 needs --device cuda (bf16 matmuls on the CPU are not there yet)");
@@ -211,8 +222,6 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
     explicit PrecisionScope(kernels::MatmulPrecision p) { kernels::set_gpu_matmul_precision(p); }
     ~PrecisionScope() { kernels::set_gpu_matmul_precision(previous); }
   } precision_scope(options.matmul_precision);
-  LT_CHECK(options.device.is_cpu() || world->size() == 1, "--device ", options.device.str(), " under mpirun (",
-           world->size(), " ranks): multi-GPU runs are not wired yet; run one process per GPU job, or train on the CPU");
   const bool local_sgd = options.dist != "dp";
   EditSettings edit_settings = options.edit;
   edit_settings.time_based = options.dist == "aedit";
@@ -235,7 +244,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
       source_checkpoint.empty() ? resolve_config(recipe.model) : load_checkpoint_config(source_checkpoint);
   LingForCausalLM model(config, recipe.seed);
   if (options.resume.empty() && !recipe.init.empty()) load_checkpoint_weights(recipe.init, model);
-  model.to(options.device);
+  model.to(device);
   // A run from a checkpoint keeps the tokenizer that checkpoint was trained with; --tokenizer may only
   // name it again.
   RunTokenizer run_tokenizer;
@@ -375,7 +384,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   auto save = [&]() {
     // A non-finite weight would make every later resume diverge at once; the guard keeps them out, and
     // this keeps them out of the checkpoint whatever happened.
-    Tensor sum_squares = Tensor::empty({1}, trainer.parameters().values().dtype(), options.device);
+    Tensor sum_squares = Tensor::empty({1}, trainer.parameters().values().dtype(), device);
     kernels::sum_squares(trainer.parameters().values(), sum_squares);
     LT_CHECK(std::isfinite(sum_squares.item()), "the weights are not finite at step ", state.step,
              ": not writing a checkpoint over ", checkpoint_dir);
@@ -475,7 +484,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
       inputs.rank = world->rank();
       inputs.world_size = world->size();
       inputs.progress = out;
-      inputs.device = options.device;
+      inputs.device = device;
       batches = post_training_batches(stage, inputs);
     };
     progress.finish();  // preparing a stage may print (skipped records, reference log-probs)

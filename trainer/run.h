@@ -28,7 +28,8 @@ struct Injection {
 struct RunOptions {
   std::string out_dir = "out/tiny";  // checkpoint/, metrics.jsonl and, for the embedded corpus, data/
   // Where the model trains (--device). Batches are made on the host and copied there; checkpoints are
-  // written from host copies, so they move freely between CPU and GPU runs.
+  // written from host copies, so they move freely between CPU and GPU runs. Under mpirun a CUDA device
+  // means one GPU per rank (rank r drives GPU r mod the GPUs it sees), the gradients averaged by NCCL.
   Device device = Device::cpu();
   // --dtype bf16: the GPU's matmuls take bf16 operands with f32 accumulation (mixed precision); master
   // weights, optimiser state and checkpoints stay f32.

@@ -11,9 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "autograd/ops.h"
 #include "dist/communicator.h"
+#include "dist/data_parallel.h"
 #include "dist/nccl_communicator.h"
 #include "tensor/derive_seed.h"
+#include "nn/module.h"
+#include "optim/flat_parameters.h"
 #include "tensor/random.h"
 
 namespace lt {
@@ -168,6 +172,39 @@ TEST_F(Nccl, SplitMatchesMpisSplit) {
 }
 
 // Every rank passes the same wrong tensor, so every rank fails before any transfer starts.
+// A model of two parameters and a buffer, for data parallel on each device.
+class TwoLayers : public Module {
+ public:
+  TwoLayers() {
+    add_parameter("layers.0.w", Tensor::zeros({37}), true);
+    add_parameter("layers.1.w", Tensor::zeros({70}), true);
+    add_buffer("layers.0.stats", Tensor::zeros({3}, DType::F64));
+  }
+};
+
+// Data parallel with the model on one GPU per rank (--device cuda under mpirun): gradients and buffers
+// travel through NCCL and come out as the same bytes as the CPU model's through MPI.
+TEST_F(Nccl, DataParallelOnGpusAveragesAsOnTheCpu) {
+  TwoLayers on_cpu, on_gpu;
+  on_gpu.to(device);
+  FlatParameters cpu_params(on_cpu.parameters()), gpu_params(on_gpu.parameters());
+  // Each rank's own gradients: d/dv sum(v * g) = g.
+  for (auto* params : {&cpu_params, &gpu_params}) {
+    uint64_t seed = 40;
+    for (const FlatParameters::ParameterRange& p : params->parameters()) {
+      const Tensor& v = p.parameter.value->value();
+      const Tensor g = values_of(mpi->rank(), v.numel(), DType::F32, seed++).to(v.device());
+      sum(mul(*p.parameter.value, Variable(g))).backward();
+    }
+  }
+  on_cpu.buffers()[0].value->copy_from(values_of(mpi->rank(), 3, DType::F64, 49));
+  on_gpu.buffers()[0].value->copy_from(values_of(mpi->rank(), 3, DType::F64, 49));
+  DataParallel(*mpi).average(cpu_params, on_cpu);
+  DataParallel(*mpi, nccl.get()).average(gpu_params, on_gpu);
+  EXPECT_EQ(bytes_of(gpu_params.grads()), bytes_of(cpu_params.grads()));
+  EXPECT_EQ(bytes_of(*on_gpu.buffers()[0].value), bytes_of(*on_cpu.buffers()[0].value));
+}
+
 TEST_F(Nccl, RejectsTensorsItCannotReduceWithOneLine) {
   Tensor on_cpu = Tensor::zeros({4});
   EXPECT_EQ(error_of([&] { nccl->all_reduce(on_cpu, ReduceOp::Sum); }),
