@@ -1,7 +1,9 @@
 #include "tensor/allocator.h"
 
 #include <bit>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "tensor/error.h"
 
@@ -41,7 +43,7 @@ void* CachingAllocator::allocate(size_t bytes) {
         }
       free_blocks_.clear();
       ptr = raw_alloc_(cls);
-      LT_CHECK(ptr != nullptr, "out of memory allocating ", cls, " bytes");
+      if (ptr == nullptr) fail_out_of_memory(cls);
     }
     ++stats_.system_allocs;
     stats_.bytes_reserved += cls;
@@ -49,6 +51,27 @@ void* CachingAllocator::allocate(size_t bytes) {
   stats_.bytes_in_use += cls;
   if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
   return ptr;
+}
+
+namespace {
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+}  // namespace
+
+void CachingAllocator::fail_out_of_memory(size_t bytes) const {
+  std::string device_memory;
+  if (memory_info_ != nullptr) {
+    size_t free_bytes = 0, total_bytes = 0;
+    memory_info_(&free_bytes, &total_bytes);
+    device_memory = "; the device has " + gib(static_cast<double>(free_bytes)) + " free of " +
+                    gib(static_cast<double>(total_bytes));
+  }
+  fail("out of memory on ", device_.str(), ": asked for ", gib(static_cast<double>(bytes)), " (", bytes,
+       " bytes) while lingtrain holds ", gib(static_cast<double>(stats_.bytes_in_use)), " there", device_memory,
+       " (a smaller --batch or --seq needs less)");
 }
 
 void CachingAllocator::release(void* ptr, size_t bytes) {

@@ -25,13 +25,19 @@ class CachingAllocator {
  public:
   using RawAlloc = void* (*)(size_t bytes);
   using RawFree = void (*)(void* ptr);
+  // The device's free and total bytes, as the out-of-memory message reports them (nullptr: not known).
+  using MemoryInfo = void (*)(size_t* free_bytes, size_t* total_bytes);
 
-  CachingAllocator(RawAlloc raw_alloc, RawFree raw_free) : raw_alloc_(raw_alloc), raw_free_(raw_free) {}
+  // `device` names the memory in the out-of-memory message ("cpu", "cuda:0").
+  CachingAllocator(RawAlloc raw_alloc, RawFree raw_free, Device device = Device::cpu(), MemoryInfo memory_info = nullptr)
+      : raw_alloc_(raw_alloc), raw_free_(raw_free), device_(device), memory_info_(memory_info) {}
   ~CachingAllocator();
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
-  // Returns a block of at least `bytes` (never null; throws lt::Error when the system says no).
+  // Returns a block of at least `bytes` (never null). When the system says no even after the cache is
+  // given back: one lt::Error line with the device, the size asked, what lingtrain holds there and, where
+  // known, the device's free and total memory.
   void* allocate(size_t bytes);
   // `bytes` must be the size that was asked of allocate().
   void release(void* ptr, size_t bytes);
@@ -42,8 +48,12 @@ class CachingAllocator {
   static size_t size_class(size_t bytes);
 
  private:
+  [[noreturn]] void fail_out_of_memory(size_t bytes) const;
+
   RawAlloc raw_alloc_;
   RawFree raw_free_;
+  Device device_;
+  MemoryInfo memory_info_;
   mutable std::mutex mutex_;
   std::map<size_t, std::vector<void*>> free_blocks_;  // size class -> cached blocks
   AllocatorStats stats_;

@@ -101,11 +101,21 @@ void device_free(void* ptr) {
   LT_CUDA_CHECK(cudaFree(ptr));
 }
 
+template <int kDevice>
+void device_memory(size_t* free_bytes, size_t* total_bytes) {
+  const DeviceGuard guard(kDevice);
+  if (cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    *free_bytes = *total_bytes = 0;
+  }
+}
+
 template <int... kDevices>
 CachingAllocator* make_allocator(int index, std::integer_sequence<int, kDevices...>) {
   constexpr std::array<CachingAllocator::RawAlloc, sizeof...(kDevices)> allocs{&device_malloc<kDevices>...};
   constexpr std::array<CachingAllocator::RawFree, sizeof...(kDevices)> frees{&device_free<kDevices>...};
-  return new CachingAllocator(allocs[index], frees[index]);
+  constexpr std::array<CachingAllocator::MemoryInfo, sizeof...(kDevices)> infos{&device_memory<kDevices>...};
+  return new CachingAllocator(allocs[index], frees[index], Device::cuda(index), infos[index]);
 }
 
 }  // namespace

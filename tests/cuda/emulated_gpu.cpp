@@ -75,7 +75,7 @@ void device_free(void* ptr) { std::free(ptr); }
 
 CachingAllocator& device_allocator(int index) {
   LT_CHECK(index == 0, "cuda:", index, " is not a usable device: the one emulated CUDA device is cuda:0");
-  static CachingAllocator allocator(device_malloc, device_free);
+  static CachingAllocator allocator(device_malloc, device_free, Device::cuda(0));
   return allocator;
 }
 

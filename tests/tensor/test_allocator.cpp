@@ -56,6 +56,33 @@ void counting_free(void* ptr) {
   std::free(ptr);
 }
 
+// A device that is full: every system allocation fails, even after the cache is given back.
+void* refuse(size_t) { return nullptr; }
+void full_device(size_t* free_bytes, size_t* total_bytes) {
+  *free_bytes = size_t{3} << 29;   // 1.5 GiB
+  *total_bytes = size_t{80} << 30;  // 80 GiB
+}
+
+TEST(CachingAllocator, OutOfMemoryIsOneLineWithTheSizeAskedAndTheDevicesFreeMemory) {
+  CachingAllocator allocator(refuse, counting_free, Device::cuda(1), full_device);
+  try {
+    allocator.allocate(size_t{5} << 30);
+    ADD_FAILURE() << "a refused allocation returned";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "out of memory on cuda:1: asked for 5.00 GiB (5368709120 bytes) while lingtrain holds 0.00 GiB there; "
+              "the device has 1.50 GiB free of 80.00 GiB (a smaller --batch or --seq needs less)");
+  }
+  CachingAllocator host(refuse, counting_free);  // no memory query: the line leaves the device's figures out
+  try {
+    host.allocate(100);
+    ADD_FAILURE() << "a refused allocation returned";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "out of memory on cpu: asked for 0.00 GiB (128 bytes) while lingtrain holds "
+                                     "0.00 GiB there (a smaller --batch or --seq needs less)");
+  }
+}
+
 TEST(CachingAllocator, ReusesFreedBlocksOfTheSameClass) {
   raw_allocs = raw_frees = 0;
   {
