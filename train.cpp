@@ -339,7 +339,7 @@ int run_command(const std::vector<std::string>& args, const std::string& kind) {
       {"eval-tokens", "65536"}, {"ckpt-every", "200"}, {"metrics", ""},    {"sample-prompt", "The "},
       {"sample-tokens", "200"}, {"time-limit", "0"},      {"stop-at", "0"},
       {"dist", "dp"},           {"straggle", ""},         {"tokenizer", ""},       {"device", "cpu"},
-      {"dtype", "f32"}};
+      {"dtype", "f32"}, {"save-dtype", "f32"}};
   if (post_training) {
     for (const char* flag : {"recipe", "model", "routing-warmup"}) defaults.erase(flag);
     defaults.insert({{"ckpt", ""}, {"epochs", kind == "sft" ? "2" : "1"}, {"aux-loss-coef", ""}, {"z-loss-coef", ""}});
@@ -358,6 +358,9 @@ int run_command(const std::vector<std::string>& args, const std::string& kind) {
   lt::RunOptions options;
   options.device = lt::parse_device(flags.str("device"));
   options.matmul_precision = matmul_precision_from_flag(flags.str("dtype"));
+  if (flags.str("save-dtype") != "f32" && flags.str("save-dtype") != "bf16")
+    fail("flag --save-dtype must be f32 or bf16, got '", flags.str("save-dtype"), "'");
+  options.save_dtype = flags.str("save-dtype") == "bf16" ? lt::DType::BF16 : lt::DType::F32;
   options.resume = flags.str("resume");
   options.tokenizer = flags.str("tokenizer");
   if (post_training) {
@@ -839,7 +842,7 @@ void usage(FILE* out) {
                "           [--rope-theta X] [--resume DIR] [--tokenizer tokenizer.json (kept in checkpoints)]\n"
                "           [--device cpu|cuda|cuda:N (sft and dpo too; under mpirun one GPU per rank, --dist dp)]\n"
                "           [--dtype f32|bf16 (bf16: the GPU's matmuls take bf16 operands with f32 accumulation;\n"
-               "           weights and checkpoints stay f32)]\n"
+               "           weights and checkpoints stay f32)] [--save-dtype f32|bf16 (the checkpoints' weights)]\n"
                "           ...  pre-train (default: the embedded corpus, tokenised by the run's tokenizer)\n"
                "  pretrain --recipe tiny|R.json [--out DIR]   the stages of a recipe in order (resumable)\n"
                "  mpirun -n N lingtrain pretrain ... [--dist dp|edit|aedit] [--straggle RANK:FACTOR]\n"

@@ -21,10 +21,13 @@ constexpr const char* kTokenizerFile = "/tokenizer.json";
 
 void save_checkpoint(const std::string& dir, LingForCausalLM& model, const AdamW* optimizer,
                      const Json& trainer_state, const std::string& tokenizer_json,
-                     const std::function<void(const std::string&)>& write_extra) {
+                     const std::function<void(const std::string&)>& write_extra, DType weights_dtype) {
+  NamedTensors weights = hf_state_dict(model);
+  if (weights_dtype != DType::F32)
+    for (auto& [name, tensor] : weights) tensor = tensor.to(Device::cpu()).to(weights_dtype);
   write_directory_atomic(dir, [&](const std::string& staging) {
     write_json_file(staging + "/config.json", config_to_json(model.config()));
-    save_safetensors(staging + "/model.safetensors", hf_state_dict(model), {{"format", "pt"}});
+    save_safetensors(staging + "/model.safetensors", weights, {{"format", "pt"}});
     // The update count drives AdamW's bias corrections; it differs from the trainer's step when the
     // spike guard skipped updates.
     if (optimizer != nullptr)

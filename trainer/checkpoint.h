@@ -27,10 +27,13 @@
 namespace lt {
 
 // tokenizer_json: the text of the run's tokenizer.json, empty for the byte tokenizer. write_extra, when
-// given, adds files to the folder before it is published (it gets the staging path).
+// given, adds files to the folder before it is published (it gets the staging path). weights_dtype: the
+// dtype of model.safetensors (f32, or bf16 for a smaller export; the optimiser state stays f32, and a
+// resume continues from the rounded weights).
 void save_checkpoint(const std::string& dir, LingForCausalLM& model, const AdamW* optimizer,
                      const Json& trainer_state, const std::string& tokenizer_json = {},
-                     const std::function<void(const std::string&)>& write_extra = {});
+                     const std::function<void(const std::string&)>& write_extra = {},
+                     DType weights_dtype = DType::F32);
 
 // The folder to read: `dir`, or the previous complete one if a writer died mid-swap. Fails naming dir
 // when no checkpoint exists there.

@@ -394,7 +394,9 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
                                 {"dist", dist_json},
                                 {"spike_guard", guard.to_json()}};
     if (!edit) {
-      if (lead) save_checkpoint(checkpoint_dir, model, &trainer.optimizer(), trainer_state, run_tokenizer.json_text);
+      if (lead)
+        save_checkpoint(checkpoint_dir, model, &trainer.optimizer(), trainer_state, run_tokenizer.json_text, {},
+                        options.save_dtype);
       return;
     }
     NamedTensors own = {{"values", trainer.parameters().values().narrow(owned.begin, owned.size())}};
@@ -419,7 +421,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
           rank_tensors.emplace_back(own[i].first, all[i].narrow(r * own[i].second.numel(), own[i].second.numel()));
         save_safetensors(rank_state_path(staging, r), rank_tensors, {{"state", texts[static_cast<size_t>(r)]}});
       }
-    });
+    }, options.save_dtype);
   };
   // Periodic held-out figures on about the first eval_tokens tokens (all when 0), all of them at the end.
   auto add_heldout = [&](Json& record, int64_t limit) {

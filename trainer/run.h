@@ -34,6 +34,7 @@ struct RunOptions {
   // --dtype bf16: the GPU's matmuls take bf16 operands with f32 accumulation (mixed precision); master
   // weights, optimiser state and checkpoints stay f32.
   kernels::MatmulPrecision matmul_precision = kernels::MatmulPrecision::F32;
+  DType save_dtype = DType::F32;  // --save-dtype bf16: the checkpoints' weights in bf16 (smaller exports)
   std::string resume;                // a checkpoint to continue from (it brings its recipe)
   // A byte-level BPE tokenizer.json ("": the byte tokenizer). It tokenises the embedded corpus when no
   // data is given and the sample, and is copied into every checkpoint; a resumed run keeps its own.

@@ -101,6 +101,7 @@ expect_error "negative threads" "flag --threads must be >= 0" "$bin" pretrain "$
 expect_error "unknown device" "device 'tpu' is not cpu, cuda or cuda:N" "$bin" pretrain "${run[@]}" --device tpu --out x20
 expect_error "unknown dtype" "flag --dtype must be f32 or bf16, got 'f16'" "$bin" pretrain "${run[@]}" --dtype f16 --out x22
 expect_error "bf16 on the CPU" "--dtype bf16 needs --device cuda" "$bin" pretrain "${run[@]}" --dtype bf16 --out x23
+expect_error "unknown save dtype" "flag --save-dtype must be f32 or bf16, got 'f16'" "$bin" pretrain "${run[@]}" --save-dtype f16 --out x24
 # --device cuda where no GPU can take it: the reason, in one line (a machine with a GPU trains instead).
 case "$("$bin" --version)" in
   *"cuda: not compiled in"*) expect_error "cuda without the backend" "built without CUDA" "$bin" pretrain "${run[@]}" --device cuda --out x21 ;;
@@ -127,6 +128,6 @@ expect_error "resume below the saved step" "--steps 1 is below the 2 steps" "$bi
 # Nothing half-written: no staging folder anywhere, and no output folder for the runs refused up front.
 leftovers=$(find . -name '*.tmp-*' | head -3)
 [ -z "$leftovers" ] || fail "half-written files left: $leftovers"
-for refused in x1 x3 x7 x10 x13 x16 x19 x20 x21 x22 x23; do [ ! -e "$refused/checkpoint" ] || fail "$refused: a refused run wrote a checkpoint"; done
+for refused in x1 x3 x7 x10 x13 x16 x19 x20 x21 x22 x23 x24; do [ ! -e "$refused/checkpoint" ] || fail "$refused: a refused run wrote a checkpoint"; done
 
 finish bad_input

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
+#include "io/safetensors.h"
 #include "model/ling.h"
 #include "tests/model/small_config.h"
 #include "tests/trainer/trainer_test_util.h"
@@ -162,6 +164,28 @@ TEST(Trainer, CheckpointKeepsTheOptimizerUpdateCount) {
   const auto a = trainer.optimizer().state(), b = other.optimizer().state();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second.to_vector<float>(), b[i].second.to_vector<float>());
+}
+
+// --save-dtype bf16: model.safetensors holds bf16 tensors (half the bytes), the optimiser state stays
+// f32, and loading gives the weights rounded to bf16.
+TEST(Trainer, CheckpointWeightsCanBeSavedInBf16) {
+  LingForCausalLM model(small_config(), 7), restored(small_config(), 8);
+  Trainer trainer(model, constant_lr(1e-2));
+  Rng rng(9);
+  trainer.step({random_batch(rng, 2, 8)});
+  test::TempDir dir;
+  save_checkpoint(dir.root() + "/f32", model, &trainer.optimizer(), Json::object());
+  save_checkpoint(dir.root() + "/bf16", model, &trainer.optimizer(), Json::object(), {}, {}, DType::BF16);
+  const SafetensorsFile weights = load_safetensors(dir.root() + "/bf16/model.safetensors");
+  for (const auto& [name, t] : weights.tensors) EXPECT_EQ(t.dtype(), DType::BF16) << name;
+  for (const auto& [name, t] : load_safetensors(dir.root() + "/bf16/optimizer.safetensors").tensors)
+    EXPECT_EQ(t.dtype(), DType::F32) << name;
+  EXPECT_LT(std::filesystem::file_size(dir.root() + "/bf16/model.safetensors"),
+            std::filesystem::file_size(dir.root() + "/f32/model.safetensors") * 6 / 10);
+  load_checkpoint_weights(dir.root() + "/bf16", restored);
+  const Tensor values = model.parameters()[0].value->value(), loaded = restored.parameters()[0].value->value();
+  EXPECT_EQ(loaded.to_vector<float>(), values.to(DType::BF16).to(DType::F32).to_vector<float>());
+  EXPECT_NE(loaded.to_vector<float>(), values.to_vector<float>());
 }
 
 }  // namespace
