@@ -3,7 +3,6 @@
 #include "tensor/cuda/cuda_runtime.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/dtype_switch.h"
-#include "tensor/grouped_gemm.h"
 
 namespace lt::cuda {
 namespace {
@@ -81,21 +80,8 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
                                                        M * N, batches)));
 }
 
-// The grouped GEMMs: one cuBLAS GEMM per expert with rows (tensor/grouped_gemm.h). The segment bounds
-// come from the front door's host copy of the offsets (read once per call, not once per expert), since
-// cuBLAS takes its sizes on the host.
-void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& host_offsets, Tensor& out,
-                    double beta, MatmulPrecision precision) {
-  grouped_matmul_by_segments(a, w, trans_w, host_offsets.data<int64_t>(), out, beta,
-                             [precision](const Tensor& x, bool tx, const Tensor& y, bool ty, Tensor& z, double al,
-                                         double be) { matmul(x, tx, y, ty, z, al, be, precision); });
-}
-
-void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& host_offsets, Tensor& dw, double beta,
-                         MatmulPrecision precision) {
-  grouped_weight_grad_by_segments(a, b, host_offsets.data<int64_t>(), dw, beta,
-                                  [precision](const Tensor& x, bool tx, const Tensor& y, bool ty, Tensor& z, double al,
-                                              double be) { matmul(x, tx, y, ty, z, al, be, precision); });
-}
-
 }  // namespace lt::cuda
+
+// The grouped GEMMs, one matmul per expert segment. The segment bounds come from the front door's host
+// copy of the offsets (read once per call, not once per expert), since cuBLAS takes its sizes on the host.
+#include "tensor/cuda/grouped_matmul.h"  // IWYU pragma: keep

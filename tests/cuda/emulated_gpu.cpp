@@ -17,7 +17,6 @@
 #include "tensor/allocator.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/device.h"
-#include "tensor/grouped_gemm.h"
 
 // tensor/cuda/cuda_runtime.h's DeviceGuard, token for token: that header brings the CUDA toolkit's own
 // runtime types, which the emulation replaces, so the class is declared here again.
@@ -98,18 +97,6 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   cpu::matmul(rounded(a), trans_a, rounded(b), trans_b, c, alpha, beta);
 }
 
-void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& host_offsets, Tensor& out,
-                    double beta, MatmulPrecision precision) {
-  grouped_matmul_by_segments(a, w, trans_w, host_offsets.data<int64_t>(), out, beta,
-                             [precision](const Tensor& x, bool tx, const Tensor& y, bool ty, Tensor& z, double al,
-                                         double be) { matmul(x, tx, y, ty, z, al, be, precision); });
-}
-
-void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& host_offsets, Tensor& dw, double beta,
-                         MatmulPrecision precision) {
-  grouped_weight_grad_by_segments(a, b, host_offsets.data<int64_t>(), dw, beta,
-                                  [precision](const Tensor& x, bool tx, const Tensor& y, bool ty, Tensor& z, double al,
-                                              double be) { matmul(x, tx, y, ty, z, al, be, precision); });
-}
-
 }  // namespace lt::cuda
+
+#include "tensor/cuda/grouped_matmul.h"  // IWYU pragma: keep (the grouped GEMMs over the matmul above)
