@@ -37,6 +37,5 @@ __device__ inline double block_reduce(double v, Op op) {
 
 __device__ inline double block_sum(double v) { return block_reduce(v, SumOp{}); }
 __device__ inline double block_max(double v) { return block_reduce(v, MaxOp{}); }
-__device__ inline double block_min(double v) { return block_reduce(v, MinOp{}); }
 
 }  // namespace lt::LT_CUDA_NAMESPACE
