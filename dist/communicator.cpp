@@ -254,6 +254,63 @@ std::vector<std::string> gather_text(Communicator& comm, const std::string& text
 
 std::unique_ptr<Communicator> make_single_process_communicator() { return std::make_unique<SingleProcess>(); }
 
+namespace {
+
+class DeviceRouted : public Communicator {
+ public:
+  DeviceRouted(Communicator& host, std::unique_ptr<Communicator> owned_host, std::unique_ptr<Communicator> device)
+      : host_(host), owned_host_(std::move(owned_host)), device_(std::move(device)) {
+    LT_CHECK(device_->size() == host_.size() && device_->rank() == host_.rank(), "route_by_device: the device group (rank ",
+             device_->rank(), " of ", device_->size(), ") is not the host group (rank ", host_.rank(), " of ",
+             host_.size(), ")");
+  }
+  int rank() const override { return host_.rank(); }
+  int size() const override { return host_.size(); }
+  std::string describe() const override { return device_->describe() + " with " + host_.describe() + " for host data"; }
+
+  void all_reduce(Tensor& x, ReduceOp op) override {
+    route(x, [&](Communicator& c) { c.all_reduce(x, op); });
+  }
+  void all_gather(const Tensor& in, Tensor& out) override {
+    route(in, [&](Communicator& c) { c.all_gather(in, out); });
+  }
+  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
+    route(in, [&](Communicator& c) { c.reduce_scatter(in, out, op); });
+  }
+  void gather(const Tensor& in, Tensor& out, int root) override {
+    route(in, [&](Communicator& c) { c.gather(in, out, root); });
+  }
+  void broadcast(Tensor& x, int root) override {
+    route(x, [&](Communicator& c) { c.broadcast(x, root); });
+  }
+  void barrier() override { host_.barrier(); }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    std::unique_ptr<Communicator> host = host_.split(color, key);
+    Communicator& host_ref = *host;
+    return std::make_unique<DeviceRouted>(host_ref, std::move(host), device_->split(color, key));
+  }
+
+ private:
+  // The communicator for `t`'s memory; what it sends counts as this one's.
+  template <class Call>
+  void route(const Tensor& t, Call call) {
+    Communicator& target = t.defined() && !t.is_cpu() ? *device_ : host_;
+    const int64_t before = target.bytes_sent();
+    call(target);
+    bytes_sent_ += target.bytes_sent() - before;
+  }
+
+  Communicator& host_;
+  std::unique_ptr<Communicator> owned_host_;  // set for the groups of a split, which own their host side
+  std::unique_ptr<Communicator> device_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> route_by_device(Communicator& host, std::unique_ptr<Communicator> device) {
+  return std::make_unique<DeviceRouted>(host, nullptr, std::move(device));
+}
+
 std::unique_ptr<Communicator> make_world_communicator() {
   if (!launched_by_mpi()) return make_single_process_communicator();
 #ifdef LINGTRAIN_MPI

@@ -63,6 +63,13 @@ bool launched_by_mpi();
 std::unique_ptr<Communicator> make_world_communicator();
 std::unique_ptr<Communicator> make_single_process_communicator();
 
+// The communicator of ranks whose models live on GPUs (one per rank): CUDA tensors (gradients,
+// parameters, buffers, EDiT's pseudo-gradients) travel through `device` (NCCL), CPU tensors (the
+// agreement between ranks, step statistics, EDiT's per-layer tables, checkpoint state) through `host`
+// (MPI). Both span the same ranks in the same order; split() splits both, so the groups of an EDiT mesh
+// route the same way. `host` must outlive the result.
+std::unique_ptr<Communicator> route_by_device(Communicator& host, std::unique_ptr<Communicator> device);
+
 // This process's rank in a multi-process run, or -1 when it runs alone (for error messages).
 int process_rank();
 // Ends this rank of a multi-process run at once with exit_code, for an error: without MPI_Finalize

@@ -14,14 +14,13 @@ void DataParallel::average(FlatParameters& params, Module& module) {
   comm_.all_reduce(check, ReduceOp::Mean);
   LT_CHECK(check.item() == static_cast<double>(elements), "data parallel: rank ", comm_.rank(), " has gradients for ",
            elements, " elements, the ranks' mean is ", check.item(), ": the ranks' models or batches differ");
-  Communicator& gradients = device_comm_ != nullptr ? *device_comm_ : comm_;
   Tensor& grads = params.grads();
   for (const FlatParameters::Run& run : runs)
     for (int64_t begin = run.begin; begin < run.end; begin += kBucketElements) {
       Tensor bucket = grads.narrow(begin, std::min(kBucketElements, run.end - begin));
-      gradients.all_reduce(bucket, ReduceOp::Mean);
+      comm_.all_reduce(bucket, ReduceOp::Mean);
     }
-  for (const Buffer& buffer : module.buffers()) gradients.all_reduce(*buffer.value, ReduceOp::Mean);
+  for (const Buffer& buffer : module.buffers()) comm_.all_reduce(*buffer.value, ReduceOp::Mean);
 }
 
 void DataParallel::sum(std::vector<double>& values) {

@@ -18,10 +18,9 @@ class DataParallel {
   // rarely, small enough that the reduction's scratch stays modest.
   static constexpr int64_t kBucketElements = int64_t{1} << 22;
 
-  // comm: the ranks (MPI), for the host-side agreement and the step statistics; device_comm, when given
-  // (NCCL, one GPU per rank), carries the gradients and buffers of a model that lives on GPUs.
-  explicit DataParallel(Communicator& comm, Communicator* device_comm = nullptr)
-      : comm_(comm), device_comm_(device_comm) {}
+  // comm: the ranks. For a model on GPUs it routes by device (route_by_device): the gradients and
+  // buffers through NCCL, the agreement and the step statistics through MPI.
+  explicit DataParallel(Communicator& comm) : comm_(comm) {}
 
   // Averages the gradients in the flat buffer (the stretches that hold one) and the buffers of `module`.
   // Fails with one clear line when the ranks disagree on which parameters have gradients.
@@ -34,7 +33,6 @@ class DataParallel {
 
  private:
   Communicator& comm_;
-  Communicator* device_comm_;
 };
 
 }  // namespace lt

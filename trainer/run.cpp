@@ -201,18 +201,17 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   LT_CHECK(options.dist == "dp" || options.dist == "edit" || options.dist == "aedit", "unknown --dist '", options.dist,
            "' (dp, edit, aedit)");
   LT_CHECK(options.straggle_factor >= 1, "--straggle: the factor must be >= 1, got ", options.straggle_factor);
-  const std::unique_ptr<Communicator> world = make_world_communicator();
-  // One GPU per rank under mpirun: rank r drives GPU r mod (the GPUs it sees), and the gradients travel
-  // between the GPUs through NCCL; the agreement between ranks and the step statistics stay on MPI.
+  const std::unique_ptr<Communicator> host_world = make_world_communicator();
+  // One GPU per rank under mpirun: rank r drives GPU r mod (the GPUs it sees). Tensors on the GPUs
+  // travel through NCCL, host data (the agreement between ranks, statistics, EDiT's tables) through MPI.
   Device device = options.device;
   std::unique_ptr<Communicator> gpu_world;
-  if (device.is_cuda() && world->size() > 1) {
-    LT_CHECK(options.dist == "dp", "--device ", device.str(), " under mpirun trains with --dist dp; --dist ",
-             options.dist, " on GPUs is not wired yet");
-    device = nccl_device(world->rank());
-    gpu_world = make_nccl_communicator(*world);
+  if (device.is_cuda() && host_world->size() > 1) {
+    device = nccl_device(host_world->rank());
+    gpu_world = route_by_device(*host_world, make_nccl_communicator(*host_world));
   }
-  DataParallel data_parallel(*world, gpu_world.get());
+  Communicator* const world = gpu_world ? gpu_world.get() : host_world.get();
+  DataParallel data_parallel(*world);
   const bool lead = world->rank() == 0;
   LT_CHECK(options.matmul_precision == kernels::MatmulPrecision::F32 || options.device.is_cuda(),
            "--dtype bf16 needs --device cuda (bf16 matmuls on the CPU are not there yet)");
@@ -342,7 +341,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   if (!options.resume.empty()) restore(options.resume, /*reloading=*/false);
   // The guard's inputs are the same on every rank that must decide together: the whole world (dp,
   // edit), or the ranks of one replica (aedit, whose replicas never wait for each other).
-  Communicator* agreeing = !local_sgd ? world.get() : edit_settings.time_based ? edit->mesh().shard_group.get() : world.get();
+  Communicator* agreeing = !local_sgd ? world : edit_settings.time_based ? edit->mesh().shard_group.get() : world;
   std::optional<SpikeGuard::Verdict> verdict;
   trainer.hooks().before_update = [&](const StepStats& stats) {
     Tensor observed = Tensor::from_vector<double>({2}, {stats.loss, stats.grad_norm});
@@ -402,6 +401,8 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
     NamedTensors own = {{"values", trainer.parameters().values().narrow(owned.begin, owned.size())}};
     for (const auto& t : trainer.optimizer().shard_state()) own.push_back(t);
     for (const auto& t : edit->state_tensors()) own.push_back(t);
+    // The shards are gathered to rank 0 in host memory, where the checkpoint is written.
+    for (auto& [name, t] : own) t = t.to(Device::cpu());
     const Json own_json = {{"state", train_state_to_json(state, model)},
                            {"adamw_steps", trainer.optimizer().steps_taken()},
                            {"edit", edit->state_json()},

@@ -5,6 +5,7 @@
 // machines that build lingtrain) these cases skip, and only the construction's error is checked.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "autograd/ops.h"
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
+#include "dist/edit.h"
 #include "dist/nccl_communicator.h"
 #include "tensor/derive_seed.h"
 #include "nn/module.h"
@@ -200,9 +202,49 @@ TEST_F(Nccl, DataParallelOnGpusAveragesAsOnTheCpu) {
   on_cpu.buffers()[0].value->copy_from(values_of(mpi->rank(), 3, DType::F64, 49));
   on_gpu.buffers()[0].value->copy_from(values_of(mpi->rank(), 3, DType::F64, 49));
   DataParallel(*mpi).average(cpu_params, on_cpu);
-  DataParallel(*mpi, nccl.get()).average(gpu_params, on_gpu);
+  const auto gpu_world = route_by_device(*mpi, nccl->split(0, mpi->rank()));
+  DataParallel(*gpu_world).average(gpu_params, on_gpu);
   EXPECT_EQ(bytes_of(gpu_params.grads()), bytes_of(cpu_params.grads()));
   EXPECT_EQ(bytes_of(*on_gpu.buffers()[0].value), bytes_of(*on_cpu.buffers()[0].value));
+}
+
+// EDiT with the replicas on GPUs (--dist edit --device cuda under mpirun): the pseudo-gradients, the
+// shards and the buffers travel through NCCL, the per-layer tables through MPI, and two syncs leave
+// every rank where the CPU's syncs leave it, to the rounding of the GPU's norm sums. With shard groups
+// of one rank and, on an even world, of two (then every layer's norm spans two ranks' shards).
+TEST_F(Nccl, EditSyncOnGpusMatchesTheCpu) {
+  const int P = mpi->size(), r = mpi->rank();
+  const auto gpu_world = route_by_device(*mpi, nccl->split(0, r));
+  EditSettings settings;
+  settings.outer_sgd = true;
+  settings.weight_by_norm = true;
+  settings.clip_pseudo_grad = 0.5;
+  for (int shards : {1, P % 2 == 0 ? 2 : 1}) {
+    settings.shard_group = shards;
+    TwoLayers cpu_model, gpu_model;
+    gpu_model.to(device);
+    FlatParameters cpu_params(cpu_model.parameters(), shards), gpu_params(gpu_model.parameters(), shards);
+    Edit on_cpu(EditMesh::build(*mpi, shards), settings, cpu_params, cpu_model);
+    Edit on_gpu(EditMesh::build(*gpu_world, shards), settings, gpu_params, gpu_model);
+    const int64_t n = cpu_params.numel();
+    for (int round = 0; round < 3; ++round) {
+      // Round 0 takes the anchor from one shared start; later rounds start from each rank's own values.
+      const Tensor values = values_of(round == 0 ? 0 : r, n, DType::F32, 60 + round);
+      cpu_params.values().copy_from(values);
+      gpu_params.values().copy_from(values);
+      cpu_model.buffers()[0].value->copy_from(values_of(r, 3, DType::F64, 70 + round));
+      gpu_model.buffers()[0].value->copy_from(values_of(r, 3, DType::F64, 70 + round));
+      on_cpu.sync(4);
+      on_gpu.sync(4);
+      const std::vector<float> want = cpu_params.values().to_vector<float>();
+      const std::vector<float> got = gpu_params.values().to(Device::cpu()).to_vector<float>();
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i])))
+            << "shard group " << shards << ", round " << round << ", element " << i;
+      EXPECT_EQ(bytes_of(*gpu_model.buffers()[0].value), bytes_of(*cpu_model.buffers()[0].value));
+    }
+  }
 }
 
 TEST_F(Nccl, RejectsTensorsItCannotReduceWithOneLine) {
