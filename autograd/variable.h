@@ -26,6 +26,10 @@ struct VariableImpl {
   Tensor grad_buffer;
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;  // null for leaves and for results computed without grad
+  // The value in bf16 as the nodes that use it keep it under mixed precision (autograd/saved.h), made
+  // by the first of them. One slot for a value and its reshapes (the views every Linear takes), so the
+  // projections that read one activation share one copy.
+  std::shared_ptr<Tensor> saved_bf16;
 };
 
 class Variable {

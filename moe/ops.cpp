@@ -1,6 +1,7 @@
 #include "moe/ops.h"
 
 #include "autograd/profile.h"
+#include "autograd/saved.h"
 #include "tensor/kernels.h"
 
 namespace lt {
@@ -28,12 +29,14 @@ Tensor gather_tokens(const Tensor& x_NH, const Tensor& token_of) {
 }
 
 struct MoEExpertsNode : Node {
-  Tensor x_NH, w_NK, gate_EIH, up_EIH, down_EHI;
-  Tensor gate_MI, up_MI;  // the SwiGLU's pre-activations
+  SavedTensor saved_x_NH;
+  SavedTensor saved_gate_MI, saved_up_MI;  // the SwiGLU's pre-activations
+  Tensor w_NK, gate_EIH, up_EIH, down_EHI;
   Tensor token_of, position_of, offsets;
   const char* name() const override { return "moe_experts"; }
 
   std::vector<Tensor> backward(const Tensor& g_NH) override {
+    const Tensor gate_MI = saved_gate_MI.get(), up_MI = saved_up_MI.get();
     const int64_t M = gate_MI.dim(0), I = gate_MI.dim(1);
     // The combine, taken before the down projection: with g_M the incoming gradient in expert order and
     // t = g_M W_down (what reaches h at weight 1), dw = dot(t, h) per assignment, dL/dh = w t, and
@@ -56,7 +59,7 @@ struct MoEExpertsNode : Node {
     kernels::swiglu_backward(gate_MI, up_MI, dh_MI, dgate_MI, dup_MI);
     GradTarget dgate, dup;
     if (needs_grad(2) || needs_grad(3)) {
-      const Tensor x_MH = gather_tokens(x_NH, token_of);
+      const Tensor x_MH = gather_tokens(saved_x_NH.get(), token_of);
       if (needs_grad(2)) {
         dgate = grad_target(2, gate_EIH);
         grouped_weight_grad(dgate_MI, x_MH, offsets, dgate);
@@ -69,10 +72,10 @@ struct MoEExpertsNode : Node {
     Tensor dx;
     if (needs_grad(0)) {
       // dx_M = dgate W_gate + dup W_up per expert, then summed back to the tokens.
-      Tensor dx_MH = Tensor::empty({M, x_NH.dim(1)}, x_NH.dtype(), x_NH.device());
+      Tensor dx_MH = Tensor::empty({M, gate_EIH.dim(2)}, g_NH.dtype(), g_NH.device());
       grouped_matmul(profile::Phase::Backward, dgate_MI, gate_EIH, false, offsets, dx_MH);
       grouped_matmul(profile::Phase::Backward, dup_MI, up_EIH, false, offsets, dx_MH, 1.0);
-      dx = Tensor::zeros_like(x_NH);
+      dx = Tensor::zeros_like(g_NH);
       kernels::scatter_add_rows(dx_MH, token_of, dx);
     }
     return {dx, dw, dgate.returned(), dup.returned(), ddown.returned()};
@@ -114,13 +117,13 @@ Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchP
   }
   auto node = std::make_shared<MoEExpertsNode>();
   if (grad_enabled()) {
-    node->x_NH = x;
+    node->saved_x_NH = SavedTensor::input(x_NH);
     node->w_NK = w;
     node->gate_EIH = gate;
     node->up_EIH = up;
     node->down_EHI = down;
-    node->gate_MI = gate_MI;
-    node->up_MI = up_MI;
+    node->saved_gate_MI = SavedTensor::activation(gate_MI);
+    node->saved_up_MI = SavedTensor::activation(up_MI);
     node->token_of = plan.token_of;
     node->position_of = plan.position_of;
     node->offsets = plan.offsets;

@@ -34,6 +34,9 @@ void axpy_by(const Tensor& s, double alpha, const Tensor& x, Tensor& y);
 // Sums `x` over its leading dimensions down to out's shape (a trailing part of x's shape): the
 // backward of broadcasting.
 void sum_to(const Tensor& x, Tensor& out);
+// y = x in y's dtype, between f32 and bf16: rounded to nearest even (f32 -> bf16, as Tensor::to) or
+// widened exactly (bf16 -> f32). Same shape and device.
+void convert(const Tensor& x, Tensor& y);
 
 // ---- reductions (tensor/kernels/reduce.cpp) -----------------------------------------------------
 void sum(const Tensor& x, Tensor& out);           // all elements -> out of one element

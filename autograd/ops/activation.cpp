@@ -1,15 +1,17 @@
 // silu and swiglu: forward and backward. Each backward is one fused kernel pass (tensor/cpu/activation.cc).
 #include "autograd/ops.h"
 #include "autograd/profile.h"
+#include "autograd/saved.h"
 #include "tensor/kernels.h"
 
 namespace lt {
 namespace {
 
 struct SiluNode : Node {
-  Tensor x;
+  SavedTensor saved_x;
   const char* name() const override { return "silu"; }
   std::vector<Tensor> backward(const Tensor& g) override {
+    const Tensor x = saved_x.get();
     Tensor dx = Tensor::empty_like(x);
     kernels::silu_backward(x, g, dx);
     return {dx};
@@ -17,9 +19,10 @@ struct SiluNode : Node {
 };
 
 struct SwigluNode : Node {
-  Tensor gate, up;
+  SavedTensor saved_gate, saved_up;
   const char* name() const override { return "swiglu"; }
   std::vector<Tensor> backward(const Tensor& g) override {
+    const Tensor gate = saved_gate.get(), up = saved_up.get();
     // One pass yields both gradients; the one no input needs is dropped.
     Tensor dgate = Tensor::empty_like(gate), dup = Tensor::empty_like(up);
     kernels::swiglu_backward(gate, up, g, dgate, dup);
@@ -34,7 +37,7 @@ Variable silu(const Variable& x) {
   Tensor y = Tensor::empty_like(x.value());
   kernels::silu(x.value(), y);
   auto node = std::make_shared<SiluNode>();
-  if (grad_enabled()) node->x = x.value();
+  if (grad_enabled()) node->saved_x = SavedTensor::input(x);
   return make_result(y, node, {x});
 }
 
@@ -44,8 +47,8 @@ Variable swiglu(const Variable& gate, const Variable& up) {
   kernels::swiglu(gate.value(), up.value(), y);
   auto node = std::make_shared<SwigluNode>();
   if (grad_enabled()) {
-    node->gate = gate.value();
-    node->up = up.value();
+    node->saved_gate = SavedTensor::input(gate);
+    node->saved_up = SavedTensor::input(up);
   }
   return make_result(y, node, {gate, up});
 }

@@ -9,19 +9,24 @@
 
 #include "autograd/ops.h"
 #include "autograd/profile.h"
+#include "autograd/saved.h"
 #include "tensor/kernels.h"
 
 namespace lt {
 namespace {
 
+// q, k, v and out are activations (bf16 under mixed precision, autograd/saved.h); the log-sum-exp is
+// a softmax statistic and stays f32.
 struct AttentionNode : Node {
-  Tensor q, k, v, out, lse, doc_start;
+  SavedTensor saved_q, saved_k, saved_v, saved_out;
+  Tensor lse, doc_start;
   double scale = 0;
   const char* name() const override { return "attention"; }
 
   // dq, dk and dv come out of one pass over the blocks, so all three are computed even when an input
   // needs no gradient.
   std::vector<Tensor> backward(const Tensor& g) override {
+    const Tensor q = saved_q.get(), k = saved_k.get(), v = saved_v.get(), out = saved_out.get();
     Tensor dq = Tensor::empty_like(q), dk = Tensor::empty_like(k), dv = Tensor::empty_like(v);
     kernels::attention_backward(q, k, v, out, lse, g, scale, dq, dk, dv, doc_start);
     return {dq, dk, dv};
@@ -31,12 +36,14 @@ struct AttentionNode : Node {
 // The same attention fed straight from the fused QKV projection: the split and RoPE on q and k are one
 // kernel each way, so no column slice of the projection, and no unrotated q or k, ever exists.
 struct QkvAttentionNode : Node {
-  Tensor q, k, v, out, lse, doc_start;
+  SavedTensor saved_q, saved_k, saved_v, saved_out;
+  Tensor lse, doc_start;
   double scale = 0, theta = 0;
   int64_t pos_offset = 0;
   Shape qkv_shape;
   const char* name() const override { return "qkv_attention"; }
   std::vector<Tensor> backward(const Tensor& g) override {
+    const Tensor q = saved_q.get(), k = saved_k.get(), v = saved_v.get(), out = saved_out.get();
     Tensor dq = Tensor::empty_like(q), dk = Tensor::empty_like(k), dv = Tensor::empty_like(v);
     kernels::attention_backward(q, k, v, out, lse, g, scale, dq, dk, dv, doc_start);
     Tensor dqkv = Tensor::empty(qkv_shape, g.dtype(), g.device());
@@ -68,14 +75,16 @@ Variable qkv_attention(const Variable& qkv, int64_t heads, int64_t kv_heads, dou
   node->pos_offset = pos_offset;
   node->qkv_shape = x.shape();
   if (grad_enabled()) {
-    node->q = q;
-    node->k = k;
-    node->v = v;
-    node->out = out;
+    node->saved_q = SavedTensor::activation(q);
+    node->saved_k = SavedTensor::activation(k);
+    node->saved_v = SavedTensor::activation(v);
     node->lse = lse;
     node->doc_start = doc_start;
   }
-  return make_result(out, node, {qkv});
+  Variable result = make_result(out, node, {qkv});
+  // out through the result: the output projection keeps the same copy.
+  if (grad_enabled()) node->saved_out = SavedTensor::input(result);
+  return result;
 }
 
 Variable attention(const Variable& q, const Variable& k, const Variable& v, const Tensor& doc_start) {
@@ -91,14 +100,15 @@ Variable attention(const Variable& q, const Variable& k, const Variable& v, cons
   auto node = std::make_shared<AttentionNode>();
   node->scale = scale;
   if (grad_enabled()) {
-    node->q = qv;
-    node->k = k.value();
-    node->v = v.value();
-    node->out = out;
+    node->saved_q = SavedTensor::input(q);
+    node->saved_k = SavedTensor::input(k);
+    node->saved_v = SavedTensor::input(v);
     node->lse = lse;
     node->doc_start = doc_start;
   }
-  return make_result(out, node, {q, k, v});
+  Variable result = make_result(out, node, {q, k, v});
+  if (grad_enabled()) node->saved_out = SavedTensor::input(result);
+  return result;
 }
 
 }  // namespace lt

@@ -6,13 +6,14 @@
 // no transposed copy is ever materialised.
 #include "autograd/ops.h"
 #include "autograd/profile.h"
+#include "autograd/saved.h"
 #include "tensor/kernels.h"
 
 namespace lt {
 namespace {
 
 struct MatmulNode : Node {
-  Tensor a, b;
+  SavedTensor saved_a, saved_b;
   bool trans_a, trans_b;
   const char* name() const override { return "matmul"; }
 
@@ -20,8 +21,9 @@ struct MatmulNode : Node {
   // leaf's gradient buffer (beta 1 after the first contribution), so it is never copied.
   std::vector<Tensor> backward(const Tensor& g) override {
     Tensor da, db;
+    const Tensor b = saved_b.get();
     if (needs_grad(0)) {
-      GradTarget t = grad_target(0, a);
+      GradTarget t = grad_target(0, saved_a.stored().shape(), g.dtype(), g.device());
       // a stored [M, K]: da = g b^T (b [K, N]) or g b (b stored [N, K]);
       // a stored [K, M]: da = b g^T or b^T g^T.
       if (!trans_a) kernels::matmul(g, false, b, !trans_b, t.tensor, 1.0, t.beta);
@@ -29,6 +31,7 @@ struct MatmulNode : Node {
       da = t.returned();
     }
     if (needs_grad(1)) {
+      const Tensor a = saved_a.get();
       GradTarget t = grad_target(1, b);
       if (b.ndim() == 2 && a.ndim() == 3) {
         // b applied to every batch: flatten the batch into rows, one GEMM over [G*M, K] and [G*M, N].
@@ -63,8 +66,8 @@ Variable matmul(const Variable& a, const Variable& b, bool trans_a, bool trans_b
   node->trans_a = trans_a;
   node->trans_b = trans_b;
   if (grad_enabled()) {
-    node->a = av;
-    node->b = bv;
+    node->saved_a = SavedTensor::input(a);
+    node->saved_b = SavedTensor::input(b);
   }
   return make_result(out, node, {a, b});
 }

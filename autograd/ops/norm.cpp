@@ -1,15 +1,18 @@
 // rmsnorm over the last dimension: forward and backward (tensor/cpu/norm.cc has the numerics).
 #include "autograd/ops.h"
 #include "autograd/profile.h"
+#include "autograd/saved.h"
 #include "tensor/kernels.h"
 
 namespace lt {
 namespace {
 
 struct RmsNormNode : Node {
-  Tensor x, weight, rstd;  // rstd = 1 / sqrt(mean(x^2) + eps) per row, saved by the forward
+  SavedTensor saved_x;
+  Tensor weight, rstd;  // rstd = 1 / sqrt(mean(x^2) + eps) per row, saved by the forward
   const char* name() const override { return "rmsnorm"; }
   std::vector<Tensor> backward(const Tensor& g) override {
+    const Tensor x = saved_x.get();
     Tensor dx = Tensor::empty_like(x);
     // The kernel accumulates dweight, so it can add straight into the weight's gradient buffer.
     GradTarget dweight = needs_grad(1) ? grad_target(1, weight) : GradTarget{Tensor::empty_like(weight)};
@@ -30,7 +33,7 @@ Variable rmsnorm(const Variable& x, const Variable& weight, double eps) {
   kernels::rmsnorm(xv, weight.value(), eps, y, rstd);
   auto node = std::make_shared<RmsNormNode>();
   if (grad_enabled()) {
-    node->x = xv;
+    node->saved_x = SavedTensor::input(x);
     node->weight = weight.value();
     node->rstd = rstd;
   }

@@ -50,7 +50,13 @@ Variable reshape(const Variable& x, const Shape& shape) {
   LT_PROFILE_SCOPE("reshape");
   auto node = std::make_shared<ReshapeNode>();
   node->input_shape = x.shape();
-  return make_result(x.value().reshape(shape), node, {x});
+  Variable result = make_result(x.value().reshape(shape), node, {x});
+  // A view shares its value's bf16 slot (autograd/saved.h); only GPU values are ever kept in bf16.
+  if (!x.value().is_cpu()) {
+    if (!x.impl()->saved_bf16) x.impl()->saved_bf16 = std::make_shared<Tensor>();
+    result.impl()->saved_bf16 = x.impl()->saved_bf16;
+  }
+  return result;
 }
 
 Variable slice_cols(const Variable& x, int64_t start, int64_t width) {

@@ -131,5 +131,19 @@ void sum_to(const Tensor& x, Tensor& out) {
   HWY_DYNAMIC_DISPATCH(SumRowsKernel)(x.dtype(), x.raw_data(), out.raw_data(), inner ? x.numel() / inner : 0, inner);
 }
 
+// The scalar conversions of tensor/dtype.h (Highway's demotion truncates rather than rounds).
+void convert(const Tensor& x, Tensor& y) {
+  const int64_t n = x.numel();
+  if (x.dtype() == DType::F32) {
+    const float* src = x.data<float>();
+    uint16_t* dst = y.bf16_data();
+    for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+  } else {
+    const uint16_t* src = x.bf16_data();
+    float* dst = y.data<float>();
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+  }
+}
+
 }  // namespace lt::cpu
 #endif  // HWY_ONCE

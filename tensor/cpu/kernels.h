@@ -23,6 +23,7 @@ void axpby(double alpha, const Tensor& x, double beta, Tensor& y);
 // axpby with alpha = factor * s[0], s one element of x's dtype.
 void axpby_by(const Tensor& s, double factor, const Tensor& x, double beta, Tensor& y);
 void sum_to(const Tensor& x, Tensor& out);
+void convert(const Tensor& x, Tensor& y);
 
 // ---- reductions (reduce.cc) ----------------------------------------------------------------------
 void sum(const Tensor& x, Tensor& out);

@@ -85,6 +85,10 @@ __global__ void round_to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = f32_to_bf16(x[i]);
 }
 
+__global__ void widen_bf16_kernel(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = bf16_to_f32(x[i]);
+}
+
 template <class Word>
 __global__ void fill_kernel(Word* data, int64_t n, Word value) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) data[i] = value;
@@ -211,6 +215,15 @@ void round_to_bf16(const Tensor& x, Tensor& y) {
   const DeviceGuard guard(x.device().index);
   LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, round_to_bf16_kernel)(x.data<float>(),
                                                                        static_cast<uint16_t*>(y.raw_data()), n);
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+void widen_bf16(const Tensor& x, Tensor& y) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const DeviceGuard guard(x.device().index);
+  LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, widen_bf16_kernel)(static_cast<const uint16_t*>(x.raw_data()),
+                                                                    y.data<float>(), n);
   LT_CUDA_CHECK(cudaGetLastError());
 }
 

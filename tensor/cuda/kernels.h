@@ -152,5 +152,7 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
 
 // y (bf16) = x (f32) rounded to nearest even, element by element (elementwise.cu).
 void round_to_bf16(const Tensor& x, Tensor& y);
+// y (f32) = x (bf16), exactly (elementwise.cu).
+void widen_bf16(const Tensor& x, Tensor& y);
 
 }  // namespace lt::LT_CUDA_NAMESPACE

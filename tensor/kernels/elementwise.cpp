@@ -75,4 +75,15 @@ void sum_to(const Tensor& x, Tensor& out) {
   cpu::sum_to(x, out);
 }
 
+void convert(const Tensor& x, Tensor& y) {
+  LT_CHECK((x.dtype() == DType::F32 && y.dtype() == DType::BF16) || (x.dtype() == DType::BF16 && y.dtype() == DType::F32),
+           "convert: from ", x.str(), " to ", y.str(), " (f32 <-> bf16 only)");
+  LT_CHECK(x.shape() == y.shape() && x.device() == y.device(), "convert: ", y.str(), " cannot hold ", x.str());
+  if (x.numel() == 0) return;
+  if constexpr (kCudaBackend) {
+    if (!x.is_cpu()) return x.dtype() == DType::F32 ? cuda::round_to_bf16(x, y) : cuda::widen_bf16(x, y);
+  }
+  cpu::convert(x, y);
+}
+
 }  // namespace lt::kernels

@@ -618,6 +618,22 @@ OpCase bf16_matmul_case(const GemmShape& s, bool trans_a, bool trans_b) {
           }};
 }
 
+// f32 -> bf16 (rounded to nearest even) and back (exact); NaN and the other bit patterns are the
+// emulation tests' (test_cuda_emulation.cpp).
+OpCase convert_case() {
+  return {"convert", "f32 bf16", 0.0, [](Device device) {
+            Outputs outputs;
+            for (const Shape& shape : kVectorShapes) {
+              Tensor x16 = Tensor::empty(shape, DType::BF16, device), back = Tensor::empty(shape, DType::F32, device);
+              kernels::convert(input(shape, 8, DType::F32, device), x16);
+              kernels::convert(x16, back);
+              outputs.push_back({shape_str(shape) + " bf16", x16});
+              outputs.push_back({shape_str(shape) + " widened", back});
+            }
+            return outputs;
+          }};
+}
+
 std::vector<OpCase> cuda_cases() {
   std::vector<OpCase> cases;
   for (const DType dtype : {DType::F32, DType::F64}) {
@@ -654,6 +670,7 @@ std::vector<OpCase> cuda_cases() {
   }
   for (const DType dtype : {DType::F32, DType::F64, DType::BF16, DType::I32, DType::I64})
     cases.push_back(fill_case(dtype));
+  cases.push_back(convert_case());
   for (const GemmShape& shape : std::vector<GemmShape>{{"plain", 0, 13, 17, 19, false}, {"batched", 3, 5, 9, 70, true},
                                                        {"batched shared b", 4, 6, 11, 8, false}})
     for (const bool trans_a : {false, true})

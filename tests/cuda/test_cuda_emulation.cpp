@@ -174,6 +174,20 @@ TEST(CudaEmulation, RoundToBf16MatchesTheHostConversion) {
   expect_same_bits(y, x.to(DType::BF16), "bf16 of " + std::to_string(values.size()) + " values");
 }
 
+// The widening back (mixed precision's saved activations): every bf16 bit pattern, exactly.
+TEST(CudaEmulation, WidenBf16IsExactForEveryBitPattern) {
+  Tensor x = Tensor::empty({65536}, DType::BF16);
+  for (uint32_t bits = 0; bits < 65536; ++bits) x.bf16_data()[bits] = static_cast<uint16_t>(bits);
+  Tensor y = Tensor::empty({65536}), expected = Tensor::empty({65536});
+  cuda_emulated::widen_bf16(x, y);
+  // bf16 is the top half of an f32: the pattern shifted up 16 bits, NaN payloads included.
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    const uint32_t wide = bits << 16;
+    std::memcpy(expected.data<float>() + bits, &wide, sizeof wide);
+  }
+  expect_same_bits(y, expected, "every bf16 widened");
+}
+
 TEST(CudaEmulation, FillMatchesTheCpuFill) {
   for (DType dtype : {DType::F32, DType::F64, DType::BF16, DType::I32, DType::I64})
     for (int64_t n : {int64_t{7}, int64_t{257}, int64_t{1000}})
