@@ -227,7 +227,10 @@ BenchShape bench_shape(const std::string& config_name) {
   if (config_name == "moe-s") return {4, 256};
   if (config_name == "moe-m") return {4, 512};
   if (config_name == "dense-124m") return {4, 64};
-  fail("bench: config '", config_name, "' has no bench shape (bench configs: moe-s, moe-m, dense-124m); pass --batch and --seq");
+  // Ling-Lite's layers, four of them (2.8B parameters, 45 GB of f32 weights, gradients and AdamW
+  // state): the released shapes on one GPU. Not among the CPU defaults.
+  if (config_name == "ling-lite-4l") return {2, 2048};
+  fail("bench: config '", config_name, "' has no bench shape (bench configs: moe-s, moe-m, dense-124m, ling-lite-4l); pass --batch and --seq");
 }
 
 GpuPeak gpu_peak(const std::string& name) {

@@ -61,7 +61,8 @@ struct LingConfig {
 
 // Presets are the config.json files model/presets/<name>.json, embedded in the binary at build time:
 // "tiny" (the default: trains on a 2-core CPU in minutes), "small" (a larger CPU model), the bench
-// shapes "moe-s", "moe-m", "dense-124m", and the released "ling-lite" and "ling-plus" shapes.
+// shapes "moe-s", "moe-m", "dense-124m", the released "ling-lite" and "ling-plus" shapes, and
+// "ling-lite-4l" (Ling-Lite's first four layers, the GPU bench shape that fits one 80 GB GPU).
 // An unknown name fails listing the presets.
 LingConfig preset_config(const std::string& name);
 std::vector<std::string> preset_names();  // sorted

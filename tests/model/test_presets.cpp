@@ -19,6 +19,7 @@ struct PresetFacts {
 };
 constexpr PresetFacts kFacts[] = {
     {"dense-124m", 64, 162148608, 162148608},
+    {"ling-lite-4l", 0, 2844280832, 837306368},  // ling-lite's first four layers: a GPU bench shape
     {"ling-lite", 0, 16801974272, 2753153024},
     {"ling-plus", 0, 290602910976, 29004170496},
     {"moe-m", 64, 109306368, 32236032},
@@ -77,7 +78,7 @@ TEST(Presets, FilesAreInConfigToJsonForm) {
 
 TEST(Presets, UnknownNameListsThePresets) {
   test::expect_error([] { preset_config("ling-max"); },
-                     {"unknown model preset 'ling-max'", "presets: dense-124m, ling-lite, ling-plus, moe-m, moe-s, "
+                     {"unknown model preset 'ling-max'", "presets: dense-124m, ling-lite-4l, ling-lite, ling-plus, moe-m, moe-s, "
                                                          "small, tiny"});
 }
 
