@@ -5,6 +5,7 @@
 // router's own passes over the same data.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "tensor/cpu/kernels.h"
 #include "tensor/dtype_switch.h"
@@ -110,12 +111,59 @@ void dispatch_plan(const Tensor& ids, Tensor& token_of, Tensor& position_of, Ten
   off[0] = 0;
 }
 
+namespace {
+
+// Runs segment(e) for every expert e of `offsets` [E + 1] with one fork-join for the small experts
+// rather than one per expert: an expert segment's GEMM (a few hundred rows) takes about as long as
+// waking the other cores for it. An expert with more than a thread's share of the rows runs alone, its
+// GEMM splitting itself over the threads; the others form one contiguous group per thread, of about
+// equal rows, each group's GEMMs run on its thread. A GEMM gives the same bits on any number of threads
+// (tensor/cpu/gemm.cc), so how the experts are grouped never changes a result.
+template <class Segment>
+void for_each_expert(const int64_t* offsets, int64_t E, Segment segment) {
+  const int64_t threads = num_threads();
+  const int64_t total_rows = offsets[E] - offsets[0];
+  std::vector<int64_t> small;
+  int64_t small_rows = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t rows = offsets[e + 1] - offsets[e];
+    if (threads > 1 && rows * threads > total_rows) {
+      segment(e);
+    } else {
+      small.push_back(e);
+      small_rows += rows;
+    }
+  }
+  if (threads == 1) {
+    for (int64_t e : small) segment(e);
+    return;
+  }
+  // Group t takes the small experts whose rows start before (t + 1) / threads of the small rows.
+  std::vector<size_t> group_end(static_cast<size_t>(threads), small.size());
+  int64_t seen = 0;
+  size_t t = 0;
+  for (size_t i = 0; i < small.size(); ++i) {
+    while (t + 1 < group_end.size() && seen * threads >= static_cast<int64_t>(t + 1) * small_rows) group_end[t++] = i;
+    seen += offsets[small[i] + 1] - offsets[small[i]];
+  }
+  parallel_for(threads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g)
+      for (size_t i = g == 0 ? 0 : group_end[static_cast<size_t>(g - 1)]; i < group_end[static_cast<size_t>(g)]; ++i)
+        segment(small[i]);
+  });
+}
+
+}  // namespace
+
 void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& out, double beta) {
-  grouped_matmul_by_segments(a, w, trans_w, offsets.data<int64_t>(), out, beta, matmul);
+  const int64_t* bounds = offsets.data<int64_t>();
+  for_each_expert(bounds, w.dim(0),
+                  [&](int64_t e) { grouped_matmul_segment(a, w, trans_w, bounds, e, out, beta, matmul); });
 }
 
 void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& dw, double beta) {
-  grouped_weight_grad_by_segments(a, b, offsets.data<int64_t>(), dw, beta, matmul);
+  const int64_t* bounds = offsets.data<int64_t>();
+  for_each_expert(bounds, dw.dim(0), [&](int64_t e) { grouped_weight_grad_segment(a, b, bounds, e, dw, beta, matmul); });
 }
 
 void accumulate_f64(const Tensor& x, Tensor& sum) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tensor/kernels.h"
+#include "tensor/threadpool.h"
 #include "tests/test_util.h"
 
 namespace lt {
@@ -241,6 +242,33 @@ TEST(MoEStats, GroupedWeightGradIsOneMatmulPerSegment) {
           want[(e * P + i) * Q + j] = dot + beta * iv[(e * P + i) * Q + j];
         }
     expect_close(dw.to_vector<double>(), want, 1e-12, 1e-12, beta == 0 ? "beta 0" : "beta 1");
+  }
+}
+
+// The CPU runs the small experts' GEMMs one group per thread and splits a large expert's GEMM over the
+// threads; neither may change a bit. Uneven experts (empty ones, one larger than a thread's share), on
+// 1, 2 and 3 threads.
+TEST(MoEStats, GroupedGemmsGiveTheSameBitsOnAnyThreadCount) {
+  const std::vector<int64_t> rows = {40, 0, 300, 7, 0, 64, 129, 1};
+  std::vector<int64_t> bounds = {0};
+  for (int64_t r : rows) bounds.push_back(bounds.back() + r);
+  const int64_t E = static_cast<int64_t>(rows.size()), M = bounds.back(), K = 48, N = 40;
+  const Tensor offsets = Tensor::from_vector<int64_t>({E + 1}, bounds);
+  const Tensor a = random_tensor({M, K}, 111), w = random_tensor({E, N, K}, 112), g = random_tensor({M, N}, 113);
+  const int threads_before = num_threads();
+  std::vector<std::vector<float>> outputs, weight_grads;
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    Tensor out = Tensor::zeros({M, N}), dw = Tensor::zeros({E, N, K});
+    kernels::grouped_matmul(a, w, true, offsets, out);
+    kernels::grouped_weight_grad(g, a, offsets, dw, 0.0);
+    outputs.push_back(out.to_vector<float>());
+    weight_grads.push_back(dw.to_vector<float>());
+  }
+  set_num_threads(threads_before);
+  for (size_t i = 1; i < outputs.size(); ++i) {
+    EXPECT_EQ(outputs[i], outputs[0]) << "grouped_matmul, thread count " << i + 1;
+    EXPECT_EQ(weight_grads[i], weight_grads[0]) << "grouped_weight_grad, thread count " << i + 1;
   }
 }
 
