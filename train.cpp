@@ -115,7 +115,8 @@ class Flags {
   std::set<std::string> set_;
 };
 
-// --dtype: f32, or bf16 (mixed precision: the GPU's matmuls take bf16 operands, everything else f32).
+// --dtype: f32, or bf16 (mixed precision: the matmuls take bf16 operands on a GPU or a CPU with
+// AVX512_BF16, everything else f32).
 lt::kernels::MatmulPrecision matmul_precision_from_flag(const std::string& dtype) {
   if (dtype == "f32") return lt::kernels::MatmulPrecision::F32;
   if (dtype == "bf16") return lt::kernels::MatmulPrecision::BF16Inputs;
@@ -841,8 +842,9 @@ void usage(FILE* out) {
                "           of the tokens) | inverse_sqrt | constant] [--seed S] [--threads N]\n"
                "           [--rope-theta X] [--resume DIR] [--tokenizer tokenizer.json (kept in checkpoints)]\n"
                "           [--device cpu|cuda|cuda:N (sft and dpo too; under mpirun one GPU per rank, --dist dp)]\n"
-               "           [--dtype f32|bf16 (bf16: the GPU's matmuls take bf16 operands with f32 accumulation;\n"
-               "           weights and checkpoints stay f32)] [--save-dtype f32|bf16 (the checkpoints' weights)]\n"
+               "           [--dtype f32|bf16 (bf16: matmuls take bf16 operands with f32 accumulation on a GPU or\n"
+               "           a CPU with AVX512_BF16; weights and checkpoints stay f32)]\n"
+               "           [--save-dtype f32|bf16 (the checkpoints' weights)]\n"
                "           ...  pre-train (default: the embedded corpus, tokenised by the run's tokenizer)\n"
                "  pretrain --recipe tiny|R.json [--out DIR]   the stages of a recipe in order (resumable)\n"
                "  mpirun -n N lingtrain pretrain ... [--dist dp|edit|aedit] [--straggle RANK:FACTOR]\n"
@@ -891,7 +893,8 @@ void usage(FILE* out) {
                "                                 the training report: one self-contained HTML page\n"
                "  params [--model NAME|config.json]           parameter counts, nothing allocated\n"
                "  bench [--config moe-s|moe-m|dense-124m] [--threads N] [--steps S] [--warmup W] [--profile 1]\n"
-               "        [--device cuda|cuda:N [--dtype bf16] (with --config; e.g. --config ling-lite --batch 1 --seq 2048)]\n"
+               "        [--device cuda|cuda:N (with --config; e.g. --config ling-lite --batch 1 --seq 2048)]\n"
+               "        [--dtype bf16 (with --config: on a GPU, or a CPU with AVX512_BF16)]\n"
                "                                 training-step speed of one config, last line JSON; without\n"
                "                                 --config: FMA peak, GEMM and each config in its own process\n"
                "                                 (--part kernels|steps for one half)\n");

@@ -7,7 +7,7 @@ namespace {
 
 bool kept_in_bf16(const Tensor& t) {
   return t.defined() && !t.is_cpu() && t.dtype() == DType::F32 &&
-         kernels::gpu_matmul_precision() == kernels::MatmulPrecision::BF16Inputs;
+         kernels::matmul_precision() == kernels::MatmulPrecision::BF16Inputs;
 }
 
 Tensor to_bf16(const Tensor& t) {

@@ -1,12 +1,14 @@
 // What a node keeps of a tensor for its backward.
 //
-// Mixed precision (--dtype bf16 on a GPU, kernels::gpu_matmul_precision() == BF16Inputs) keeps every f32
+// Mixed precision (--dtype bf16 on a GPU, kernels::matmul_precision() == BF16Inputs) keeps every f32
 // activation on a GPU in bf16: the activations the graph holds between the forward and the backward
 // are most of a step's memory, and this halves them. The backward reads them widened back to f32, so
 // every kernel computes in f32 as before; the matmuls round their operands to bf16 anyway, so for them
 // nothing changes. Statistics (RMSNorm's rstd, attention's log-sum-exp, softmax probabilities) and the
 // loss stay f32, as do weights and other leaves: they live on anyway, and a bf16 copy would add memory.
-// On the CPU, and without the mode, a saved tensor is the tensor itself.
+// On the CPU, and without the mode, a saved tensor is the tensor itself: the CPU's bf16 GEMM
+// (tensor/cpu/gemm.cc) rounds while packing, and a bf16 copy of every activation would add a pass over
+// memory per activation to a step whose memory-bound ops already take a fifth of its time.
 #pragma once
 #include "autograd/variable.h"
 

@@ -256,15 +256,19 @@ Json run_step_bench(const StepBenchOptions& o) {
            config.max_position_embeddings, " of ", o.config);
   const int threads = num_threads();
   const Device device = parse_device(o.device);
-  // The MFU reference: the CPU's measured FMA peak, or the GPU's bf16 tensor-core peak.
+  const bool bf16 = o.matmul_precision == kernels::MatmulPrecision::BF16Inputs;
+  LT_CHECK(!bf16 || !device.is_cpu() || kernels::cpu_has_bf16_matmul(),
+           "bench: --dtype bf16 on the CPU needs AVX512_BF16, which this CPU does not have");
+  // The MFU reference: the CPU's measured FMA peak (under --dtype bf16 its bf16 dot-product peak, with
+  // f32's beside it), or the GPU's bf16 tensor-core peak.
   const std::string device_name = device.is_cpu() ? cpu_kernel_target() : cuda_device_description(device.index);
   const GpuPeak gpu = device.is_cpu() ? GpuPeak{} : gpu_peak(device_name);
-  const double peak_gflops = device.is_cpu() ? measure_fma_peak(threads).gflops : gpu.bf16_tflops * 1e3;
+  const double fma_peak_gflops = device.is_cpu() ? measure_fma_peak(threads).gflops : 0.0;
+  const double peak_gflops = !device.is_cpu() ? gpu.bf16_tflops * 1e3
+                             : bf16           ? measure_bf16_dot_peak(threads).gflops
+                                              : fma_peak_gflops;
   const TrainingFlops flops = training_flops(config, T);
-
-  const bool bf16 = o.matmul_precision == kernels::MatmulPrecision::BF16Inputs;
-  LT_CHECK(!bf16 || device.is_cuda(), "bench: --dtype bf16 needs --device cuda");
-  kernels::set_gpu_matmul_precision(o.matmul_precision);
+  kernels::set_matmul_precision(o.matmul_precision);
   LingForCausalLM model(config, o.seed);
   model.to(device);
   TrainerSettings settings;
@@ -289,9 +293,9 @@ Json run_step_bench(const StepBenchOptions& o) {
   for (int64_t i = 0; i < total_steps; ++i) batches.push_back({random_batch(data_rng, B, T, config.vocab_size)});
 
   if (device.is_cpu())
-    std::printf("%s: batch %lld x seq %lld, %d threads (%s), %lld warm-up + %lld measured steps\n", config.name.c_str(),
-                static_cast<long long>(B), static_cast<long long>(T), threads, device_name.c_str(),
-                static_cast<long long>(o.warmup), static_cast<long long>(o.steps));
+    std::printf("%s: batch %lld x seq %lld, %d threads (%s), %s matmuls, %lld warm-up + %lld measured steps\n",
+                config.name.c_str(), static_cast<long long>(B), static_cast<long long>(T), threads, device_name.c_str(),
+                bf16 ? "bf16" : "f32", static_cast<long long>(o.warmup), static_cast<long long>(o.steps));
   else
     std::printf("%s: batch %lld x seq %lld on %s (%s), %s matmuls, %lld warm-up + %lld measured steps\n",
                 config.name.c_str(), static_cast<long long>(B), static_cast<long long>(T), device.str().c_str(),
@@ -336,7 +340,12 @@ Json run_step_bench(const StepBenchOptions& o) {
               step * 1e3, *std::min_element(step_s.begin(), step_s.end()) * 1e3,
               *std::max_element(step_s.begin(), step_s.end()) * 1e3, median(forward_s) * 1e3,
               median(backward_s) * 1e3, median(optimizer_s) * 1e3);
-  if (device.is_cpu())
+  if (device.is_cpu() && bf16)
+    std::printf("%.0f tokens/s, %.1f GFLOP/s at %.2f MFLOP/token; bf16 dot peak %.1f GFLOP/s on %d threads: MFU "
+                "%.1f%% (f32 FMA peak %.1f GFLOP/s: %.1f%%)\n",
+                tokens_per_s, gflops, flops.per_token / 1e6, peak_gflops, threads, 100.0 * mfu, fma_peak_gflops,
+                100.0 * gflops / fma_peak_gflops);
+  else if (device.is_cpu())
     std::printf("%.0f tokens/s, %.1f GFLOP/s at %.2f MFLOP/token; FMA peak %.1f GFLOP/s on %d threads: MFU %.1f%%\n",
                 tokens_per_s, gflops, flops.per_token / 1e6, peak_gflops, threads, 100.0 * mfu);
   else if (peak_gflops > 0)

@@ -55,12 +55,41 @@ HWY_AFTER_NAMESPACE();
 
 #include "tensor/threadpool.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
+
 namespace lt::bench {
 
 HWY_EXPORT(FmaChains);
 HWY_EXPORT(LoopTarget);
 
-FmaPeak measure_fma_peak(int threads, double seconds) {
+namespace {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// FLOPs of `iterations` rounds of independent VDPBF16PS chains; the accumulators' sum goes to *sink.
+__attribute__((target("avx512f,avx512bf16"))) double Bf16DotChains(int64_t iterations, float start, float* sink) {
+  // Twelve chains, as in bench's FMA loop; operands of 1.0 and a tiny value keep every lane finite.
+  constexpr int kChains = 12;
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(start + static_cast<float>(c));
+  __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3F80), tiny = (__m512bh)_mm512_set1_epi16(0x3380);
+  for (int64_t i = 0; i < iterations; ++i) {
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], ones, tiny);
+    // The compiler may not hoist the products out of the loop: it must assume `ones` changed.
+    __asm__ volatile("" : "+v"(ones));
+  }
+  __m512 total = acc[0];
+  for (int c = 1; c < kChains; ++c) total = _mm512_add_ps(total, acc[c]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, total);
+  *sink = 0;
+  for (float lane : lanes) *sink += lane;
+  return 4.0 * kChains * 16.0 * static_cast<double>(iterations);
+}
+#endif
+
+// The best rate of `chains` (a loop returning its FLOPs, kIterations rounds) on every thread at once.
+FmaPeak best_rate(int threads, double seconds, const char* target, double (*chains)(int64_t, float, float*)) {
   const int previous_threads = num_threads();
   set_num_threads(threads);
   // One chunk per thread: parallel_for with grain 1 over `threads` items gives each worker one item.
@@ -71,13 +100,12 @@ FmaPeak measure_fma_peak(int threads, double seconds) {
   std::vector<double> flops(static_cast<size_t>(threads));
   FmaPeak peak;
   peak.threads = threads;
-  peak.target = hwy::TargetName(HWY_DYNAMIC_DISPATCH(LoopTarget)());
+  peak.target = target;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   do {
     const auto start = std::chrono::steady_clock::now();
     parallel_for(threads, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t)
-        flops[t] = HWY_DYNAMIC_DISPATCH(FmaChains)(kIterations, static_cast<float>(t), &sinks[t]);
+      for (int64_t t = begin; t < end; ++t) flops[t] = chains(kIterations, static_cast<float>(t), &sinks[t]);
     });
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     double total = 0;
@@ -86,6 +114,22 @@ FmaPeak measure_fma_peak(int threads, double seconds) {
   } while (std::chrono::steady_clock::now() < deadline);
   set_num_threads(previous_threads);
   return peak;
+}
+}  // namespace
+
+FmaPeak measure_fma_peak(int threads, double seconds) {
+  return best_rate(threads, seconds, hwy::TargetName(HWY_DYNAMIC_DISPATCH(LoopTarget)()),
+                   [](int64_t iterations, float start, float* sink) {
+                     return HWY_DYNAMIC_DISPATCH(FmaChains)(iterations, start, sink);
+                   });
+}
+
+FmaPeak measure_bf16_dot_peak(int threads, double seconds) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  return best_rate(threads, seconds, "AVX512_BF16", Bf16DotChains);
+#else
+  return FmaPeak{0, threads, "none"};
+#endif
 }
 
 }  // namespace lt::bench

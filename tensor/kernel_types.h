@@ -9,9 +9,9 @@ namespace lt::kernels {
 // The binary elementwise ops: one kernel per backend, parameterised by the op.
 enum class BinaryOp { Add, Sub, Mul };
 
-// The precision of matmuls on CUDA tensors of f32 (kernels::set_gpu_matmul_precision): exact f32, or
-// mixed precision, the operands rounded to bf16 as they enter the tensor cores and the products summed
-// in f32 into an f32 result. Everything else (master weights, optimiser state, norms, softmax
+// The precision of matmuls of f32 tensors (kernels::set_matmul_precision): exact f32, or mixed
+// precision, the operands rounded to bf16 as they enter the tensor cores (GPU) or the bf16 packing of
+// the GEMM (CPUs with AVX512_BF16) and the products summed in f32 into an f32 result. Everything else (master weights, optimiser state, norms, softmax
 // statistics, losses) stays f32 either way.
 enum class MatmulPrecision { F32, BF16Inputs };
 

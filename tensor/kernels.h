@@ -50,10 +50,13 @@ void sum_squares(const Tensor& x, Tensor& out);   // sum of x^2 -> one element (
 // and no transpose of a is one [G*M, K] GEMM.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha = 1.0,
             double beta = 0.0);
-// The precision of every later matmul (and grouped matmul) on CUDA tensors: process-wide, set once per
-// run (--dtype bf16). CPU matmuls are always exact f32/f64.
-void set_gpu_matmul_precision(MatmulPrecision precision);
-MatmulPrecision gpu_matmul_precision();
+// The precision of every later matmul (and grouped matmul) of f32 tensors: process-wide, set once per
+// run (--dtype bf16). On the CPU, BF16Inputs takes effect where cpu_has_bf16_matmul() and matmuls of
+// more than 12 rows (the rest stay f32); f64 is always exact.
+void set_matmul_precision(MatmulPrecision precision);
+MatmulPrecision matmul_precision();
+// True when this CPU has a bf16 GEMM (AVX512_BF16: Zen 4, Sapphire Rapids and later).
+bool cpu_has_bf16_matmul();
 
 // ---- activations (tensor/kernels/activation.cpp) ------------------------------------------------
 void silu(const Tensor& x, Tensor& y);                                  // x * sigmoid(x)

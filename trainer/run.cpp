@@ -213,14 +213,15 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   Communicator* const world = gpu_world ? gpu_world.get() : host_world.get();
   DataParallel data_parallel(*world);
   const bool lead = world->rank() == 0;
-  LT_CHECK(options.matmul_precision == kernels::MatmulPrecision::F32 || options.device.is_cuda(),
-           "--dtype bf16 needs --device cuda (bf16 matmuls on the CPU are not there yet)");
+  // --dtype bf16 on a CPU without a bf16 GEMM (no AVX512_BF16) keeps f32, and says so below.
+  const bool bf16_stays_f32 = options.matmul_precision == kernels::MatmulPrecision::BF16Inputs && device.is_cpu() &&
+                              !kernels::cpu_has_bf16_matmul();
   // The run's matmul precision for its whole length, the process's previous one back after it.
   struct PrecisionScope {
-    kernels::MatmulPrecision previous = kernels::gpu_matmul_precision();
-    explicit PrecisionScope(kernels::MatmulPrecision p) { kernels::set_gpu_matmul_precision(p); }
-    ~PrecisionScope() { kernels::set_gpu_matmul_precision(previous); }
-  } precision_scope(options.matmul_precision);
+    kernels::MatmulPrecision previous = kernels::matmul_precision();
+    explicit PrecisionScope(kernels::MatmulPrecision p) { kernels::set_matmul_precision(p); }
+    ~PrecisionScope() { kernels::set_matmul_precision(previous); }
+  } precision_scope(bf16_stays_f32 ? kernels::MatmulPrecision::F32 : options.matmul_precision);
   const bool local_sgd = options.dist != "dp";
   EditSettings edit_settings = options.edit;
   edit_settings.time_based = options.dist == "aedit";
@@ -230,6 +231,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> silent(lead ? nullptr : std::fopen("/dev/null", "w"),
                                                                  &std::fclose);
   std::FILE* out = lead ? options.progress : silent.get();
+  if (bf16_stays_f32) std::fprintf(out, "--dtype bf16: this CPU has no AVX512_BF16, so the matmuls stay f32\n");
   if (!options.resume.empty()) {
     const Json saved_dist = saved_state.value("dist", Json{{"mode", "dp"}, {"world_size", 1}});
     const bool saved_local_sgd = saved_dist.value("mode", std::string("dp")) != "dp";
@@ -517,10 +519,12 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
     s.clip = stage.clip;
     trainer.optimizer().settings().weight_decay = stage.weight_decay;
     if (state.step == first_step || recipe.stages.size() > 1)
-      progress.event(format_text("%s%s: %.2fM parameters (%.2fM active per token); %s data %s; %d threads",
+      progress.event(format_text("%s%s: %.2fM parameters (%.2fM active per token); %s data %s; %d threads%s",
                              recipe.stages.size() > 1 ? ("stage " + stage.name + ", model ").c_str() : "model ",
                              config.name.c_str(), counts.total / 1e6, counts.active / 1e6, stage.kind.c_str(),
-                             batches->description().c_str(), num_threads()));
+                             batches->description().c_str(), num_threads(),
+                             kernels::matmul_precision() == kernels::MatmulPrecision::BF16Inputs ? "; bf16 matmuls"
+                                                                                                 : ""));
 
     std::vector<TokenBatch> micro_batches;
     auto train_one_step = [&]() {

@@ -31,8 +31,9 @@ struct RunOptions {
   // written from host copies, so they move freely between CPU and GPU runs. Under mpirun a CUDA device
   // means one GPU per rank (rank r drives GPU r mod the GPUs it sees), the gradients averaged by NCCL.
   Device device = Device::cpu();
-  // --dtype bf16: the GPU's matmuls take bf16 operands with f32 accumulation (mixed precision); master
-  // weights, optimiser state and checkpoints stay f32.
+  // --dtype bf16: the matmuls take bf16 operands with f32 accumulation (mixed precision) on a GPU, or on
+  // a CPU with AVX512_BF16 (elsewhere they stay f32); master weights, optimiser state and checkpoints
+  // stay f32.
   kernels::MatmulPrecision matmul_precision = kernels::MatmulPrecision::F32;
   DType save_dtype = DType::F32;  // --save-dtype bf16: the checkpoints' weights in bf16 (smaller exports)
   std::string resume;                // a checkpoint to continue from (it brings its recipe)

@@ -19,6 +19,15 @@
 // instead of packed, and against a transposed b [N, K] each element is a dot product of two rows that
 // are contiguous in k, with nothing packed.
 //
+// Mixed precision (MatmulPrecision::BF16Inputs, f32 only, on a CPU with AVX512_BF16): the panel path
+// packs both operands as bf16, rounded to nearest even like Tensor::to, in "pairs" (two consecutive k's
+// of one row or column in a 32-bit unit, tensor/cpu/bf16_dot.h), and its micro-kernel multiplies them
+// with VDPBF16PS into f32 accumulators: the contract of the GPU's bf16 GEMMs, at twice the f32 FMA rate
+// and half the packed footprint. The k-pairs make the packing a conversion plus the f32 packing's own
+// moves on 32-bit units: a [M, K] row converted to bf16 is already a row of pairs, and two k-rows of a
+// [K, N] b interleave into one row of pairs. The few-row paths stay f32: they are bound by reading b,
+// and converting it would cost more than its FMAs.
+//
 // Numerics and determinism: on the panel path each element of C is one FMA chain over k, in k order,
 // within a KC block, then written back as alpha * acc + beta * c (beta = 1 after the first KC block);
 // the KC blocks depend only on K. On the dot path each element is Lanes partial sums over k, reduced
@@ -36,6 +45,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "tensor/cpu/bf16_dot.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
@@ -52,8 +62,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 // measured fastest on this Xeon (kernel-only loop, GFLOP/s: 6 x 4 191, 14 x 2 183, 12 x 2 180, 8 x 3 175,
 // 4 x 6 159). The targets with 16 registers (AVX2, SSE4) use 6 x 2 = 12 accumulators + 2 + 1.
 constexpr int kTileRows = 6;
+#undef LT_GEMM_BF16  // this file is compiled once per target
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr int kTileVectors = 4;
+// The bf16 micro-kernel (tensor/cpu/bf16_dot.cc) has this target's tile: the packing is shared.
+#define LT_GEMM_BF16 1
+static_assert(kTileRows == kBf16TileRows && kTileVectors * 16 == kBf16TileColumns, "one tile for f32 and bf16");
 #else
 constexpr int kTileVectors = 2;
 #endif
@@ -100,6 +114,7 @@ struct Gemm {
   T* c;
   int64_t ldc;
   T alpha, beta;
+  bool bf16_inputs;  // the panel path multiplies bf16 pairs (only set for f32 where the CPU has them)
 };
 
 // A per-thread packing buffer (kWhich: 0 for A, 1 for B) that grows to the largest size seen and is
@@ -118,13 +133,13 @@ T* PackBuffer(int64_t n) {
 int64_t CeilDiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
 
 #if HWY_TARGET != HWY_SCALAR
-// panel[k * MR + r] = src[r * lda + k] for the MR = 6 rows of a full panel of a row-major f32 a, for k
-// below depth rounded down to Lanes; returns that depth. A pair of rows zipped is one 64-bit lane per
-// k, and an MR-row panel is then three such lanes interleaved: per Lanes k's, 6 loads, 6 permutes, 6
-// zips and two 3-way interleaved stores, against 6 loads and 6 stores per k for a scalar transpose.
-template <class D>
-int64_t InterleaveSixRows(D d, const float* HWY_RESTRICT src, int64_t lda, int64_t depth, float* HWY_RESTRICT panel) {
-  static_assert(kTileRows == 6, "three pairs of rows");
+// panel[k * MR + r] = src[r * lda + k] for the MR = 6 rows of a full panel of a row-major a of 32-bit
+// elements (f32, or the bf16 pairs), for k below depth rounded down to Lanes; returns that depth. A pair of rows zipped
+// is one 64-bit lane per k, and an MR-row panel is then three such lanes interleaved: per Lanes k's, 6 loads, 6
+// permutes, 6 zips and two 3-way interleaved stores, against 6 loads and 6 stores per k for a scalar transpose.
+template <class D, class T = hn::TFromD<D>>
+int64_t InterleaveSixRows(D d, const T* HWY_RESTRICT src, int64_t lda, int64_t depth, T* HWY_RESTRICT panel) {
+  static_assert(kTileRows == 6 && sizeof(T) == 4, "three pairs of 32-bit rows");
   const hn::Repartition<uint64_t, D> d64;
   using V = hn::Vec<D>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -181,7 +196,7 @@ void PackA([[maybe_unused]] D d, const Gemm<T>& g, int64_t i0, int64_t rows, int
     const int64_t valid = std::min<int64_t>(kTileRows, rows - p * kTileRows);
     int64_t k = 0;
 #if HWY_TARGET != HWY_SCALAR
-    if constexpr (std::is_same_v<T, float>)
+    if constexpr (sizeof(T) == 4)
       if (valid == kTileRows) k = InterleaveSixRows(d, src, g.lda, depth, panel);
 #endif
     for (; k < depth; ++k)
@@ -260,6 +275,140 @@ void PackB(D d, const Gemm<T>& g, int64_t p0, int64_t depth, int64_t j0, int64_t
   }
 }
 
+#if LT_GEMM_BF16
+// ---- bf16 pairs ----------------------------------------------------------------------------------
+// The packing of the bf16 panel path. A unit holds bf16(x[k]) in its low half and bf16(x[k + 1]) in its
+// high half (k even; past the end of a KC block, zero); a packed panel is the f32 panel's layout with
+// one unit where f32 has one k, i.e. [k / 2][MR] for A and [k / 2][NR] for B.
+
+// bf16(x) in the high half of each 32-bit lane (the low half is garbage): f32_to_bf16 of tensor/dtype.h,
+// nearest even, a NaN kept NaN by forcing its quiet bit.
+template <class DF, class DU = hn::RebindToUnsigned<DF>>
+HWY_INLINE hn::Vec<DU> RoundToBf16High(DF /* deduces the lanes */, hn::Vec<DF> x) {
+  const DU du;
+  const auto bits = hn::BitCast(du, x);
+  const auto nearest_even =
+      hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u))));
+  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(x)), hn::Or(bits, hn::Set(du, 0x00400000u)), nearest_even);
+}
+
+// dst[j] = the pair (src[2j], src[2j + 1]) for j < ceil(n / 2), zero-padded: a row contiguous in k
+// (a [M, K] row of a, or a [N, K] row of b) converted to bf16 is already a row of pairs.
+template <class DF>
+void RowToPairs(DF df, const float* HWY_RESTRICT src, int64_t n, uint32_t* HWY_RESTRICT dst) {
+  const hn::Repartition<uint16_t, DF> d16;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  auto* out = reinterpret_cast<uint16_t*>(dst);
+  int64_t i = 0;
+  for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    const auto low = hn::BitCast(d16, RoundToBf16High(df, hn::LoadU(df, src + i)));
+    const auto high = hn::BitCast(d16, RoundToBf16High(df, hn::LoadU(df, src + i + lanes)));
+    hn::StoreU(hn::ConcatOdd(d16, high, low), d16, out + i);
+  }
+  for (; i < n; ++i) out[i] = f32_to_bf16(src[i]);
+  if (n % 2) out[n] = 0;
+}
+
+// dst[j] = the pair (even[j], odd[j]) for j < n: two consecutive k-rows of a [K, M] a or a [K, N] b
+// interleaved. odd == nullptr is the zero past the end of a block of odd depth.
+template <class DF>
+void InterleaveToPairs(DF df, const float* HWY_RESTRICT even, const float* HWY_RESTRICT odd, int64_t n,
+                       uint32_t* HWY_RESTRICT dst) {
+  const hn::RebindToUnsigned<DF> du;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const auto high_half = hn::Set(du, 0xFFFF0000u);
+  int64_t j = 0;
+  for (; j + lanes <= n; j += lanes) {
+    const auto low = hn::ShiftRight<16>(RoundToBf16High(df, hn::LoadU(df, even + j)));
+    const auto high = odd ? hn::And(RoundToBf16High(df, hn::LoadU(df, odd + j)), high_half) : hn::Zero(du);
+    hn::StoreU(hn::Or(high, low), du, dst + j);
+  }
+  for (; j < n; ++j) dst[j] = f32_to_bf16(even[j]) | (odd ? uint32_t{f32_to_bf16(odd[j])} << 16 : 0u);
+}
+
+// A scratch row of pairs per thread (kWhich 2), next to the packing buffers.
+uint32_t* PairScratch(int64_t units) { return PackBuffer<uint32_t, 2>(units); }
+
+// PackA in pairs: op(a)[i0 : i0 + rows, p0 : p0 + depth] into MR-row panels [depth / 2][MR].
+template <class DF>
+void PackPairsA(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_t p0, int64_t depth,
+                uint32_t* HWY_RESTRICT dst) {
+  const hn::RebindToUnsigned<DF> du;
+  const int64_t units = CeilDiv(depth, 2), panels = CeilDiv(rows, kTileRows), full_panels = rows / kTileRows;
+  if (g.trans_a) {
+    // a is [K, M]: two k-rows of a make one row of pairs, which holds unit kp of every panel.
+    uint32_t* pairs = PairScratch(rows);
+    for (int64_t kp = 0; kp < units; ++kp) {
+      const float* even = g.a + (p0 + 2 * kp) * g.lda + i0;
+      InterleaveToPairs(df, even, 2 * kp + 1 < depth ? even + g.lda : nullptr, rows, pairs);
+      for (int64_t p = 0; p < full_panels; ++p)
+        std::memcpy(dst + (p * units + kp) * kTileRows, pairs + p * kTileRows, kTileRows * sizeof(uint32_t));
+      if (full_panels < panels) {
+        uint32_t* out = dst + (full_panels * units + kp) * kTileRows;
+        for (int64_t r = 0; r < kTileRows; ++r)
+          out[r] = full_panels * kTileRows + r < rows ? pairs[full_panels * kTileRows + r] : 0u;
+      }
+    }
+    return;
+  }
+  // a is [M, K]: the MR rows of a panel become rows of pairs, then are transposed like f32 rows.
+  uint32_t* pairs = PairScratch(kTileRows * units);
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t valid = std::min<int64_t>(kTileRows, rows - p * kTileRows);
+    for (int64_t r = 0; r < kTileRows; ++r) {
+      if (r < valid) RowToPairs(df, g.a + (i0 + p * kTileRows + r) * g.lda + p0, depth, pairs + r * units);
+      else std::fill_n(pairs + r * units, units, 0u);
+    }
+    uint32_t* panel = dst + p * units * kTileRows;
+    for (int64_t k = InterleaveSixRows(du, pairs, units, units, panel); k < units; ++k)
+      for (int64_t r = 0; r < kTileRows; ++r) panel[k * kTileRows + r] = pairs[r * units + k];
+  }
+}
+
+// PackB in pairs: op(b)[p0 : p0 + depth, j0 : j0 + cols] into NR-column panels [depth / 2][NR].
+template <class DF>
+void PackPairsB(DF df, const Gemm<float>& g, int64_t p0, int64_t depth, int64_t j0, int64_t cols,
+                uint32_t* HWY_RESTRICT dst) {
+  const hn::RebindToUnsigned<DF> du;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t tile_cols = kTileVectors * lanes;
+  const int64_t units = CeilDiv(depth, 2), panels = CeilDiv(cols, tile_cols);
+  if (!g.trans_b) {
+    // b is [K, N]: two k-rows of b interleave straight into unit row kp of every panel.
+    for (int64_t kp = 0; kp < units; ++kp) {
+      const float* even = g.b + (p0 + 2 * kp) * g.ldb + j0;
+      const float* odd = 2 * kp + 1 < depth ? even + g.ldb : nullptr;
+      for (int64_t p = 0; p < panels; ++p) {
+        uint32_t* out = dst + (p * units + kp) * tile_cols;
+        const int64_t c0 = p * tile_cols, valid = std::min(tile_cols, cols - c0);
+        InterleaveToPairs(df, even + c0, odd ? odd + c0 : nullptr, valid, out);
+        std::fill(out + valid, out + tile_cols, 0u);
+      }
+    }
+    return;
+  }
+  // b is [N, K]: Lanes rows of b (columns of op(b)) become rows of pairs, transposed in Lanes x Lanes
+  // blocks of units like the f32 path's blocks of k's.
+  uint32_t* pairs = PairScratch(lanes * units);
+  for (int64_t p = 0; p < panels; ++p) {
+    uint32_t* panel = dst + p * units * tile_cols;
+    for (int64_t first = 0; first < tile_cols; first += lanes) {
+      const int64_t column = p * tile_cols + first;
+      const int64_t valid = std::clamp<int64_t>(cols - column, 0, lanes);
+      for (int64_t i = 0; i < lanes; ++i) {
+        if (i < valid) RowToPairs(df, g.b + (j0 + column + i) * g.ldb + p0, depth, pairs + i * units);
+        else std::fill_n(pairs + i * units, units, 0u);
+      }
+      uint32_t* out = panel + first;
+      int64_t k = 0;
+      for (; k + lanes <= units; k += lanes) TransposeBlock(du, pairs + k, units, out + k * tile_cols, tile_cols);
+      for (; k < units; ++k)
+        for (int64_t i = 0; i < lanes; ++i) out[k * tile_cols + i] = pairs[i * units + k];
+    }
+  }
+}
+#endif  // LT_GEMM_BF16
+
 // tile [MR][NR] = the product of an A micro-panel [depth][MR] and a B micro-panel of depth rows of NR
 // values b_stride apart (NR when packed, ldb when read in place), in k order. The accumulators stay in
 // registers for the whole k loop (every loop over rows and vectors is unrolled, so every array index is
@@ -316,10 +465,11 @@ HWY_INLINE void WriteRows(D d, const T* HWY_RESTRICT tile, int rows, T* c, int64
 
 // One MR x NR tile of C over one KC block, written back with alpha and beta. rows/cols < MR/NR at the
 // edges of C: those tiles go through a scratch tile so that their arithmetic is exactly that of a full
-// tile.
-template <class D, class T = hn::TFromD<D>>
-HWY_INLINE void MicroKernel(D d, int64_t depth, const T* a_panel, const T* b_panel,
-                            int64_t b_stride, T* c, int64_t ldc, int rows, int cols, T alpha, T beta) {
+// tile. accumulate(depth, a_panel, b_panel, b_stride, tile) is the micro-kernel: AccumulateTile on T,
+// or accumulate_tile_bf16 on pairs (P, the packed element, is T or uint32_t).
+template <class D, class P, class Accumulate, class T = hn::TFromD<D>>
+HWY_INLINE void MicroKernel(D d, int64_t depth, const P* a_panel, const P* b_panel, int64_t b_stride, T* c, int64_t ldc,
+                            int rows, int cols, T alpha, T beta, Accumulate accumulate) {
   constexpr size_t kMaxTile = kTileRows * kTileVectors * HWY_MAX_BYTES / sizeof(T);
   HWY_ALIGN T tile[kMaxTile];
   const size_t tile_cols = kTileVectors * hn::Lanes(d);
@@ -327,7 +477,7 @@ HWY_INLINE void MicroKernel(D d, int64_t depth, const T* a_panel, const T* b_pan
   // behind the ~KC x 12 cycles of FMAs.
   for (int r = 0; r < rows; ++r)
     for (int col = 0; col < cols; col += static_cast<int>(64 / sizeof(T))) hwy::Prefetch(c + r * ldc + col);
-  AccumulateTile(d, depth, a_panel, b_panel, b_stride, tile);
+  accumulate(depth, a_panel, b_panel, b_stride, tile);
   if (cols == static_cast<int>(tile_cols)) {
     WriteRows(d, tile, rows, c, ldc, alpha, beta);
     return;
@@ -343,58 +493,80 @@ HWY_INLINE void MicroKernel(D d, int64_t depth, const T* a_panel, const T* b_pan
 // Where the micro-kernel finds B's panels for one block: panel p < at_base starts at base + p *
 // panel_stride, its rows k_stride apart; the panel after them (the partial last one when B is read in
 // place) is packed at tail.
-template <class T>
+template <class P>
 struct BPanels {
-  const T* base;
+  const P* base;
   int64_t k_stride, panel_stride, at_base;
-  const T* tail;
+  const P* tail;
 };
 
-// C[i0 : i0 + rows, j0 : j0 + cols] over one KC block, from the packed A block and B's panels. The A
-// micro-panel is the outer loop so that it stays in L1 while the B panels stream from L2.
-template <class D, class T = hn::TFromD<D>>
+// C[i0 : i0 + rows, j0 : j0 + cols] over one KC block (depth rows of the packed panels), from the packed
+// A block and B's panels. The A micro-panel is the outer loop so that it stays in L1 while the B panels
+// stream from L2.
+template <class D, class P, class Accumulate, class T = hn::TFromD<D>>
 void MacroKernel(D d, const Gemm<T>& g, int64_t i0, int64_t rows, int64_t j0, int64_t cols, int64_t depth,
-                 const T* a_packed, const BPanels<T>& b, T beta) {
+                 const P* a_packed, const BPanels<P>& b, T beta, Accumulate accumulate) {
   const int64_t tile_cols = kTileVectors * static_cast<int64_t>(hn::Lanes(d));
   for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
-    const T* a_panel = a_packed + r0 * depth;
+    const P* a_panel = a_packed + r0 * depth;
     const int tile_rows = static_cast<int>(std::min<int64_t>(kTileRows, rows - r0));
     T* c_rows = g.c + (i0 + r0) * g.ldc + j0;
     for (int64_t p = 0, c0 = 0; c0 < cols; ++p, c0 += tile_cols) {
       const int tile_width = static_cast<int>(std::min(tile_cols, cols - c0));
       const bool at_base = p < b.at_base;
-      MicroKernel(d, depth, a_panel, at_base ? b.base + p * b.panel_stride : b.tail,
-                  at_base ? b.k_stride : tile_cols, c_rows + c0, g.ldc, tile_rows, tile_width, g.alpha, beta);
+      MicroKernel(d, depth, a_panel, at_base ? b.base + p * b.panel_stride : b.tail, at_base ? b.k_stride : tile_cols,
+                  c_rows + c0, g.ldc, tile_rows, tile_width, g.alpha, beta, accumulate);
     }
   }
 }
 
-// The blocked GEMM of C[m0:m1, n0:n1], run by one thread with its own packing buffers.
-template <class T>
+// The blocked GEMM of C[m0:m1, n0:n1], run by one thread with its own packing buffers; kPairs: the bf16
+// panel path (T = float).
+template <class T, bool kPairs>
 void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  using P = std::conditional_t<kPairs, uint32_t, T>;
   const hn::ScalableTag<T> d;
   const int64_t tile_cols = kTileVectors * static_cast<int64_t>(hn::Lanes(d));
-  // KC blocks of (nearly) equal size, a function of K alone: the rounding points of the sum over k.
-  const int64_t depth_blocks = std::max<int64_t>(1, CeilDiv(g.K, kDepthBlockBytes / int64_t(sizeof(T))));
-  const int64_t depth_step = std::max<int64_t>(1, CeilDiv(g.K, depth_blocks));
-  const int64_t column_block = std::max(tile_cols, kColumnBlockBytes / int64_t(sizeof(T)) / tile_cols * tile_cols);
+  // KC blocks of (nearly) equal size, a function of K alone: the rounding points of the sum over k. In
+  // pairs a block holds twice the k's (the same bytes) and starts at an even k.
+  const int64_t k_per_unit = kPairs ? 2 : 1;
+  const int64_t fitting_blocks = std::max<int64_t>(1, CeilDiv(g.K, k_per_unit * kDepthBlockBytes / int64_t(sizeof(P))));
+  const int64_t depth_step = std::max<int64_t>(1, CeilDiv(CeilDiv(g.K, fitting_blocks), k_per_unit)) * k_per_unit;
+  // K = 0 still makes one (empty) block: C = beta C.
+  const int64_t depth_blocks = std::max<int64_t>(1, CeilDiv(g.K, depth_step));
+  const int64_t unit_step = depth_step / k_per_unit;
+  const int64_t column_block = std::max(tile_cols, kColumnBlockBytes / int64_t(sizeof(P)) / tile_cols * tile_cols);
   const int64_t row_block = kRowBlock / kTileRows * kTileRows;
-  const bool b_in_place = !g.trans_b && g.M <= kMaxRowsUnpackedB;
+  const bool b_in_place = !kPairs && !g.trans_b && g.M <= kMaxRowsUnpackedB;
 
-  T* a_packed = PackBuffer<T, 0>(CeilDiv(std::min(row_block, m1 - m0), kTileRows) * kTileRows * depth_step);
-  T* b_packed = PackBuffer<T, 1>(
-      (b_in_place ? 1 : CeilDiv(std::min(column_block, n1 - n0), tile_cols)) * tile_cols * depth_step);
+  P* a_packed = PackBuffer<P, 0>(CeilDiv(std::min(row_block, m1 - m0), kTileRows) * kTileRows * unit_step);
+  P* b_packed =
+      PackBuffer<P, 1>((b_in_place ? 1 : CeilDiv(std::min(column_block, n1 - n0), tile_cols)) * tile_cols * unit_step);
+  const auto accumulate = [d](int64_t depth, const P* a_panel, const P* b_panel, int64_t b_stride, T* tile) {
+#if LT_GEMM_BF16
+    if constexpr (kPairs) return accumulate_tile_bf16(depth, a_panel, b_panel, b_stride, tile);
+#endif
+    if constexpr (!kPairs) AccumulateTile(d, depth, a_panel, b_panel, b_stride, tile);
+  };
 
   for (int64_t p0 = 0, block = 0; block < depth_blocks; ++block, p0 += depth_step) {
-    const int64_t depth = std::min(depth_step, g.K - p0);
+    const int64_t depth = std::min(depth_step, g.K - p0), units = CeilDiv(depth, k_per_unit);
     const T beta = block == 0 ? g.beta : T(1);
     for (int64_t i0 = m0; i0 < m1; i0 += row_block) {
       const int64_t rows = std::min(row_block, m1 - i0);
-      PackA(d, g, i0, rows, p0, depth, a_packed);
+#if LT_GEMM_BF16
+      if constexpr (kPairs) PackPairsA(d, g, i0, rows, p0, depth, a_packed);
+#endif
+      if constexpr (!kPairs) PackA(d, g, i0, rows, p0, depth, a_packed);
       for (int64_t j0 = n0; j0 < n1; j0 += column_block) {
         const int64_t cols = std::min(column_block, n1 - j0);
-        BPanels<T> panels;
-        if (b_in_place) {
+        BPanels<P> panels;
+        if constexpr (kPairs) {
+#if LT_GEMM_BF16
+          PackPairsB(d, g, p0, depth, j0, cols, b_packed);
+          panels = {b_packed, tile_cols, units * tile_cols, CeilDiv(cols, tile_cols), b_packed};
+#endif
+        } else if (b_in_place) {
           const int64_t full_panels = cols / tile_cols;
           if (cols % tile_cols) PackB(d, g, p0, depth, j0 + full_panels * tile_cols, cols % tile_cols, b_packed);
           panels = {g.b + p0 * g.ldb + j0, g.ldb, tile_cols, full_panels, b_packed};
@@ -402,7 +574,7 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
           PackB(d, g, p0, depth, j0, cols, b_packed);
           panels = {b_packed, tile_cols, depth * tile_cols, CeilDiv(cols, tile_cols), b_packed};
         }
-        MacroKernel(d, g, i0, rows, j0, cols, depth, a_packed, panels, beta);
+        MacroKernel(d, g, i0, rows, j0, cols, units, a_packed, panels, beta, accumulate);
       }
     }
   }
@@ -475,10 +647,18 @@ void GemmDotRows(const Gemm<T>& g, const T* a_rows, int64_t a_row_stride, int64_
     const int64_t j1 = std::min(n1, j0 + kDotChunk);
     for (int64_t i0 = 0; i0 < g.M; i0 += kDotRows) {
       switch (std::min<int64_t>(kDotRows, g.M - i0)) {
-        case 4: DotRows<4>(d, g, a_rows, a_row_stride, i0, j0, j1); break;
-        case 3: DotRows<3>(d, g, a_rows, a_row_stride, i0, j0, j1); break;
-        case 2: DotRows<2>(d, g, a_rows, a_row_stride, i0, j0, j1); break;
-        default: DotRows<1>(d, g, a_rows, a_row_stride, i0, j0, j1); break;
+        case 4:
+          DotRows<4>(d, g, a_rows, a_row_stride, i0, j0, j1);
+          break;
+        case 3:
+          DotRows<3>(d, g, a_rows, a_row_stride, i0, j0, j1);
+          break;
+        case 2:
+          DotRows<2>(d, g, a_rows, a_row_stride, i0, j0, j1);
+          break;
+        default:
+          DotRows<1>(d, g, a_rows, a_row_stride, i0, j0, j1);
+          break;
       }
     }
   }
@@ -503,9 +683,27 @@ void GemmDot(const Gemm<T>& g) {
   const double column_flops = 2.0 * static_cast<double>(g.M) * static_cast<double>(g.K + 1);
   const int64_t grain = GrainFor(column_flops);
   // Capturing one reference keeps the closure inside std::function's small buffer: no allocation.
-  parallel_for(g.N, grain, [&job](int64_t begin, int64_t end) {
-    GemmDotRows(*job.g, job.a_rows, job.a_row_stride, begin, end);
-  });
+  parallel_for(g.N, grain,
+               [&job](int64_t begin, int64_t end) { GemmDotRows(*job.g, job.a_rows, job.a_row_stride, begin, end); });
+}
+
+// Whether this target multiplies bf16 pairs on this CPU.
+bool Bf16GemmAvailable() {
+#if LT_GEMM_BF16
+  return has_bf16_dot();
+#else
+  return false;
+#endif
+}
+
+// GemmBlock in f32/f64, or in bf16 pairs (instantiated only where the target has them).
+template <class T>
+void GemmBlockOf(const Gemm<T>& g, [[maybe_unused]] bool pairs, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+#if LT_GEMM_BF16
+  if constexpr (std::is_same_v<T, float>)
+    if (pairs) return GemmBlock<T, true>(g, m0, m1, n0, n1);
+#endif
+  GemmBlock<T, false>(g, m0, m1, n0, n1);
 }
 
 // The panel path: threads split C into slabs of whole tiles, along N when N >= M (each thread then packs
@@ -517,36 +715,43 @@ void GemmPanels(const Gemm<T>& g) {
   const int64_t tile_cols = kTileVectors * static_cast<int64_t>(hn::Lanes(d));
   const int64_t row_panels = CeilDiv(g.M, kTileRows), col_panels = CeilDiv(g.N, tile_cols);
   const int64_t threads = num_threads();
+  // bf16 needs B packed: with B read in place (few rows of C) the product stays f32.
+  const bool pairs = g.bf16_inputs && g.M > kMaxRowsUnpackedB;
   bool split_cols = g.N >= g.M;
   if (split_cols && col_panels < threads && row_panels > col_panels) split_cols = false;
   if (!split_cols && row_panels < threads && col_panels > row_panels) split_cols = true;
-  const double panel_flops = 2.0 * static_cast<double>(g.K + 1) *
+  // A bf16 FLOP takes half the time of an f32 one: a chunk needs twice as many of them.
+  const double panel_flops = (pairs ? 0.5 : 1.0) * 2.0 * static_cast<double>(g.K + 1) *
                              static_cast<double>(split_cols ? tile_cols * g.M : kTileRows * g.N);
   const int64_t grain = GrainFor(panel_flops);
   const struct Job {
     const Gemm<T>* g;
-    bool split_cols;
+    bool split_cols, pairs;
     int64_t tile_cols;
-  } job{&g, split_cols, tile_cols};
+  } job{&g, split_cols, pairs, tile_cols};
   parallel_for(split_cols ? col_panels : row_panels, grain, [&job](int64_t begin, int64_t end) {
     const Gemm<T>& gemm = *job.g;
-    if (job.split_cols) GemmBlock(gemm, 0, gemm.M, begin * job.tile_cols, std::min(gemm.N, end * job.tile_cols));
-    else GemmBlock(gemm, begin * kTileRows, std::min(gemm.M, end * kTileRows), 0, gemm.N);
+    if (job.split_cols)
+      GemmBlockOf(gemm, job.pairs, 0, gemm.M, begin * job.tile_cols, std::min(gemm.N, end * job.tile_cols));
+    else
+      GemmBlockOf(gemm, job.pairs, begin * kTileRows, std::min(gemm.M, end * kTileRows), 0, gemm.N);
   });
 }
 
 template <class T>
 void GemmT(const Gemm<T>& g) {
-  if (g.trans_b && g.M <= kMaxRowsDot) GemmDot(g);
-  else GemmPanels(g);
+  if (g.trans_b && g.M <= kMaxRowsDot)
+    GemmDot(g);
+  else
+    GemmPanels(g);
 }
 
-void GemmKernel(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-                const void* a, const void* b, double beta, void* c) {
+void GemmKernel(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const void* a,
+                const void* b, double beta, void* c, bool bf16_inputs) {
   LT_FLOAT_SWITCH(dtype, T,
                   GemmT<T>(Gemm<T>{M, N, K, static_cast<const T*>(a), trans_a ? M : K, trans_a,
                                    static_cast<const T*>(b), trans_b ? K : N, trans_b, static_cast<T*>(c), N, T(alpha),
-                                   T(beta)}));
+                                   T(beta), bf16_inputs && std::is_same_v<T, float> && Bf16GemmAvailable()}));
 }
 
 }  // namespace lt::cpu::HWY_NAMESPACE
@@ -555,8 +760,13 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace lt::cpu {
 HWY_EXPORT(GemmKernel);
+HWY_EXPORT(Bf16GemmAvailable);
 
-void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta) {
+bool bf16_matmul_available() { return HWY_DYNAMIC_DISPATCH(Bf16GemmAvailable)(); }
+
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta,
+            MatmulPrecision precision) {
+  const bool bf16_inputs = precision == MatmulPrecision::BF16Inputs;
   const bool batched = a.ndim() == 3;
   const int64_t G = batched ? a.dim(0) : 1;
   const int64_t M = trans_a ? a.dim(-1) : a.dim(-2);
@@ -568,13 +778,13 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   const char* pb = static_cast<const char*>(b.raw_data());
   char* pc = static_cast<char*>(c.raw_data());
   if (batched && b.ndim() == 2 && !trans_a) {  // one tall GEMM: [G*M, K] @ op(b)
-    gemm(a.dtype(), false, trans_b, G * M, N, K, alpha, pa, pb, beta, pc);
+    gemm(a.dtype(), false, trans_b, G * M, N, K, alpha, pa, pb, beta, pc, bf16_inputs);
     return;
   }
   const bool b_batched = b.ndim() == 3;
   for (int64_t g = 0; g < G; ++g)
     gemm(a.dtype(), trans_a, trans_b, M, N, K, alpha, pa + g * M * K * elem, pb + (b_batched ? g * K * N * elem : 0),
-         beta, pc + g * M * N * elem);
+         beta, pc + g * M * N * elem, bf16_inputs);
 }
 
 }  // namespace lt::cpu

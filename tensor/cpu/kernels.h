@@ -14,6 +14,7 @@ namespace lt::cpu {
 
 using kernels::AdamWStep;
 using kernels::BinaryOp;
+using kernels::MatmulPrecision;
 
 // ---- elementwise (elementwise.cc) ----------------------------------------------------------------
 // out[i] = a[i] op b[i % inner].
@@ -31,7 +32,12 @@ void sum_last_dim(const Tensor& x, Tensor& out);
 void sum_squares(const Tensor& x, Tensor& out);
 
 // ---- matrix multiply (gemm.cc) -------------------------------------------------------------------
-void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta);
+// BF16Inputs multiplies f32 in bf16 (rounded operands, f32 sums) where bf16_matmul_available(), else as
+// f32; f64 is always exact.
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta,
+            MatmulPrecision precision);
+// True when this CPU multiplies bf16 natively (AVX512_BF16, tensor/cpu/bf16_dot.h).
+bool bf16_matmul_available();
 
 // ---- activations (activation.cc) -----------------------------------------------------------------
 void silu(const Tensor& x, Tensor& y);
@@ -105,8 +111,10 @@ void router_aux_loss(const Tensor& probs, const Tensor& lse, const Tensor& ids, 
 void routing_entropy(const Tensor& probs, const Tensor& logits, const Tensor& lse, Tensor& entropy,
                      Tensor& max_logit);
 void dispatch_plan(const Tensor& ids, Tensor& token_of, Tensor& position_of, Tensor& offsets);
-void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& out, double beta);
-void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& dw, double beta);
+void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& out, double beta,
+                    MatmulPrecision precision);
+void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& dw, double beta,
+                         MatmulPrecision precision);
 void accumulate_f64(const Tensor& x, Tensor& sum);
 
 // ---- preference loss (dpo.cc) --------------------------------------------------------------------

@@ -155,15 +155,18 @@ void for_each_expert(const int64_t* offsets, int64_t E, Segment segment) {
 
 }  // namespace
 
-void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& out, double beta) {
+void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& out, double beta,
+                    MatmulPrecision precision) {
   const int64_t* bounds = offsets.data<int64_t>();
   for_each_expert(bounds, w.dim(0),
-                  [&](int64_t e) { grouped_matmul_segment(a, w, trans_w, bounds, e, out, beta, matmul); });
+                  [&](int64_t e) { grouped_matmul_segment(a, w, trans_w, bounds, e, out, beta, precision, matmul); });
 }
 
-void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& dw, double beta) {
+void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& dw, double beta,
+                         MatmulPrecision precision) {
   const int64_t* bounds = offsets.data<int64_t>();
-  for_each_expert(bounds, dw.dim(0), [&](int64_t e) { grouped_weight_grad_segment(a, b, bounds, e, dw, beta, matmul); });
+  for_each_expert(bounds, dw.dim(0),
+                  [&](int64_t e) { grouped_weight_grad_segment(a, b, bounds, e, dw, beta, precision, matmul); });
 }
 
 void accumulate_f64(const Tensor& x, Tensor& sum) {

@@ -9,16 +9,12 @@ namespace lt::cuda {
 
 void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& host_offsets, Tensor& out,
                     double beta, MatmulPrecision precision) {
-  grouped_matmul_by_segments(a, w, trans_w, host_offsets.data<int64_t>(), out, beta,
-                             [precision](const Tensor& x, bool tx, const Tensor& y, bool ty, Tensor& z, double al,
-                                         double be) { matmul(x, tx, y, ty, z, al, be, precision); });
+  grouped_matmul_by_segments(a, w, trans_w, host_offsets.data<int64_t>(), out, beta, precision, matmul);
 }
 
 void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& host_offsets, Tensor& dw, double beta,
                          MatmulPrecision precision) {
-  grouped_weight_grad_by_segments(a, b, host_offsets.data<int64_t>(), dw, beta,
-                                  [precision](const Tensor& x, bool tx, const Tensor& y, bool ty, Tensor& z, double al,
-                                              double be) { matmul(x, tx, y, ty, z, al, be, precision); });
+  grouped_weight_grad_by_segments(a, b, host_offsets.data<int64_t>(), dw, beta, precision, matmul);
 }
 
 }  // namespace lt::cuda

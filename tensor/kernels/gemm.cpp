@@ -6,11 +6,12 @@
 namespace lt::kernels {
 
 namespace {
-std::atomic<MatmulPrecision> gpu_precision{MatmulPrecision::F32};
+std::atomic<MatmulPrecision> precision_of_f32{MatmulPrecision::F32};
 }  // namespace
 
-void set_gpu_matmul_precision(MatmulPrecision precision) { gpu_precision.store(precision); }
-MatmulPrecision gpu_matmul_precision() { return gpu_precision.load(); }
+void set_matmul_precision(MatmulPrecision precision) { precision_of_f32.store(precision); }
+MatmulPrecision matmul_precision() { return precision_of_f32.load(); }
+bool cpu_has_bf16_matmul() { return cpu::bf16_matmul_available(); }
 
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta) {
   check_float(a, "matmul", "a");
@@ -33,9 +34,9 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   if (!c_fits) check_shape(c, batched ? Shape{G, M, N} : Shape{M, N}, "matmul", "c");
   if (c.numel() == 0) return;
   if constexpr (kCudaBackend) {
-    if (!a.is_cpu()) return cuda::matmul(a, trans_a, b, trans_b, c, alpha, beta, gpu_matmul_precision());
+    if (!a.is_cpu()) return cuda::matmul(a, trans_a, b, trans_b, c, alpha, beta, matmul_precision());
   }
-  cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta);
+  cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta, matmul_precision());
 }
 
 }  // namespace lt::kernels

@@ -131,9 +131,9 @@ void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor
            " do not fit");
   const Tensor host_offsets = checked_segment_offsets(offsets, a, w.dim(0), a.dim(0), op);
   if constexpr (kCudaBackend) {
-    if (!a.is_cpu()) return cuda::grouped_matmul(a, w, trans_w, host_offsets, out, beta, gpu_matmul_precision());
+    if (!a.is_cpu()) return cuda::grouped_matmul(a, w, trans_w, host_offsets, out, beta, matmul_precision());
   }
-  cpu::grouped_matmul(a, w, trans_w, offsets, out, beta);
+  cpu::grouped_matmul(a, w, trans_w, offsets, out, beta, matmul_precision());
 }
 
 void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& dw, double beta) {
@@ -147,9 +147,9 @@ void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets
   LT_CHECK(beta == 0 || beta == 1, op, ": beta must be 0 or 1, got ", beta);
   const Tensor host_offsets = checked_segment_offsets(offsets, a, dw.dim(0), a.dim(0), op);
   if constexpr (kCudaBackend) {
-    if (!a.is_cpu()) return cuda::grouped_weight_grad(a, b, host_offsets, dw, beta, gpu_matmul_precision());
+    if (!a.is_cpu()) return cuda::grouped_weight_grad(a, b, host_offsets, dw, beta, matmul_precision());
   }
-  cpu::grouped_weight_grad(a, b, offsets, dw, beta);
+  cpu::grouped_weight_grad(a, b, offsets, dw, beta, matmul_precision());
 }
 
 void accumulate_f64(const Tensor& x, Tensor& sum) {

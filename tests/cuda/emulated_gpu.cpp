@@ -88,13 +88,13 @@ void copy_bytes(void* dst, Device, const void* src, Device, size_t bytes) {
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta,
             MatmulPrecision precision) {
   if (precision == MatmulPrecision::F32 || a.dtype() != DType::F32)
-    return cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta);
+    return cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta, MatmulPrecision::F32);
   auto rounded = [](const Tensor& x) {
     Tensor x16 = Tensor::empty(x.shape(), DType::BF16, x.device());
     round_to_bf16(x, x16);
     return x16.to(Device::cpu()).to(DType::F32);
   };
-  cpu::matmul(rounded(a), trans_a, rounded(b), trans_b, c, alpha, beta);
+  cpu::matmul(rounded(a), trans_a, rounded(b), trans_b, c, alpha, beta, MatmulPrecision::F32);
 }
 
 }  // namespace lt::cuda

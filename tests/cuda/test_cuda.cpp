@@ -611,9 +611,9 @@ OpCase bf16_matmul_case(const GemmShape& s, bool trans_a, bool trans_b) {
               b = b.to(DType::BF16).to(DType::F32);
             }
             Tensor c = random_tensor(c_shape, 73).to(device);
-            kernels::set_gpu_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
+            kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
             kernels::matmul(a.to(device), trans_a, b.to(device), trans_b, c, 0.5, 1.0);
-            kernels::set_gpu_matmul_precision(kernels::MatmulPrecision::F32);
+            kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
             return Outputs{{"c", c}};
           }};
 }

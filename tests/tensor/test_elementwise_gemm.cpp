@@ -146,12 +146,13 @@ void check_gemm_shape(int64_t M, int64_t N, int64_t K, DType dtype, double beta)
 // vector and tile widths differ): tile rows (6) and two tiles (the largest M of the dot-product path
 // against a transposed b, and of reading b in place), tile columns (2 or 4 vectors: 2 to 64 floats),
 // the Lanes x Lanes blocks of the packing transposes (4, 8, 16 k's), KC (256 floats, 128 doubles), NC
-// (1024 floats) and MC (2048 rows).
+// (1024 floats) and MC (2048 rows); and K = 0, where C = beta C.
 TEST(GemmKernel, BlockingBoundariesMatchScalarLoops) {
   const std::vector<std::array<int64_t, 3>> shapes = {
       {5, 63, 7},    {6, 64, 8},     {7, 65, 9},     {11, 17, 33},  {12, 130, 40},  {13, 129, 31},
       {25, 31, 255}, {19, 33, 256},  {30, 66, 257},  {8, 20, 513},  {3, 1023, 17},  {14, 1025, 12},
       {9, 2049, 5},  {2047, 9, 10},  {2049, 70, 9},  {1, 200, 300}, {4, 5, 1},      {40, 1, 70},
+      {20, 70, 0},   {3, 9, 0},
   };
   for_each_cpu_target([&] {
     for (const auto& [M, N, K] : shapes) check_gemm_shape<float>(M, N, K, DType::F32, 0.5);
@@ -186,6 +187,85 @@ TEST(GemmKernel, ThreadCountDoesNotChangeTheBits) {
               << (i + 1) << " threads differ from 1";
       }
   set_num_threads(original_threads);
+}
+
+// The process-wide matmul precision for one scope.
+struct MatmulPrecisionScope {
+  explicit MatmulPrecisionScope(kernels::MatmulPrecision p) { kernels::set_matmul_precision(p); }
+  ~MatmulPrecisionScope() { kernels::set_matmul_precision(kernels::MatmulPrecision::F32); }
+};
+
+std::vector<float> rounded_to_bf16(const Tensor& x) { return x.to(DType::BF16).to(DType::F32).to_vector<float>(); }
+
+// --dtype bf16 on the CPU: on a target with the bf16 GEMM (AVX-512 on a CPU with AVX512_BF16) every
+// GEMM of more than 12 rows is the product of the operands rounded to bf16, summed in f32; the few-row
+// paths, and every GEMM on other targets or CPUs, stay exact f32. Shapes around the bf16 blocking: odd K
+// (a pair padded with zero), KC (512 k's), several KC blocks, partial tiles, M just above the few-row
+// paths, MC (2048 rows), NC (1024 columns) and K = 0.
+TEST(GemmKernel, Bf16InputsMultiplyTheRoundedOperands) {
+  const MatmulPrecisionScope bf16(kernels::MatmulPrecision::BF16Inputs);
+  const std::vector<std::array<int64_t, 3>> shapes = {{13, 64, 1},   {13, 65, 3},     {30, 17, 511}, {19, 130, 512},
+                                                      {25, 70, 513}, {40, 33, 1100},  {7, 200, 300}, {12, 129, 64},
+                                                      {2049, 9, 34}, {14, 1100, 40},  {20, 70, 0}};
+  int bf16_targets = 0;
+  for_each_cpu_target([&] {
+    const bool bf16_gemm = kernels::cpu_has_bf16_matmul();
+    bf16_targets += bf16_gemm;
+    for (const auto& [M, N, K] : shapes)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 21);
+          const Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 22);
+          Tensor c = random_tensor({M, N}, 23);
+          const std::vector<float> c0 = c.to_vector<float>();
+          kernels::matmul(a, ta, b, tb, c, 1.5, 0.5);
+          const bool rounded = bf16_gemm && M > 12;
+          const auto want = reference_gemm(rounded ? rounded_to_bf16(a) : a.to_vector<float>(), ta,
+                                           rounded ? rounded_to_bf16(b) : b.to_vector<float>(), tb, c0, M, N, K, 1.5,
+                                           0.5);
+          const double tol = 2e-6 * static_cast<double>(K + 16);
+          expect_close(c.to_vector<float>(), want, tol, tol,
+                       std::string(rounded ? "bf16" : "f32") + " gemm M=" + std::to_string(M) +
+                           " N=" + std::to_string(N) + " K=" + std::to_string(K) + (ta ? " Ta" : "") +
+                           (tb ? " Tb" : ""));
+        }
+  });
+  if (bf16_targets == 0) GTEST_SKIP() << "this CPU has no AVX512_BF16: only the f32 fallback was checked";
+}
+
+// The bf16 GEMM keeps the f32 one's guarantees: the same bits on any thread count, beta == 0 never reads
+// C, and a NaN operand gives NaN (the rounding keeps NaNs NaN) in exactly its row.
+TEST(GemmKernel, Bf16InputsKeepThreadInvarianceAndNaNs) {
+  if (!kernels::cpu_has_bf16_matmul()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  const MatmulPrecisionScope bf16(kernels::MatmulPrecision::BF16Inputs);
+  const int original_threads = num_threads();
+  for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{300, 700, 301}, {900, 130, 520}, {2049, 64, 100}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 24);
+        const Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 25);
+        std::vector<Tensor> results;
+        for (int threads : {1, 2, 3}) {
+          set_num_threads(threads);
+          Tensor c = Tensor::full({M, N}, std::nan(""));
+          kernels::matmul(a, ta, b, tb, c);
+          results.push_back(c);
+        }
+        for (size_t i = 1; i < results.size(); ++i)
+          EXPECT_EQ(std::memcmp(results[0].raw_data(), results[i].raw_data(), results[0].nbytes()), 0)
+              << "M=" << M << " N=" << N << " K=" << K << (ta ? " Ta" : "") << (tb ? " Tb" : "") << ": "
+              << (i + 1) << " threads differ from 1";
+        for (float v : results[0].to_vector<float>()) ASSERT_TRUE(std::isfinite(v));
+      }
+  set_num_threads(original_threads);
+  const int64_t M = 20, N = 70, K = 33;
+  Tensor a = random_tensor({M, K}, 26);
+  a.data<float>()[5 * K + 7] = std::nanf("");
+  Tensor c = Tensor::empty({M, N});
+  kernels::matmul(a, false, random_tensor({K, N}, 27), false, c);
+  const std::vector<float> out = c.to_vector<float>();
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) ASSERT_EQ(std::isnan(out[i * N + j]), i == 5) << "row " << i << " column " << j;
 }
 
 // beta == 0 must not read C (BLAS semantics): NaN in the output buffer does not leak into the result.

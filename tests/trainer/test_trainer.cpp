@@ -188,5 +188,25 @@ TEST(Trainer, CheckpointWeightsCanBeSavedInBf16) {
   EXPECT_NE(loaded.to_vector<float>(), values.to_vector<float>());
 }
 
+// Mixed precision on the CPU (--dtype bf16 where the CPU has AVX512_BF16): the GEMMs take bf16 operands,
+// so the steps differ from f32's, yet the loss follows f32's within a percent step after step, with
+// the master weights still f32.
+TEST(Trainer, StepsWithBf16MatmulsOnTheCpuStayCloseToF32) {
+  if (!kernels::cpu_has_bf16_matmul()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  LingForCausalLM f32_model(small_config(), 1), bf16_model(small_config(), 1);
+  Trainer f32(f32_model, constant_lr(1e-2)), bf16(bf16_model, constant_lr(1e-2));
+  Rng rng(4);
+  for (int step = 0; step < 8; ++step) {
+    const std::vector<TokenBatch> batch = {random_batch(rng, 2, 16)};
+    const double exact = f32.step(batch).loss;
+    kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
+    const double mixed = bf16.step(batch).loss;
+    kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
+    EXPECT_NEAR(mixed, exact, 1e-2 * exact) << "step " << step;
+    EXPECT_NE(mixed, exact) << "step " << step << ": bf16 operands changed nothing";
+  }
+  EXPECT_EQ(bf16_model.parameters()[0].value->value().dtype(), DType::F32);
+}
+
 }  // namespace
 }  // namespace lt

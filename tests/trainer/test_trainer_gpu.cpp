@@ -63,9 +63,9 @@ TEST(Trainer, StepsWithBf16MatmulsOnTheGpuStayCloseToF32) {
   for (int step = 0; step < 3; ++step) {
     const std::vector<TokenBatch> batch = {random_batch(rng, 2, 16)};
     const double expected = on_cpu.step(batch).loss, exact = f32.step(batch).loss;
-    kernels::set_gpu_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
+    kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
     const double mixed = bf16.step(batch).loss;
-    kernels::set_gpu_matmul_precision(kernels::MatmulPrecision::F32);
+    kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
     EXPECT_NEAR(exact, expected, 1e-4 * expected) << "step " << step;
     EXPECT_NEAR(mixed, expected, 1e-2 * expected) << "step " << step;
     EXPECT_NE(mixed, exact) << "step " << step << ": bf16 operands changed nothing";
@@ -85,7 +85,7 @@ TEST(Trainer, Bf16KeepsTheActivationsInAboutHalfTheMemory) {
   const TokenBatch batch = random_batch(rng, 2, 64);
   const Tensor ids = batch.inputs.to(gpu), targets = batch.targets.to(gpu);
   auto graph_bytes_and_grad_norm = [&](kernels::MatmulPrecision precision) {
-    kernels::set_gpu_matmul_precision(precision);
+    kernels::set_matmul_precision(precision);
     for (const auto& p : model.parameters()) p.value->zero_grad();
     CachingAllocator& allocator = allocator_for(gpu);
     const uint64_t before = allocator.stats().bytes_in_use;
@@ -96,7 +96,7 @@ TEST(Trainer, Bf16KeepsTheActivationsInAboutHalfTheMemory) {
     const LossBreakdown loss = model.loss(ids, targets, context);
     const uint64_t held = allocator.stats().bytes_in_use - before;
     loss.total.backward();
-    kernels::set_gpu_matmul_precision(kernels::MatmulPrecision::F32);
+    kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
     double squares = 0;
     for (const auto& p : model.parameters())
       for (float g : p.value->grad().to(Device::cpu()).to_vector<float>()) squares += double(g) * g;

@@ -1,0 +1,29 @@
+// The bf16 dot-product instruction (AVX512_BF16's VDPBF16PS) that the CPU's mixed-precision GEMM is
+// built on, outside Highway: the Highway in use has no target for it, so its code is compiled with a
+// function target attribute and run only after a run-time check of the CPU.
+//
+// VDPBF16PS multiplies 32 pairs of bf16 values into 16 f32 lanes: lane i += a[2i] b[2i] + a[2i+1]
+// b[2i+1], the products exact and the sums in f32 (round to nearest even, subnormals flushed to zero).
+// One instruction is two FMAs per lane, so on Zen 4 and Sapphire Rapids it doubles the f32 FMA peak.
+// Its operands are "pairs": 32-bit units holding the bf16 of an even k in the low half and of the next
+// k in the high half, which is what the bf16 packing of tensor/cpu/gemm.cc produces.
+#pragma once
+#include <cstdint>
+
+namespace lt::cpu {
+
+// The register tile of the bf16 micro-kernel, that of the f32 AVX-512 one (tensor/cpu/gemm.cc): 6 rows
+// of C by 4 vectors of 16 f32 lanes, 24 accumulators.
+constexpr int kBf16TileRows = 6;
+constexpr int kBf16TileColumns = 64;
+
+// True when this CPU executes AVX512_BF16 with its 512-bit registers enabled by the OS.
+bool has_bf16_dot();
+
+// tile[6][64] (row-major, 64-byte aligned) = the sum over `pairs` k-pairs of a_panel[kp][6] (one pair
+// per row of C, broadcast) times b_panel[kp][64] (one pair per column of C), b_panel's rows b_stride
+// units apart, in k order. Call only where has_bf16_dot().
+void accumulate_tile_bf16(int64_t pairs, const uint32_t* a_panel, const uint32_t* b_panel, int64_t b_stride,
+                          float* tile);
+
+}  // namespace lt::cpu
