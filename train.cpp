@@ -133,7 +133,8 @@ int cmd_version(const std::vector<std::string>& args) {
   Flags flags(args, {{"threads", "0"}});
   apply_threads(flags);
   std::printf("lingtrain %s\n", LINGTRAIN_VERSION);
-  std::printf("cpu kernels: Highway %s\n", lt::cpu_kernel_target());
+  std::printf("cpu kernels: Highway %s, %s\n", lt::cpu_kernel_target(),
+              lt::kernels::cpu_has_bf16_matmul() ? "bf16 GEMM (AVX512_BF16)" : "no bf16 GEMM (f32 under --dtype bf16)");
   std::printf("threads: %d\n", lt::num_threads());
   if (lt::cuda_compiled()) std::printf("cuda: compiled in, %d device(s) found\n%s", lt::cuda_device_count(),
                                       lt::cuda_device_list().c_str());
@@ -833,7 +834,7 @@ int cmd_report(const std::vector<std::string>& args) {
 void usage(FILE* out) {
   std::fprintf(out,
                "usage: lingtrain <command> [flags]\n"
-               "  --version                      version, CPU kernel target, threads, CUDA\n"
+               "  --version                      version, CPU kernel target and bf16 GEMM, threads, CUDA\n"
                "  gradcheck [--op NAME] [--verbose 1] [--threads N]\n"
                "                                 finite-difference check of every op's backward\n"
                "  pretrain [--model tiny|small|moe-s|...|config.json] [--data train.bin --val val.bin]\n"

@@ -2,7 +2,8 @@
 # --dtype bf16 on the CPU against f32, on the tiny model and the embedded corpus (the run `make train`
 # does, 200 steps of it). On a CPU with AVX512_BF16 the matmuls take bf16 operands: the loss curve
 # (means over 25-step windows) and the held-out loss stay within 1% of f32's without being f32's. On
-# other CPUs the run says its matmuls stay f32 and trains exactly as f32 does.
+# other CPUs (`lingtrain --version` says which) the run says its matmuls stay f32 and trains exactly as
+# f32 does.
 # Usage: bf16_test.sh path/to/lingtrain
 source "$(dirname "$0")/common.sh"
 
@@ -13,7 +14,8 @@ flags=(--model tiny --steps 200 --threads 2 --sample-prompt "")
 
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 held_out() { grep 'held-out loss (all of' "$1" | sed 's/.*: //'; }
-if grep -q "; bf16 matmuls" bf16.txt; then
+if "$bin" --version | grep -q "bf16 GEMM (AVX512_BF16)"; then
+  grep -q "; bf16 matmuls" bf16.txt || fail "a CPU with AVX512_BF16: the bf16 run does not say it multiplies in bf16"
   paste <(losses f32/metrics.jsonl) <(losses bf16/metrics.jsonl) |
     awk '{ w = int((NR - 1) / 25); f[w] += $1; b[w] += $2; if ($1 != $2) differ++ }
          END { for (w in f) { d = (b[w] - f[w]) / f[w]; if (d < 0) d = -d; if (d > 0.01) far++;
