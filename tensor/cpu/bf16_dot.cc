@@ -4,7 +4,7 @@
 #include <immintrin.h>
 #define LT_BF16_DOT_X86 1
 // Everything the code below uses; the rest of the binary stays runnable on any x86-64.
-#define LT_BF16_TARGET __attribute__((target("avx512f,avx512bf16")))
+#define LT_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #endif
 
 namespace lt::cpu {
@@ -50,9 +50,45 @@ LT_BF16_TARGET void accumulate_tile_bf16(int64_t pairs, const uint32_t* a_panel,
     for (int v = 0; v < 4; ++v) _mm512_store_ps(tile + r * kBf16TileColumns + 16 * v, acc[r][v]);
 }
 
+namespace {
+// Lanes [0, count) of 16, count clamped to [0, 16].
+LT_BF16_TARGET __mmask16 first_lanes(int64_t count) {
+  return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
+}
+}  // namespace
+
+LT_BF16_TARGET void row_to_pairs(const float* src, int64_t n, uint32_t* dst) {
+  // 32 floats -> 32 bf16 in order (the second operand fills the low half) = 16 pairs. A partial tail
+  // loads zeros past n, so an odd n leaves its pad zero.
+  for (int64_t i = 0; i < n; i += 32) {
+    const int64_t rest = n - i;
+    const __m512 low = _mm512_maskz_loadu_ps(first_lanes(rest), src + i);
+    const __m512 high = _mm512_maskz_loadu_ps(first_lanes(rest - 16), src + i + 16);
+    const __m512i pairs = (__m512i)_mm512_cvtne2ps_pbh(high, low);
+    _mm512_mask_storeu_epi32(dst + i / 2, first_lanes((rest + 1) / 2), pairs);
+  }
+}
+
+LT_BF16_TARGET void interleave_to_pairs(const float* even, const float* odd, int64_t n, uint32_t* dst) {
+  // cvtne2ps gives [even 0..15 | odd 0..15] as 16-bit lanes; the permutation zips the halves into
+  // (even j, odd j) units.
+  alignas(64) static constexpr uint16_t kZip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                    8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i zip = _mm512_load_si512(kZip);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 lanes = first_lanes(n - j);
+    const __m512 low = _mm512_maskz_loadu_ps(lanes, even + j);
+    const __m512 high = odd ? _mm512_maskz_loadu_ps(lanes, odd + j) : _mm512_setzero_ps();
+    const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(high, low);
+    _mm512_mask_storeu_epi32(dst + j, lanes, _mm512_permutexvar_epi16(zip, halves));
+  }
+}
+
 #else
 
 bool has_bf16_dot() { return false; }
+void row_to_pairs(const float*, int64_t, uint32_t*) {}
+void interleave_to_pairs(const float*, const float*, int64_t, uint32_t*) {}
 void accumulate_tile_bf16(int64_t, const uint32_t*, const uint32_t*, int64_t, float*) {}
 
 #endif

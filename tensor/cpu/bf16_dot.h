@@ -1,6 +1,6 @@
-// The bf16 dot-product instruction (AVX512_BF16's VDPBF16PS) that the CPU's mixed-precision GEMM is
-// built on, outside Highway: the Highway in use has no target for it, so its code is compiled with a
-// function target attribute and run only after a run-time check of the CPU.
+// The AVX512_BF16 instructions the CPU's mixed-precision GEMM is built on (the dot product VDPBF16PS and
+// the conversion VCVTNE2PS2BF16), outside Highway: the Highway in use has no target for them, so their
+// code is compiled with a function target attribute and runs only after a run-time check of the CPU.
 //
 // VDPBF16PS multiplies 32 pairs of bf16 values into 16 f32 lanes: lane i += a[2i] b[2i] + a[2i+1]
 // b[2i+1], the products exact and the sums in f32 (round to nearest even, subnormals flushed to zero).
@@ -19,6 +19,16 @@ constexpr int kBf16TileColumns = 64;
 
 // True when this CPU executes AVX512_BF16 with its 512-bit registers enabled by the OS.
 bool has_bf16_dot();
+
+// The conversions of the bf16 packing, with AVX512_BF16's own f32 -> bf16 instruction (VCVTNE2PS2BF16:
+// nearest even, like Tensor::to; it flushes subnormal inputs to zero, which changes no product, since
+// VDPBF16PS reads subnormal bf16 as zero anyway). Call only where has_bf16_dot().
+// dst[j] = the pair (src[2j], src[2j + 1]) for j < ceil(n / 2), the last one padded with zero: a row
+// contiguous in k converted to bf16 is already a row of pairs.
+void row_to_pairs(const float* src, int64_t n, uint32_t* dst);
+// dst[j] = the pair (even[j], odd[j]) for j < n: two consecutive k-rows interleaved; odd == nullptr
+// stands for a row of zeros (past the end of a block of odd depth).
+void interleave_to_pairs(const float* even, const float* odd, int64_t n, uint32_t* dst);
 
 // tile[6][64] (row-major, 64-byte aligned) = the sum over `pairs` k-pairs of a_panel[kp][6] (one pair
 // per row of C, broadcast) times b_panel[kp][64] (one pair per column of C), b_panel's rows b_stride

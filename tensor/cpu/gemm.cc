@@ -279,52 +279,8 @@ void PackB(D d, const Gemm<T>& g, int64_t p0, int64_t depth, int64_t j0, int64_t
 // ---- bf16 pairs ----------------------------------------------------------------------------------
 // The packing of the bf16 panel path. A unit holds bf16(x[k]) in its low half and bf16(x[k + 1]) in its
 // high half (k even; past the end of a KC block, zero); a packed panel is the f32 panel's layout with
-// one unit where f32 has one k, i.e. [k / 2][MR] for A and [k / 2][NR] for B.
-
-// bf16(x) in the high half of each 32-bit lane (the low half is garbage): f32_to_bf16 of tensor/dtype.h,
-// nearest even, a NaN kept NaN by forcing its quiet bit.
-template <class DF, class DU = hn::RebindToUnsigned<DF>>
-HWY_INLINE hn::Vec<DU> RoundToBf16High(DF /* deduces the lanes */, hn::Vec<DF> x) {
-  const DU du;
-  const auto bits = hn::BitCast(du, x);
-  const auto nearest_even =
-      hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u))));
-  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(x)), hn::Or(bits, hn::Set(du, 0x00400000u)), nearest_even);
-}
-
-// dst[j] = the pair (src[2j], src[2j + 1]) for j < ceil(n / 2), zero-padded: a row contiguous in k
-// (a [M, K] row of a, or a [N, K] row of b) converted to bf16 is already a row of pairs.
-template <class DF>
-void RowToPairs(DF df, const float* HWY_RESTRICT src, int64_t n, uint32_t* HWY_RESTRICT dst) {
-  const hn::Repartition<uint16_t, DF> d16;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  auto* out = reinterpret_cast<uint16_t*>(dst);
-  int64_t i = 0;
-  for (; i + 2 * lanes <= n; i += 2 * lanes) {
-    const auto low = hn::BitCast(d16, RoundToBf16High(df, hn::LoadU(df, src + i)));
-    const auto high = hn::BitCast(d16, RoundToBf16High(df, hn::LoadU(df, src + i + lanes)));
-    hn::StoreU(hn::ConcatOdd(d16, high, low), d16, out + i);
-  }
-  for (; i < n; ++i) out[i] = f32_to_bf16(src[i]);
-  if (n % 2) out[n] = 0;
-}
-
-// dst[j] = the pair (even[j], odd[j]) for j < n: two consecutive k-rows of a [K, M] a or a [K, N] b
-// interleaved. odd == nullptr is the zero past the end of a block of odd depth.
-template <class DF>
-void InterleaveToPairs(DF df, const float* HWY_RESTRICT even, const float* HWY_RESTRICT odd, int64_t n,
-                       uint32_t* HWY_RESTRICT dst) {
-  const hn::RebindToUnsigned<DF> du;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  const auto high_half = hn::Set(du, 0xFFFF0000u);
-  int64_t j = 0;
-  for (; j + lanes <= n; j += lanes) {
-    const auto low = hn::ShiftRight<16>(RoundToBf16High(df, hn::LoadU(df, even + j)));
-    const auto high = odd ? hn::And(RoundToBf16High(df, hn::LoadU(df, odd + j)), high_half) : hn::Zero(du);
-    hn::StoreU(hn::Or(high, low), du, dst + j);
-  }
-  for (; j < n; ++j) dst[j] = f32_to_bf16(even[j]) | (odd ? uint32_t{f32_to_bf16(odd[j])} << 16 : 0u);
-}
+// one unit where f32 has one k, i.e. [k / 2][MR] for A and [k / 2][NR] for B. The conversions are
+// row_to_pairs and interleave_to_pairs of tensor/cpu/bf16_dot.h; the moves are the f32 packing's.
 
 // A scratch row of pairs per thread (kWhich 2), next to the packing buffers.
 uint32_t* PairScratch(int64_t units) { return PackBuffer<uint32_t, 2>(units); }
@@ -340,7 +296,7 @@ void PackPairsA(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_t p
     uint32_t* pairs = PairScratch(rows);
     for (int64_t kp = 0; kp < units; ++kp) {
       const float* even = g.a + (p0 + 2 * kp) * g.lda + i0;
-      InterleaveToPairs(df, even, 2 * kp + 1 < depth ? even + g.lda : nullptr, rows, pairs);
+      interleave_to_pairs(even, 2 * kp + 1 < depth ? even + g.lda : nullptr, rows, pairs);
       for (int64_t p = 0; p < full_panels; ++p)
         std::memcpy(dst + (p * units + kp) * kTileRows, pairs + p * kTileRows, kTileRows * sizeof(uint32_t));
       if (full_panels < panels) {
@@ -356,7 +312,7 @@ void PackPairsA(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_t p
   for (int64_t p = 0; p < panels; ++p) {
     const int64_t valid = std::min<int64_t>(kTileRows, rows - p * kTileRows);
     for (int64_t r = 0; r < kTileRows; ++r) {
-      if (r < valid) RowToPairs(df, g.a + (i0 + p * kTileRows + r) * g.lda + p0, depth, pairs + r * units);
+      if (r < valid) row_to_pairs(g.a + (i0 + p * kTileRows + r) * g.lda + p0, depth, pairs + r * units);
       else std::fill_n(pairs + r * units, units, 0u);
     }
     uint32_t* panel = dst + p * units * kTileRows;
@@ -381,7 +337,7 @@ void PackPairsB(DF df, const Gemm<float>& g, int64_t p0, int64_t depth, int64_t 
       for (int64_t p = 0; p < panels; ++p) {
         uint32_t* out = dst + (p * units + kp) * tile_cols;
         const int64_t c0 = p * tile_cols, valid = std::min(tile_cols, cols - c0);
-        InterleaveToPairs(df, even + c0, odd ? odd + c0 : nullptr, valid, out);
+        interleave_to_pairs(even + c0, odd ? odd + c0 : nullptr, valid, out);
         std::fill(out + valid, out + tile_cols, 0u);
       }
     }
@@ -396,7 +352,7 @@ void PackPairsB(DF df, const Gemm<float>& g, int64_t p0, int64_t depth, int64_t 
       const int64_t column = p * tile_cols + first;
       const int64_t valid = std::clamp<int64_t>(cols - column, 0, lanes);
       for (int64_t i = 0; i < lanes; ++i) {
-        if (i < valid) RowToPairs(df, g.b + (j0 + column + i) * g.ldb + p0, depth, pairs + i * units);
+        if (i < valid) row_to_pairs(g.b + (j0 + column + i) * g.ldb + p0, depth, pairs + i * units);
         else std::fill_n(pairs + i * units, units, 0u);
       }
       uint32_t* out = panel + first;
