@@ -134,9 +134,10 @@ int64_t CeilDiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
 
 #if HWY_TARGET != HWY_SCALAR
 // panel[k * MR + r] = src[r * lda + k] for the MR = 6 rows of a full panel of a row-major a of 32-bit
-// elements (f32, or the bf16 pairs), for k below depth rounded down to Lanes; returns that depth. A pair of rows zipped
-// is one 64-bit lane per k, and an MR-row panel is then three such lanes interleaved: per Lanes k's, 6 loads, 6
-// permutes, 6 zips and two 3-way interleaved stores, against 6 loads and 6 stores per k for a scalar transpose.
+// elements (f32, or the bf16 pairs), for k below depth rounded down to Lanes; returns that depth. A pair
+// of rows zipped is one 64-bit lane per k, and an MR-row panel is then three such lanes interleaved: per
+// Lanes k's, 6 loads, 6 permutes, 6 zips and two 3-way interleaved stores, against 6 loads and 6 stores
+// per k for a scalar transpose.
 template <class D, class T = hn::TFromD<D>>
 int64_t InterleaveSixRows(D d, const T* HWY_RESTRICT src, int64_t lda, int64_t depth, T* HWY_RESTRICT panel) {
   static_assert(kTileRows == 6 && sizeof(T) == 4, "three pairs of 32-bit rows");
@@ -603,18 +604,10 @@ void GemmDotRows(const Gemm<T>& g, const T* a_rows, int64_t a_row_stride, int64_
     const int64_t j1 = std::min(n1, j0 + kDotChunk);
     for (int64_t i0 = 0; i0 < g.M; i0 += kDotRows) {
       switch (std::min<int64_t>(kDotRows, g.M - i0)) {
-        case 4:
-          DotRows<4>(d, g, a_rows, a_row_stride, i0, j0, j1);
-          break;
-        case 3:
-          DotRows<3>(d, g, a_rows, a_row_stride, i0, j0, j1);
-          break;
-        case 2:
-          DotRows<2>(d, g, a_rows, a_row_stride, i0, j0, j1);
-          break;
-        default:
-          DotRows<1>(d, g, a_rows, a_row_stride, i0, j0, j1);
-          break;
+        case 4: DotRows<4>(d, g, a_rows, a_row_stride, i0, j0, j1); break;
+        case 3: DotRows<3>(d, g, a_rows, a_row_stride, i0, j0, j1); break;
+        case 2: DotRows<2>(d, g, a_rows, a_row_stride, i0, j0, j1); break;
+        default: DotRows<1>(d, g, a_rows, a_row_stride, i0, j0, j1); break;
       }
     }
   }
@@ -639,8 +632,9 @@ void GemmDot(const Gemm<T>& g) {
   const double column_flops = 2.0 * static_cast<double>(g.M) * static_cast<double>(g.K + 1);
   const int64_t grain = GrainFor(column_flops);
   // Capturing one reference keeps the closure inside std::function's small buffer: no allocation.
-  parallel_for(g.N, grain,
-               [&job](int64_t begin, int64_t end) { GemmDotRows(*job.g, job.a_rows, job.a_row_stride, begin, end); });
+  parallel_for(g.N, grain, [&job](int64_t begin, int64_t end) {
+    GemmDotRows(*job.g, job.a_rows, job.a_row_stride, begin, end);
+  });
 }
 
 // Whether this target multiplies bf16 pairs on this CPU.
