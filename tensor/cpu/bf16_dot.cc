@@ -86,10 +86,8 @@ LT_BF16_TARGET void interleave_to_pairs(const float* even, const float* odd, int
 
 #else
 
+// Elsewhere nothing calls the kernels above (tensor/cpu/gemm.cc uses them on x86 AVX-512 targets only).
 bool has_bf16_dot() { return false; }
-void row_to_pairs(const float*, int64_t, uint32_t*) {}
-void interleave_to_pairs(const float*, const float*, int64_t, uint32_t*) {}
-void accumulate_tile_bf16(int64_t, const uint32_t*, const uint32_t*, int64_t, float*) {}
 
 #endif
 
