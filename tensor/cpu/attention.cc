@@ -13,22 +13,26 @@
 // D_i = rowsum(dout_i * out_i):
 //   dv += P^T dout,   dP = dout v^T,   dS = P * (dP - D_i),   dq += scale dS k,   dk += scale dS^T q.
 // Determinism: one task per (batch, kv head) owns dk and dv of that kv head and dq of every query head
-// that reads it, and adds into them in a fixed order (key block, query head, query block). No element is
-// written by two tasks and there are no atomics, so the gradients are bit-identical run after run and do
-// not even depend on the thread count. The price is parallelism limited to B * Hkv tasks.
+// that reads it, and adds into them in a fixed order (dk, dv of a key block: query head, then query
+// block; dq of a query block: key block). No element is written by two tasks and there are no atomics,
+// so the gradients are bit-identical run after run and do not even depend on the thread count. The
+// price is parallelism limited to B * Hkv tasks. A task packs its kv head once for the whole sequence
+// and walks (query head, query block, key block), so each query block is gathered once.
 //
 // The block products are small GEMMs vectorised along the rows of their right operand (BlockGemm). Its
 // left operand is read through two strides, so a transposed P or dS costs nothing. The right operands
 // are gathered into contiguous blocks first (rows of one head in [B, T, H, D] sit H * D apart, which maps
 // them to few cache sets when H * D is a large power of two); k, which the score product needs as
-// [D, keys], is packed transposed: once per call in the forward, once per key block in the backward.
+// [D, keys], is packed transposed (in Lanes x Lanes register blocks), once per call in the forward and
+// once per task in the backward. On the diagonal blocks each product skips the half that the causal
+// mask makes zero (Causal).
 //
 // Document mask (packed sequences): with doc_start, query t of batch row b sees keys doc_start[b, t] .. t
-// only, so several documents packed into one row never attend to each other. A query block starts
-// from the key block holding its first row's document start (the starts never decrease along a row),
-// and in the backward a key block stops at the first query block whose rows all start after it. Within
-// a tile, each row's visible keys are a range [lo, hi): the lanes outside it are masked as the keys
-// past the diagonal are. Without doc_start every range starts at 0 and nothing else changes.
+// only, so several documents packed into one row never attend to each other. In the forward and the
+// backward, a query block starts from the key block holding its first row's document start (the starts
+// never decrease along a row). Within a tile, each row's visible keys are a range [lo, hi): the lanes
+// outside it are masked as the keys past the diagonal are. Without doc_start every range starts at 0
+// and nothing else changes.
 //
 // Numerics: scores, running max and sums are kept in the tensor's dtype (f32 in training), as
 // FlashAttention does; exp is Highway's vectorised Exp (about 1 ulp).
@@ -43,6 +47,7 @@
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "tensor/cpu/kernels.h"
+#include "tensor/cpu/transpose-inl.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
 
@@ -114,27 +119,59 @@ void GemmRows(int64_t N, int64_t K, T alpha, const T* a, int64_t a_row, int64_t 
     }
 }
 
+// BlockGemm works on groups of kGroupRows rows of c (then the 1-3 rows left).
+constexpr int64_t kGroupRows = 4;
+
+// On the diagonal (a query block and a key block that start at the same position) query row r sees keys
+// 0..r only, and the probabilities and score gradients past that are exact zeros: each product skips
+// what it would compute from them or into them, row group by row group. That is about half of a
+// diagonal block's work, and with short sequences diagonal blocks are a large part of all blocks (4 of
+// 10 at 256 positions).
+enum class Causal {
+  kNone,            // the whole product
+  kColumnsUpToRow,  // c [queries, keys] (S, dP): only the columns of keys up to the group's last row,
+                    // rounded up to whole vectors (ColumnsUpToRow); the rest of each row is not written
+  kDepthUpToRow,    // A [queries, keys] (P, dS) times b [keys, D]: only k up to the group's last row
+  kDepthFromRow,    // A = a transposed [keys, queries] (P^T, dS^T) times b [queries, D]: only k from the
+                    // group's first row on
+};
+
+// The columns kColumnsUpToRow computes in row r's group: every key r may see, rounded up to whole
+// vectors so the group's tiles stay vector-wide.
+inline int64_t ColumnsUpToRow(int64_t r, int64_t N, int64_t lanes) {
+  const int64_t group_end = r / kGroupRows * kGroupRows + kGroupRows;
+  return std::min(N, (group_end + lanes - 1) / lanes * lanes);
+}
+
 template <class T>
 void BlockGemm(int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t a_row, int64_t a_col, const T* b,
-               int64_t ldb, bool accumulate, T* c, int64_t ldc) {
-  int64_t m = 0;
-  for (; m + 4 <= M; m += 4)
-    GemmRows<4>(N, K, alpha, a + m * a_row, a_row, a_col, b, ldb, accumulate, c + m * ldc, ldc);
-  const T* a_m = a + m * a_row;
-  T* c_m = c + m * ldc;
-  switch (M - m) {
-    case 3: GemmRows<3>(N, K, alpha, a_m, a_row, a_col, b, ldb, accumulate, c_m, ldc); break;
-    case 2: GemmRows<2>(N, K, alpha, a_m, a_row, a_col, b, ldb, accumulate, c_m, ldc); break;
-    case 1: GemmRows<1>(N, K, alpha, a_m, a_row, a_col, b, ldb, accumulate, c_m, ldc); break;
-    default: break;
+               int64_t ldb, bool accumulate, T* c, int64_t ldc, Causal causal = Causal::kNone) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
+  for (int64_t m = 0; m < M; m += kGroupRows) {
+    int64_t n = N, k_begin = 0, k_end = K;
+    switch (causal) {
+      case Causal::kNone: break;
+      case Causal::kColumnsUpToRow: n = ColumnsUpToRow(m, N, lanes); break;
+      case Causal::kDepthUpToRow: k_end = std::min(K, m + kGroupRows); break;
+      case Causal::kDepthFromRow: k_begin = std::min(K, m); break;
+    }
+    const T* a_m = a + m * a_row + k_begin * a_col;
+    const T* b_k = b + k_begin * ldb;
+    const int64_t depth = k_end - k_begin;
+    T* c_m = c + m * ldc;
+    switch (std::min(kGroupRows, M - m)) {
+      case 4: GemmRows<4>(n, depth, alpha, a_m, a_row, a_col, b_k, ldb, accumulate, c_m, ldc); break;
+      case 3: GemmRows<3>(n, depth, alpha, a_m, a_row, a_col, b_k, ldb, accumulate, c_m, ldc); break;
+      case 2: GemmRows<2>(n, depth, alpha, a_m, a_row, a_col, b_k, ldb, accumulate, c_m, ldc); break;
+      default: GemmRows<1>(n, depth, alpha, a_m, a_row, a_col, b_k, ldb, accumulate, c_m, ldc); break;
+    }
   }
 }
 
-// dst[d * kBlock + c] = src[c * ld + d] for the `rows` rows of one head of k or v: [rows, D] -> [D, rows].
+// dst[i * kBlock + c] = src[c * ld + i] for the `rows` rows of one head of k or v: [rows, D] -> [D, rows].
 template <class T>
 void PackTransposed(const T* src, int64_t ld, int64_t rows, int64_t D, T* dst) {
-  for (int64_t c = 0; c < rows; ++c)
-    for (int64_t i = 0; i < D; ++i) dst[i * kBlock + c] = src[c * ld + i];
+  TransposeMatrix(src, ld, rows, D, dst, kBlock);
 }
 
 // dst[c * D + i] = src[c * ld + i]: `rows` rows of one head gathered into a contiguous block.
@@ -198,7 +235,10 @@ T RowMax(const T* row, int64_t lo, int64_t hi) {
   return hn::GetLane(hn::MaxOfLanes(d, vmax));
 }
 
-// row[c] = exp(row[c] - shift) for c in [lo, hi), 0 elsewhere in [0, keys); returns the sum.
+// row[c] = exp(row[c] - shift) for c in [lo, hi), 0 elsewhere in [0, keys); returns the sum. Vectors
+// wholly outside [lo, hi) (half of a diagonal block) are zeroed without evaluating exp, whose ~20
+// instructions per vector are as many as a tile's FMAs at small head dims; their scores may then be
+// unwritten (Causal::kColumnsUpToRow).
 template <class T>
 T ExpRow(T* row, int64_t lo, int64_t hi, int64_t keys, T shift) {
   const hn::ScalableTag<T> d;
@@ -206,6 +246,10 @@ T ExpRow(T* row, int64_t lo, int64_t hi, int64_t keys, T shift) {
   const auto vshift = hn::Set(d, shift);
   auto sum = hn::Zero(d);
   for (int64_t c = 0; c < keys; c += lanes) {
+    if (c >= hi || c + lanes <= lo) {
+      hn::StoreU(hn::Zero(d), d, row + c);
+      continue;
+    }
     const auto p =
         hn::IfThenElseZero(RangeLanes(d, lo, hi, c), hn::Exp(d, hn::Sub(hn::LoadU(d, row + c), vshift)));
     hn::StoreU(p, d, row + c);
@@ -214,15 +258,16 @@ T ExpRow(T* row, int64_t lo, int64_t hi, int64_t keys, T shift) {
   return hn::GetLane(hn::SumOfLanes(d, sum));
 }
 
-// dS = P * (dP - D_i) over the row, in place in dP (P is 0 past the visible keys, so dS is too).
+// dS = P * (dP - D_i) over the first `width` columns of the row, in place in dP (P is 0 past the visible
+// keys, so dS is too).
 template <class T>
-void ScoreGradRow(const T* p_row, T* dp_row, int64_t keys, T d_i) {
+void ScoreGradRow(const T* p_row, T* dp_row, int64_t width, T d_i) {
   const hn::ScalableTag<T> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const auto vd_i = hn::Set(d, d_i);
-  for (int64_t c = 0; c < keys; c += lanes) {
+  for (int64_t c = 0; c < width; c += lanes) {
     const auto ds = hn::Mul(hn::LoadU(d, p_row + c), hn::Sub(hn::LoadU(d, dp_row + c), vd_i));
-    hn::StoreU(hn::IfThenElseZero(FirstLanes(d, keys - c), ds), d, dp_row + c);
+    hn::StoreU(hn::IfThenElseZero(FirstLanes(d, width - c), ds), d, dp_row + c);
   }
 }
 
@@ -278,7 +323,9 @@ void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T*
       std::fill(row_sum, row_sum + rows, T(0));
       for (int64_t jb = s.first_key(b, i0) / kBlock; jb <= ib; ++jb) {
         const int64_t j0 = jb * kBlock, keys = std::min(kBlock, s.T - j0);
-        BlockGemm(rows, keys, D, scale, q_i, q_ld, 1, k_block_at(b, kv, jb), kBlock, false, scores, kBlock);
+        const bool diagonal = jb == ib;
+        BlockGemm(rows, keys, D, scale, q_i, q_ld, 1, k_block_at(b, kv, jb), kBlock, false, scores, kBlock,
+                  diagonal ? Causal::kColumnsUpToRow : Causal::kNone);
         for (int64_t r = 0; r < rows; ++r) {
           T* row = scores + r * kBlock;
           const int64_t lo = std::max<int64_t>(0, s.first_key(b, i0 + r) - j0), hi = VisibleKeys(ib, jb, r, keys);
@@ -293,7 +340,8 @@ void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T*
           row_max[r] = new_max;
           if (rescale != T(1)) ScaleRow(rescale, acc + r * D, acc + r * D, D);
         }
-        BlockGemm(rows, D, keys, T(1), scores, kBlock, 1, v_row_at(b, kv, j0), D, true, acc, D);
+        BlockGemm(rows, D, keys, T(1), scores, kBlock, 1, v_row_at(b, kv, j0), D, true, acc, D,
+                  diagonal ? Causal::kDepthUpToRow : Causal::kNone);
       }
       for (int64_t r = 0; r < rows; ++r) {
         ScaleRow(T(1) / row_sum[r], acc + r * D, out + s.q_row(b, i0 + r, h), D);
@@ -308,60 +356,80 @@ template <class T>
 void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T* v, const T* out, const T* lse,
                         const T* dout, T scale, T* dq, T* dk, T* dv) {
   const int64_t D = s.D, q_ld = s.Hq * D, kv_ld = s.Hkv * D, blocks = s.blocks(), group = s.group();
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
   parallel_for(s.B * s.Hkv, 1, [&](int64_t begin, int64_t end) {
-    // Operands are gathered into contiguous blocks, and dk, dv of a key block (which only the iterations
-    // of that block touch) are summed in a block buffer and stored once.
+    // The task's kv head is packed once for the whole sequence (k and v transposed block by block, k
+    // contiguous), and its dk and dv are summed in contiguous rows and stored once at the end; each
+    // query block is gathered once and its dq summed in a block buffer.
     thread_local std::vector<T> buffer;
-    T* probs = scratch(buffer, 2 * kBlock * kBlock + 7 * kBlock * D + group * s.T);
+    const int64_t T_padded = blocks * kBlock;
+    T* probs = scratch(buffer, 2 * kBlock * kBlock + 5 * T_padded * D + 3 * kBlock * D + kBlock);
     T* dprobs = probs + kBlock * kBlock;  // dP, then dS in place
-    T* k_t = dprobs + kBlock * kBlock;    // [D, kBlock]: the key block transposed
-    T* v_t = k_t + kBlock * D;            // [D, kBlock]
-    T* k_j = v_t + kBlock * D;            // [kBlock, D]: the key block
-    T* dk_j = k_j + kBlock * D;           // [kBlock, D]
-    T* dv_j = dk_j + kBlock * D;          // [kBlock, D]
-    T* q_i = dv_j + kBlock * D;           // [kBlock, D]: the query block
+    T* k_t = dprobs + kBlock * kBlock;    // [blocks, D, kBlock]: each key block transposed
+    T* v_t = k_t + T_padded * D;          // [blocks, D, kBlock]
+    T* k_rows = v_t + T_padded * D;       // [T, D]
+    T* dk_rows = k_rows + T_padded * D;   // [T, D]
+    T* dv_rows = dk_rows + T_padded * D;  // [T, D]
+    T* q_i = dv_rows + T_padded * D;      // [kBlock, D]: the query block
     T* dout_i = q_i + kBlock * D;         // [kBlock, D]
-    T* row_dot = dout_i + kBlock * D;     // D_i = rowsum(dout * out), [group, T]
+    T* dq_i = dout_i + kBlock * D;        // [kBlock, D]
+    T* row_dot = dq_i + kBlock * D;       // D_i = rowsum(dout * out) of the query block's rows
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / s.Hkv, kv = task % s.Hkv;
-      const int64_t h_first = kv * group;
-      for (int64_t t = 0; t < s.T; ++t)
-        for (int64_t g = 0; g < group; ++g) {
-          const int64_t at = s.q_row(b, t, h_first + g);
-          std::fill_n(dq + at, D, T(0));
-          row_dot[g * s.T + t] = Dot(dout + at, out + at, D);
-        }
       for (int64_t jb = 0; jb < blocks; ++jb) {
         const int64_t j0 = jb * kBlock, keys = std::min(kBlock, s.T - j0);
-        PackTransposed(k + s.kv_row(b, j0, kv), kv_ld, keys, D, k_t);
-        PackTransposed(v + s.kv_row(b, j0, kv), kv_ld, keys, D, v_t);
-        CopyRows(k + s.kv_row(b, j0, kv), kv_ld, keys, D, k_j);
-        std::fill_n(dk_j, keys * D, T(0));
-        std::fill_n(dv_j, keys * D, T(0));
-        for (int64_t g = 0; g < group; ++g) {
-          const int64_t h = h_first + g;
-          for (int64_t ib = jb; ib < blocks; ++ib) {
-            const int64_t i0 = ib * kBlock, rows = std::min(kBlock, s.T - i0);
-            // Every row from here on starts its document after this key block: nothing left to add.
-            if (s.first_key(b, i0) >= j0 + keys) break;
-            CopyRows(q + s.q_row(b, i0, h), q_ld, rows, D, q_i);
-            CopyRows(dout + s.q_row(b, i0, h), q_ld, rows, D, dout_i);
-            BlockGemm(rows, keys, D, scale, q_i, D, 1, k_t, kBlock, false, probs, kBlock);  // S = scale q k^T
+        PackTransposed(k + s.kv_row(b, j0, kv), kv_ld, keys, D, k_t + jb * D * kBlock);
+        PackTransposed(v + s.kv_row(b, j0, kv), kv_ld, keys, D, v_t + jb * D * kBlock);
+      }
+      CopyRows(k + s.kv_row(b, 0, kv), kv_ld, s.T, D, k_rows);
+      std::fill_n(dk_rows, s.T * D, T(0));
+      std::fill_n(dv_rows, s.T * D, T(0));
+      // Each sum meets its terms in a fixed order (dk, dv of a key block: query head, then query block;
+      // dq of a query block: key block), whatever the thread count.
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t h = kv * group + g;
+        for (int64_t ib = 0; ib < blocks; ++ib) {
+          const int64_t i0 = ib * kBlock, rows = std::min(kBlock, s.T - i0);
+          CopyRows(q + s.q_row(b, i0, h), q_ld, rows, D, q_i);
+          CopyRows(dout + s.q_row(b, i0, h), q_ld, rows, D, dout_i);
+          for (int64_t r = 0; r < rows; ++r) row_dot[r] = Dot(dout_i + r * D, out + s.q_row(b, i0 + r, h), D);
+          std::fill_n(dq_i, rows * D, T(0));
+          // Key blocks before the one holding the block's first document start add nothing (the starts
+          // never decrease along a row, so no row of the block sees them).
+          for (int64_t jb = s.first_key(b, i0) / kBlock; jb <= ib; ++jb) {
+            const int64_t j0 = jb * kBlock, keys = std::min(kBlock, s.T - j0);
+            const T* k_t_j = k_t + jb * D * kBlock;
+            const T* v_t_j = v_t + jb * D * kBlock;
+            T* dk_j = dk_rows + j0 * D;
+            T* dv_j = dv_rows + j0 * D;
+            const bool diagonal = jb == ib;
+            const Causal columns = diagonal ? Causal::kColumnsUpToRow : Causal::kNone;
+            // S = scale q k^T, then P in place
+            BlockGemm(rows, keys, D, scale, q_i, D, 1, k_t_j, kBlock, false, probs, kBlock, columns);
             for (int64_t r = 0; r < rows; ++r)
-              ExpRow(probs + r * kBlock, std::max<int64_t>(0, s.first_key(b, i0 + r) - j0), VisibleKeys(ib, jb, r, keys),
-                     keys, lse[s.lse_at(b, h, i0 + r)]);
-            BlockGemm(keys, D, rows, T(1), probs, 1, kBlock, dout_i, D, true, dv_j, D);           // dv += P^T dout
-            BlockGemm(rows, keys, D, T(1), dout_i, D, 1, v_t, kBlock, false, dprobs, kBlock);  // dP = dout v^T
+              ExpRow(probs + r * kBlock, std::max<int64_t>(0, s.first_key(b, i0 + r) - j0),
+                     VisibleKeys(ib, jb, r, keys), keys, lse[s.lse_at(b, h, i0 + r)]);
+            // dv += P^T dout
+            BlockGemm(keys, D, rows, T(1), probs, 1, kBlock, dout_i, D, true, dv_j, D,
+                      diagonal ? Causal::kDepthFromRow : Causal::kNone);
+            // dP = dout v^T, then dS in place
+            BlockGemm(rows, keys, D, T(1), dout_i, D, 1, v_t_j, kBlock, false, dprobs, kBlock, columns);
             for (int64_t r = 0; r < rows; ++r)
-              ScoreGradRow(probs + r * kBlock, dprobs + r * kBlock, keys, row_dot[g * s.T + i0 + r]);
-            BlockGemm(rows, D, keys, scale, dprobs, kBlock, 1, k_j, D, true, dq + s.q_row(b, i0, h), q_ld);  // dq
-            BlockGemm(keys, D, rows, scale, dprobs, 1, kBlock, q_i, D, true, dk_j, D);  // dk += scale dS^T q
+              ScoreGradRow(probs + r * kBlock, dprobs + r * kBlock, diagonal ? ColumnsUpToRow(r, keys, lanes) : keys,
+                           row_dot[r]);
+            // dq += scale dS k
+            BlockGemm(rows, D, keys, scale, dprobs, kBlock, 1, k_rows + j0 * D, D, true, dq_i, D,
+                      diagonal ? Causal::kDepthUpToRow : Causal::kNone);
+            // dk += scale dS^T q
+            BlockGemm(keys, D, rows, scale, dprobs, 1, kBlock, q_i, D, true, dk_j, D,
+                      diagonal ? Causal::kDepthFromRow : Causal::kNone);
           }
+          for (int64_t r = 0; r < rows; ++r) std::copy_n(dq_i + r * D, D, dq + s.q_row(b, i0 + r, h));
         }
-        for (int64_t c = 0; c < keys; ++c) {
-          std::copy_n(dk_j + c * D, D, dk + s.kv_row(b, j0 + c, kv));
-          std::copy_n(dv_j + c * D, D, dv + s.kv_row(b, j0 + c, kv));
-        }
+      }
+      for (int64_t t = 0; t < s.T; ++t) {
+        std::copy_n(dk_rows + t * D, D, dk + s.kv_row(b, t, kv));
+        std::copy_n(dv_rows + t * D, D, dv + s.kv_row(b, t, kv));
       }
     }
   });

@@ -47,6 +47,7 @@
 #include "hwy/highway.h"
 #include "tensor/cpu/bf16_dot.h"
 #include "tensor/cpu/kernels.h"
+#include "tensor/cpu/transpose-inl.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
 
@@ -204,34 +205,6 @@ void PackA([[maybe_unused]] D d, const Gemm<T>& g, int64_t i0, int64_t rows, int
       for (int64_t r = 0; r < kTileRows; ++r) panel[k * kTileRows + r] = r < valid ? src[r * g.lda + k] : T(0);
   }
 }
-
-#if HWY_TARGET != HWY_SCALAR
-// dst[t * dst_stride + i] = src[i * src_stride + t] for i, t < Lanes(d): a square transpose in
-// registers by log2(Lanes) rounds of unzipping pairs of rows (ConcatEven / ConcatOdd), one shuffle per
-// row and round: ~0.25 shuffles per element for 16 lanes, against a load and a store per element for
-// a scalar transpose.
-template <class D, class T = hn::TFromD<D>>
-HWY_INLINE void TransposeBlock(D d, const T* HWY_RESTRICT src, int64_t src_stride, T* HWY_RESTRICT dst,
-                               int64_t dst_stride) {
-  // Fully unrolled (16 = f32 lanes of AVX-512) so that the rows stay in registers.
-  constexpr size_t kMaxLanes = hn::MaxLanes(D());
-  const size_t lanes = hn::Lanes(d), half = lanes / 2;
-  hn::Vec<D> rows[kMaxLanes], unzipped[kMaxLanes];
-  HWY_UNROLL(16)
-  for (size_t i = 0; i < lanes; ++i) rows[i] = hn::LoadU(d, src + static_cast<int64_t>(i) * src_stride);
-  for (size_t width = 1; width < lanes; width *= 2) {
-    HWY_UNROLL(16)
-    for (size_t i = 0; i < half; ++i) {
-      unzipped[i] = hn::ConcatEven(d, rows[2 * i + 1], rows[2 * i]);
-      unzipped[i + half] = hn::ConcatOdd(d, rows[2 * i + 1], rows[2 * i]);
-    }
-    HWY_UNROLL(16)
-    for (size_t i = 0; i < lanes; ++i) rows[i] = unzipped[i];
-  }
-  HWY_UNROLL(16)
-  for (size_t t = 0; t < lanes; ++t) hn::StoreU(rows[t], d, dst + static_cast<int64_t>(t) * dst_stride);
-}
-#endif
 
 // Packs op(b)[p0 : p0 + depth, j0 : j0 + cols] into NR-column panels [k][NR], zero-padding the last.
 template <class D, class T = hn::TFromD<D>>
