@@ -55,6 +55,10 @@ std::vector<Shape3> bench_shapes() {
       {"x W^T      [1024x256]  W [4096x256]", 1024, 4096, 256, false, true},
       {"dx = g W   [1024x4096] W [4096x256]", 1024, 256, 4096, false, false},
       {"x W^T      [2048x512]  W [1536x512]", 2048, 1536, 512, false, true},
+      // The NormHead loss's chunk of 256 rows (nn/normhead.cpp) against moe-s's head.
+      {"head chunk x W^T    [256x256]  W [4096x256]", 256, 4096, 256, false, true},
+      {"head chunk dh = g W [256x4096] W [4096x256]", 256, 256, 4096, false, false},
+      {"head chunk dW = g^T x [256x4096] x [256x256]", 4096, 256, 256, true, false},
       {"decode x W^T [1x256]  W [4096x256]", 1, 4096, 256, false, true},
       {"expert x W^T  M=1", 1, 128, 256, false, true},
       {"expert x W^T  M=16", 16, 128, 256, false, true},

@@ -4,7 +4,9 @@
 // A GotoBLAS/BLIS-style GEMM. C is computed in register tiles of kTileRows rows x kTileVectors vectors
 // (MR x NR elements) by one micro-kernel: per k it loads NR values of op(b) as vectors, broadcasts MR
 // values of op(a) and issues MR x kTileVectors FMAs. Both operands are first repacked into the order
-// the micro-kernel reads them, which also absorbs the transposes:
+// the micro-kernel reads them, which also absorbs the transposes (except where a thread's share of C is
+// narrow: a packed panel would then be read too few times to pay for its copy, and op(a), and b [K, N]
+// for a few hundred rows, are read where they lie):
 //   op(a) -> MR-row panels [k][MR]. From a [K, M] (transposed) the MR values of one k are contiguous;
 //     from a [M, K] a panel is a transpose of MR rows, done with vector shuffles for f32.
 //   op(b) -> NR-column panels [k][NR]. From b [K, N] a copy of row pieces; from b [N, K] (transposed)
@@ -92,10 +94,17 @@ int64_t GrainFor(double unit_flops) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(kMinFlopsPerChunk / unit_flops)));
 }
 
-// Up to this many rows of C, b [K, N] is read in place: each of its elements then meets at most two A
-// micro-panels, too few to pay for copying it. (A transposed b with few rows of C takes the dot-product
-// path below.)
-constexpr int64_t kMaxRowsUnpackedB = 2 * kTileRows;
+// Operands read in place by the f32 panel path instead of packed. Up to kFewRows rows of C, b [K, N]:
+// each of its elements meets at most two A micro-panels. (A transposed b with few rows of C takes the
+// dot-product path below.) And in a thread's share of at most kNarrowColumns columns of C: op(a), whose
+// micro-panels then meet at most 4 B micro-panels each (AVX-512), and b [K, N] up to kMaxRowsUnpackedB
+// rows, its block then a quarter of the L2 at most and met by at most ~85 A micro-panels. Packing
+// cost 5-17% of such GEMMs, measured on Zen 4 (gemm_bench, 2 threads): the weight gradients, the
+// experts' segments, the NormHead loss's 256-row chunks. Wider shares reuse each packed panel often
+// enough for its contiguity to pay (1-13% faster packed at 512-4096 columns).
+constexpr int64_t kFewRows = 2 * kTileRows;
+constexpr int64_t kNarrowColumns = 256;
+constexpr int64_t kMaxRowsUnpackedB = 512;
 
 // Up to this many rows of C against a transposed b [N, K] (x W^T for a handful of tokens: decoding, a
 // small expert segment), C is computed as dot products of rows, which are contiguous in k in both
@@ -339,17 +348,20 @@ void PackPairsB(DF df, const Gemm<float>& g, int64_t p0, int64_t depth, int64_t 
 }
 #endif  // LT_GEMM_BF16
 
-// tile [MR][NR] = the product of an A micro-panel [depth][MR] and a B micro-panel of depth rows of NR
-// values b_stride apart (NR when packed, ldb when read in place), in k order. The accumulators stay in
-// registers for the whole k loop (every loop over rows and vectors is unrolled, so every array index is
-// a constant). Not inlined on purpose: with the write-back's alpha and beta (scalars that live in vector
-// registers) in the same function, the compiler runs out of registers and spills the B vectors inside
-// the loop; the call costs a few cycles per tile.
+// tile [MR][NR] = the product of an A micro-panel and a B micro-panel of depth k's, in k order. A's value
+// (r, k) is at a_panel[r * a_row + k * a_col] (packed: 1 and MR; read in place: 1 and lda when a is
+// transposed, lda and 1 when not); B's NR values of k start at b_panel + k * b_stride (NR when packed,
+// ldb when read in place). The accumulators stay in registers for the whole k loop (every loop over rows
+// and vectors is unrolled, so every array index is a constant). Not inlined on purpose: with the
+// write-back's alpha and beta (scalars that live in vector registers) in the same function, the compiler
+// runs out of registers and spills the B vectors inside the loop; the call costs a few cycles per tile.
 template <class D, class T = hn::TFromD<D>>
-HWY_NOINLINE void AccumulateTile(D d, int64_t depth, const T* HWY_RESTRICT a_panel, const T* HWY_RESTRICT b_panel,
-                                 int64_t b_stride, T* HWY_RESTRICT tile) {
+HWY_NOINLINE void AccumulateTile(D d, int64_t depth, const T* HWY_RESTRICT a_panel, int64_t a_row, int64_t a_col,
+                                 const T* HWY_RESTRICT b_panel, int64_t b_stride, T* HWY_RESTRICT tile) {
   using V = hn::Vec<D>;
   const size_t lanes = hn::Lanes(d);
+  int64_t row_offset[kTileRows];
+  for (int r = 0; r < kTileRows; ++r) row_offset[r] = r * a_row;
   V acc[kTileRows][kTileVectors];
   HWY_UNROLL(kTileRows)
   for (int r = 0; r < kTileRows; ++r) {
@@ -364,11 +376,11 @@ HWY_NOINLINE void AccumulateTile(D d, int64_t depth, const T* HWY_RESTRICT a_pan
     for (int v = 0; v < kTileVectors; ++v) b[v] = hn::LoadU(d, b_panel + v * lanes);
     HWY_UNROLL(kTileRows)
     for (int r = 0; r < kTileRows; ++r) {
-      const V ar = hn::Set(d, a_panel[r]);
+      const V ar = hn::Set(d, a_panel[row_offset[r]]);
       HWY_UNROLL(kTileVectors)
       for (int v = 0; v < kTileVectors; ++v) acc[r][v] = hn::MulAdd(ar, b[v], acc[r][v]);
     }
-    a_panel += kTileRows;
+    a_panel += a_col;
     b_panel += b_stride;
   }
   HWY_UNROLL(kTileRows)
@@ -395,11 +407,12 @@ HWY_INLINE void WriteRows(D d, const T* HWY_RESTRICT tile, int rows, T* c, int64
 
 // One MR x NR tile of C over one KC block, written back with alpha and beta. rows/cols < MR/NR at the
 // edges of C: those tiles go through a scratch tile so that their arithmetic is exactly that of a full
-// tile. accumulate(depth, a_panel, b_panel, b_stride, tile) is the micro-kernel: AccumulateTile on T,
-// or accumulate_tile_bf16 on pairs (P, the packed element, is T or uint32_t).
+// tile. accumulate(depth, a_panel, a_row, a_col, b_panel, b_stride, tile) is the micro-kernel:
+// AccumulateTile on T, or accumulate_tile_bf16 on pairs (P, the packed element, is T or uint32_t).
 template <class D, class P, class Accumulate, class T = hn::TFromD<D>>
-HWY_INLINE void MicroKernel(D d, int64_t depth, const P* a_panel, const P* b_panel, int64_t b_stride, T* c, int64_t ldc,
-                            int rows, int cols, T alpha, T beta, Accumulate accumulate) {
+HWY_INLINE void MicroKernel(D d, int64_t depth, const P* a_panel, int64_t a_row, int64_t a_col, const P* b_panel,
+                            int64_t b_stride, T* c, int64_t ldc, int rows, int cols, T alpha, T beta,
+                            Accumulate accumulate) {
   constexpr size_t kMaxTile = kTileRows * kTileVectors * HWY_MAX_BYTES / sizeof(T);
   HWY_ALIGN T tile[kMaxTile];
   const size_t tile_cols = kTileVectors * hn::Lanes(d);
@@ -407,7 +420,7 @@ HWY_INLINE void MicroKernel(D d, int64_t depth, const P* a_panel, const P* b_pan
   // behind the ~KC x 12 cycles of FMAs.
   for (int r = 0; r < rows; ++r)
     for (int col = 0; col < cols; col += static_cast<int>(64 / sizeof(T))) hwy::Prefetch(c + r * ldc + col);
-  accumulate(depth, a_panel, b_panel, b_stride, tile);
+  accumulate(depth, a_panel, a_row, a_col, b_panel, b_stride, tile);
   if (cols == static_cast<int>(tile_cols)) {
     WriteRows(d, tile, rows, c, ldc, alpha, beta);
     return;
@@ -420,32 +433,35 @@ HWY_INLINE void MicroKernel(D d, int64_t depth, const P* a_panel, const P* b_pan
   for (int r = 0; r < rows; ++r) std::memcpy(c + r * ldc, edge + r * tile_cols, row_bytes);
 }
 
-// Where the micro-kernel finds B's panels for one block: panel p < at_base starts at base + p *
-// panel_stride, its rows k_stride apart; the panel after them (the partial last one when B is read in
-// place) is packed at tail.
+// Where the micro-kernel finds one operand's micro-panels in a block: panel p < at_base starts at base +
+// p * panel_stride, its k's k_stride apart and (A only; B's NR values of a k are contiguous) its rows
+// row_stride apart: packed panels, or the operand read where it lies. The panel after them, the partial
+// last one of an operand read in place, is packed at tail, its k's a whole tile row (tail_stride) apart.
 template <class P>
-struct BPanels {
+struct Panels {
   const P* base;
-  int64_t k_stride, panel_stride, at_base;
+  int64_t k_stride, row_stride, panel_stride, at_base;
   const P* tail;
+  int64_t tail_stride;
+  const P* panel(int64_t p) const { return p < at_base ? base + p * panel_stride : tail; }
+  int64_t k_step(int64_t p) const { return p < at_base ? k_stride : tail_stride; }
+  int64_t row_step(int64_t p) const { return p < at_base ? row_stride : 1; }
 };
 
-// C[i0 : i0 + rows, j0 : j0 + cols] over one KC block (depth rows of the packed panels), from the packed
-// A block and B's panels. The A micro-panel is the outer loop so that it stays in L1 while the B panels
-// stream from L2.
+// C[i0 : i0 + rows, j0 : j0 + cols] over one KC block (depth k rows of the panels), from A's and B's
+// panels. The A micro-panel is the outer loop so that it stays in L1 (packed) or near it while the B
+// panels stream from L2.
 template <class D, class P, class Accumulate, class T = hn::TFromD<D>>
 void MacroKernel(D d, const Gemm<T>& g, int64_t i0, int64_t rows, int64_t j0, int64_t cols, int64_t depth,
-                 const P* a_packed, const BPanels<P>& b, T beta, Accumulate accumulate) {
+                 const Panels<P>& a, const Panels<P>& b, T beta, Accumulate accumulate) {
   const int64_t tile_cols = kTileVectors * static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
-    const P* a_panel = a_packed + r0 * depth;
+  for (int64_t q = 0, r0 = 0; r0 < rows; ++q, r0 += kTileRows) {
     const int tile_rows = static_cast<int>(std::min<int64_t>(kTileRows, rows - r0));
     T* c_rows = g.c + (i0 + r0) * g.ldc + j0;
     for (int64_t p = 0, c0 = 0; c0 < cols; ++p, c0 += tile_cols) {
       const int tile_width = static_cast<int>(std::min(tile_cols, cols - c0));
-      const bool at_base = p < b.at_base;
-      MicroKernel(d, depth, a_panel, at_base ? b.base + p * b.panel_stride : b.tail, at_base ? b.k_stride : tile_cols,
-                  c_rows + c0, g.ldc, tile_rows, tile_width, g.alpha, beta, accumulate);
+      MicroKernel(d, depth, a.panel(q), a.row_step(q), a.k_step(q), b.panel(p), b.k_step(p), c_rows + c0, g.ldc,
+                  tile_rows, tile_width, g.alpha, beta, accumulate);
     }
   }
 }
@@ -467,16 +483,24 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   const int64_t unit_step = depth_step / k_per_unit;
   const int64_t column_block = std::max(tile_cols, kColumnBlockBytes / int64_t(sizeof(P)) / tile_cols * tile_cols);
   const int64_t row_block = kRowBlock / kTileRows * kTileRows;
-  const bool b_in_place = !kPairs && !g.trans_b && g.M <= kMaxRowsUnpackedB;
+  const bool narrow = n1 - n0 <= kNarrowColumns;
+  const bool b_in_place =
+      !kPairs && !g.trans_b && (g.M <= kFewRows || (narrow && m1 - m0 <= kMaxRowsUnpackedB));
+  // A read in place: the micro-kernel broadcasts its values from where they lie, and only a partial last
+  // panel is packed. A transposed a [K, M] holds a micro-panel's MR values of one k side by side, lda
+  // apart per k; a [M, K] holds MR rows of contiguous k's.
+  const bool a_in_place = !kPairs && narrow;
 
   P* a_packed = PackBuffer<P, 0>(CeilDiv(std::min(row_block, m1 - m0), kTileRows) * kTileRows * unit_step);
   P* b_packed =
       PackBuffer<P, 1>((b_in_place ? 1 : CeilDiv(std::min(column_block, n1 - n0), tile_cols)) * tile_cols * unit_step);
-  const auto accumulate = [d](int64_t depth, const P* a_panel, const P* b_panel, int64_t b_stride, T* tile) {
+  // Pairs are always packed, so their A panels are always kTileRows units per k.
+  const auto accumulate = [d](int64_t depth, const P* a_panel, [[maybe_unused]] int64_t a_row,
+                              [[maybe_unused]] int64_t a_col, const P* b_panel, int64_t b_stride, T* tile) {
 #if LT_GEMM_BF16
     if constexpr (kPairs) return accumulate_tile_bf16(depth, a_panel, b_panel, b_stride, tile);
 #endif
-    if constexpr (!kPairs) AccumulateTile(d, depth, a_panel, b_panel, b_stride, tile);
+    if constexpr (!kPairs) AccumulateTile(d, depth, a_panel, a_row, a_col, b_panel, b_stride, tile);
   };
 
   for (int64_t p0 = 0, block = 0; block < depth_blocks; ++block, p0 += depth_step) {
@@ -484,27 +508,35 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
     const T beta = block == 0 ? g.beta : T(1);
     for (int64_t i0 = m0; i0 < m1; i0 += row_block) {
       const int64_t rows = std::min(row_block, m1 - i0);
+      Panels<P> a_panels{a_packed, kTileRows, 1, kTileRows * units, CeilDiv(rows, kTileRows), a_packed, kTileRows};
+      if constexpr (kPairs) {
 #if LT_GEMM_BF16
-      if constexpr (kPairs) PackPairsA(d, g, i0, rows, p0, depth, a_packed);
+        PackPairsA(d, g, i0, rows, p0, depth, a_packed);
 #endif
-      if constexpr (!kPairs) PackA(d, g, i0, rows, p0, depth, a_packed);
+      } else if (a_in_place) {
+        const int64_t full_panels = rows / kTileRows;
+        if (rows % kTileRows) PackA(d, g, i0 + full_panels * kTileRows, rows % kTileRows, p0, depth, a_packed);
+        a_panels = g.trans_a ? Panels<P>{g.a + p0 * g.lda + i0, g.lda, 1, kTileRows, full_panels, a_packed, kTileRows}
+                             : Panels<P>{g.a + i0 * g.lda + p0, 1, g.lda, kTileRows * g.lda, full_panels, a_packed,
+                                         kTileRows};
+      } else {
+        PackA(d, g, i0, rows, p0, depth, a_packed);
+      }
       for (int64_t j0 = n0; j0 < n1; j0 += column_block) {
         const int64_t cols = std::min(column_block, n1 - j0);
-        BPanels<P> panels;
+        Panels<P> b_panels{b_packed, tile_cols, 1, units * tile_cols, CeilDiv(cols, tile_cols), b_packed, tile_cols};
         if constexpr (kPairs) {
 #if LT_GEMM_BF16
           PackPairsB(d, g, p0, depth, j0, cols, b_packed);
-          panels = {b_packed, tile_cols, units * tile_cols, CeilDiv(cols, tile_cols), b_packed};
 #endif
         } else if (b_in_place) {
           const int64_t full_panels = cols / tile_cols;
           if (cols % tile_cols) PackB(d, g, p0, depth, j0 + full_panels * tile_cols, cols % tile_cols, b_packed);
-          panels = {g.b + p0 * g.ldb + j0, g.ldb, tile_cols, full_panels, b_packed};
+          b_panels = {g.b + p0 * g.ldb + j0, g.ldb, 1, tile_cols, full_panels, b_packed, tile_cols};
         } else {
           PackB(d, g, p0, depth, j0, cols, b_packed);
-          panels = {b_packed, tile_cols, depth * tile_cols, CeilDiv(cols, tile_cols), b_packed};
         }
-        MacroKernel(d, g, i0, rows, j0, cols, units, a_packed, panels, beta, accumulate);
+        MacroKernel(d, g, i0, rows, j0, cols, units, a_panels, b_panels, beta, accumulate);
       }
     }
   }
@@ -638,8 +670,9 @@ void GemmPanels(const Gemm<T>& g) {
   const int64_t tile_cols = kTileVectors * static_cast<int64_t>(hn::Lanes(d));
   const int64_t row_panels = CeilDiv(g.M, kTileRows), col_panels = CeilDiv(g.N, tile_cols);
   const int64_t threads = num_threads();
-  // bf16 needs B packed: with B read in place (few rows of C) the product stays f32.
-  const bool pairs = g.bf16_inputs && g.M > kMaxRowsUnpackedB;
+  // bf16 from two row panels on: with fewer rows the product is bound by reading b, and converting b to
+  // bf16 pairs would cost more than the FMAs it saves.
+  const bool pairs = g.bf16_inputs && g.M > kFewRows;
   bool split_cols = g.N >= g.M;
   if (split_cols && col_panels < threads && row_panels > col_panels) split_cols = false;
   if (!split_cols && row_panels < threads && col_panels > row_panels) split_cols = true;

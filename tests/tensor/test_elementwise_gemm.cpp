@@ -146,13 +146,14 @@ void check_gemm_shape(int64_t M, int64_t N, int64_t K, DType dtype, double beta)
 // vector and tile widths differ): tile rows (6) and two tiles (the largest M of the dot-product path
 // against a transposed b, and of reading b in place), tile columns (2 or 4 vectors: 2 to 64 floats),
 // the Lanes x Lanes blocks of the packing transposes (4, 8, 16 k's), KC (256 floats, 128 doubles), NC
-// (1024 floats) and MC (2048 rows); and K = 0, where C = beta C.
+// (1024 floats) and MC (2048 rows); the narrow shares that read op(a) in place (256 columns) and b
+// [K, N] too (up to 512 rows), with partial last A panels; and K = 0, where C = beta C.
 TEST(GemmKernel, BlockingBoundariesMatchScalarLoops) {
   const std::vector<std::array<int64_t, 3>> shapes = {
       {5, 63, 7},    {6, 64, 8},     {7, 65, 9},     {11, 17, 33},  {12, 130, 40},  {13, 129, 31},
       {25, 31, 255}, {19, 33, 256},  {30, 66, 257},  {8, 20, 513},  {3, 1023, 17},  {14, 1025, 12},
       {9, 2049, 5},  {2047, 9, 10},  {2049, 70, 9},  {1, 200, 300}, {4, 5, 1},      {40, 1, 70},
-      {20, 70, 0},   {3, 9, 0},
+      {511, 256, 33}, {512, 257, 20}, {513, 250, 17}, {20, 70, 0},  {3, 9, 0},
   };
   for_each_cpu_target([&] {
     for (const auto& [M, N, K] : shapes) check_gemm_shape<float>(M, N, K, DType::F32, 0.5);
