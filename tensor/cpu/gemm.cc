@@ -488,8 +488,10 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
       !kPairs && !g.trans_b && (g.M <= kFewRows || (narrow && m1 - m0 <= kMaxRowsUnpackedB));
   // A read in place: the micro-kernel broadcasts its values from where they lie, and only a partial last
   // panel is packed. A transposed a [K, M] holds a micro-panel's MR values of one k side by side, lda
-  // apart per k; a [M, K] holds MR rows of contiguous k's.
-  const bool a_in_place = !kPairs && narrow;
+  // apart per k; a [M, K] holds MR rows of contiguous k's. A transposed a costs a cache line per k, which
+  // the AVX-512 tile's 24 FMAs per k hide but the 12 of the narrower tiles do not: on the AVX2 target
+  // (Zen 4 restricted to it) it ran the weight gradients' shapes at 0.76x, so there it is packed.
+  const bool a_in_place = !kPairs && narrow && (!g.trans_a || kTileVectors >= 4);
 
   P* a_packed = PackBuffer<P, 0>(CeilDiv(std::min(row_block, m1 - m0), kTileRows) * kTileRows * unit_step);
   P* b_packed =
