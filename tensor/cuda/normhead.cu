@@ -8,6 +8,7 @@
 #ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
 #include "tensor/cuda/cuda_runtime.h"
 #endif
+#include "tensor/cuda/device_math.h"
 #include "tensor/cuda/grid.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/dtype_switch.h"
@@ -19,8 +20,10 @@ template <class T>
 __global__ void column_inv_norm_kernel(const T* w_VH, T* inv_norm_H, int64_t V, int64_t H, double eps) {
   for (int64_t j = first_index(); j < H; j += grid_stride()) {
     double squares = 0;
-    for (int64_t v = 0; v < V; ++v)
-      squares += static_cast<double>(w_VH[v * H + j]) * static_cast<double>(w_VH[v * H + j]);
+    for (int64_t v = 0; v < V; ++v) {
+      const double w = static_cast<double>(w_VH[v * H + j]);
+      squares = multiply_then_add(w, w, squares);
+    }
     inv_norm_H[j] = static_cast<T>(1.0 / (sqrt(squares) + eps));
   }
 }

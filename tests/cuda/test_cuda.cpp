@@ -653,9 +653,13 @@ std::vector<OpCase> cuda_cases() {
       cases.push_back(index_case(dtype, id_dtype));
     }
     cases.push_back(slice_case(dtype));
-    cases.push_back(rope_case(dtype, f32 ? 1e-6 : 1e-14));
+    // The device's cos, sin and pow (f64: within 2 ulp, glibc's within 1) make the f64 tables differ in
+    // the last bits: at angles up to 128 radians an ulp of the angle is 1.4e-14 (2e-13 measured on an H200).
+    cases.push_back(rope_case(dtype, f32 ? 1e-6 : 1e-12));
     cases.push_back(attention_case(dtype, f32 ? 2e-5 : 1e-12));
-    cases.push_back(moe_case(dtype, f32 ? 1e-5 : 1e-12));
+    // The experts' weight gradient sums ~130 products of size ~5 (partial sums up to ~60) into results as
+    // small as 0.01, in cuBLAS's order on a GPU: f32 differences of 1-2e-5 (measured on an H200).
+    cases.push_back(moe_case(dtype, f32 ? 1e-4 : 1e-12));
     cases.push_back(decode_and_dpo_case(dtype, f32 ? 1e-6 : 1e-13));
     for (const GemmShape& shape : std::vector<GemmShape>{
              {"plain", 0, 13, 17, 19, false},
