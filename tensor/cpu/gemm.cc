@@ -493,7 +493,9 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   // (Zen 4 restricted to it) it ran the weight gradients' shapes at 0.76x, so there it is packed.
   const bool a_in_place = !kPairs && narrow && (!g.trans_a || kTileVectors >= 4);
 
-  P* a_packed = PackBuffer<P, 0>(CeilDiv(std::min(row_block, m1 - m0), kTileRows) * kTileRows * unit_step);
+  // An operand read in place packs only its partial last panel.
+  P* a_packed =
+      PackBuffer<P, 0>((a_in_place ? 1 : CeilDiv(std::min(row_block, m1 - m0), kTileRows)) * kTileRows * unit_step);
   P* b_packed =
       PackBuffer<P, 1>((b_in_place ? 1 : CeilDiv(std::min(column_block, n1 - n0), tile_cols)) * tile_cols * unit_step);
   // Pairs are always packed, so their A panels are always kTileRows units per k.
