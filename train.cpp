@@ -898,7 +898,10 @@ void usage(FILE* out) {
                "        [--dtype bf16 (with --config: on a GPU, or a CPU with AVX512_BF16)]\n"
                "                                 training-step speed of one config, last line JSON; without\n"
                "                                 --config: FMA peak, GEMM and each config in its own process\n"
-               "                                 (--part kernels|steps for one half)\n");
+               "                                 (--part kernels|steps for one half)\n"
+               "environment:\n"
+               "  LINGTRAIN_CPU_TARGET=AVX2      cap the CPU kernels at an older Highway target (AVX3, AVX2,\n"
+               "                                 SSE4, ...): an older CPU's code path on this one\n");
 }
 
 }  // namespace
@@ -926,6 +929,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    lt::cap_cpu_target_from_environment();
     return command->second(std::vector<std::string>(argv + 2, argv + argc));
   } catch (const std::exception& e) {
     // In a multi-process run the line names the rank, and every other rank is ended with it.

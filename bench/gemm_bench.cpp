@@ -139,6 +139,12 @@ Options parse(int argc, char** argv) {
 
 int run(int argc, char** argv) {
   const Options options = parse(argc, argv);
+  try {
+    cap_cpu_target_from_environment();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gemm_bench: %s\n", e.what());
+    return 2;
+  }
   const std::vector<Shape3> shapes = bench_shapes();
   if (options.bf16 && !kernels::cpu_has_bf16_matmul()) {
     std::fprintf(stderr, "gemm_bench: --dtype bf16 needs a CPU with AVX512_BF16\n");

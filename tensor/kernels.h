@@ -251,4 +251,9 @@ void accumulate_f64(const Tensor& x, Tensor& sum);
 namespace lt {
 // The Highway target the CPU kernels dispatch to on this machine ("AVX3_DL", "AVX2", ...).
 const char* cpu_kernel_target();
+// Caps the CPU kernels at the Highway target named by the environment variable LINGTRAIN_CPU_TARGET
+// (any case), if it is set: from then on they dispatch to the newest target no newer than it. For
+// measuring and testing an older CPU's code path (AVX2, as on Zen 3) on a newer one. Called at start-up,
+// before any kernel runs; throws on a name this build has no target for and on one this CPU cannot run.
+void cap_cpu_target_from_environment();
 }  // namespace lt

@@ -116,6 +116,9 @@ expect_error "params unknown model" "unknown model 'nosuch'" "$bin" params --mod
 expect_error "bench unknown config" "nosuch" "$bin" bench --config nosuch --steps 1
 expect_error "gradcheck unknown op" "nosuch" "$bin" gradcheck --op nosuch
 expect_error "unknown command" "unknown command 'frobnicate'" "$bin" frobnicate
+expect_error "unknown CPU target" "LINGTRAIN_CPU_TARGET=AVX9 is not a CPU target of this build (" \
+  env LINGTRAIN_CPU_TARGET=AVX9 "$bin" pretrain "${run[@]}" --out x25
+[ ! -e x25 ] || fail "a run with an unknown CPU target wrote its output folder"
 printf '{"stages": [{"steps": 2, "bogus": 1}]}' >recipe.json
 expect_error "recipe with an unknown key" "recipe.json: stage 0: unknown key 'bogus'" "$bin" pretrain --recipe recipe.json --out x19 --threads 1
 
