@@ -185,18 +185,24 @@ void PackA([[maybe_unused]] D d, const Gemm<T>& g, int64_t i0, int64_t rows, int
            T* HWY_RESTRICT dst) {
   const int64_t panels = CeilDiv(rows, kTileRows), full_panels = rows / kTileRows;
   if (g.trans_a) {
-    // a is [K, M]: row k of a holds the MR values at k of every panel. k outermost reads a row by row,
-    // sequentially, rather than MR values per row across rows (one cache miss each). The copy of a
-    // full panel has a constant length, so it compiles to two moves, not a call.
-    for (int64_t k = 0; k < depth; ++k) {
-      const T* src = g.a + (p0 + k) * g.lda + i0;
+    // a is [K, M]: row k of a holds the MR values at k of every panel. Rows are read a few at a time,
+    // sequentially, rather than MR values per row across rows (one cache miss each), and each panel
+    // receives kPackRowsA k's at once: 8 x 6 floats, three whole cache lines, where a row at a time
+    // wrote 24 bytes into each of M / 6 panels in turn. The copy of a full panel's k has a constant
+    // length, so it compiles to two moves, not a call.
+    constexpr int64_t kPackRowsA = 8;
+    for (int64_t k0 = 0; k0 < depth; k0 += kPackRowsA) {
+      const int64_t k1 = std::min(depth, k0 + kPackRowsA);
       for (int64_t p = 0; p < full_panels; ++p)
-        std::memcpy(dst + (p * depth + k) * kTileRows, src + p * kTileRows, kTileRows * sizeof(T));
-      if (full_panels < panels) {
-        T* out = dst + (full_panels * depth + k) * kTileRows;
-        for (int64_t r = 0; r < kTileRows; ++r)
-          out[r] = full_panels * kTileRows + r < rows ? src[full_panels * kTileRows + r] : T(0);
-      }
+        for (int64_t k = k0; k < k1; ++k)
+          std::memcpy(dst + (p * depth + k) * kTileRows, g.a + (p0 + k) * g.lda + i0 + p * kTileRows,
+                      kTileRows * sizeof(T));
+      if (full_panels < panels)
+        for (int64_t k = k0; k < k1; ++k) {
+          const T* src = g.a + (p0 + k) * g.lda + i0 + full_panels * kTileRows;
+          T* out = dst + (full_panels * depth + k) * kTileRows;
+          for (int64_t r = 0; r < kTileRows; ++r) out[r] = full_panels * kTileRows + r < rows ? src[r] : T(0);
+        }
     }
     return;
   }
