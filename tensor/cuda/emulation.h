@@ -7,7 +7,10 @@
 // this cannot show: speed, the memory model of real hardware, and cuBLAS (not emulated).
 //
 // The model of execution, as CUDA defines it for correct programs:
-//   - blocks run one after another; a block's threads are real threads that run concurrently;
+//   - blocks run one after another; a block's threads are fibers (ucontext) on the calling thread, each
+//     running until it waits at a barrier or ends, in turns whose order alternates (first to last, then
+//     last to first): a missing __syncthreads lets some thread read before another has written (or
+//     write before another has read) in one order or the other, every run alike;
 //   - a kernel that throws (an LT_CHECK inside device code) ends the test: nothing is caught;
 //   - __shared__ variables are static locals: one instance, shared by the threads of the running block;
 //   - __syncthreads() is a barrier across the block's threads;
@@ -18,13 +21,13 @@
 #error "tensor/cuda/emulation.h is for the CPU emulation of the CUDA kernels (define LINGTRAIN_CUDA_EMULATION)"
 #endif
 
-#include <barrier>
+#include <ucontext.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "tensor/error.h"
@@ -69,44 +72,122 @@ inline cudaError_t cudaMemsetAsync(void* data, int value, size_t bytes, void* /*
 namespace lt::cuda_emulation {
 
 inline constexpr unsigned kWarpSize = 32;
+// Each emulated thread's stack. The kernels keep a few small per-thread arrays (attention's accumulator
+// row); the memory is only touched where used.
+inline constexpr size_t kFiberStackBytes = 256 * 1024;
 
-// What the threads of the running block share: the block barrier and each warp's exchange slots.
+// The fibers' stacks, kept from launch to launch: mapping and faulting in fresh ones for every launch
+// cost more than the kernels' work.
+inline char* fiber_stacks(unsigned threads) {
+  thread_local std::unique_ptr<char[]> stacks;
+  thread_local unsigned capacity = 0;
+  if (threads > capacity) {
+    stacks.reset(new char[threads * kFiberStackBytes]);
+    capacity = threads;
+  }
+  return stacks.get();
+}
+
+// A barrier among the fibers of a block: every arrival but the last yields until the last one opens it.
+struct FiberBarrier {
+  unsigned count = 0, arrived = 0, generation = 0;
+};
+
+// The running block: its threads' fibers, the scheduler's context they return to, and what they share
+// (the block barrier and each warp's exchange slots). Fibers replace OS threads because a block of 256
+// threads meeting at each barrier cost the OS a context switch per thread: the emulated training
+// steps spent most of their time in the kernel.
 struct Block {
   explicit Block(unsigned threads)
-      : barrier(threads), warp_values(threads) {
+      : fibers(threads), thread_index(threads), block_index(threads), finished(threads, false),
+        stacks(fiber_stacks(threads)), warp_values(threads) {
+    barrier.count = threads;
     for (unsigned w = 0; w < (threads + kWarpSize - 1) / kWarpSize; ++w)
-      warp_barriers.push_back(std::make_unique<std::barrier<>>(std::min(kWarpSize, threads - w * kWarpSize)));
+      warp_barriers.push_back(FiberBarrier{std::min(kWarpSize, threads - w * kWarpSize)});
   }
-  std::barrier<> barrier;
-  std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
+  std::vector<ucontext_t> fibers;
+  std::vector<dim3> thread_index, block_index;  // each fiber's threadIdx and blockIdx while it is switched out
+  std::vector<bool> finished;
+  char* stacks;
+  ucontext_t scheduler;
+  unsigned running = 0;
+  uint64_t arrivals = 0;  // barrier arrivals so far: a round of turns without one is a deadlock
+  FiberBarrier barrier;
+  std::vector<FiberBarrier> warp_barriers;
   std::vector<double> warp_values;  // one slot per thread; shuffled values travel as double (exact for f32, f64, i32)
 };
 inline thread_local Block* current_block = nullptr;
+inline thread_local const std::function<void()>* current_body = nullptr;
 
-// Runs `body` (one kernel launch with its arguments bound) for every thread of every block. The block's
-// threads are started once and walk the blocks together; the barrier at each block's end keeps the
-// next block's writes to __shared__ memory from meeting the last reads of the previous one.
+inline void wait_at(FiberBarrier& barrier) {
+  Block& b = *current_block;
+  ++b.arrivals;
+  const unsigned generation = barrier.generation;
+  if (++barrier.arrived == barrier.count) {
+    barrier.arrived = 0;
+    ++barrier.generation;
+    return;
+  }
+  while (barrier.generation == generation) {
+    b.block_index[b.running] = blockIdx;
+    swapcontext(&b.fibers[b.running], &b.scheduler);
+  }
+}
+
+// One emulated thread: every block of the grid in turn, with a barrier at each block's end that keeps
+// the next block's writes to __shared__ memory from meeting the last reads of the previous one.
+inline void fiber_main() {
+  Block& b = *current_block;
+  for (unsigned bz = 0; bz < gridDim.z; ++bz)
+    for (unsigned by = 0; by < gridDim.y; ++by)
+      for (unsigned bx = 0; bx < gridDim.x; ++bx) {
+        blockIdx = dim3(bx, by, bz);
+        (*current_body)();
+        wait_at(b.barrier);
+      }
+  b.finished[b.running] = true;
+}  // returns to the scheduler (uc_link)
+
+// Runs `body` (one kernel launch with its arguments bound) for every thread of every block.
 inline void run_grid(dim3 grid, dim3 block, const std::function<void()>& body) {
   const unsigned threads = block.x * block.y * block.z;
   LT_CHECK(threads >= 1 && threads <= 1024, "emulated launch: ", threads, " threads per block (1 to 1024)");
+  LT_CHECK(current_block == nullptr, "emulated launch from inside an emulated kernel");
   Block shared(threads);
-  std::vector<std::thread> pool;
-  pool.reserve(threads);
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      threadIdx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
-      blockDim = block;
-      gridDim = grid;
-      current_block = &shared;
-      for (unsigned bz = 0; bz < grid.z; ++bz)
-        for (unsigned by = 0; by < grid.y; ++by)
-          for (unsigned bx = 0; bx < grid.x; ++bx) {
-            blockIdx = dim3(bx, by, bz);
-            body();
-            shared.barrier.arrive_and_wait();
-          }
-    });
-  for (std::thread& thread : pool) thread.join();
+  current_block = &shared;
+  current_body = &body;
+  struct Unset {  // also when a deadlock throws
+    ~Unset() {
+      current_block = nullptr;
+      current_body = nullptr;
+    }
+  } unset_on_exit;
+  blockDim = block;
+  gridDim = grid;
+  for (unsigned t = 0; t < threads; ++t) {
+    shared.thread_index[t] = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+    ucontext_t& fiber = shared.fibers[t];
+    getcontext(&fiber);
+    fiber.uc_stack.ss_sp = shared.stacks + t * kFiberStackBytes;
+    fiber.uc_stack.ss_size = kFiberStackBytes;
+    fiber.uc_link = &shared.scheduler;
+    makecontext(&fiber, fiber_main, 0);
+  }
+  for (unsigned left = threads, round = 0; left > 0; ++round) {
+    const uint64_t arrivals_before = shared.arrivals;
+    const unsigned left_before = left;
+    for (unsigned i = 0; i < threads; ++i) {
+      const unsigned t = round % 2 == 0 ? i : threads - 1 - i;
+      if (shared.finished[t]) continue;
+      shared.running = t;
+      threadIdx = shared.thread_index[t];
+      blockIdx = shared.block_index[t];
+      swapcontext(&shared.scheduler, &shared.fibers[t]);
+      if (shared.finished[t]) --left;
+    }
+    LT_CHECK(left == 0 || shared.arrivals != arrivals_before || left != left_before,
+             "emulated launch deadlocked: threads wait at a barrier the others never reach");
+  }
 }
 
 inline unsigned linear_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
@@ -117,18 +198,19 @@ template <class T>
 T shuffle(T value, unsigned partner_lane) {
   Block& b = *current_block;
   const unsigned me = linear_thread(), warp = me / kWarpSize;
-  std::barrier<>& sync = *b.warp_barriers[warp];
+  FiberBarrier& sync = b.warp_barriers[warp];
   b.warp_values[me] = static_cast<double>(value);
-  sync.arrive_and_wait();
+  wait_at(sync);
   const unsigned partner = warp * kWarpSize + partner_lane;
-  const T result = partner < b.warp_values.size() && partner_lane < kWarpSize ? static_cast<T>(b.warp_values[partner]) : value;
-  sync.arrive_and_wait();
+  const T result =
+      partner < b.warp_values.size() && partner_lane < kWarpSize ? static_cast<T>(b.warp_values[partner]) : value;
+  wait_at(sync);
   return result;
 }
 
 }  // namespace lt::cuda_emulation
 
-inline void __syncthreads() { lt::cuda_emulation::current_block->barrier.arrive_and_wait(); }
+inline void __syncthreads() { lt::cuda_emulation::wait_at(lt::cuda_emulation::current_block->barrier); }
 
 // The lane `delta` above reads; lanes past the warp's end keep their own value, as on the hardware.
 template <class T>
