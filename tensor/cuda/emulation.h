@@ -13,7 +13,8 @@
 //     write before another has read) in one order or the other, every run alike;
 //   - a kernel that throws (an LT_CHECK inside device code) ends the test: nothing is caught;
 //   - __shared__ variables are static locals: one instance, shared by the threads of the running block;
-//   - __syncthreads() is a barrier across the block's threads;
+//   - __syncthreads() is a barrier across the block's threads; one that some of them never reach (a
+//     hang on a GPU) ends the launch with an error;
 //   - warp shuffles exchange values among the 32 threads of a warp, all of which must take part (as
 //     the *_sync intrinsics require with a full mask).
 #pragma once

@@ -6,6 +6,7 @@
 // checks it where a GPU exists.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -107,6 +108,49 @@ TEST(CudaEmulation, XorShufflesGiveEveryLaneTheWarpsSum) {
   std::iota(x.begin(), x.end(), 1.0);
   LT_CUDA_LAUNCH(dim3(1), dim3(64), butterfly)(x.data(), out.data());
   for (int i = 0; i < 64; ++i) EXPECT_EQ(out[static_cast<size_t>(i)], i < 32 ? 528.0 : 1552.0) << i;  // 1..32, 33..64
+}
+
+// Each thread publishes its index in __shared__ memory and reads its neighbour's, the one above it (+1)
+// or below it (-1, wrapping around), with or without the barrier between that CUDA requires. The
+// emulated threads take turns from first to last up to a launch's first barrier and from last to first
+// after it, so without the barrier every thread but one reads a stale value in either direction:
+// reading above before the first barrier, below after it.
+__global__ void read_neighbour(int* out, int offset, bool barrier_between, bool after_a_barrier) {
+  __shared__ int published[64];
+  const int t = static_cast<int>(threadIdx.x);
+  if (after_a_barrier) __syncthreads();
+  published[t] = t;
+  if (barrier_between) __syncthreads();
+  out[t] = published[(t + offset + 64) % 64];
+  __syncthreads();
+  published[t] = -1;  // what the next launch finds before its threads publish
+}
+
+TEST(CudaEmulation, AMissingBarrierShowsAsStaleValuesInEitherDirection) {
+  for (int offset : {1, -1}) {
+    const bool after_a_barrier = offset == -1;
+    std::vector<int> out(64, 0);
+    LT_CUDA_LAUNCH(dim3(1), dim3(64), read_neighbour)(out.data(), offset, true, after_a_barrier);
+    for (int t = 0; t < 64; ++t) EXPECT_EQ(out[static_cast<size_t>(t)], (t + offset + 64) % 64) << offset;
+    LT_CUDA_LAUNCH(dim3(1), dim3(64), read_neighbour)(out.data(), offset, false, after_a_barrier);
+    EXPECT_EQ(std::count(out.begin(), out.end(), -1), 63) << "offset " << offset;
+  }
+}
+
+// Threads that do not all reach a __syncthreads (undefined in CUDA; a GPU usually hangs) end the
+// emulated launch with an error instead of hanging the test, and the next launch runs normally.
+__global__ void only_even_threads_wait() {
+  if (threadIdx.x % 2 == 0) {
+    __syncthreads();
+    __syncthreads();
+  }
+}
+
+TEST(CudaEmulation, ABarrierSomeThreadsNeverReachIsAnError) {
+  EXPECT_THROW(LT_CUDA_LAUNCH(dim3(1), dim3(64), only_even_threads_wait)(), Error);
+  std::vector<int64_t> out(8, -1);
+  LT_CUDA_LAUNCH(dim3(1), dim3(8), write_indices)(out.data(), int64_t{8});
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(out[static_cast<size_t>(i)], i);
 }
 
 // ---- elementwise.cu ------------------------------------------------------------------------------
