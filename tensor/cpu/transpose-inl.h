@@ -56,25 +56,25 @@ HWY_INLINE void TransposeBlock(D d, const T* HWY_RESTRICT src, int64_t src_strid
                                int64_t dst_stride) {
   if constexpr (sizeof(T) == 4 && hn::MaxLanes(D()) == 8) {
     TransposeBlockOf8(d, src, src_stride, dst, dst_stride);
-    return;
-  }
-  // Fully unrolled (16 = f32 lanes of AVX-512) so that the rows stay in registers.
-  constexpr size_t kMaxLanes = hn::MaxLanes(D());
-  const size_t lanes = hn::Lanes(d), half = lanes / 2;
-  hn::Vec<D> rows[kMaxLanes], unzipped[kMaxLanes];
-  HWY_UNROLL(16)
-  for (size_t i = 0; i < lanes; ++i) rows[i] = hn::LoadU(d, src + static_cast<int64_t>(i) * src_stride);
-  for (size_t width = 1; width < lanes; width *= 2) {
+  } else {
+    // Fully unrolled (16 = f32 lanes of AVX-512) so that the rows stay in registers.
+    constexpr size_t kMaxLanes = hn::MaxLanes(D());
+    const size_t lanes = hn::Lanes(d), half = lanes / 2;
+    hn::Vec<D> rows[kMaxLanes], unzipped[kMaxLanes];
     HWY_UNROLL(16)
-    for (size_t i = 0; i < half; ++i) {
-      unzipped[i] = hn::ConcatEven(d, rows[2 * i + 1], rows[2 * i]);
-      unzipped[i + half] = hn::ConcatOdd(d, rows[2 * i + 1], rows[2 * i]);
+    for (size_t i = 0; i < lanes; ++i) rows[i] = hn::LoadU(d, src + static_cast<int64_t>(i) * src_stride);
+    for (size_t width = 1; width < lanes; width *= 2) {
+      HWY_UNROLL(16)
+      for (size_t i = 0; i < half; ++i) {
+        unzipped[i] = hn::ConcatEven(d, rows[2 * i + 1], rows[2 * i]);
+        unzipped[i + half] = hn::ConcatOdd(d, rows[2 * i + 1], rows[2 * i]);
+      }
+      HWY_UNROLL(16)
+      for (size_t i = 0; i < lanes; ++i) rows[i] = unzipped[i];
     }
     HWY_UNROLL(16)
-    for (size_t i = 0; i < lanes; ++i) rows[i] = unzipped[i];
+    for (size_t t = 0; t < lanes; ++t) hn::StoreU(rows[t], d, dst + static_cast<int64_t>(t) * dst_stride);
   }
-  HWY_UNROLL(16)
-  for (size_t t = 0; t < lanes; ++t) hn::StoreU(rows[t], d, dst + static_cast<int64_t>(t) * dst_stride);
 }
 #endif
 

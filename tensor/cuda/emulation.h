@@ -100,14 +100,12 @@ struct FiberBarrier {
 // steps spent most of their time in the kernel.
 struct Block {
   explicit Block(unsigned threads)
-      : fibers(threads), thread_index(threads), block_index(threads), finished(threads, false),
-        stacks(fiber_stacks(threads)), warp_values(threads) {
+      : fibers(threads), finished(threads, false), stacks(fiber_stacks(threads)), warp_values(threads) {
     barrier.count = threads;
     for (unsigned w = 0; w < (threads + kWarpSize - 1) / kWarpSize; ++w)
       warp_barriers.push_back(FiberBarrier{std::min(kWarpSize, threads - w * kWarpSize)});
   }
   std::vector<ucontext_t> fibers;
-  std::vector<dim3> thread_index, block_index;  // each fiber's threadIdx and blockIdx while it is switched out
   std::vector<bool> finished;
   char* stacks;
   ucontext_t scheduler;
@@ -129,14 +127,12 @@ inline void wait_at(FiberBarrier& barrier) {
     ++barrier.generation;
     return;
   }
-  while (barrier.generation == generation) {
-    b.block_index[b.running] = blockIdx;
-    swapcontext(&b.fibers[b.running], &b.scheduler);
-  }
+  while (barrier.generation == generation) swapcontext(&b.fibers[b.running], &b.scheduler);
 }
 
 // One emulated thread: every block of the grid in turn, with a barrier at each block's end that keeps
-// the next block's writes to __shared__ memory from meeting the last reads of the previous one.
+// the next block's writes to __shared__ memory from meeting the last reads of the previous one. So all
+// fibers are in the same block whenever one waits, and blockIdx needs no saving across switches.
 inline void fiber_main() {
   Block& b = *current_block;
   for (unsigned bz = 0; bz < gridDim.z; ++bz)
@@ -166,7 +162,6 @@ inline void run_grid(dim3 grid, dim3 block, const std::function<void()>& body) {
   blockDim = block;
   gridDim = grid;
   for (unsigned t = 0; t < threads; ++t) {
-    shared.thread_index[t] = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
     ucontext_t& fiber = shared.fibers[t];
     getcontext(&fiber);
     fiber.uc_stack.ss_sp = shared.stacks + t * kFiberStackBytes;
@@ -181,8 +176,7 @@ inline void run_grid(dim3 grid, dim3 block, const std::function<void()>& body) {
       const unsigned t = round % 2 == 0 ? i : threads - 1 - i;
       if (shared.finished[t]) continue;
       shared.running = t;
-      threadIdx = shared.thread_index[t];
-      blockIdx = shared.block_index[t];
+      threadIdx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
       swapcontext(&shared.scheduler, &shared.fibers[t]);
       if (shared.finished[t]) --left;
     }
