@@ -133,8 +133,9 @@ int cmd_version(const std::vector<std::string>& args) {
   Flags flags(args, {{"threads", "0"}});
   apply_threads(flags);
   std::printf("lingtrain %s\n", LINGTRAIN_VERSION);
-  std::printf("cpu kernels: Highway %s, %s\n", lt::cpu_kernel_target(),
-              lt::kernels::cpu_has_bf16_matmul() ? "bf16 GEMM (AVX512_BF16)" : "no bf16 GEMM (f32 under --dtype bf16)");
+  std::printf("cpu kernels: Highway %s, %s, L2 %lld KiB per core\n", lt::cpu_kernel_target(),
+              lt::kernels::cpu_has_bf16_matmul() ? "bf16 GEMM (AVX512_BF16)" : "no bf16 GEMM (f32 under --dtype bf16)",
+              static_cast<long long>(lt::cpu_l2_cache_bytes() >> 10));
   std::printf("threads: %d\n", lt::num_threads());
   if (lt::cuda_compiled()) std::printf("cuda: compiled in, %d device(s) found\n%s", lt::cuda_device_count(),
                                       lt::cuda_device_list().c_str());

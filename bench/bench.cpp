@@ -370,6 +370,7 @@ Json run_step_bench(const StepBenchOptions& o) {
                  {"warmup", o.warmup},
                  {"steps", o.steps},
                  {"cpu_target", cpu_kernel_target()},
+                 {"cpu_l2_kib", cpu_l2_cache_bytes() >> 10},
                  {"device", device.str()},
                  {"device_name", device_name},
                  {"matmul_dtype", bf16 ? "bf16" : "f32"},
@@ -448,7 +449,8 @@ Json run_kernel_bench(int threads) {
     peaks.push_back({{"threads", n}, {"gflops", round_to(peak.gflops, 2)}, {"target", peak.target}});
     peak_of.push_back(peak.gflops);
   }
-  std::printf("GEMM (kernels::matmul, f32, median of repeated calls): GFLOP/s and %% of the FMA peak\n");
+  std::printf("GEMM (kernels::matmul, f32, median of repeated calls, L2 %lld KiB): GFLOP/s and %% of the FMA peak\n",
+              static_cast<long long>(cpu_l2_cache_bytes() >> 10));
   std::printf("  %-28s %6s %6s %6s %2s", "shape", "M", "N", "K", "op");
   for (int n : thread_counts) std::printf("  %3d thr GF/s  %%peak", n);
   std::printf("\n");
@@ -473,7 +475,10 @@ Json run_kernel_bench(int threads) {
     rows.push_back(row);
   }
   set_num_threads(previous_threads);
-  return {{"fma_peak", peaks}, {"gemm", rows}, {"tokenizer", run_tokenizer_bench()}};
+  return {{"fma_peak", peaks},
+          {"cpu_l2_kib", cpu_l2_cache_bytes() >> 10},
+          {"gemm", rows},
+          {"tokenizer", run_tokenizer_bench()}};
 }
 
 BenchPart parse_bench_part(const std::string& name) {

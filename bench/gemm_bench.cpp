@@ -151,8 +151,9 @@ int run(int argc, char** argv) {
     return 2;
   }
   kernels::set_matmul_precision(options.bf16 ? kernels::MatmulPrecision::BF16Inputs : kernels::MatmulPrecision::F32);
-  std::printf("gemm_bench: %s kernels::matmul, Highway target %s, median of %d rounds\n",
-              options.bf16 ? "bf16-input" : "f32", cpu_kernel_target(), options.rounds);
+  std::printf("gemm_bench: %s kernels::matmul, Highway target %s, L2 %lld KiB per core, median of %d rounds\n",
+              options.bf16 ? "bf16-input" : "f32", cpu_kernel_target(),
+              static_cast<long long>(cpu_l2_cache_bytes() >> 10), options.rounds);
 #ifdef LINGTRAIN_BENCH_OPENBLAS
   std::printf("OpenBLAS: %s\n", openblas_get_config());
 #else

@@ -251,6 +251,10 @@ void accumulate_f64(const Tensor& x, Tensor& sum);
 namespace lt {
 // The Highway target the CPU kernels dispatch to on this machine ("AVX3_DL", "AVX2", ...).
 const char* cpu_kernel_target();
+// The L2 cache of one core of this machine in bytes, read once: the level-2 data or unified cache in
+// /sys/devices/system/cpu/cpu0/cache, else sysconf; 1 MiB when neither says. The GEMM sizes its packed
+// blocks by it (tensor/cpu/gemm.cc).
+int64_t cpu_l2_cache_bytes();
 // Caps the CPU kernels at the Highway target named by the environment variable LINGTRAIN_CPU_TARGET
 // (any case), if it is set: from then on they dispatch to the newest target no newer than it. For
 // measuring and testing an older CPU's code path (AVX2, as on Zen 3) on a newer one. Called at start-up,

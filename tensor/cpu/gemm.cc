@@ -51,7 +51,27 @@
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/transpose-inl.h"
 #include "tensor/dtype_switch.h"
+#include "tensor/kernels.h"
 #include "tensor/threadpool.h"
+
+// Shared by every target's code below and by gemm_column_block_bytes: defined once, though Highway
+// compiles this file once per target.
+#ifndef LT_TENSOR_CPU_GEMM_BLOCKS
+#define LT_TENSOR_CPU_GEMM_BLOCKS
+namespace lt::cpu {
+// Cache blocks, in bytes so that f64 keeps the footprint of f32. KC = 256 floats: an A micro-panel is
+// 256 x 6 x 4 = 6 KiB of a 48 KiB L1 (32 KiB on Zen 3 and 4), and the C tile is reread once per 256 k's.
+// NC (gemm_column_block_bytes): as many columns as keep the packed B block in the L2 read at start-up,
+// at most 1024 floats. 1024 makes the block 256 x 1024 x 4 = 1 MiB: half of the 2 MiB L2 of the Xeon
+// (Sapphire Rapids) this GEMM was first written on, and all of Zen 4's 1 MiB, where 512, 1024 and 2048
+// columns measured alike (docs/performance.md). Zen 3's 512 KiB L2 gets 512 columns. MC = 2048 rows:
+// the packed A block is 2 MiB in L2/L3, and each packed B element then feeds 2048 FMAs, so repacking B
+// costs well under 1% of the time.
+constexpr int64_t kDepthBlockBytes = 1024;
+constexpr int64_t kMaxColumnBlockBytes = 4096;
+constexpr int64_t kRowBlock = 2048;
+}  // namespace lt::cpu
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace lt::cpu::HWY_NAMESPACE {
@@ -74,15 +94,6 @@ static_assert(kTileRows == kBf16TileRows && kTileVectors * 16 == kBf16TileColumn
 #else
 constexpr int kTileVectors = 2;
 #endif
-
-// Cache blocks, in bytes so that f64 keeps the footprint of f32. KC = 256 floats: an A micro-panel is
-// 256 x 6 x 4 = 6 KiB of a 48 KiB L1 (32 KiB on Zen 4), and the C tile is reread once per 256 k's.
-// NC = 1024 floats: the packed B block is 256 x 1024 x 4 = 1 MiB, half of this Xeon's 2 MiB L2 (all of
-// Zen 4's 1 MiB: there it partly spills to L3). MC = 2048 rows: the packed A block is 2 MiB in L2/L3,
-// and each packed B element then feeds 2048 FMAs, so repacking B costs well under 1% of the time.
-constexpr int64_t kDepthBlockBytes = 1024;
-constexpr int64_t kColumnBlockBytes = 4096;
-constexpr int64_t kRowBlock = 2048;
 
 // A thread's share of a GEMM is at least this many FLOPs (~50 us of FMAs on one core): waking a pool
 // worker whose core is idle took 50-120 us on this VM (the vCPU halts; 2 us when the core is busy), so
@@ -487,7 +498,8 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   // K = 0 still makes one (empty) block: C = beta C.
   const int64_t depth_blocks = std::max<int64_t>(1, CeilDiv(g.K, depth_step));
   const int64_t unit_step = depth_step / k_per_unit;
-  const int64_t column_block = std::max(tile_cols, kColumnBlockBytes / int64_t(sizeof(P)) / tile_cols * tile_cols);
+  static const int64_t column_block_bytes = gemm_column_block_bytes(cpu_l2_cache_bytes());
+  const int64_t column_block = std::max(tile_cols, column_block_bytes / int64_t(sizeof(P)) / tile_cols * tile_cols);
   const int64_t row_block = kRowBlock / kTileRows * kTileRows;
   const bool narrow = n1 - n0 <= kNarrowColumns;
   const bool b_in_place =
@@ -729,6 +741,11 @@ HWY_EXPORT(GemmKernel);
 HWY_EXPORT(Bf16GemmAvailable);
 
 bool bf16_matmul_available() { return HWY_DYNAMIC_DISPATCH(Bf16GemmAvailable)(); }
+
+int64_t gemm_column_block_bytes(int64_t l2_bytes) {
+  // A block of KC x NC floats is kDepthBlockBytes / 4 x NC x 4 bytes; at least 256 columns.
+  return std::clamp<int64_t>(l2_bytes * int64_t(sizeof(float)) / kDepthBlockBytes, 1024, kMaxColumnBlockBytes);
+}
 
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta,
             MatmulPrecision precision) {

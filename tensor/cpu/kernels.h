@@ -38,6 +38,9 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
             MatmulPrecision precision);
 // True when this CPU multiplies bf16 natively (AVX512_BF16, tensor/cpu/bf16_dot.h).
 bool bf16_matmul_available();
+// The width in bytes of one row of the GEMM's packed B block (NC x the element size; the block is
+// KC x NC) on a core with l2_bytes of L2: the block fits that L2, up to 1024 f32 columns.
+int64_t gemm_column_block_bytes(int64_t l2_bytes);
 
 // ---- activations (activation.cc) -----------------------------------------------------------------
 void silu(const Tensor& x, Tensor& y);

@@ -1,9 +1,13 @@
-// Reports which Highway target the dynamic dispatcher picks on this machine, and caps it.
+// Reports which Highway target the dynamic dispatcher picks on this machine, and caps it; reads the size
+// of its L2 cache.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "tensor/cpu/target.cc"
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -21,6 +25,41 @@ HWY_AFTER_NAMESPACE();
 namespace lt {
 HWY_EXPORT(DispatchedTarget);
 const char* cpu_kernel_target() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(DispatchedTarget)()); }
+
+namespace {
+// A cache's size as sysfs writes it ("1024K", "32M"), in bytes; 0 if unreadable.
+int64_t parse_cache_size(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0) return 0;
+  const int64_t value = std::stoll(text.substr(0, digits));
+  const char unit =
+      digits < text.size() ? static_cast<char>(std::toupper(static_cast<unsigned char>(text[digits]))) : 'B';
+  return unit == 'K' ? value << 10 : unit == 'M' ? value << 20 : unit == 'B' ? value : 0;
+}
+
+int64_t read_l2_cache_bytes() {
+  // sysfs describes the caches the kernel sees, a VM's included (sysconf's figures come from CPUID
+  // leaves that a hypervisor may leave at the host's values).
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream level_file(dir + "level"), type_file(dir + "type"), size_file(dir + "size");
+    std::string level, type, size;
+    if (!(level_file >> level) || !(type_file >> type) || !(size_file >> size)) continue;
+    if (level == "2" && type != "Instruction" && parse_cache_size(size) > 0) return parse_cache_size(size);
+  }
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  const long from_sysconf = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (from_sysconf > 0) return from_sysconf;
+#endif
+  return int64_t{1} << 20;
+}
+}  // namespace
+
+int64_t cpu_l2_cache_bytes() {
+  static const int64_t bytes = read_l2_cache_bytes();
+  return bytes;
+}
 
 void cap_cpu_target_from_environment() {
   const char* variable = "LINGTRAIN_CPU_TARGET";

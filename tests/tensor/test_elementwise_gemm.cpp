@@ -5,6 +5,7 @@
 #include <array>
 #include <cstring>
 
+#include "tensor/cpu/kernels.h"
 #include "tensor/kernels.h"
 #include "tensor/threadpool.h"
 #include "tests/test_util.h"
@@ -146,20 +147,32 @@ void check_gemm_shape(int64_t M, int64_t N, int64_t K, DType dtype, double beta)
 // vector and tile widths differ): tile rows (6) and two tiles (the largest M of the dot-product path
 // against a transposed b, and of reading b in place), tile columns (2 or 4 vectors: 2 to 64 floats),
 // the Lanes x Lanes blocks of the packing transposes (4, 8, 16 k's), KC (256 floats, 128 doubles), NC
-// (1024 floats) and MC (2048 rows); the narrow shares that read op(a) in place (256 columns) and b
-// [K, N] too (up to 512 rows), with partial last A panels; and K = 0, where C = beta C.
+// (1024 floats; 512 on an L2 of 512 KiB) and MC (2048 rows); the narrow shares that read op(a) in place
+// (256 columns) and b [K, N] too (up to 512 rows), with partial last A panels; and K = 0, where C = beta C.
 TEST(GemmKernel, BlockingBoundariesMatchScalarLoops) {
   const std::vector<std::array<int64_t, 3>> shapes = {
-      {5, 63, 7},    {6, 64, 8},     {7, 65, 9},     {11, 17, 33},  {12, 130, 40},  {13, 129, 31},
-      {25, 31, 255}, {19, 33, 256},  {30, 66, 257},  {8, 20, 513},  {3, 1023, 17},  {14, 1025, 12},
-      {9, 2049, 5},  {2047, 9, 10},  {2049, 70, 9},  {1, 200, 300}, {4, 5, 1},      {40, 1, 70},
-      {511, 256, 33}, {512, 257, 20}, {513, 250, 17}, {20, 70, 0},  {3, 9, 0},
+      {5, 63, 7},     {6, 64, 8},     {7, 65, 9},     {11, 17, 33},  {12, 130, 40}, {13, 129, 31},
+      {25, 31, 255},  {19, 33, 256},  {30, 66, 257},  {8, 20, 513},  {3, 1023, 17}, {14, 1025, 12},
+      {9, 2049, 5},   {2047, 9, 10},  {2049, 70, 9},  {1, 200, 300}, {4, 5, 1},     {40, 1, 70},
+      {511, 256, 33}, {512, 257, 20}, {513, 250, 17}, {20, 70, 0},   {3, 9, 0},     {15, 513, 9},
   };
   for_each_cpu_target([&] {
     for (const auto& [M, N, K] : shapes) check_gemm_shape<float>(M, N, K, DType::F32, 0.5);
     for (const auto& [M, N, K] : {std::array<int64_t, 3>{13, 70, 129}, {7, 33, 300}, {2, 17, 257}})
       check_gemm_shape<double>(M, N, K, DType::F64, 0.0);
   });
+}
+
+// NC follows the L2 read at start-up: the packed B block, KC = 256 floats deep, fits in it, from 256 up to
+// 1024 f32 columns. The column blocks change no bits (only KC splits the sum over k).
+TEST(GemmKernel, ColumnBlockFitsTheL2) {
+  EXPECT_EQ(cpu::gemm_column_block_bytes(int64_t{512} << 10), 512 * 4);  // Zen 3
+  EXPECT_EQ(cpu::gemm_column_block_bytes(int64_t{1} << 20), 1024 * 4);   // Zen 4
+  EXPECT_EQ(cpu::gemm_column_block_bytes(int64_t{2} << 20), 1024 * 4);   // Sapphire Rapids: at most 1024
+  EXPECT_EQ(cpu::gemm_column_block_bytes(int64_t{128} << 10), 256 * 4);  // at least 256
+  const int64_t l2 = cpu_l2_cache_bytes();
+  EXPECT_GE(l2, int64_t{64} << 10);
+  EXPECT_LE(l2, int64_t{64} << 20);
 }
 
 // Every element of C is computed the same way whichever thread computes it (one FMA chain over k per KC
