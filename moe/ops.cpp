@@ -7,18 +7,18 @@
 namespace lt {
 namespace {
 
-// The grouped GEMMs of the routed experts (kernels::grouped_matmul, grouped_weight_grad) over the
-// plan's segments, counted by the profiler under `phase` (they run in both directions).
-void grouped_matmul(profile::Phase phase, const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets,
-                    Tensor& out, double beta = 0.0) {
+// The grouped GEMMs of the routed experts (kernels::grouped_matmuls, grouped_weight_grads) over the
+// plan's segments, counted by the profiler under `phase` (they run in both directions). The gate and up
+// projections go together, expert by expert, so that the operand they share stays in cache.
+void expert_matmuls(profile::Phase phase, const std::vector<kernels::GroupedProduct>& products, const Tensor& offsets) {
   LT_PROFILE_PHASE_SCOPE("grouped_matmul", phase);
-  kernels::grouped_matmul(a, w, trans_w, offsets, out, beta);
+  kernels::grouped_matmuls(products, offsets);
 }
 
-// Each expert's weight gradient into its target (the stacked weight's gradient buffer when it has one).
-void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, GradTarget& target) {
+// Expert weight gradients, each into its target (the stacked weight's gradient buffer when it has one).
+void expert_weight_grads(const std::vector<kernels::GroupedWeightGrad>& grads, const Tensor& offsets) {
   LT_PROFILE_PHASE_SCOPE("grouped_matmul", profile::Phase::Backward);
-  kernels::grouped_weight_grad(a, b, offsets, target.tensor, target.beta);
+  kernels::grouped_weight_grads(grads, offsets);
 }
 
 // Rows of x in expert order: x_M[m] = x[token_of[m]].
@@ -48,11 +48,11 @@ struct MoEExpertsNode : Node {
       const Tensor g_MH = gather_tokens(g_NH, token_of);
       Tensor h_MI = Tensor::empty_like(gate_MI);
       kernels::swiglu(gate_MI, up_MI, h_MI);
-      grouped_matmul(profile::Phase::Backward, g_MH, down_EHI, false, offsets, dh_MI);
+      expert_matmuls(profile::Phase::Backward, {{g_MH, down_EHI, false, dh_MI, 0.0}}, offsets);
       kernels::combine_backward_before_down(w_NK, position_of, dh_MI, h_MI, dw);
       if (needs_grad(4)) {
         ddown = grad_target(4, down_EHI);
-        grouped_weight_grad(g_MH, h_MI, offsets, ddown);
+        expert_weight_grads({{g_MH, h_MI, ddown.tensor, ddown.beta}}, offsets);
       }
     }
     Tensor dgate_MI = Tensor::empty_like(gate_MI), dup_MI = Tensor::empty_like(up_MI);
@@ -60,21 +60,23 @@ struct MoEExpertsNode : Node {
     GradTarget dgate, dup;
     if (needs_grad(2) || needs_grad(3)) {
       const Tensor x_MH = gather_tokens(saved_x_NH.get(), token_of);
+      std::vector<kernels::GroupedWeightGrad> grads;
       if (needs_grad(2)) {
         dgate = grad_target(2, gate_EIH);
-        grouped_weight_grad(dgate_MI, x_MH, offsets, dgate);
+        grads.push_back({dgate_MI, x_MH, dgate.tensor, dgate.beta});
       }
       if (needs_grad(3)) {
         dup = grad_target(3, up_EIH);
-        grouped_weight_grad(dup_MI, x_MH, offsets, dup);
+        grads.push_back({dup_MI, x_MH, dup.tensor, dup.beta});
       }
+      expert_weight_grads(grads, offsets);
     }
     Tensor dx;
     if (needs_grad(0)) {
       // dx_M = dgate W_gate + dup W_up per expert, then summed back to the tokens.
       Tensor dx_MH = Tensor::empty({M, gate_EIH.dim(2)}, g_NH.dtype(), g_NH.device());
-      grouped_matmul(profile::Phase::Backward, dgate_MI, gate_EIH, false, offsets, dx_MH);
-      grouped_matmul(profile::Phase::Backward, dup_MI, up_EIH, false, offsets, dx_MH, 1.0);
+      expert_matmuls(profile::Phase::Backward,
+                     {{dgate_MI, gate_EIH, false, dx_MH, 0.0}, {dup_MI, up_EIH, false, dx_MH, 1.0}}, offsets);
       dx = Tensor::zeros_like(g_NH);
       kernels::scatter_add_rows(dx_MH, token_of, dx);
     }
@@ -104,15 +106,15 @@ Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchP
   Tensor gate_MI = Tensor::empty({M, I}, x.dtype(), x.device()), up_MI = Tensor::empty_like(gate_MI);
   {
     const Tensor x_MH = gather_tokens(x, plan.token_of);
-    grouped_matmul(profile::Phase::Forward, x_MH, gate, true, plan.offsets, gate_MI);
-    grouped_matmul(profile::Phase::Forward, x_MH, up, true, plan.offsets, up_MI);
+    expert_matmuls(profile::Phase::Forward, {{x_MH, gate, true, gate_MI, 0.0}, {x_MH, up, true, up_MI, 0.0}},
+                   plan.offsets);
   }
   Tensor out = Tensor::empty_like(x);
   {
     Tensor h_MI = Tensor::empty_like(gate_MI);
     kernels::swiglu(gate_MI, up_MI, h_MI);
     Tensor y_MH = Tensor::empty({M, H}, x.dtype(), x.device());
-    grouped_matmul(profile::Phase::Forward, h_MI, down, true, plan.offsets, y_MH);
+    expert_matmuls(profile::Phase::Forward, {{h_MI, down, true, y_MH, 0.0}}, plan.offsets);
     kernels::combine_rows(y_MH, w, plan.position_of, out);
   }
   auto node = std::make_shared<MoEExpertsNode>();

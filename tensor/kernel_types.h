@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "tensor/tensor.h"
+
 namespace lt::kernels {
 
 // The binary elementwise ops: one kernel per backend, parameterised by the op.
@@ -14,6 +16,20 @@ enum class BinaryOp { Add, Sub, Mul };
 // the GEMM (CPUs with AVX512_BF16) and the products summed in f32 into an f32 result. Everything else (master weights, optimiser state, norms, softmax
 // statistics, losses) stays f32 either way.
 enum class MatmulPrecision { F32, BF16Inputs };
+
+// One product of kernels::grouped_matmuls: for each expert e with rows R_e, out[R_e] = a[R_e] w[e]^T
+// (trans_w) or a[R_e] w[e], plus beta out[R_e].
+struct GroupedProduct {
+  Tensor a, w;
+  bool trans_w;
+  Tensor out;
+  double beta;
+};
+// One weight gradient of kernels::grouped_weight_grads: dw[e] = a[R_e]^T b[R_e], plus dw[e] if beta = 1.
+struct GroupedWeightGrad {
+  Tensor a, b, dw;
+  double beta;
+};
 
 // The largest k that router_topk_backward takes: the size of its per-row scratch, on every backend.
 inline constexpr int64_t kRouterMaxTopK = 64;

@@ -13,6 +13,7 @@
 // CUDA kernels likewise reduce in a fixed order and use no atomics).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "tensor/kernel_types.h"
 #include "tensor/tensor.h"
@@ -239,9 +240,15 @@ void dispatch_plan(const Tensor& ids, Tensor& token_of, Tensor& position_of, Ten
 // out[R_e] = a[R_e] w[e]^T (trans_w, w [E, N, K]) or a[R_e] w[e] (w [E, K, N]), plus beta out[R_e].
 void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& out,
                     double beta = 0.0);
+// Several grouped GEMMs over the same segments, taken expert by expert: expert e's products run back to
+// back in list order, so an operand they share (a, or an out that a later product adds to) is still in
+// cache for the second one. The same results as one grouped_matmul per product, in list order.
+void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& offsets);
 // Each expert's weight gradient dw[e] = a[R_e]^T b[R_e] for dw [E, *, *], written (beta = 0) or added to
 // what dw holds (beta = 1, a gradient buffer); an expert with no rows contributes zero.
 void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& dw, double beta);
+// Several weight gradients over the same segments, expert by expert, as grouped_matmuls.
+void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Tensor& offsets);
 // sum += x elementwise, x f32 or f64 and sum f64 with x's element count: running totals of per-layer
 // statistics kept in double, so that f32 values add up as they would on the host.
 void accumulate_f64(const Tensor& x, Tensor& sum);

@@ -6,6 +6,7 @@
 // tensor/cpu/<family>.cc), so one binary runs the best instruction set of the machine it lands on.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "tensor/kernel_types.h"
 #include "tensor/tensor.h"
@@ -14,6 +15,8 @@ namespace lt::cpu {
 
 using kernels::AdamWStep;
 using kernels::BinaryOp;
+using kernels::GroupedProduct;
+using kernels::GroupedWeightGrad;
 using kernels::MatmulPrecision;
 
 // ---- elementwise (elementwise.cc) ----------------------------------------------------------------
@@ -114,10 +117,9 @@ void router_aux_loss(const Tensor& probs, const Tensor& lse, const Tensor& ids, 
 void routing_entropy(const Tensor& probs, const Tensor& logits, const Tensor& lse, Tensor& entropy,
                      Tensor& max_logit);
 void dispatch_plan(const Tensor& ids, Tensor& token_of, Tensor& position_of, Tensor& offsets);
-void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& out, double beta,
-                    MatmulPrecision precision);
-void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& dw, double beta,
-                         MatmulPrecision precision);
+void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& offsets, MatmulPrecision precision);
+void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Tensor& offsets,
+                          MatmulPrecision precision);
 void accumulate_f64(const Tensor& x, Tensor& sum);
 
 // ---- preference loss (dpo.cc) --------------------------------------------------------------------

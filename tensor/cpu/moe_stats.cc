@@ -155,18 +155,28 @@ void for_each_expert(const int64_t* offsets, int64_t E, Segment segment) {
 
 }  // namespace
 
-void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& out, double beta,
-                    MatmulPrecision precision) {
+// An expert's products back to back: its segment of an operand they share is then in L2 for the second
+// (the whole operand, a few MiB, is not). Measured on Zen 4 with moe-s's experts, 1 thread: 1.02-1.05x
+// (AVX-512) and 1.01-1.08x (AVX2) against all experts' first products, then all their second ones.
+void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& offsets, MatmulPrecision precision) {
   const int64_t* bounds = offsets.data<int64_t>();
-  for_each_expert(bounds, w.dim(0),
-                  [&](int64_t e) { grouped_matmul_segment(a, w, trans_w, bounds, e, out, beta, precision, matmul); });
+  for_each_expert(bounds, offsets.numel() - 1, [&](int64_t e) {
+    for (const GroupedProduct& p : products) {
+      Tensor out = p.out;
+      grouped_matmul_segment(p.a, p.w, p.trans_w, bounds, e, out, p.beta, precision, matmul);
+    }
+  });
 }
 
-void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& dw, double beta,
-                         MatmulPrecision precision) {
+void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Tensor& offsets,
+                          MatmulPrecision precision) {
   const int64_t* bounds = offsets.data<int64_t>();
-  for_each_expert(bounds, dw.dim(0),
-                  [&](int64_t e) { grouped_weight_grad_segment(a, b, bounds, e, dw, beta, precision, matmul); });
+  for_each_expert(bounds, offsets.numel() - 1, [&](int64_t e) {
+    for (const GroupedWeightGrad& g : grads) {
+      Tensor dw = g.dw;
+      grouped_weight_grad_segment(g.a, g.b, bounds, e, dw, g.beta, precision, matmul);
+    }
+  });
 }
 
 void accumulate_f64(const Tensor& x, Tensor& sum) {

@@ -121,35 +121,65 @@ void dispatch_plan(const Tensor& ids, Tensor& token_of, Tensor& position_of, Ten
 }
 
 void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& out, double beta) {
+  grouped_matmuls({{a, w, trans_w, out, beta}}, offsets);
+}
+
+void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& offsets) {
   const char* op = "grouped_matmul";
-  check_float(a, op, "a");
-  check_like(w, a, op, "w");
-  check_like(out, a, op, "out");
-  LT_CHECK(a.ndim() == 2 && w.ndim() == 3 && out.ndim() == 2 && out.dim(0) == a.dim(0) &&
-               a.dim(1) == w.dim(trans_w ? 2 : 1) && out.dim(1) == w.dim(trans_w ? 1 : 2),
-           op, ": a ", a.str(), ", w ", w.str(), (trans_w ? " (transposed)" : ""), " and out ", out.str(),
-           " do not fit");
-  const Tensor host_offsets = checked_segment_offsets(offsets, a, w.dim(0), a.dim(0), op);
-  if constexpr (kCudaBackend) {
-    if (!a.is_cpu()) return cuda::grouped_matmul(a, w, trans_w, host_offsets, out, beta, matmul_precision());
+  LT_CHECK(!products.empty(), op, ": no products");
+  Tensor host_offsets;
+  for (const auto& [a, w, trans_w, out, beta] : products) {
+    check_float(a, op, "a");
+    check_like(w, a, op, "w");
+    check_like(out, a, op, "out");
+    check_like(a, products.front().a, op, "a of every product");
+    LT_CHECK(a.ndim() == 2 && w.ndim() == 3 && out.ndim() == 2 && out.dim(0) == a.dim(0) &&
+                 a.dim(1) == w.dim(trans_w ? 2 : 1) && out.dim(1) == w.dim(trans_w ? 1 : 2),
+             op, ": a ", a.str(), ", w ", w.str(), (trans_w ? " (transposed)" : ""), " and out ", out.str(),
+             " do not fit");
+    host_offsets = checked_segment_offsets(offsets, a, w.dim(0), a.dim(0), op);
   }
-  cpu::grouped_matmul(a, w, trans_w, offsets, out, beta, matmul_precision());
+  if constexpr (kCudaBackend) {
+    if (!products.front().a.is_cpu()) {
+      for (const GroupedProduct& p : products) {
+        Tensor out = p.out;
+        cuda::grouped_matmul(p.a, p.w, p.trans_w, host_offsets, out, p.beta, matmul_precision());
+      }
+      return;
+    }
+  }
+  cpu::grouped_matmuls(products, offsets, matmul_precision());
 }
 
 void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& dw, double beta) {
+  grouped_weight_grads({{a, b, dw, beta}}, offsets);
+}
+
+void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Tensor& offsets) {
   const char* op = "grouped_weight_grad";
-  check_float(a, op, "a");
-  check_like(b, a, op, "b");
-  check_like(dw, a, op, "dw");
-  LT_CHECK(a.ndim() == 2 && b.ndim() == 2 && dw.ndim() == 3 && b.dim(0) == a.dim(0) && dw.dim(1) == a.dim(1) &&
-               dw.dim(2) == b.dim(1),
-           op, ": a ", a.str(), ", b ", b.str(), " and dw ", dw.str(), " do not fit ([M, P], [M, Q], [E, P, Q])");
-  LT_CHECK(beta == 0 || beta == 1, op, ": beta must be 0 or 1, got ", beta);
-  const Tensor host_offsets = checked_segment_offsets(offsets, a, dw.dim(0), a.dim(0), op);
-  if constexpr (kCudaBackend) {
-    if (!a.is_cpu()) return cuda::grouped_weight_grad(a, b, host_offsets, dw, beta, matmul_precision());
+  LT_CHECK(!grads.empty(), op, ": no gradients");
+  Tensor host_offsets;
+  for (const auto& [a, b, dw, beta] : grads) {
+    check_float(a, op, "a");
+    check_like(b, a, op, "b");
+    check_like(dw, a, op, "dw");
+    check_like(a, grads.front().a, op, "a of every gradient");
+    LT_CHECK(a.ndim() == 2 && b.ndim() == 2 && dw.ndim() == 3 && b.dim(0) == a.dim(0) && dw.dim(1) == a.dim(1) &&
+                 dw.dim(2) == b.dim(1),
+             op, ": a ", a.str(), ", b ", b.str(), " and dw ", dw.str(), " do not fit ([M, P], [M, Q], [E, P, Q])");
+    LT_CHECK(beta == 0 || beta == 1, op, ": beta must be 0 or 1, got ", beta);
+    host_offsets = checked_segment_offsets(offsets, a, dw.dim(0), a.dim(0), op);
   }
-  cpu::grouped_weight_grad(a, b, offsets, dw, beta, matmul_precision());
+  if constexpr (kCudaBackend) {
+    if (!grads.front().a.is_cpu()) {
+      for (const GroupedWeightGrad& g : grads) {
+        Tensor dw = g.dw;
+        cuda::grouped_weight_grad(g.a, g.b, host_offsets, dw, g.beta, matmul_precision());
+      }
+      return;
+    }
+  }
+  cpu::grouped_weight_grads(grads, offsets, matmul_precision());
 }
 
 void accumulate_f64(const Tensor& x, Tensor& sum) {

@@ -272,6 +272,55 @@ TEST(MoEStats, GroupedGemmsGiveTheSameBitsOnAnyThreadCount) {
   }
 }
 
+// Paired products run expert by expert, each product's GEMM unchanged: the same bits as one grouped call
+// per product in list order, a later product adding to an earlier one's out included (the experts' dx),
+// on 1 and 2 threads (one expert larger than a thread's share, so both ways of running experts).
+TEST(MoEStats, PairedGroupedProductsGiveTheBitsOfSeparateCalls) {
+  const std::vector<int64_t> rows = {40, 0, 300, 7, 64};
+  std::vector<int64_t> bounds = {0};
+  for (int64_t r : rows) bounds.push_back(bounds.back() + r);
+  const int64_t E = static_cast<int64_t>(rows.size()), M = bounds.back(), H = 48, I = 40;
+  const Tensor offsets = Tensor::from_vector<int64_t>({E + 1}, bounds);
+  const Tensor x = random_tensor({M, H}, 131), w_gate = random_tensor({E, I, H}, 132),
+               w_up = random_tensor({E, I, H}, 133);
+  const Tensor d_gate = random_tensor({M, I}, 134), d_up = random_tensor({M, I}, 135);
+  const int threads_before = num_threads();
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    set_num_threads(threads);
+    Tensor gate = Tensor::zeros({M, I}), up = Tensor::zeros({M, I}), dx = Tensor::zeros({M, H});
+    Tensor dw_gate = Tensor::zeros({E, I, H}), dw_up = random_tensor({E, I, H}, 136);
+    Tensor gate_1 = gate.clone(), up_1 = up.clone(), dx_1 = dx.clone(), dw_gate_1 = dw_gate.clone(),
+           dw_up_1 = dw_up.clone();
+    kernels::grouped_matmuls({{x, w_gate, true, gate, 0.0}, {x, w_up, true, up, 0.0}}, offsets);
+    kernels::grouped_matmuls({{d_gate, w_gate, false, dx, 0.0}, {d_up, w_up, false, dx, 1.0}}, offsets);
+    kernels::grouped_weight_grads({{d_gate, x, dw_gate, 0.0}, {d_up, x, dw_up, 1.0}}, offsets);
+    kernels::grouped_matmul(x, w_gate, true, offsets, gate_1);
+    kernels::grouped_matmul(x, w_up, true, offsets, up_1);
+    kernels::grouped_matmul(d_gate, w_gate, false, offsets, dx_1);
+    kernels::grouped_matmul(d_up, w_up, false, offsets, dx_1, 1.0);
+    kernels::grouped_weight_grad(d_gate, x, offsets, dw_gate_1, 0.0);
+    kernels::grouped_weight_grad(d_up, x, offsets, dw_up_1, 1.0);
+    EXPECT_EQ(gate.to_vector<float>(), gate_1.to_vector<float>());
+    EXPECT_EQ(up.to_vector<float>(), up_1.to_vector<float>());
+    EXPECT_EQ(dx.to_vector<float>(), dx_1.to_vector<float>());
+    EXPECT_EQ(dw_gate.to_vector<float>(), dw_gate_1.to_vector<float>());
+    EXPECT_EQ(dw_up.to_vector<float>(), dw_up_1.to_vector<float>());
+  }
+  set_num_threads(threads_before);
+}
+
+TEST(MoEStats, PairedGroupedProductsMustShareTheSegments) {
+  const Tensor offsets = segment_offsets();
+  const Tensor a = random_tensor({15, 6}, 141), w = random_tensor({5, 4, 6}, 142);
+  const Tensor a_short = random_tensor({14, 6}, 143), a_f64 = random_tensor({15, 6}, 144, DType::F64);
+  Tensor out = Tensor::empty({15, 4}), out_short = Tensor::empty({14, 4}), out_f64 = Tensor::empty({15, 4}, DType::F64);
+  const Tensor w_f64 = random_tensor({5, 4, 6}, 145, DType::F64);
+  EXPECT_THROW(kernels::grouped_matmuls({{a, w, true, out, 0.0}, {a_short, w, true, out_short, 0.0}}, offsets), Error);
+  EXPECT_THROW(kernels::grouped_matmuls({{a, w, true, out, 0.0}, {a_f64, w_f64, true, out_f64, 0.0}}, offsets), Error);
+  EXPECT_THROW(kernels::grouped_matmuls({}, offsets), Error);
+}
+
 TEST(MoEStats, GroupedMatmulRejectsOffsetsThatDoNotCoverTheRows) {
   const Tensor a = random_tensor({15, 6}, 111, DType::F64), w = random_tensor({5, 4, 6}, 112, DType::F64);
   Tensor out = Tensor::empty({15, 4}, DType::F64);
