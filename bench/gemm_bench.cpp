@@ -2,6 +2,8 @@
 // machine's measured FMA peak and, when built with OpenBLAS (LINGTRAIN_BENCH_OPENBLAS), against
 // OpenBLAS sgemm on the same operands in the same process. With --dtype bf16 (CPUs with AVX512_BF16)
 // our matmuls take bf16 inputs and are measured against the bf16 dot-product peak; OpenBLAS stays f32.
+// In f32, each thread count ends with the routed experts' paired products (kernels::grouped_matmuls)
+// against the same products as two grouped calls, on operands out of cache (--filter paired: only those).
 //
 // The machines are shared and noisy, so the two libraries run alternately, round after round, and each
 // figure is the median over rounds; a round times a batch of calls long enough (~20 ms) to dwarf the
