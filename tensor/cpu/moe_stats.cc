@@ -156,8 +156,9 @@ void for_each_expert(const int64_t* offsets, int64_t E, Segment segment) {
 }  // namespace
 
 // An expert's products back to back: its segment of an operand they share is then in L2 for the second
-// (the whole operand, a few MiB, is not). Measured on Zen 4 with moe-s's experts, 1 thread: 1.02-1.05x
-// (AVX-512) and 1.01-1.08x (AVX2) against all experts' first products, then all their second ones.
+// (the whole operand, a few MiB, is not). Against all experts' first products, then all their second
+// ones, on Zen 4 with moe-s's experts and cold operands (gemm_bench --filter paired, 1 thread):
+// 1.02-1.07x on AVX-512, 1.03-1.08x on AVX2.
 void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& offsets, MatmulPrecision precision) {
   const int64_t* bounds = offsets.data<int64_t>();
   for_each_expert(bounds, offsets.numel() - 1, [&](int64_t e) {

@@ -46,7 +46,8 @@ int64_t read_l2_cache_bytes() {
     std::ifstream level_file(dir + "level"), type_file(dir + "type"), size_file(dir + "size");
     std::string level, type, size;
     if (!(level_file >> level) || !(type_file >> type) || !(size_file >> size)) continue;
-    if (level == "2" && type != "Instruction" && parse_cache_size(size) > 0) return parse_cache_size(size);
+    if (level != "2" || type == "Instruction") continue;
+    if (const int64_t bytes = parse_cache_size(size); bytes > 0) return bytes;
   }
 #ifdef _SC_LEVEL2_CACHE_SIZE
   const long from_sysconf = sysconf(_SC_LEVEL2_CACHE_SIZE);
