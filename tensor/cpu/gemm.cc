@@ -117,6 +117,18 @@ constexpr int64_t kFewRows = 2 * kTileRows;
 constexpr int64_t kNarrowColumns = 256;
 constexpr int64_t kMaxRowsUnpackedB = 512;
 
+// A transposed a [K, M] whose k's lie more than a page apart is packed even on the AVX-512 tile: each k
+// of a micro-panel is then a line on its own page, which no hardware prefetcher follows, and with a
+// power-of-two lda the KC lines crowd into a few sets of the L2. On the Xeon (Emerald Rapids, the device
+// machine's CPU) every tile then refetched them from L3: NormHead's dW chunk (M N K = 4096 256 256,
+// lda = vocab) ran at 40-42% of the peak in place and 74-77% packed, on 1 and 2 threads. At lda = 1024
+// (4 KiB) in place was as fast there (79-82% against 73-78%). Zen 4 hides the refetches: packing
+// cost it 6-8% on that chunk, under 0.5% of a moe-s step. Such a block is packed 512 rows at a time,
+// 512 KiB: it stays in L2, and the pack buffer no larger than the rest of a step's (2048 rows raised
+// moe-s's peak RSS by 3.6 MiB on 2 threads).
+constexpr int64_t kPageBytes = 4096;
+constexpr int64_t kFarApartRowBlock = 512;
+
 // Up to this many rows of C against a transposed b [N, K] (x W^T for a handful of tokens: decoding, a
 // small expert segment), C is computed as dot products of rows, which are contiguous in k in both
 // operands, and nothing is packed: the panel path would transpose all of b for a few rows' worth of
@@ -517,7 +529,6 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   const int64_t unit_step = depth_step / k_per_unit;
   static const int64_t column_block_bytes = gemm_column_block_bytes(cpu_l2_cache_bytes());
   const int64_t column_block = std::max(tile_cols, column_block_bytes / int64_t(sizeof(P)) / tile_cols * tile_cols);
-  const int64_t row_block = kRowBlock / kTileRows * kTileRows;
   const bool narrow = n1 - n0 <= kNarrowColumns;
   const bool b_in_place =
       !kPairs && !g.trans_b && (g.M <= kFewRows || (narrow && m1 - m0 <= kMaxRowsUnpackedB));
@@ -525,8 +536,12 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   // panel is packed. A transposed a [K, M] holds a micro-panel's MR values of one k side by side, lda
   // apart per k; a [M, K] holds MR rows of contiguous k's. A transposed a costs a cache line per k, which
   // the AVX-512 tile's 24 FMAs per k hide but the 12 of the narrower tiles do not: on the AVX2 target
-  // (Zen 4 restricted to it) it ran the weight gradients' shapes at 0.76x, so there it is packed.
-  const bool a_in_place = !kPairs && narrow && (!g.trans_a || kTileVectors >= 4);
+  // (Zen 4 restricted to it) it ran the weight gradients' shapes at 0.76x, so there it is packed; so is
+  // one whose k's lie pages apart (kPageBytes).
+  const bool a_pages_apart = g.trans_a && g.lda * static_cast<int64_t>(sizeof(T)) > kPageBytes;
+  const bool a_in_place = !kPairs && narrow && (!g.trans_a || (kTileVectors >= 4 && !a_pages_apart));
+  const bool a_packed_for_stride = !kPairs && narrow && kTileVectors >= 4 && a_pages_apart;
+  const int64_t row_block = (a_packed_for_stride ? kFarApartRowBlock : kRowBlock) / kTileRows * kTileRows;
 
   // An operand read in place packs only its partial last panel.
   P* a_packed =

@@ -148,17 +148,19 @@ void check_gemm_shape(int64_t M, int64_t N, int64_t K, DType dtype, double beta)
 // against a transposed b, and of reading b in place), tile columns (2 or 4 vectors: 2 to 64 floats),
 // the Lanes x Lanes blocks of the packing transposes (4, 8, 16 k's), KC (256 floats, 128 doubles), NC
 // (1024 floats; 512 on an L2 of 512 KiB) and MC (2048 rows); the narrow shares that read op(a) in place
-// (256 columns) and b [K, N] too (up to 512 rows), with partial last A panels; and K = 0, where C = beta C.
+// (256 columns) and b [K, N] too (up to 512 rows), with partial last A panels; a transposed a whose k's
+// lie a page apart (M = 1024 floats) or more (1025; 2047 and 2049 rows; 600 doubles), packed 512 rows at
+// a time; and K = 0, where C = beta C.
 TEST(GemmKernel, BlockingBoundariesMatchScalarLoops) {
   const std::vector<std::array<int64_t, 3>> shapes = {
-      {5, 63, 7},     {6, 64, 8},     {7, 65, 9},     {11, 17, 33},  {12, 130, 40}, {13, 129, 31},
-      {25, 31, 255},  {19, 33, 256},  {30, 66, 257},  {8, 20, 513},  {3, 1023, 17}, {14, 1025, 12},
-      {9, 2049, 5},   {2047, 9, 10},  {2049, 70, 9},  {1, 200, 300}, {4, 5, 1},     {40, 1, 70},
-      {511, 256, 33}, {512, 257, 20}, {513, 250, 17}, {20, 70, 0},   {3, 9, 0},     {15, 513, 9},
+      {5, 63, 7},    {6, 64, 8},    {7, 65, 9},   {11, 17, 33},   {12, 130, 40},   {13, 129, 31},  {25, 31, 255},
+      {19, 33, 256}, {30, 66, 257}, {8, 20, 513}, {3, 1023, 17},  {14, 1025, 12},  {9, 2049, 5},   {2047, 9, 10},
+      {2049, 70, 9}, {1, 200, 300}, {4, 5, 1},    {40, 1, 70},    {511, 256, 33},  {512, 257, 20}, {513, 250, 17},
+      {20, 70, 0},   {3, 9, 0},     {15, 513, 9}, {1024, 40, 20}, {1025, 256, 30},
   };
   for_each_cpu_target([&] {
     for (const auto& [M, N, K] : shapes) check_gemm_shape<float>(M, N, K, DType::F32, 0.5);
-    for (const auto& [M, N, K] : {std::array<int64_t, 3>{13, 70, 129}, {7, 33, 300}, {2, 17, 257}})
+    for (const auto& [M, N, K] : {std::array<int64_t, 3>{13, 70, 129}, {7, 33, 300}, {2, 17, 257}, {600, 40, 20}})
       check_gemm_shape<double>(M, N, K, DType::F64, 0.0);
   });
 }
