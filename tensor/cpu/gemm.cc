@@ -123,9 +123,9 @@ constexpr int64_t kMaxRowsUnpackedB = 512;
 // machine's CPU) every tile then refetched them from L3: NormHead's dW chunk (M N K = 4096 256 256,
 // lda = vocab) ran at 40-42% of the peak in place and 74-77% packed, on 1 and 2 threads. At lda = 1024
 // (4 KiB) in place was as fast there (79-82% against 73-78%). Zen 4 hides the refetches: packing
-// cost it 6-8% on that chunk, under 0.5% of a moe-s step. Such a block is packed 512 rows at a time,
-// 512 KiB: it stays in L2, and the pack buffer no larger than the rest of a step's (2048 rows raised
-// moe-s's peak RSS by 3.6 MiB on 2 threads).
+// cost it 7% on that chunk, under 0.5% of a moe-s step. Such a block is packed 512 rows at a time
+// (512 KiB): it stays in L2, and the pack buffer is no larger than the other GEMMs' of a step (2048-row
+// blocks cost 9% on Zen 4 and raised moe-s's peak RSS by 3.6 MiB on 2 threads).
 constexpr int64_t kPageBytes = 4096;
 constexpr int64_t kFarApartRowBlock = 512;
 
