@@ -172,6 +172,51 @@ void parallel_for(int64_t n, int64_t grain, ChunkFn fn) {
   pool().run(chunks, [&](int64_t c) { fn(chunk_begin(n, chunks, c), chunk_begin(n, chunks, c + 1)); });
 }
 
+void parallel_for_each(int64_t n, ItemCostFn cost, ItemFn fn) {
+  if (n <= 0) return;
+  const int64_t threads = in_parallel_region ? 1 : std::min<int64_t>(num_threads(), n);
+  if (threads == 1) {
+    for (int64_t item = 0; item < n; ++item) fn(item);
+    return;
+  }
+  LT_CHECK(n < (int64_t{1} << 32), "parallel_for_each: ", n, " items, more than a range holds");
+  // Thread t's range is one 64-bit word, its next item in the high half and its end in the low half, so
+  // that the owner taking from the front and a thief taking from the back claim with one compare-and-swap
+  // each and never both take an item. Only the claims are shared: fn's writes reach the caller through
+  // run()'s own synchronisation.
+  const auto pack = [](int64_t front, int64_t back) {
+    return static_cast<uint64_t>(front) << 32 | static_cast<uint64_t>(back);
+  };
+  std::unique_ptr<std::atomic<uint64_t>[]> ranges(new std::atomic<uint64_t>[static_cast<size_t>(threads)]);
+  int64_t total = 0;
+  for (int64_t item = 0; item < n; ++item) total += cost(item);
+  // Range t ends before the first item whose midpoint lies past (t + 1) / threads of the total cost.
+  int64_t item = 0, before = 0;
+  for (int64_t t = 0; t < threads; ++t) {
+    const int64_t front = item;
+    while (item < n && (2 * before + cost(item)) * threads <= 2 * (t + 1) * total) before += cost(item++);
+    if (t == threads - 1) item = n;
+    ranges[t].store(pack(front, item), std::memory_order_relaxed);
+  }
+  // Claims the front (owner) or back (thief) item of range r; -1 when it is empty.
+  const auto claim = [&](int64_t r, bool from_front) -> int64_t {
+    uint64_t word = ranges[r].load(std::memory_order_relaxed);
+    for (;;) {
+      const int64_t front = static_cast<int64_t>(word >> 32), back = static_cast<int64_t>(word & 0xffffffffu);
+      if (front >= back) return -1;
+      const uint64_t claimed = from_front ? pack(front + 1, back) : pack(front, back - 1);
+      if (ranges[r].compare_exchange_weak(word, claimed, std::memory_order_relaxed))
+        return from_front ? front : back - 1;
+    }
+  };
+  pool().run(threads, [&](int64_t t) {
+    for (int64_t mine = claim(t, true); mine >= 0; mine = claim(t, true)) fn(mine);
+    for (int64_t k = 1; k < threads; ++k)
+      for (int64_t theirs = claim((t + k) % threads, false); theirs >= 0; theirs = claim((t + k) % threads, false))
+        fn(theirs);
+  });
+}
+
 void parallel_for_chunks(int64_t n, int64_t grain, IndexedChunkFn fn) {
   const int64_t chunks = reduction_chunks(n, grain);
   parallel_for(chunks, 1, [&](int64_t first, int64_t last) {

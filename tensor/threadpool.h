@@ -9,6 +9,12 @@
 // chunk and combines the chunk results in chunk order gives the same bits with 1 thread or 64: a run
 // resumed on a machine with another core count continues the same trajectory.
 //
+// parallel_for_each(n, cost, fn) runs fn(item) for items of uneven cost (the MoE experts' segments):
+// each thread starts on a contiguous range of about equal cost, and a thread that finishes its range
+// takes the last items of the others'. So threads that run at uneven speeds (a vCPU its host takes time
+// from, a core whose data sits in the other core's cache) finish together. Which thread runs an item
+// varies from run to run, so each item must write only its own outputs.
+//
 // Calls made from inside a chunk run serially in the calling thread.
 //
 // Waking a sleeping thread costs tens of microseconds on a VM, more than a small kernel takes, so a
@@ -55,6 +61,10 @@ void parallel_for(int64_t n, int64_t grain, ChunkFn fn);
 // per-chunk partial results combined in chunk order.
 using IndexedChunkFn = FunctionRef<void(int64_t chunk, int64_t begin, int64_t end)>;
 void parallel_for_chunks(int64_t n, int64_t grain, IndexedChunkFn fn);
+// Runs fn(item) once for every item in [0, n); cost(item) >= 0 sets the starting ranges.
+using ItemFn = FunctionRef<void(int64_t item)>;
+using ItemCostFn = FunctionRef<int64_t(int64_t item)>;
+void parallel_for_each(int64_t n, ItemCostFn cost, ItemFn fn);
 // ceil(n / grain) chunks, but at most kMaxReductionChunks: enough to keep every core of a large machine
 // busy, few enough that combining the partials stays a small fraction of the work.
 inline constexpr int64_t kMaxReductionChunks = 64;

@@ -1,11 +1,14 @@
 // The thread pool: exact coverage of [0, n), chunk bounds that depend only on (n, grain, threads) for
-// parallel_for and only on (n, grain) for the reduction chunks, exceptions carried back to the caller,
-// and nested calls that run serially.
+// parallel_for and only on (n, grain) for the reduction chunks, parallel_for_each's items each run once
+// and taken over from a thread that is held up, exceptions carried back to the caller, and nested calls
+// that run serially.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -98,6 +101,73 @@ TEST(ThreadPool, ReductionChunksDependOnlyOnSizeAndGrain) {
       EXPECT_EQ(nested, first);
     }
   EXPECT_EQ(reduction_chunks(0, 1), 0);
+}
+
+TEST(ThreadPool, ForEachRunsEveryItemOnce) {
+  ThreadCountGuard guard;
+  for (int threads = 1; threads <= 4; ++threads) {
+    set_num_threads(threads);
+    for (int64_t n : {0, 1, 2, 3, 5, 16, 100, 1001}) {
+      // Uniform costs, costs that put everything on one item, and costs that are mostly zero.
+      for (int shape = 0; shape < 3; ++shape) {
+        SCOPED_TRACE("threads=" + std::to_string(threads) + " n=" + std::to_string(n) +
+                     " shape=" + std::to_string(shape));
+        std::vector<std::atomic<int>> visits(static_cast<size_t>(n));
+        parallel_for_each(
+            n,
+            [&](int64_t item) -> int64_t {
+              if (shape == 0) return 3;
+              if (shape == 1) return item == n / 2 ? 1000 : 1;
+              return item % 7 == 0 ? item : 0;
+            },
+            [&](int64_t item) { ++visits[static_cast<size_t>(item)]; });
+        for (int64_t i = 0; i < n; ++i) EXPECT_EQ(visits[static_cast<size_t>(i)].load(), 1) << "item " << i;
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, ForEachHandsAHeldUpThreadsItemsToTheOthers) {
+  // 2 threads, 8 items of equal cost: the caller starts on items 0-3, the worker on 4-7. The caller's
+  // first item waits until item 3, the last of its own range, has run: only the worker can run it, by
+  // taking it over. The wait is bounded, so a pool that never takes items over fails instead of hanging.
+  ThreadCountGuard guard;
+  set_num_threads(2);
+  std::vector<std::atomic<bool>> done(8);
+  std::vector<std::thread::id> ran_on(8);
+  std::atomic<bool> waited_in_vain{false};
+  parallel_for_each(
+      8, [](int64_t) -> int64_t { return 1; },
+      [&](int64_t item) {
+        if (item == 0) {
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (!done[3].load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+          waited_in_vain = !done[3].load();
+        }
+        ran_on[static_cast<size_t>(item)] = std::this_thread::get_id();
+        done[static_cast<size_t>(item)] = true;
+      });
+  EXPECT_FALSE(waited_in_vain.load()) << "item 3 was never taken over from the held-up caller";
+  EXPECT_NE(ran_on[3], ran_on[0]);
+  EXPECT_EQ(ran_on[7], ran_on[3]) << "the worker's own range first";
+  for (int i = 0; i < 8; ++i) EXPECT_TRUE(done[static_cast<size_t>(i)].load()) << i;
+}
+
+TEST(ThreadPool, ForEachCarriesExceptionsAndRunsSeriallyWhenNested) {
+  ThreadCountGuard guard;
+  set_num_threads(3);
+  const auto unit = [](int64_t) -> int64_t { return 1; };
+  EXPECT_THROW(parallel_for_each(50, unit,
+                                 [](int64_t item) {
+                                   if (item == 49) fail("item ", item, " failed");
+                                 }),
+               Error);
+  std::vector<std::thread::id> inner(20);
+  parallel_for(3, 1, [&](int64_t begin, int64_t) {
+    if (begin == 1)
+      parallel_for_each(20, unit, [&](int64_t item) { inner[static_cast<size_t>(item)] = std::this_thread::get_id(); });
+  });
+  for (const std::thread::id& id : inner) EXPECT_EQ(id, inner[0]) << "a nested call runs on the calling thread";
 }
 
 TEST(ThreadPool, ResizingBetweenRunsKeepsWorking) {
