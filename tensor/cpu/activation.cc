@@ -2,7 +2,7 @@
 //
 // sigmoid(x) is computed from e = exp(-|x|), which lies in (0, 1] for every x: sigmoid = 1 / (1 + e)
 // for x >= 0 and e / (1 + e) otherwise. exp never overflows, so large |x| saturates cleanly to 0 or 1
-// instead of producing inf / inf.
+// instead of producing inf / inf; being <= 0, its argument suits ExpNonPositive (tensor/cpu/exp-inl.h).
 //
 // The last partial vector of a range is copied into a zero-padded buffer and run through the same
 // vector code as the rest, so every element gets bit-identical arithmetic wherever the chunk bounds
@@ -14,7 +14,7 @@
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "hwy/contrib/math/math-inl.h"  // header-only (templates): no extra library to link
+#include "tensor/cpu/exp-inl.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
@@ -26,7 +26,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V Sigmoid(D d, V x) {
   const V one = hn::Set(d, hn::TFromD<D>(1));
-  const V e = hn::Exp(d, hn::Neg(hn::Abs(x)));
+  const V e = ExpNonPositive(d, hn::Neg(hn::Abs(x)));
   return hn::Div(hn::IfThenElse(hn::Ge(x, hn::Zero(d)), one, e), hn::Add(one, e));
 }
 

@@ -1,7 +1,8 @@
 // Softmax, log-softmax and cross-entropy over the last dimension, forward and backward.
 //
-// Numerics: every row is shifted by its maximum before exp, so exp sees values <= 0 and never
-// overflows, whatever the magnitude of the logits. Row sums (of exp, and the dot products of the
+// Numerics: every row is shifted by its maximum (or its logsumexp) before exp, so exp sees values <= 0
+// and never overflows, whatever the magnitude of the logits; it is ExpNonPositive (tensor/cpu/exp-inl.h,
+// about 1 ulp). Row sums (of exp, and the dot products of the
 // backward) are added in vectors of the input dtype within blocks of kSumBlock elements and the
 // block totals in f64, so a 150k-wide vocabulary row in f32 accumulates the rounding error of a short
 // one. log-softmax is formed as (x - max) - log(sum), which stays exact near the maximum.
@@ -16,7 +17,7 @@
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "hwy/contrib/math/math-inl.h"  // header-only (templates): no extra library to link
+#include "tensor/cpu/exp-inl.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
@@ -87,7 +88,7 @@ template <class D, class T = hn::TFromD<D>>
 HWY_INLINE double RowSumExp(D d, const T* x, int64_t n, T shift, T* store_to) {
   const auto shift_v = hn::Set(d, shift);
   return RowSum(d, n, [&](int64_t i, int64_t count) {
-    const auto e = hn::Exp(d, hn::Sub(LoadPart(d, x + i, count, kNegInf<T>), shift_v));
+    const auto e = ExpNonPositive(d, hn::Sub(LoadPart(d, x + i, count, kNegInf<T>), shift_v));
     if (store_to) StorePart(d, e, store_to + i, count);
     return e;
   });
@@ -159,7 +160,7 @@ void LogSoftmaxBackwardT(const T* y_NV, const T* dy_NV, T* dx_NV, int64_t N, int
       const double dy_sum = RowSum(d, V, [&](int64_t i, int64_t count) { return LoadPart(d, dy + i, count, T(0)); });
       const auto dy_sum_v = hn::Set(d, static_cast<T>(dy_sum));
       ForEachVector(d, V, [&](int64_t i, int64_t count) {
-        const auto p = hn::Exp(d, LoadPart(d, y + i, count, T(0)));
+        const auto p = ExpNonPositive(d, LoadPart(d, y + i, count, T(0)));
         StorePart(d, hn::NegMulAdd(p, dy_sum_v, LoadPart(d, dy + i, count, T(0))), dx + i, count);
       });
     }
@@ -202,7 +203,7 @@ void CrossEntropyBackwardT(const T* x_NV, const I* target_N, int64_t ignore_inde
       }
       const auto lse = hn::Set(d, lse_N[n]), dloss = hn::Set(d, dloss_N[n]);
       ForEachVector(d, V, [&](int64_t i, int64_t count) {
-        const auto p = hn::Exp(d, hn::Sub(LoadPart(d, x + i, count, T(0)), lse));
+        const auto p = ExpNonPositive(d, hn::Sub(LoadPart(d, x + i, count, T(0)), lse));
         StorePart(d, hn::Mul(dloss, p), dx + i, count);
       });
       dx[target] -= dloss_N[n];

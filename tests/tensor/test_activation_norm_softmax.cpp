@@ -298,6 +298,38 @@ TEST(SoftmaxKernels, MatchScalarLoopsOnEveryTarget) {
   });
 }
 
+// exp itself, read back exactly: with y = [x, 0] and dy = [0, -1], log_softmax_backward's dx[0] is
+// 0 - exp(x) * sum(dy) = exp(x), with no rounding of its own. The kernels' exp takes only arguments <= 0
+// (tensor/cpu/exp-inl.h): within 2 ulp of exp in double down to the smallest normal float, 0 below it.
+TEST(SoftmaxKernels, ExpOfNonPositiveArgumentsWithinTwoUlp) {
+  std::vector<double> xs;
+  for (int i = 0; i <= 40000; ++i) xs.push_back(-87.3 * i / 40000.0);
+  for (double x : {-1e-30, -1e-7, -0.34657359, -0.34657360, -0.5, -0.6931472, -1.0, -87.33, -87.35, -88.0, -100.0, -1e4,
+                   -std::numeric_limits<double>::infinity()})
+    xs.push_back(x);
+  const int64_t rows = static_cast<int64_t>(xs.size());
+  std::vector<double> y_values, dy_values;
+  for (double x : xs) {
+    y_values.insert(y_values.end(), {x, 0.0});
+    dy_values.insert(dy_values.end(), {0.0, -1.0});
+  }
+  for_each_cpu_target([&] {
+    const Tensor y = tensor_of<float>({rows, 2}, y_values), dy = tensor_of<float>({rows, 2}, dy_values);
+    Tensor dx = Tensor::empty_like(y);
+    kernels::log_softmax_backward(y, dy, dx);
+    const float* got = dx.data<float>();
+    int reported = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const double x = static_cast<double>(static_cast<float>(xs[static_cast<size_t>(r)]));
+      const double exact = std::exp(x), value = got[2 * r];
+      const bool ok = x < -87.34   ? value == 0.0
+                      : x < -87.33 ? true  // subnormal results: not held to 2 ulp
+                                   : std::fabs(value - exact) <= 2.0 * std::ldexp(1.0, std::ilogb(exact) - 23);
+      if (!ok && reported++ < 5) ADD_FAILURE() << "exp(" << x << ") = " << value << ", expected " << exact;
+    }
+  });
+}
+
 TEST(SoftmaxKernels, RejectsMismatchedShapes) {
   const Tensor x = Tensor::zeros({3, 17});
   Tensor y = Tensor::empty({3, 16});
