@@ -36,8 +36,8 @@ using Clock = std::chrono::steady_clock;
 
 // c [M, N] = op(a) op(b). The model shapes are the GEMMs of a training step: a Linear forward x W^T
 // (weights stored [out, in]), its input gradient g W and weight gradient g^T x, at 8192 tokens and
-// the bench configs' widths, one decoding step's lm_head, and the routed experts' small segments (few
-// rows, K = 256, N = 128).
+// the bench configs' widths, one decoding step's lm_head, the routed experts' small segments (few
+// rows, K = 256, N = 128), and the router's logits (few columns: moe-s's 16 experts, moe-m's 32).
 struct Shape3 {
   std::string label;
   int64_t M, N, K;
@@ -68,6 +68,8 @@ std::vector<Shape3> bench_shapes() {
       {"expert x W^T  M=256", 256, 128, 256, false, true},
       {"expert dx=g W M=64", 64, 256, 128, false, false},
       {"expert dW=g^T x M=64", 128, 256, 64, true, false},
+      {"router x W^T [1024x256] W [16x256]", 1024, 16, 256, false, true},
+      {"router x W^T [2048x512] W [32x512]", 2048, 32, 512, false, true},
   };
   shapes.insert(shapes.end(), model.begin(), model.end());
   return shapes;

@@ -150,7 +150,7 @@ struct Gemm {
   bool bf16_inputs;  // the panel path multiplies bf16 pairs (only set for f32 where the CPU has them)
 };
 
-// A per-thread packing buffer (kWhich: 0 for A, 1 for B) that grows to the largest size seen and is
+// A per-thread packing buffer (kWhich: 0 for A, 1 for B; 2 and 3 below) that grows to the largest size seen and is
 // then reused, so steady-state calls allocate nothing. Aligned so packed panels start on a cache line.
 template <class T, int kWhich>
 T* PackBuffer(int64_t n) {
@@ -748,10 +748,36 @@ void GemmPanels(const Gemm<T>& g) {
   });
 }
 
+// Few columns of C against many rows (the router's logits x W^T: N = 16 experts on moe-s, 32 on moe-m):
+// a tile is kTileVectors vectors wide (64 floats on AVX-512), so at N = 16 three quarters of its FMAs
+// would go to padding columns (the router's forward ran at 23% of the peak). The transpose, C^T =
+// op(b)^T op(a)^T, has N rows (in panels of kTileRows: 16 rows use 89% of 18) and M columns. Each of its
+// elements is the same FMA chain over k with the two factors of each product swapped, so C has the same
+// bits. More than kFewRows columns, so that the bf16 contract (pairs from kFewRows + 1 rows on) is the
+// same either way, and at most three quarters of a tile.
+template <class T>
+bool FewColumnsGoTransposed(const Gemm<T>& g) {
+  const int64_t tile_cols = kTileVectors * static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
+  return g.N > kFewRows && 4 * g.N <= 3 * tile_cols && g.M >= 2 * tile_cols;
+}
+
+// C^T in a per-thread buffer (kWhich 3): C transposed into it first when beta reads it, the product
+// transposed back after. Both transposes are copies, M x N elements against M x N x K FMAs.
+template <class T>
+void GemmTransposed(const Gemm<T>& g) {
+  T* c_t = PackBuffer<T, 3>(g.M * g.N);
+  if (g.beta != T(0)) TransposeMatrix(g.c, g.ldc, g.M, g.N, c_t, g.M);
+  GemmPanels(
+      Gemm<T>{g.N, g.M, g.K, g.b, g.ldb, !g.trans_b, g.a, g.lda, !g.trans_a, c_t, g.M, g.alpha, g.beta, g.bf16_inputs});
+  TransposeMatrix(c_t, g.M, g.N, g.M, g.c, g.ldc);
+}
+
 template <class T>
 void GemmT(const Gemm<T>& g) {
   if (g.trans_b && g.M <= kMaxRowsDot)
     GemmDot(g);
+  else if (FewColumnsGoTransposed(g))
+    GemmTransposed(g);
   else
     GemmPanels(g);
 }

@@ -213,6 +213,44 @@ struct MatmulPrecisionScope {
 
 std::vector<float> rounded_to_bf16(const Tensor& x) { return x.to(DType::BF16).to(DType::F32).to_vector<float>(); }
 
+// The first n columns of a 2-D f32 tensor, as a new tensor.
+Tensor first_columns(const Tensor& x, int64_t n) {
+  const std::vector<float> all = x.to_vector<float>();
+  std::vector<float> part;
+  for (int64_t r = 0; r < x.dim(0); ++r)
+    part.insert(part.end(), all.begin() + r * x.dim(1), all.begin() + r * x.dim(1) + n);
+  return Tensor::from_vector<float>({x.dim(0), n}, part);
+}
+
+// A C of few columns (the router's 16 or 32 experts) is computed as its transpose on AVX-512, whose tile
+// is 64 floats wide (tensor/cpu/gemm.cc, FewColumnsGoTransposed). Each element must keep the bits of
+// the panel path, which a product of 64 columns takes: its first N columns, against the same first N
+// columns of b, are the narrow product bit for bit. Every transpose variant, beta reading C, one and two
+// KC blocks, f32 and bf16 inputs, on every target.
+TEST(GemmKernel, FewColumnsKeepThePanelPathsBits) {
+  for_each_cpu_target([] {
+    for (const bool bf16 : {false, true}) {
+      const MatmulPrecisionScope precision(bf16 ? kernels::MatmulPrecision::BF16Inputs : kernels::MatmulPrecision::F32);
+      for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{1024, 16, 256}, {300, 33, 300}, {200, 13, 40}})
+        for (bool ta : {false, true})
+          for (bool tb : {false, true}) {
+            const int64_t wide = 64;
+            const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 31);
+            const Tensor b_wide = random_tensor(tb ? Shape{wide, K} : Shape{K, wide}, 32);
+            const Tensor c0_wide = random_tensor({M, wide}, 33);
+            const Tensor b = tb ? b_wide.narrow(0, N).clone() : first_columns(b_wide, N);
+            Tensor c = first_columns(c0_wide, N), c_wide = c0_wide.clone();
+            kernels::matmul(a, ta, b, tb, c, 1.5, 0.5);
+            kernels::matmul(a, ta, b_wide, tb, c_wide, 1.5, 0.5);
+            const Tensor narrow_part = first_columns(c_wide, N);
+            EXPECT_EQ(std::memcmp(c.raw_data(), narrow_part.raw_data(), c.nbytes()), 0)
+                << (bf16 ? "bf16" : "f32") << " M=" << M << " N=" << N << " K=" << K << (ta ? " Ta" : "")
+                << (tb ? " Tb" : "");
+          }
+    }
+  });
+}
+
 // --dtype bf16 on the CPU: on a target with the bf16 GEMM (AVX-512 on a CPU with AVX512_BF16) every
 // GEMM of more than 12 rows is the product of the operands rounded to bf16, summed in f32; the few-row
 // paths, and every GEMM on other targets or CPUs, stay exact f32. Shapes around the bf16 blocking: odd K
