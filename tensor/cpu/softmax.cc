@@ -2,10 +2,10 @@
 //
 // Numerics: every row is shifted by its maximum (or its logsumexp) before exp, so exp sees values <= 0
 // and never overflows, whatever the magnitude of the logits; it is ExpNonPositive (tensor/cpu/exp-inl.h,
-// about 1 ulp). Row sums (of exp, and the dot products of the
-// backward) are added in vectors of the input dtype within blocks of kSumBlock elements and the
-// block totals in f64, so a 150k-wide vocabulary row in f32 accumulates the rounding error of a short
-// one. log-softmax is formed as (x - max) - log(sum), which stays exact near the maximum.
+// about 1 ulp). Row sums (of exp, and the dot products of the backward) are added in vectors of the
+// input dtype within blocks of kSumBlock elements and the block totals in f64, so a 150k-wide
+// vocabulary row in f32 accumulates the rounding error of a short one. log-softmax is formed as
+// (x - max) - log(sum), which stays exact near the maximum.
 //
 // The last partial vector of a row is run through the same vector code on a padded copy: padding
 // with -inf makes exp return 0, and padding with 0 adds nothing to a sum.
