@@ -226,12 +226,14 @@ Tensor first_columns(const Tensor& x, int64_t n) {
 // is 64 floats wide (tensor/cpu/gemm.cc, FewColumnsGoTransposed). Each element must keep the bits of
 // the panel path, which a product of 64 columns takes: its first N columns, against the same first N
 // columns of b, are the narrow product bit for bit. Every transpose variant, beta reading C, one and two
-// KC blocks, f32 and bf16 inputs, on every target.
+// KC blocks, the edges of the rule (13 and 48 columns go transposed, 49 do not), f32 and bf16 inputs, on
+// every target.
 TEST(GemmKernel, FewColumnsKeepThePanelPathsBits) {
   for_each_cpu_target([] {
     for (const bool bf16 : {false, true}) {
       const MatmulPrecisionScope precision(bf16 ? kernels::MatmulPrecision::BF16Inputs : kernels::MatmulPrecision::F32);
-      for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{1024, 16, 256}, {300, 33, 300}, {200, 13, 40}})
+      for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{
+               {1024, 16, 256}, {300, 33, 300}, {200, 13, 40}, {130, 48, 20}, {130, 49, 20}})
         for (bool ta : {false, true})
           for (bool tb : {false, true}) {
             const int64_t wide = 64;
