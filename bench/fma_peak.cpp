@@ -92,7 +92,7 @@ __attribute__((target("avx512f,avx512bf16"))) double Bf16DotChains(int64_t itera
 FmaPeak best_rate(int threads, double seconds, const char* target, double (*chains)(int64_t, float, float*)) {
   const int previous_threads = num_threads();
   set_num_threads(threads);
-  // One chunk per thread: parallel_for with grain 1 over `threads` items gives each worker one item.
+  // One chunk per thread: parallel_for_slabs with grain 1 over `threads` items gives each worker one item.
   // 2^21 iterations are ~0.8 GFLOP per thread with 16 lanes, ~7 ms at 100 GFLOP/s: long enough to
   // dwarf the pool's dispatch, short enough for dozens of repetitions.
   constexpr int64_t kIterations = 1 << 21;
@@ -104,7 +104,7 @@ FmaPeak best_rate(int threads, double seconds, const char* target, double (*chai
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   do {
     const auto start = std::chrono::steady_clock::now();
-    parallel_for(threads, 1, [&](int64_t begin, int64_t end) {
+    parallel_for_slabs(threads, 1, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) flops[t] = chains(kIterations, static_cast<float>(t), &sinks[t]);
     });
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

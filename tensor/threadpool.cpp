@@ -19,6 +19,14 @@ thread_local bool in_parallel_region = false;
 
 using ChunkJob = FunctionRef<void(int64_t)>;
 
+// A thread's range of items under run_taking_over, on a cache line of its own: each owner claims from its
+// own range all the time, and a shared line would move between the cores on every claim.
+struct alignas(64) ClaimRange {
+  std::atomic<uint64_t> word;
+};
+
+int64_t CeilDiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
+
 // How long a waiting thread spins before it sleeps: long enough to bridge the serial code between
 // two kernels of a training step, short enough not to matter when the pool is idle.
 constexpr auto kSpinTime = std::chrono::microseconds(100);
@@ -42,6 +50,8 @@ class ThreadPool {
   ~ThreadPool() { stop(); }
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
+  // One per thread, for the one run_taking_over a run() serves at a time.
+  ClaimRange* claim_ranges() { return claim_ranges_.get(); }
 
   void resize(int threads) {
     stop();
@@ -77,6 +87,7 @@ class ThreadPool {
   // before they existed is finished, not theirs to pick up.
   void start(int threads) {
     quit_.store(false);
+    claim_ranges_ = std::make_unique<ClaimRange[]>(static_cast<size_t>(threads));
     const uint64_t current = generation_.load();
     for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w, current] { worker_loop(w, current); });
   }
@@ -120,6 +131,7 @@ class ThreadPool {
   }
 
   std::vector<std::thread> workers_;
+  std::unique_ptr<ClaimRange[]> claim_ranges_;
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   // Written by run() before the generation is published (release) and read by workers after they
@@ -161,51 +173,29 @@ int64_t chunk_begin(int64_t n, int64_t chunks, int64_t c) {
   return c * base + std::min(c, extra);
 }
 
-void parallel_for(int64_t n, int64_t grain, ChunkFn fn) {
-  if (n <= 0) return;
-  grain = std::max<int64_t>(grain, 1);
-  const int64_t chunks = in_parallel_region ? 1 : std::min<int64_t>(num_threads(), (n + grain - 1) / grain);
-  if (chunks == 1) {
-    fn(0, n);
-    return;
-  }
-  pool().run(chunks, [&](int64_t c) { fn(chunk_begin(n, chunks, c), chunk_begin(n, chunks, c + 1)); });
-}
+namespace {
 
-void parallel_for_each(int64_t n, ItemCostFn cost, ItemFn fn) {
-  if (n <= 0) return;
-  const int64_t threads = in_parallel_region ? 1 : std::min<int64_t>(num_threads(), n);
-  if (threads == 1) {
-    for (int64_t item = 0; item < n; ++item) fn(item);
-    return;
-  }
-  LT_CHECK(n < (int64_t{1} << 32), "parallel_for_each: ", n, " items, more than a range holds");
-  // Thread t's range is one 64-bit word, its next item in the high half and its end in the low half, so
-  // that the owner taking from the front and a thief taking from the back claim with one compare-and-swap
-  // each and never both take an item. Only the claims are shared: fn's writes reach the caller through
-  // run()'s own synchronisation.
+// Runs fn(item) for every item of [0, n) on `threads` threads (at least 2), thread t starting on items
+// [first_item(t), first_item(t + 1)). Thread t's range is one 64-bit word, its next item in the high half
+// and its end in the low half, so that the owner taking from the front and a thief taking from the back
+// claim with one compare-and-swap each and never both take an item. Only the claims are shared: fn's
+// writes reach the caller through run()'s own synchronisation.
+void run_taking_over(int64_t n, int64_t threads, FunctionRef<int64_t(int64_t)> first_item, ItemFn fn) {
+  LT_CHECK(n < (int64_t{1} << 32), "thread pool: ", n, " items, more than a range holds");
   const auto pack = [](int64_t front, int64_t back) {
     return static_cast<uint64_t>(front) << 32 | static_cast<uint64_t>(back);
   };
-  std::unique_ptr<std::atomic<uint64_t>[]> ranges(new std::atomic<uint64_t>[static_cast<size_t>(threads)]);
-  int64_t total = 0;
-  for (int64_t item = 0; item < n; ++item) total += cost(item);
-  // Range t ends before the first item whose midpoint lies past (t + 1) / threads of the total cost.
-  int64_t item = 0, before = 0;
-  for (int64_t t = 0; t < threads; ++t) {
-    const int64_t front = item;
-    while (item < n && (2 * before + cost(item)) * threads <= 2 * (t + 1) * total) before += cost(item++);
-    if (t == threads - 1) item = n;
-    ranges[t].store(pack(front, item), std::memory_order_relaxed);
-  }
+  ClaimRange* ranges = pool().claim_ranges();
+  for (int64_t t = 0; t < threads; ++t)
+    ranges[t].word.store(pack(first_item(t), first_item(t + 1)), std::memory_order_relaxed);
   // Claims the front (owner) or back (thief) item of range r; -1 when it is empty.
   const auto claim = [&](int64_t r, bool from_front) -> int64_t {
-    uint64_t word = ranges[r].load(std::memory_order_relaxed);
+    uint64_t word = ranges[r].word.load(std::memory_order_relaxed);
     for (;;) {
       const int64_t front = static_cast<int64_t>(word >> 32), back = static_cast<int64_t>(word & 0xffffffffu);
       if (front >= back) return -1;
       const uint64_t claimed = from_front ? pack(front + 1, back) : pack(front, back - 1);
-      if (ranges[r].compare_exchange_weak(word, claimed, std::memory_order_relaxed))
+      if (ranges[r].word.compare_exchange_weak(word, claimed, std::memory_order_relaxed))
         return from_front ? front : back - 1;
     }
   };
@@ -215,6 +205,56 @@ void parallel_for_each(int64_t n, ItemCostFn cost, ItemFn fn) {
       for (int64_t theirs = claim((t + k) % threads, false); theirs >= 0; theirs = claim((t + k) % threads, false))
         fn(theirs);
   });
+}
+
+}  // namespace
+
+void parallel_for(int64_t n, int64_t grain, ChunkFn fn) {
+  if (n <= 0) return;
+  // Pieces start at multiples of the grain, so a kernel whose grain is a multiple of its vector width
+  // splits its rows or elements where one thread would (a vector loop's scalar tail, whose arithmetic
+  // may differ, stays at n).
+  const int64_t piece = std::max<int64_t>(grain, 1) * CeilDiv(CeilDiv(n, std::max<int64_t>(grain, 1)), kMaxPieces);
+  const int64_t pieces = CeilDiv(n, piece);
+  const int64_t threads = in_parallel_region ? 1 : std::min<int64_t>(num_threads(), pieces);
+  if (threads == 1) {
+    fn(0, n);
+    return;
+  }
+  run_taking_over(
+      pieces, threads, [&](int64_t t) { return chunk_begin(pieces, threads, t); },
+      [&](int64_t p) { fn(p * piece, std::min(n, (p + 1) * piece)); });
+}
+
+void parallel_for_slabs(int64_t n, int64_t grain, ChunkFn fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t slabs = in_parallel_region ? 1 : std::min<int64_t>(num_threads(), CeilDiv(n, grain));
+  if (slabs == 1) {
+    fn(0, n);
+    return;
+  }
+  pool().run(slabs, [&](int64_t c) { fn(chunk_begin(n, slabs, c), chunk_begin(n, slabs, c + 1)); });
+}
+
+void parallel_for_each(int64_t n, ItemCostFn cost, ItemFn fn) {
+  if (n <= 0) return;
+  const int64_t threads = in_parallel_region ? 1 : std::min<int64_t>(num_threads(), n);
+  if (threads == 1) {
+    for (int64_t item = 0; item < n; ++item) fn(item);
+    return;
+  }
+  int64_t total = 0;
+  for (int64_t item = 0; item < n; ++item) total += cost(item);
+  // Range t ends before the first item whose midpoint lies past (t + 1) / threads of the total cost.
+  std::vector<int64_t> firsts(static_cast<size_t>(threads) + 1, n);
+  int64_t item = 0, before = 0;
+  for (int64_t t = 0; t < threads; ++t) {
+    firsts[static_cast<size_t>(t)] = item;
+    while (item < n && (2 * before + cost(item)) * threads <= 2 * (t + 1) * total) before += cost(item++);
+  }
+  run_taking_over(
+      n, threads, [&](int64_t t) { return firsts[static_cast<size_t>(t)]; }, fn);
 }
 
 void parallel_for_chunks(int64_t n, int64_t grain, IndexedChunkFn fn) {

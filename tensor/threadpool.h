@@ -1,20 +1,25 @@
 // A fixed pool of worker threads with deterministic work splitting.
 //
-// parallel_for(n, grain, fn) cuts [0, n) into at most num_threads() contiguous chunks whose bounds
-// depend only on n, grain and the thread count, never on timing: for kernels whose items are
-// independent, where the split cannot change a bit.
+// parallel_for(n, grain, fn) is for kernels whose items are independent, where the split cannot change a
+// bit. It cuts [0, n) into pieces of `grain` items (a multiple of it where there would be more than
+// kMaxPieces), whose bounds depend only on n and grain; each thread starts on a contiguous run of
+// pieces, and a thread that finishes its run takes the last pieces of the others'. So threads that run
+// at uneven speeds (a vCPU its host takes time from, a core whose data sits in the other core's cache)
+// finish together. fn is called once per piece, so a kernel with costly set-up per call sizes its grain
+// to match, or uses
+//
+// parallel_for_slabs(n, grain, fn): at most num_threads() contiguous slabs, one call each, whose bounds
+// depend only on n, grain and the thread count (the GEMM, which packs an operand per call).
 //
 // parallel_for_chunks(n, grain, fn) is for reductions. Its chunk bounds depend only on n and grain,
-// not on the thread count (threads take contiguous runs of whole chunks), so a kernel that reduces per
-// chunk and combines the chunk results in chunk order gives the same bits with 1 thread or 64: a run
-// resumed on a machine with another core count continues the same trajectory.
+// not on the thread count, so a kernel that reduces per chunk and combines the chunk results in chunk
+// order gives the same bits with 1 thread or 64: a run resumed on a machine with another core count
+// continues the same trajectory.
 //
-// parallel_for_each(n, cost, fn) runs fn(item) for items of uneven cost (the MoE experts' segments):
-// each thread starts on a contiguous range of about equal cost, and a thread that finishes its range
-// takes the last items of the others'. So threads that run at uneven speeds (a vCPU its host takes time
-// from, a core whose data sits in the other core's cache) finish together. Which thread runs an item
-// varies from run to run, so each item must write only its own outputs.
+// parallel_for_each(n, cost, fn) runs fn(item) for items of uneven cost (the MoE experts' segments): as
+// parallel_for, but each thread starts on a contiguous range of about equal cost.
 //
+// Which thread runs a piece or an item varies from run to run, so each must write only its own outputs.
 // Calls made from inside a chunk run serially in the calling thread.
 //
 // Waking a sleeping thread costs tens of microseconds on a VM, more than a small kernel takes, so a
@@ -55,8 +60,12 @@ int num_threads();
 void set_num_threads(int threads);
 
 using ChunkFn = FunctionRef<void(int64_t begin, int64_t end)>;
-// Runs fn over [0, n) in chunks of at least `grain` items (the last may be shorter).
+// Runs fn over [0, n) in pieces [p * size, (p + 1) * size) (the last may be shorter), size the smallest
+// multiple of `grain` that makes at most kMaxPieces pieces, or in one call fn(0, n) on one thread.
+inline constexpr int64_t kMaxPieces = 1024;
 void parallel_for(int64_t n, int64_t grain, ChunkFn fn);
+// Runs fn over [0, n) in at most num_threads() slabs of at least `grain` items, one call per slab.
+void parallel_for_slabs(int64_t n, int64_t grain, ChunkFn fn);
 // Runs fn over [0, n) in reduction_chunks(n, grain) chunks, telling fn which chunk it runs, for
 // per-chunk partial results combined in chunk order.
 using IndexedChunkFn = FunctionRef<void(int64_t chunk, int64_t begin, int64_t end)>;

@@ -739,7 +739,7 @@ void GemmPanels(const Gemm<T>& g) {
     bool split_cols, pairs;
     int64_t tile_cols;
   } job{&g, split_cols, pairs, tile_cols};
-  parallel_for(split_cols ? col_panels : row_panels, grain, [&job](int64_t begin, int64_t end) {
+  parallel_for_slabs(split_cols ? col_panels : row_panels, grain, [&job](int64_t begin, int64_t end) {
     const Gemm<T>& gemm = *job.g;
     if (job.split_cols)
       GemmBlockOf(gemm, job.pairs, 0, gemm.M, begin * job.tile_cols, std::min(gemm.N, end * job.tile_cols));

@@ -1,7 +1,7 @@
-// The thread pool: exact coverage of [0, n), chunk bounds that depend only on (n, grain, threads) for
-// parallel_for and only on (n, grain) for the reduction chunks, parallel_for_each's items each run once
-// and taken over from a thread that is held up, exceptions carried back to the caller, and nested calls
-// that run serially.
+// The thread pool: exact coverage of [0, n), piece bounds that depend only on (n, grain) for
+// parallel_for and the reduction chunks and slab bounds on (n, grain, threads) for parallel_for_slabs,
+// parallel_for_each's items each run once, pieces and items taken over from a thread that is held up,
+// exceptions carried back to the caller, and nested calls that run serially.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,6 +42,34 @@ std::vector<Range> run_chunks(int64_t n, int64_t grain) {
   return ranges;
 }
 
+// The (begin, end) ranges of one call of parallel_for (slabs false) or parallel_for_slabs, sorted, after
+// checking that they cover [0, n) exactly once: each index counts its visits, so overlapping ranges would
+// show as a count of 2 and a gap as 0.
+std::vector<Range> run_ranges(int64_t n, int64_t grain, bool slabs) {
+  std::vector<int> visits(static_cast<size_t>(n), 0);
+  std::mutex ranges_mutex;
+  std::vector<Range> ranges;
+  const auto record = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) ++visits[static_cast<size_t>(i)];
+    std::lock_guard<std::mutex> lock(ranges_mutex);
+    ranges.push_back({begin, end});
+  };
+  if (slabs)
+    parallel_for_slabs(n, grain, record);
+  else
+    parallel_for(n, grain, record);
+  EXPECT_EQ(visits, std::vector<int>(static_cast<size_t>(n), 1));
+  std::sort(ranges.begin(), ranges.end());
+  return ranges;
+}
+
+// The even split of [0, n) into `parts` ranges.
+std::vector<Range> even_split(int64_t n, int64_t parts) {
+  std::vector<Range> ranges;
+  for (int64_t c = 0; c < parts; ++c) ranges.push_back({chunk_begin(n, parts, c), chunk_begin(n, parts, c + 1)});
+  return ranges;
+}
+
 TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
   ThreadCountGuard guard;
   for (int threads = 1; threads <= 4; ++threads) {
@@ -49,21 +77,19 @@ TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
     ASSERT_EQ(num_threads(), threads);
     for (int64_t n : {0, 1, 2, 3, 4, 5, 7, 64, 100, 1000, 12345})
       for (int64_t grain : {0, 1, 2, 3, 7, 64, 1000, 100000}) {
-        SCOPED_TRACE("threads=" + std::to_string(threads) + " n=" + std::to_string(n) + " grain=" + std::to_string(grain));
-        // Each index counts its visits; a chunk writes only its own range, so overlapping chunks
-        // would show as a count of 2 and a gap as 0.
-        std::vector<int> visits(static_cast<size_t>(n), 0);
-        std::mutex ranges_mutex;
-        std::vector<Range> ranges;
-        parallel_for(n, grain, [&](int64_t begin, int64_t end) {
-          for (int64_t i = begin; i < end; ++i) ++visits[static_cast<size_t>(i)];
-          std::lock_guard<std::mutex> lock(ranges_mutex);
-          ranges.push_back({begin, end});
-        });
-        EXPECT_EQ(visits, std::vector<int>(static_cast<size_t>(n), 1));
+        SCOPED_TRACE("threads=" + std::to_string(threads) + " n=" + std::to_string(n) +
+                     " grain=" + std::to_string(grain));
         const int64_t by_grain = (n + std::max<int64_t>(grain, 1) - 1) / std::max<int64_t>(grain, 1);
-        EXPECT_EQ(static_cast<int64_t>(ranges.size()), std::min<int64_t>(threads, by_grain));
-        for (const Range& r : ranges) EXPECT_LT(r.first, r.second) << "no empty chunks";
+        // parallel_for: one call on one thread, else pieces at multiples of the grain that depend on n
+        // and grain alone (at most kMaxPieces of them: 12345 items of grain 1 come in pieces of 13).
+        const int64_t piece = std::max<int64_t>(grain, 1) * ((by_grain + kMaxPieces - 1) / kMaxPieces);
+        std::vector<Range> expected_pieces;
+        for (int64_t begin = 0; begin < n; begin += piece)
+          expected_pieces.push_back({begin, std::min(n, begin + piece)});
+        if (threads == 1 || expected_pieces.size() <= 1) expected_pieces = even_split(n, std::min<int64_t>(n, 1));
+        EXPECT_EQ(run_ranges(n, grain, false), expected_pieces);
+        // parallel_for_slabs: one slab per thread, as many as the grain allows.
+        EXPECT_EQ(run_ranges(n, grain, true), even_split(n, std::min<int64_t>(threads, by_grain)));
       }
   }
 }
@@ -127,30 +153,41 @@ TEST(ThreadPool, ForEachRunsEveryItemOnce) {
   }
 }
 
-TEST(ThreadPool, ForEachHandsAHeldUpThreadsItemsToTheOthers) {
-  // 2 threads, 8 items of equal cost: the caller starts on items 0-3, the worker on 4-7. The caller's
-  // first item waits until item 3, the last of its own range, has run: only the worker can run it, by
-  // taking it over. The wait is bounded, so a pool that never takes items over fails instead of hanging.
+TEST(ThreadPool, AHeldUpThreadsPiecesAndItemsGoToTheOthers) {
+  // 2 threads, 8 pieces (parallel_for, grain 1) or items of equal cost (parallel_for_each): the caller
+  // starts on 0-3, the worker on 4-7. The caller's first one waits until 3, the last of its own range,
+  // has run: only the worker can run it, by taking it over. The wait is bounded, so a pool that never
+  // takes work over fails instead of hanging.
   ThreadCountGuard guard;
   set_num_threads(2);
-  std::vector<std::atomic<bool>> done(8);
-  std::vector<std::thread::id> ran_on(8);
-  std::atomic<bool> waited_in_vain{false};
-  parallel_for_each(
-      8, [](int64_t) -> int64_t { return 1; },
-      [&](int64_t item) {
-        if (item == 0) {
-          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-          while (!done[3].load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-          waited_in_vain = !done[3].load();
-        }
-        ran_on[static_cast<size_t>(item)] = std::this_thread::get_id();
-        done[static_cast<size_t>(item)] = true;
+  for (bool for_each : {false, true}) {
+    SCOPED_TRACE(for_each ? "parallel_for_each" : "parallel_for");
+    std::vector<std::atomic<bool>> done(8);
+    std::vector<std::thread::id> ran_on(8);
+    std::atomic<bool> waited_in_vain{false};
+    const auto run = [&](int64_t item) {
+      if (item == 0) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!done[3].load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+        waited_in_vain = !done[3].load();
+      }
+      ran_on[static_cast<size_t>(item)] = std::this_thread::get_id();
+      done[static_cast<size_t>(item)] = true;
+    };
+    if (for_each) {
+      parallel_for_each(
+          8, [](int64_t) -> int64_t { return 1; }, run);
+    } else {
+      parallel_for(8, 1, [&](int64_t begin, int64_t end) {
+        EXPECT_EQ(end, begin + 1);
+        run(begin);
       });
-  EXPECT_FALSE(waited_in_vain.load()) << "item 3 was never taken over from the held-up caller";
-  EXPECT_NE(ran_on[3], ran_on[0]);
-  EXPECT_EQ(ran_on[7], ran_on[3]) << "the worker's own range first";
-  for (int i = 0; i < 8; ++i) EXPECT_TRUE(done[static_cast<size_t>(i)].load()) << i;
+    }
+    EXPECT_FALSE(waited_in_vain.load()) << "3 was never taken over from the held-up caller";
+    EXPECT_NE(ran_on[3], ran_on[0]);
+    EXPECT_EQ(ran_on[7], ran_on[3]) << "the worker's own range first";
+    for (int i = 0; i < 8; ++i) EXPECT_TRUE(done[static_cast<size_t>(i)].load()) << i;
+  }
 }
 
 TEST(ThreadPool, ForEachCarriesExceptionsAndRunsSeriallyWhenNested) {
@@ -230,9 +267,9 @@ TEST(ThreadPool, NestedCallsRunSeriallyWithoutDeadlock) {
     EXPECT_EQ(visits, std::vector<int>(static_cast<size_t>(outer * inner), 1));
     EXPECT_EQ(inner_chunks, std::vector<int64_t>(static_cast<size_t>(outer), 1));
     // Outside any chunk again, work is split as before.
-    std::atomic<int> chunks{0};
-    parallel_for(inner, 1, [&](int64_t, int64_t) { ++chunks; });
-    EXPECT_EQ(chunks.load(), threads);
+    std::atomic<int> slabs{0};
+    parallel_for_slabs(inner, 1, [&](int64_t, int64_t) { ++slabs; });
+    EXPECT_EQ(slabs.load(), threads);
   }
 }
 
