@@ -10,16 +10,23 @@
 
 namespace lt {
 
-// Expert e's part of a grouped matmul: out[R_e] = a[R_e] w[e]^T (trans_w) or a[R_e] w[e], plus
-// beta out[R_e], with `matmul` the backend's matmul (kernels::matmul's arguments, then the precision).
+// Rows [first, first + rows) of a grouped matmul, all of expert e's segment: out[R] = a[R] w[e]^T (trans_w)
+// or a[R] w[e], plus beta out[R], with `matmul` the backend's matmul (kernels::matmul's arguments, then
+// the precision).
+template <class Matmul>
+void grouped_matmul_rows(const Tensor& a, const Tensor& w, bool trans_w, int64_t e, int64_t first, int64_t rows,
+                         Tensor& out, double beta, kernels::MatmulPrecision precision, Matmul matmul) {
+  if (rows == 0) return;
+  Tensor out_rows = out.narrow(first, rows);
+  matmul(a.narrow(first, rows), false, w.narrow(e, 1).reshape({w.dim(1), w.dim(2)}), trans_w, out_rows, 1.0, beta,
+         precision);
+}
+
+// Expert e's part of a grouped matmul: its whole segment R_e.
 template <class Matmul>
 void grouped_matmul_segment(const Tensor& a, const Tensor& w, bool trans_w, const int64_t* offsets, int64_t e,
                             Tensor& out, double beta, kernels::MatmulPrecision precision, Matmul matmul) {
-  const int64_t rows = offsets[e + 1] - offsets[e];
-  if (rows == 0) return;
-  Tensor out_e = out.narrow(offsets[e], rows);
-  matmul(a.narrow(offsets[e], rows), false, w.narrow(e, 1).reshape({w.dim(1), w.dim(2)}), trans_w, out_e, 1.0, beta,
-         precision);
+  grouped_matmul_rows(a, w, trans_w, e, offsets[e], offsets[e + 1] - offsets[e], out, beta, precision, matmul);
 }
 
 // Expert e's weight gradient: dw[e] = a[R_e]^T b[R_e], written (beta 0) or added (beta 1); an expert

@@ -113,31 +113,65 @@ void dispatch_plan(const Tensor& ids, Tensor& token_of, Tensor& position_of, Ten
 
 namespace {
 
-// Runs segment(e) for every expert e of `offsets` [E + 1] with one fork-join for the small experts
-// rather than one per expert: an expert segment's GEMM (a few hundred rows) takes about as long as
-// waking the other cores for it. An expert with more than a thread's share of the rows runs alone, its
-// GEMM splitting itself over the threads. The others start as one contiguous group per thread of about
-// equal rows, and a thread that finishes its group takes the last experts of the others'. Fixed groups
-// differed by up to an expert, and a thread whose data sat in the other core's cache or whose vCPU lost
-// time to the host kept the other waiting: on Zen 4 with moe-s on 2 threads, the time one thread waited
-// for the other fell from 16.5 to 13.0 ms per step of 177 (medians of 5 runs each). A GEMM gives the
-// same bits on any number of threads (tensor/cpu/gemm.cc) and each expert writes only its own rows, so
-// which thread runs an expert never changes a result.
-template <class Segment>
-void for_each_expert(const int64_t* offsets, int64_t E, Segment segment) {
+// One item of a grouped product: rows [first, first + rows) of expert `expert`'s segment, for all of the
+// products (product < 0) or for one.
+struct ExpertItem {
+  int64_t expert, first, rows, product;
+};
+
+// How for_each_expert cuts an expert's work into items.
+struct ExpertSplit {
+  // The products one after the other on the same rows, each reading what the one before wrote (dx =
+  // dgate W_gate + dup W_up): the rows are cut into parts of kPartRows or more, each with all products.
+  bool rows = false;
+  // Independent products (the weight gradients, each into its own tensor): one item per product.
+  int64_t products = 0;
+};
+
+// Parts of at least this many rows (a few hundred microseconds of FMAs on moe-s's experts), at multiples
+// of kPartAlign rows (the GEMM tile's 6 rows, so no part adds a partial row panel). Each part still takes
+// the GEMM's panel path, where an element's FMA chain does not depend on which rows are computed
+// together, so the parts give the whole segment's bits. A weight gradient's rows are its sum over k, so
+// it is never cut.
+constexpr int64_t kPartRows = 128;
+constexpr int64_t kPartAlign = 6;
+
+// Runs item(...) over every expert of `offsets` [E + 1] with one fork-join for the small experts rather
+// than one per expert: an expert segment's GEMM (a few hundred rows) takes about as long as waking the
+// other cores for it. An expert with more than a thread's share of the rows runs alone, its GEMMs
+// splitting themselves over the threads. The others are the items of parallel_for_each: threads start
+// on contiguous ranges of about equal rows and take over the last items of the others'. Taking over
+// evened out a thread whose data sat in the other core's cache or whose vCPU lost time to the host (the
+// time one thread waited for the other fell from 16.5 to 13.0 ms per moe-s step of 177 on Zen 4, 2
+// threads), and items smaller than an expert shorten the last one a thread may be left waiting for (to
+// 4.4 ms). An expert's items are adjacent, so they mostly run back to back on one thread, sharing its
+// operands in L2. Each item writes only its own outputs, so which thread runs it never changes a result.
+template <class Item>
+void for_each_expert(const int64_t* offsets, int64_t E, ExpertSplit split, Item item) {
   const int64_t threads = num_threads();
   const int64_t total_rows = offsets[E] - offsets[0];
-  auto rows_of = [offsets](int64_t e) { return offsets[e + 1] - offsets[e]; };
-  std::vector<int64_t> small;
+  std::vector<ExpertItem> items;
   for (int64_t e = 0; e < E; ++e) {
-    if (threads > 1 && rows_of(e) * threads > total_rows)
-      segment(e);
-    else
-      small.push_back(e);
+    const int64_t rows = offsets[e + 1] - offsets[e];
+    if (threads > 1 && rows * threads > total_rows) {
+      item(ExpertItem{e, offsets[e], rows, -1});
+      continue;
+    }
+    if (split.products > 0) {
+      for (int64_t product = 0; product < split.products; ++product) items.push_back({e, offsets[e], rows, product});
+      continue;
+    }
+    const int64_t parts = split.rows && threads > 1 ? std::max<int64_t>(1, rows / kPartRows) : 1;
+    const int64_t row_panels = (rows + kPartAlign - 1) / kPartAlign;
+    for (int64_t p = 0; p < parts; ++p) {
+      const int64_t begin = std::min(rows, chunk_begin(row_panels, parts, p) * kPartAlign);
+      const int64_t end = p + 1 == parts ? rows : chunk_begin(row_panels, parts, p + 1) * kPartAlign;
+      items.push_back({e, offsets[e] + begin, end - begin, -1});
+    }
   }
   parallel_for_each(
-      static_cast<int64_t>(small.size()), [&](int64_t i) { return rows_of(small[static_cast<size_t>(i)]); },
-      [&](int64_t i) { segment(small[static_cast<size_t>(i)]); });
+      static_cast<int64_t>(items.size()), [&](int64_t i) { return items[static_cast<size_t>(i)].rows; },
+      [&](int64_t i) { item(items[static_cast<size_t>(i)]); });
 }
 
 }  // namespace
@@ -148,10 +182,10 @@ void for_each_expert(const int64_t* offsets, int64_t E, Segment segment) {
 // 1.02-1.07x on AVX-512, 1.03-1.08x on AVX2.
 void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& offsets, MatmulPrecision precision) {
   const int64_t* bounds = offsets.data<int64_t>();
-  for_each_expert(bounds, offsets.numel() - 1, [&](int64_t e) {
+  for_each_expert(bounds, offsets.numel() - 1, ExpertSplit{.rows = true}, [&](const ExpertItem& item) {
     for (const GroupedProduct& p : products) {
       Tensor out = p.out;
-      grouped_matmul_segment(p.a, p.w, p.trans_w, bounds, e, out, p.beta, precision, matmul);
+      grouped_matmul_rows(p.a, p.w, p.trans_w, item.expert, item.first, item.rows, out, p.beta, precision, matmul);
     }
   });
 }
@@ -159,10 +193,13 @@ void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& 
 void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Tensor& offsets,
                           MatmulPrecision precision) {
   const int64_t* bounds = offsets.data<int64_t>();
-  for_each_expert(bounds, offsets.numel() - 1, [&](int64_t e) {
-    for (const GroupedWeightGrad& g : grads) {
+  const auto products = static_cast<int64_t>(grads.size());
+  for_each_expert(bounds, offsets.numel() - 1, ExpertSplit{.products = products}, [&](const ExpertItem& item) {
+    for (int64_t i = 0; i < products; ++i) {
+      if (item.product >= 0 && item.product != i) continue;
+      const GroupedWeightGrad& g = grads[static_cast<size_t>(i)];
       Tensor dw = g.dw;
-      grouped_weight_grad_segment(g.a, g.b, bounds, e, dw, g.beta, precision, matmul);
+      grouped_weight_grad_segment(g.a, g.b, bounds, item.expert, dw, g.beta, precision, matmul);
     }
   });
 }

@@ -274,9 +274,10 @@ TEST(MoEStats, GroupedGemmsGiveTheSameBitsOnAnyThreadCount) {
 
 // Paired products run expert by expert, each product's GEMM unchanged: the same bits as one grouped call
 // per product in list order, a later product adding to an earlier one's out included (the experts' dx),
-// on 1 and 2 threads (one expert larger than a thread's share, so both ways of running experts).
+// on 1, 2 and 3 threads. One expert is larger than a thread's share and runs alone; the one of 300 rows
+// is cut into parts of rows (2 and 3 threads), and the weight gradients into one item per product.
 TEST(MoEStats, PairedGroupedProductsGiveTheBitsOfSeparateCalls) {
-  const std::vector<int64_t> rows = {40, 0, 300, 7, 64};
+  const std::vector<int64_t> rows = {40, 0, 300, 7, 64, 520, 3};
   std::vector<int64_t> bounds = {0};
   for (int64_t r : rows) bounds.push_back(bounds.back() + r);
   const int64_t E = static_cast<int64_t>(rows.size()), M = bounds.back(), H = 48, I = 40;
@@ -285,7 +286,7 @@ TEST(MoEStats, PairedGroupedProductsGiveTheBitsOfSeparateCalls) {
                w_up = random_tensor({E, I, H}, 133);
   const Tensor d_gate = random_tensor({M, I}, 134), d_up = random_tensor({M, I}, 135);
   const int threads_before = num_threads();
-  for (int threads : {1, 2}) {
+  for (int threads : {1, 2, 3}) {
     SCOPED_TRACE("threads " + std::to_string(threads));
     set_num_threads(threads);
     Tensor gate = Tensor::zeros({M, I}), up = Tensor::zeros({M, I}), dx = Tensor::zeros({M, H});
@@ -306,6 +307,22 @@ TEST(MoEStats, PairedGroupedProductsGiveTheBitsOfSeparateCalls) {
     EXPECT_EQ(dx.to_vector<float>(), dx_1.to_vector<float>());
     EXPECT_EQ(dw_gate.to_vector<float>(), dw_gate_1.to_vector<float>());
     EXPECT_EQ(dw_up.to_vector<float>(), dw_up_1.to_vector<float>());
+    // Both ways run through the same cutting into items, so each expert's whole segment is also computed
+    // on its own, with the dense matmul: the items must give its bits.
+    Tensor gate_2 = Tensor::zeros({M, I}), dx_2 = Tensor::zeros({M, H}), dw_up_2 = random_tensor({E, I, H}, 136);
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t first = bounds[static_cast<size_t>(e)], segment = rows[static_cast<size_t>(e)];
+      if (segment == 0) continue;
+      const auto expert = [e](const Tensor& w) { return w.narrow(e, 1).reshape({w.dim(1), w.dim(2)}); };
+      Tensor gate_e = gate_2.narrow(first, segment), dx_e = dx_2.narrow(first, segment), dw_up_e = expert(dw_up_2);
+      kernels::matmul(x.narrow(first, segment), false, expert(w_gate), true, gate_e);
+      kernels::matmul(d_gate.narrow(first, segment), false, expert(w_gate), false, dx_e);
+      kernels::matmul(d_up.narrow(first, segment), false, expert(w_up), false, dx_e, 1.0, 1.0);
+      kernels::matmul(d_up.narrow(first, segment), true, x.narrow(first, segment), false, dw_up_e, 1.0, 1.0);
+    }
+    EXPECT_EQ(gate.to_vector<float>(), gate_2.to_vector<float>());
+    EXPECT_EQ(dx.to_vector<float>(), dx_2.to_vector<float>());
+    EXPECT_EQ(dw_up.to_vector<float>(), dw_up_2.to_vector<float>());
   }
   set_num_threads(threads_before);
 }
