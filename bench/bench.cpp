@@ -305,11 +305,13 @@ Json run_step_bench(const StepBenchOptions& o) {
 
   CachingAllocator& allocator = allocator_for(device);
   AllocatorStats at_measure_start;
+  int64_t pool_wait_at_measure_start = 0;
   std::vector<double> step_s, forward_s, backward_s, optimizer_s;
   double loss_first = 0, loss_last = 0;
   for (int64_t i = 0; i < total_steps; ++i) {
     if (i == o.warmup) {
       at_measure_start = allocator.stats();
+      pool_wait_at_measure_start = pool_wait_ns();
       if (o.profile) {
         profile::reset();
         profile::enable();
@@ -326,6 +328,8 @@ Json run_step_bench(const StepBenchOptions& o) {
   }
   profile::disable();
   const AllocatorStats at_end = allocator.stats();
+  const double pool_wait_ms =
+      static_cast<double>(pool_wait_ns() - pool_wait_at_measure_start) / 1e6 / static_cast<double>(o.steps);
 
   const double step = median(step_s);
   const double tokens_per_s = static_cast<double>(B * T) / step;
@@ -362,6 +366,12 @@ Json run_step_bench(const StepBenchOptions& o) {
               mib(peak_in_use - held), rss);
   std::printf("system allocations during the measured steps: %llu; loss %.4f -> %.4f\n",
               static_cast<unsigned long long>(system_allocs), loss_first, loss_last);
+  // The mean, not the median: waits are what the steps' spread is made of.
+  if (device.is_cpu() && threads > 1)
+    std::printf(
+        "threads waiting at the ends of fork-joins: %.2f ms of thread time per step (%.1f%% of %d threads' "
+        "time)\n",
+        pool_wait_ms, 100.0 * pool_wait_ms / (threads * step * 1e3), threads);
 
   Json result = {{"config", config.name},
                  {"threads", threads},
@@ -389,6 +399,7 @@ Json run_step_bench(const StepBenchOptions& o) {
                  {"mfu", round_to(mfu, 4)},
                  {"peak_rss_mb", round_to(rss, 1)},
                  {"system_allocs_in_steady_state", system_allocs},
+                 {"pool_wait_ms_per_step", round_to(pool_wait_ms, 3)},
                  {"param_mb", round_to(mib(param_bytes), 2)},
                  {"adamw_state_mb", round_to(mib(adam_bytes), 2)},
                  {"held_between_steps_mb", round_to(mib(held), 2)},

@@ -25,7 +25,17 @@ struct alignas(64) ClaimRange {
   std::atomic<uint64_t> word;
 };
 
+// When a pool thread finished its chunk of the current job, on a cache line of its own.
+struct alignas(64) FinishTime {
+  int64_t ns = 0;
+};
+
 int64_t CeilDiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // How long a waiting thread spins before it sleeps: long enough to bridge the serial code between
 // two kernels of a training step, short enough not to matter when the pool is idle.
@@ -52,6 +62,7 @@ class ThreadPool {
   int size() const { return static_cast<int>(workers_.size()) + 1; }
   // One per thread, for the one run_taking_over a run() serves at a time.
   ClaimRange* claim_ranges() { return claim_ranges_.get(); }
+  int64_t wait_ns() const { return wait_ns_.load(std::memory_order_relaxed); }
 
   void resize(int threads) {
     stop();
@@ -73,11 +84,19 @@ class ThreadPool {
     }
     wake_.notify_all();
     run_chunk(job, 0);
+    finish_[0].ns = now_ns();
     auto all_done = [&] { return unfinished_.load(std::memory_order_acquire) == 0; };
     if (!spin_until(all_done)) {
       std::unique_lock<std::mutex> lock(mutex_);
       done_.wait(lock, all_done);
     }
+    // The thread time spent waiting for the last chunk: each thread from its finish to the last one's.
+    int64_t last = 0, sum = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      last = std::max(last, finish_[c].ns);
+      sum += finish_[c].ns;
+    }
+    wait_ns_.fetch_add(last * chunks - sum, std::memory_order_relaxed);
     job_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
@@ -88,6 +107,7 @@ class ThreadPool {
   void start(int threads) {
     quit_.store(false);
     claim_ranges_ = std::make_unique<ClaimRange[]>(static_cast<size_t>(threads));
+    finish_ = std::make_unique<FinishTime[]>(static_cast<size_t>(threads));
     const uint64_t current = generation_.load();
     for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w, current] { worker_loop(w, current); });
   }
@@ -122,7 +142,10 @@ class ThreadPool {
       }
       if (quit_.load()) return;
       seen = generation_.load(std::memory_order_acquire);
-      if (w < chunks_) run_chunk(*job_, w);
+      if (w < chunks_) {
+        run_chunk(*job_, w);
+        finish_[w].ns = now_ns();  // published to the caller by the release below
+      }
       if (unfinished_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
         std::lock_guard<std::mutex> lock(mutex_);  // pairs with the caller's predicate check
         done_.notify_one();
@@ -132,6 +155,8 @@ class ThreadPool {
 
   std::vector<std::thread> workers_;
   std::unique_ptr<ClaimRange[]> claim_ranges_;
+  std::unique_ptr<FinishTime[]> finish_;
+  std::atomic<int64_t> wait_ns_{0};
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   // Written by run() before the generation is published (release) and read by workers after they
@@ -154,6 +179,8 @@ ThreadPool& pool() {
 }  // namespace
 
 int num_threads() { return pool().size(); }
+
+int64_t pool_wait_ns() { return pool().wait_ns(); }
 
 void set_num_threads(int threads) {
   LT_CHECK(!in_parallel_region, "set_num_threads called from inside parallel_for");

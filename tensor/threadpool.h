@@ -56,6 +56,11 @@ class FunctionRef<R(Args...)> {
 };
 
 int num_threads();
+// The thread time the pool's threads have spent, since the process started, waiting at the ends of
+// fork-joins for the thread that finished last (each thread from its own finish to the last one's,
+// summed over threads and fork-joins), in nanoseconds: how far the work splitting is from even.
+// `lingtrain bench` reports it per step.
+int64_t pool_wait_ns();
 // Sets the pool size (>= 1). 0 means "all hardware threads". Not to be called from inside a chunk.
 void set_num_threads(int threads);
 

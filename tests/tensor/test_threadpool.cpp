@@ -198,6 +198,24 @@ TEST(ThreadPool, AHeldUpThreadsPiecesAndItemsGoToTheOthers) {
   }
 }
 
+TEST(ThreadPool, WaitsAtTheEndOfAForkJoinAreCounted) {
+  // Two slabs, the worker's 20 ms longer: the caller waits at least that long for it. On one thread
+  // nothing is split and nothing waits.
+  ThreadCountGuard guard;
+  set_num_threads(2);
+  int64_t before = pool_wait_ns();
+  parallel_for_slabs(2, 1, [](int64_t begin, int64_t) {
+    if (begin == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  });
+  const int64_t waited = pool_wait_ns() - before;
+  EXPECT_GE(waited, 20'000'000);
+  EXPECT_LT(waited, 10'000'000'000) << "the wait is the gap between the finishes, not time since the start";
+  set_num_threads(1);
+  before = pool_wait_ns();
+  parallel_for(2, 1, [](int64_t, int64_t) { std::this_thread::sleep_for(std::chrono::milliseconds(5)); });
+  EXPECT_EQ(pool_wait_ns(), before);
+}
+
 TEST(ThreadPool, ForEachCarriesExceptionsAndRunsSeriallyWhenNested) {
   ThreadCountGuard guard;
   set_num_threads(3);
