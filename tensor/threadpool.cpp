@@ -91,12 +91,10 @@ class ThreadPool {
       done_.wait(lock, all_done);
     }
     // The thread time spent waiting for the last chunk: each thread from its finish to the last one's.
-    int64_t last = 0, sum = 0;
-    for (int64_t c = 0; c < chunks; ++c) {
-      last = std::max(last, finish_[c].ns);
-      sum += finish_[c].ns;
-    }
-    wait_ns_.fetch_add(last * chunks - sum, std::memory_order_relaxed);
+    int64_t last = 0, waited = 0;
+    for (int64_t c = 0; c < chunks; ++c) last = std::max(last, finish_[c].ns);
+    for (int64_t c = 0; c < chunks; ++c) waited += last - finish_[c].ns;
+    wait_ns_.fetch_add(waited, std::memory_order_relaxed);
     job_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
