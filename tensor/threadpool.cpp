@@ -188,8 +188,7 @@ void set_num_threads(int threads) {
 
 int64_t reduction_chunks(int64_t n, int64_t grain) {
   if (n <= 0) return 0;
-  grain = std::max<int64_t>(grain, 1);
-  return std::min<int64_t>((n + grain - 1) / grain, kMaxReductionChunks);
+  return std::min(CeilDiv(n, std::max<int64_t>(grain, 1)), kMaxReductionChunks);
 }
 
 int64_t chunk_begin(int64_t n, int64_t chunks, int64_t c) {
@@ -239,7 +238,8 @@ void parallel_for(int64_t n, int64_t grain, ChunkFn fn) {
   // Pieces start at multiples of the grain, so a kernel whose grain is a multiple of its vector width
   // splits its rows or elements where one thread would (a vector loop's scalar tail, whose arithmetic
   // may differ, stays at n).
-  const int64_t piece = std::max<int64_t>(grain, 1) * CeilDiv(CeilDiv(n, std::max<int64_t>(grain, 1)), kMaxPieces);
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t piece = grain * CeilDiv(CeilDiv(n, grain), kMaxPieces);
   const int64_t pieces = CeilDiv(n, piece);
   const int64_t threads = in_parallel_region ? 1 : std::min<int64_t>(num_threads(), pieces);
   if (threads == 1) {
