@@ -34,6 +34,7 @@
 #include "io/input_file.h"
 #include "model/gradcheck_cases.h"
 #include "model/ling.h"
+#include "tensor/cores.h"
 #include "tensor/kernels.h"
 #include "tensor/threadpool.h"
 #include "trainer/checkpoint.h"
@@ -123,10 +124,12 @@ lt::kernels::MatmulPrecision matmul_precision_from_flag(const std::string& dtype
   fail("flag --dtype must be f32 or bf16, got '", dtype, "'");
 }
 
+// --threads 0 (the default): one thread per core this process may use, shared with the other processes
+// an MPI launcher started on this machine.
 void apply_threads(const Flags& flags) {
   const long long threads = flags.integer("threads");
   if (threads < 0) fail("flag --threads must be >= 0, got ", threads);
-  lt::set_num_threads(static_cast<int>(threads));
+  lt::set_num_threads(threads > 0 ? static_cast<int>(threads) : lt::default_threads(lt::processes_on_this_machine()));
 }
 
 int cmd_version(const std::vector<std::string>& args) {
@@ -136,7 +139,8 @@ int cmd_version(const std::vector<std::string>& args) {
   std::printf("cpu kernels: Highway %s, %s, L2 %lld KiB per core\n", lt::cpu_kernel_target(),
               lt::kernels::cpu_has_bf16_matmul() ? "bf16 GEMM (AVX512_BF16)" : "no bf16 GEMM (f32 under --dtype bf16)",
               static_cast<long long>(lt::cpu_l2_cache_bytes() >> 10));
-  std::printf("threads: %d\n", lt::num_threads());
+  std::printf("threads: %d; this machine gives this process %s\n", lt::num_threads(),
+              lt::describe_core_facts(lt::read_core_facts()).c_str());
   if (lt::cuda_compiled()) std::printf("cuda: compiled in, %d device(s) found\n%s", lt::cuda_device_count(),
                                       lt::cuda_device_list().c_str());
   else std::printf("cuda: not compiled in\n");

@@ -231,6 +231,15 @@ bool launched_by_mpi() {
   return std::getenv("PMI_SIZE") != nullptr || std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
 }
 
+int processes_on_this_machine() {
+  for (const char* variable : {"MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"})
+    if (const char* value = std::getenv(variable)) {
+      const int processes = std::atoi(value);
+      if (processes > 0) return processes;
+    }
+  return 1;
+}
+
 std::vector<std::string> gather_text(Communicator& comm, const std::string& text, int root) {
   // Lengths first, then every text padded to the longest (a gather takes equal parts), as raw bytes in
   // i64 words.

@@ -58,6 +58,10 @@ std::vector<std::string> gather_text(Communicator& comm, const std::string& text
 // Whether this process was started by an MPI launcher (mpirun / mpiexec set the process-manager
 // variables); a plain run is one process and never initialises MPI.
 bool launched_by_mpi();
+// How many processes the launcher started on this machine, this one included, as it says in the
+// environment (MPICH's MPI_LOCALNRANKS, Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE); 1 when not launched by
+// one. Read before MPI starts, so that each rank sizes its thread pool to its share of the cores.
+int processes_on_this_machine();
 // The world: MPI when launched by an MPI launcher (and compiled with MPI), else a single process.
 // Fails with one clear line when launched by mpirun but built without MPI.
 std::unique_ptr<Communicator> make_world_communicator();

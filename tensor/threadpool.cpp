@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "tensor/cores.h"
 #include "tensor/error.h"
 
 namespace lt {
@@ -167,10 +168,8 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
-int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
-
 ThreadPool& pool() {
-  static ThreadPool* instance = new ThreadPool(hardware_threads());  // leaked: lives as long as the process
+  static ThreadPool* instance = new ThreadPool(default_threads());  // leaked: lives as long as the process
   return *instance;
 }
 
@@ -183,7 +182,7 @@ int64_t pool_wait_ns() { return pool().wait_ns(); }
 void set_num_threads(int threads) {
   LT_CHECK(!in_parallel_region, "set_num_threads called from inside parallel_for");
   LT_CHECK(threads >= 0, "thread count must be >= 0, got ", threads);
-  pool().resize(threads == 0 ? hardware_threads() : threads);
+  pool().resize(threads == 0 ? default_threads() : threads);
 }
 
 int64_t reduction_chunks(int64_t n, int64_t grain) {

@@ -61,7 +61,8 @@ int num_threads();
 // summed over threads and fork-joins), in nanoseconds: how far the work splitting is from even.
 // `lingtrain bench` reports it per step.
 int64_t pool_wait_ns();
-// Sets the pool size (>= 1). 0 means "all hardware threads". Not to be called from inside a chunk.
+// Sets the pool size (>= 1). 0 means default_threads() (tensor/cores.h): one per core this process may
+// use. The pool starts at that size. Not to be called from inside a chunk.
 void set_num_threads(int threads);
 
 using ChunkFn = FunctionRef<void(int64_t begin, int64_t end)>;
