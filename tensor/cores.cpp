@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 namespace lt {
 namespace {
@@ -33,60 +34,106 @@ long long read_integer(const std::string& path, long long fallback) {
   }
 }
 
-// The tightest CPU limit of the cgroup at `dir` and its ancestors up to `root`, in CPUs; 0 for none.
-// limit(dir) reads one level. A parent's limit binds its children, so the smallest counts.
+// This process's cgroups (/proc/self/cgroup): per hierarchy, its controllers as ",a,b," (",," for cgroup
+// v2) and its path below the hierarchy's mount, "" for the root (inside a container's cgroup namespace
+// the path is "/", and the container's limits sit at the mount's root).
+struct Cgroup {
+  std::string controllers, path;
+};
+std::vector<Cgroup> read_cgroups() {
+  std::vector<Cgroup> cgroups;
+  std::ifstream file("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(file, line)) {
+    const size_t first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    Cgroup cgroup{"," + line.substr(first + 1, second - first - 1) + ",", line.substr(second + 1)};
+    if (cgroup.path == "/") cgroup.path.clear();
+    cgroups.push_back(cgroup);
+  }
+  return cgroups;
+}
+
+// The smallest positive value of limit(dir) over the cgroup at `root` + `path` and its ancestors up to
+// `root`; 0 for none. A parent's limit binds its children, so the smallest counts.
 template <class Limit>
-double tightest_limit(const std::string& root, std::string dir, Limit limit) {
+double tightest_limit(const std::string& root, const std::string& path, Limit limit) {
   double tightest = 0;
-  for (;;) {
-    const double cpus = limit(dir);
-    if (cpus > 0 && (tightest == 0 || cpus < tightest)) tightest = cpus;
+  for (std::string dir = root + path;; dir = dir.substr(0, dir.find_last_of('/'))) {
+    const double value = limit(dir);
+    if (value > 0 && (tightest == 0 || value < tightest)) tightest = value;
     if (dir.size() <= root.size()) return tightest;
-    dir = dir.substr(0, dir.find_last_of('/'));
   }
 }
 
-// The cgroup's CPU quota in CPUs (0 for none): cgroup v2's cpu.max, else v1's CFS quota, along the path
-// /proc/self/cgroup gives (inside a container's cgroup namespace that is "/", and the limit sits at the
-// mount's root).
-double read_cpu_quota() {
-  std::ifstream cgroups("/proc/self/cgroup");
-  std::string line;
-  double quota = 0;
-  while (std::getline(cgroups, line)) {
-    const size_t first = line.find(':'), second = line.find(':', first + 1);
-    if (first == std::string::npos || second == std::string::npos) continue;
-    const std::string controllers = "," + line.substr(first + 1, second - first - 1) + ",";
-    std::string path = line.substr(second + 1);
-    if (path == "/") path.clear();
-    double cpus = 0;
-    if (controllers == ",,") {
-      const std::string root = "/sys/fs/cgroup";
-      cpus = tightest_limit(root, root + path, [](const std::string& dir) {
-        std::ifstream file(dir + "/cpu.max");
-        std::stringstream text;
-        text << file.rdbuf();
-        return parse_cpu_max(text.str());
-      });
-    } else if (controllers.find(",cpu,") != std::string::npos) {
-      for (const std::string root : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"})
-        if (const double found = tightest_limit(root, root + path,
-                                                [](const std::string& dir) {
-                                                  const long long quota = read_integer(dir + "/cpu.cfs_quota_us", -1);
-                                                  const long long period = read_integer(dir + "/cpu.cfs_period_us", 0);
-                                                  return quota > 0 && period > 0 ? double(quota) / double(period) : 0.0;
-                                                });
-            found > 0) {
-          cpus = found;
-          break;
-        }
+std::string read_text(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// The tightest of a limit over every hierarchy of this process: limit_v2(dir) along cgroup v2's
+// (mounted at /sys/fs/cgroup), limit_v1(dir) along that of the v1 controller `controller` (mounted at
+// /sys/fs/cgroup/<controller>; cpu also at /sys/fs/cgroup/cpu,cpuacct, with its usual partner).
+template <class LimitV2, class LimitV1>
+double cgroup_limit(const std::string& controller, LimitV2 limit_v2, LimitV1 limit_v1) {
+  double tightest = 0;
+  for (const Cgroup& cgroup : read_cgroups()) {
+    double value = 0;
+    if (cgroup.controllers == ",,") {
+      value = tightest_limit("/sys/fs/cgroup", cgroup.path, limit_v2);
+    } else if (cgroup.controllers.find("," + controller + ",") != std::string::npos) {
+      value = tightest_limit("/sys/fs/cgroup/" + controller, cgroup.path, limit_v1);
+      if (value == 0 && controller == "cpu")
+        value = tightest_limit("/sys/fs/cgroup/cpu,cpuacct", cgroup.path, limit_v1);
     }
-    if (cpus > 0 && (quota == 0 || cpus < quota)) quota = cpus;
+    if (value > 0 && (tightest == 0 || value < tightest)) tightest = value;
   }
-  return quota;
+  return tightest;
+}
+
+// The cgroup's CPU quota in CPUs, 0 for none: v2's cpu.max, v1's CFS quota over its period.
+double read_cpu_quota() {
+  return cgroup_limit(
+      "cpu", [](const std::string& dir) { return parse_cpu_max(read_text(dir + "/cpu.max")); },
+      [](const std::string& dir) {
+        const long long quota = read_integer(dir + "/cpu.cfs_quota_us", -1);
+        const long long period = read_integer(dir + "/cpu.cfs_period_us", 0);
+        return quota > 0 && period > 0 ? double(quota) / double(period) : 0.0;
+      });
+}
+
+// How many CPUs the cgroup's cpuset holds (a container's --cpuset-cpus), 0 where it says nothing.
+int read_cpuset_cpus() {
+  return static_cast<int>(cgroup_limit(
+      "cpuset",
+      [](const std::string& dir) { return double(count_cpu_list(read_word(dir + "/cpuset.cpus.effective"))); },
+      [](const std::string& dir) {
+        const int effective = count_cpu_list(read_word(dir + "/cpuset.effective_cpus"));
+        return double(effective > 0 ? effective : count_cpu_list(read_word(dir + "/cpuset.cpus")));
+      }));
 }
 
 }  // namespace
+
+int count_cpu_list(const std::string& text) {
+  int count = 0;
+  std::istringstream in(text);
+  std::string range;
+  while (std::getline(in, range, ',')) {
+    try {
+      const size_t dash = range.find('-');
+      const int first = std::stoi(range.substr(0, dash));
+      const int last = dash == std::string::npos ? first : std::stoi(range.substr(dash + 1));
+      if (first < 0 || last < first) return 0;
+      count += last - first + 1;
+    } catch (const std::exception&) {
+      return 0;
+    }
+  }
+  return count;
+}
 
 double parse_cpu_max(const std::string& text) {
   std::istringstream in(text);
@@ -103,8 +150,9 @@ double parse_cpu_max(const std::string& text) {
 
 CoreFacts read_core_facts() {
   CoreFacts facts;
-  facts.online_cpus = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  facts.allowed_cpus = facts.allowed_cores = facts.online_cpus;
+  const int cpuset = read_cpuset_cpus();
+  facts.available_cpus = cpuset > 0 ? cpuset : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  facts.allowed_cpus = facts.allowed_cores = facts.available_cpus;
   cpu_set_t mask;
   CPU_ZERO(&mask);
   if (sched_getaffinity(0, sizeof(mask), &mask) == 0) {
@@ -125,7 +173,7 @@ CoreFacts read_core_facts() {
     if (cpus > 0) {
       facts.allowed_cpus = cpus;
       facts.allowed_cores = static_cast<int>(cores.size());
-      facts.online_cpus = std::max(facts.online_cpus, cpus);
+      facts.available_cpus = std::max(facts.available_cpus, cpus);
     }
   }
   facts.cpu_quota = read_cpu_quota();
@@ -135,7 +183,7 @@ CoreFacts read_core_facts() {
 int default_threads(const CoreFacts& facts, int processes) {
   int threads = std::max(1, facts.allowed_cores);
   if (facts.cpu_quota > 0) threads = std::min(threads, std::max(1, static_cast<int>(std::ceil(facts.cpu_quota))));
-  const bool bound_by_launcher = facts.allowed_cpus < facts.online_cpus;
+  const bool bound_by_launcher = facts.allowed_cpus < facts.available_cpus;
   if (processes > 1 && !bound_by_launcher) threads = std::max(1, threads / processes);
   return threads;
 }
@@ -148,7 +196,7 @@ int default_threads(int processes) {
 std::string describe_core_facts(const CoreFacts& facts) {
   std::ostringstream out;
   out << facts.allowed_cores << (facts.allowed_cores == 1 ? " core" : " cores") << " (" << facts.allowed_cpus << " of "
-      << facts.online_cpus << " online CPUs in the affinity mask";
+      << facts.available_cpus << " CPUs in the affinity mask";
   if (facts.cpu_quota > 0) out << ", a CPU quota of " << facts.cpu_quota;
   out << ")";
   return out.str();

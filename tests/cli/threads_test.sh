@@ -8,15 +8,18 @@ source "$(dirname "$0")/common.sh"
 threads_of() { "$@" | sed -n 's/^threads: \([0-9]*\);.*/\1/p' | head -1; }
 
 cores=$(threads_of "$bin" version)
-cpus=$(nproc)
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # the affinity mask's CPUs
 { [ -n "$cores" ] && [ "$cores" -ge 1 ] && [ "$cores" -le "$cpus" ]; } ||
   fail "default: '$cores' threads for $cpus CPUs in the affinity mask"
-"$bin" version | grep -q "^threads: $cores; this machine gives this process $cores core" ||
+"$bin" version | grep -Eq "^threads: $cores; this machine gives this process [0-9]+ cores? \([0-9]+ of [0-9]+ CPUs" ||
   fail "version does not say which cores it counted: $("$bin" version | grep threads)"
 [ "$(threads_of "$bin" version --threads 3)" = 3 ] || fail "--threads 3 is not 3 threads"
 if command -v taskset >/dev/null; then
-  [ "$(threads_of taskset -c 0 "$bin" version)" = 1 ] || fail "taskset -c 0: not 1 thread"
-  [ "$(threads_of taskset -c 0 "$bin" version --threads 2)" = 2 ] || fail "taskset -c 0 --threads 2: not 2 threads"
+  # The first CPU of this process's own mask (a container's cpuset need not hold CPU 0).
+  first=$(taskset -cp $$ | sed 's/.*: //; s/[-,].*//')
+  [ "$(threads_of taskset -c "$first" "$bin" version)" = 1 ] || fail "taskset -c $first: not 1 thread"
+  [ "$(threads_of taskset -c "$first" "$bin" version --threads 2)" = 2 ] ||
+    fail "taskset -c $first --threads 2: not 2 threads"
 fi
 share=$((cores / 2 > 0 ? cores / 2 : 1))
 [ "$(MPI_LOCALNRANKS=2 threads_of "$bin" version)" = "$share" ] || fail "2 processes on this machine: not $share threads each"

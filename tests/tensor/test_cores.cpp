@@ -6,8 +6,8 @@
 namespace lt {
 namespace {
 
-CoreFacts facts(int allowed_cpus, int allowed_cores, int online_cpus, double cpu_quota = 0) {
-  return CoreFacts{allowed_cpus, allowed_cores, online_cpus, cpu_quota};
+CoreFacts facts(int allowed_cpus, int allowed_cores, int available_cpus, double cpu_quota = 0) {
+  return CoreFacts{allowed_cpus, allowed_cores, available_cpus, cpu_quota};
 }
 
 TEST(Cores, OneThreadPerPhysicalCoreOfTheAffinityMask) {
@@ -43,15 +43,24 @@ TEST(Cores, CpuMaxParsesAsCpus) {
   EXPECT_DOUBLE_EQ(parse_cpu_max("100000 0"), 0);
 }
 
+TEST(Cores, CpuListsCount) {
+  EXPECT_EQ(count_cpu_list("0-1\n"), 2);
+  EXPECT_EQ(count_cpu_list("0-3,8,10-11"), 7);
+  EXPECT_EQ(count_cpu_list("5"), 1);
+  EXPECT_EQ(count_cpu_list(""), 0);
+  EXPECT_EQ(count_cpu_list("3-1"), 0);
+  EXPECT_EQ(count_cpu_list("a-b"), 0);
+}
+
 TEST(Cores, ThisMachinesFactsAreConsistent) {
   const CoreFacts here = read_core_facts();
   EXPECT_GE(here.allowed_cores, 1);
   EXPECT_LE(here.allowed_cores, here.allowed_cpus);
-  EXPECT_LE(here.allowed_cpus, here.online_cpus);
+  EXPECT_LE(here.allowed_cpus, here.available_cpus);
   EXPECT_GE(here.cpu_quota, 0);
   EXPECT_GE(default_threads(), 1);
   EXPECT_LE(default_threads(), here.allowed_cpus);
-  EXPECT_NE(describe_core_facts(here).find("online CPUs in the affinity mask"), std::string::npos);
+  EXPECT_NE(describe_core_facts(here).find("CPUs in the affinity mask"), std::string::npos);
 }
 
 }  // namespace
