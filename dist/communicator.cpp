@@ -84,10 +84,11 @@ void check_mpi(int code, const char* call) {
 
 MPI_Datatype mpi_type(DType dtype) { return dtype == DType::F32 ? MPI_FLOAT : MPI_DOUBLE; }
 
-// Whether this machine runs more of the launcher's processes than it has cores for them. A blocking
+// Whether the launcher's processes on this machine outnumber the cores this one may use. A blocking
 // collective busy-polls MPI's progress engine until the last rank arrives; with more ranks than cores
 // the pollers take the cores from the ranks still computing. Four ranks on 2 vCPUs spent 94% of their
-// time in MPICH and UCX that way, ~7 s a moe-s step.
+// time in MPICH and UCX that way, ~7 s a moe-s step. (A rank bound to one core of its own also counts
+// as outnumbered; yielding costs it nothing where no other rank wants that core.)
 bool ranks_outnumber_cores() {
   static const bool outnumber = processes_on_this_machine() > default_threads(1);
   return outnumber;
