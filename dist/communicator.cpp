@@ -1,7 +1,5 @@
 #include "dist/communicator.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -10,9 +8,10 @@
 
 #ifdef LINGTRAIN_MPI
 #include <mpi.h>
-#endif
+#include <sched.h>
 
 #include "tensor/cores.h"
+#endif
 
 namespace lt {
 
