@@ -136,9 +136,10 @@ int cmd_version(const std::vector<std::string>& args) {
   Flags flags(args, {{"threads", "0"}});
   apply_threads(flags);
   std::printf("lingtrain %s\n", LINGTRAIN_VERSION);
-  std::printf("cpu kernels: Highway %s, %s, L2 %lld KiB per core\n", lt::cpu_kernel_target(),
-              lt::kernels::cpu_has_bf16_matmul() ? "bf16 GEMM (AVX512_BF16)" : "no bf16 GEMM (f32 under --dtype bf16)",
-              static_cast<long long>(lt::cpu_l2_cache_bytes() >> 10));
+  const char* bf16_unit = lt::kernels::cpu_bf16_matmul_unit();
+  std::printf("cpu kernels: Highway %s, %s%s%s, L2 %lld KiB per core\n", lt::cpu_kernel_target(),
+              bf16_unit ? "bf16 GEMM (" : "no bf16 GEMM (f32 under --dtype bf16)", bf16_unit ? bf16_unit : "",
+              bf16_unit ? ")" : "", static_cast<long long>(lt::cpu_l2_cache_bytes() >> 10));
   std::printf("threads: %d; this machine gives this process %s\n", lt::num_threads(),
               lt::describe_core_facts(lt::read_core_facts()).c_str());
   if (lt::cuda_compiled()) std::printf("cuda: compiled in, %d device(s) found\n%s", lt::cuda_device_count(),

@@ -259,14 +259,13 @@ Json run_step_bench(const StepBenchOptions& o) {
   const bool bf16 = o.matmul_precision == kernels::MatmulPrecision::BF16Inputs;
   LT_CHECK(!bf16 || !device.is_cpu() || kernels::cpu_has_bf16_matmul(),
            "bench: --dtype bf16 on the CPU needs AVX512_BF16, which this CPU does not have");
-  // The MFU reference: the CPU's measured FMA peak (under --dtype bf16 its bf16 dot-product peak, with
-  // f32's beside it), or the GPU's bf16 tensor-core peak.
+  // The MFU reference: the CPU's measured FMA peak (under --dtype bf16 the peak of the bf16 GEMM's
+  // instruction, AMX tiles or VDPBF16PS, with f32's beside it), or the GPU's bf16 tensor-core peak.
   const std::string device_name = device.is_cpu() ? cpu_kernel_target() : cuda_device_description(device.index);
   const GpuPeak gpu = device.is_cpu() ? GpuPeak{} : gpu_peak(device_name);
   const double fma_peak_gflops = device.is_cpu() ? measure_fma_peak(threads).gflops : 0.0;
-  const double peak_gflops = !device.is_cpu() ? gpu.bf16_tflops * 1e3
-                             : bf16           ? measure_bf16_dot_peak(threads).gflops
-                                              : fma_peak_gflops;
+  const FmaPeak bf16_peak = device.is_cpu() && bf16 ? measure_bf16_peak(threads) : FmaPeak{};
+  const double peak_gflops = !device.is_cpu() ? gpu.bf16_tflops * 1e3 : bf16 ? bf16_peak.gflops : fma_peak_gflops;
   const TrainingFlops flops = training_flops(config, T);
   kernels::set_matmul_precision(o.matmul_precision);
   LingForCausalLM model(config, o.seed);
@@ -345,10 +344,11 @@ Json run_step_bench(const StepBenchOptions& o) {
               *std::max_element(step_s.begin(), step_s.end()) * 1e3, median(forward_s) * 1e3,
               median(backward_s) * 1e3, median(optimizer_s) * 1e3);
   if (device.is_cpu() && bf16)
-    std::printf("%.0f tokens/s, %.1f GFLOP/s at %.2f MFLOP/token; bf16 dot peak %.1f GFLOP/s on %d threads: MFU "
-                "%.1f%% (f32 FMA peak %.1f GFLOP/s: %.1f%%)\n",
-                tokens_per_s, gflops, flops.per_token / 1e6, peak_gflops, threads, 100.0 * mfu, fma_peak_gflops,
-                100.0 * gflops / fma_peak_gflops);
+    std::printf(
+        "%.0f tokens/s, %.1f GFLOP/s at %.2f MFLOP/token; bf16 peak (%s) %.1f GFLOP/s on %d threads: "
+        "MFU %.1f%% (f32 FMA peak %.1f GFLOP/s: %.1f%%)\n",
+        tokens_per_s, gflops, flops.per_token / 1e6, bf16_peak.target, peak_gflops, threads, 100.0 * mfu,
+        fma_peak_gflops, 100.0 * gflops / fma_peak_gflops);
   else if (device.is_cpu())
     std::printf("%.0f tokens/s, %.1f GFLOP/s at %.2f MFLOP/token; FMA peak %.1f GFLOP/s on %d threads: MFU %.1f%%\n",
                 tokens_per_s, gflops, flops.per_token / 1e6, peak_gflops, threads, 100.0 * mfu);
@@ -396,6 +396,9 @@ Json run_step_bench(const StepBenchOptions& o) {
                  {"total_params", total_params},
                  {"gflops", round_to(gflops, 2)},
                  {"peak_gflops", round_to(peak_gflops, 2)},
+                 {"peak_unit", !device.is_cpu() ? "tensor cores"
+                               : bf16           ? bf16_peak.target
+                                                : "FMA"},
                  {"mfu", round_to(mfu, 4)},
                  {"peak_rss_mb", round_to(rss, 1)},
                  {"system_allocs_in_steady_state", system_allocs},

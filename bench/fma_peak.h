@@ -1,5 +1,5 @@
 // The machine's fp32 FMA peak as this binary can reach it: the yardstick for GEMM efficiency and MFU;
-// and on CPUs with AVX512_BF16 the bf16 dot-product peak, that of --dtype bf16.
+// and on CPUs with AVX512_BF16 the peak of the unit the bf16 GEMM multiplies on, that of --dtype bf16.
 #pragma once
 
 namespace lt::bench {
@@ -15,8 +15,9 @@ struct FmaPeak {
 // peak is a property of the machine, and a moment when another process holds a core should not lower
 // it. On a machine that stays busy for the whole second it still reads low (and MFU high).
 FmaPeak measure_fma_peak(int threads, double seconds = 1.0);
-// The same with VDPBF16PS chains (two FMAs per f32 lane per instruction); call only where
-// kernels::cpu_has_bf16_matmul(). Its target reads "AVX512_BF16".
-FmaPeak measure_bf16_dot_peak(int threads, double seconds = 1.0);
+// The same with the bf16 GEMM's instruction: TDPBF16PS on the AMX tiles where the GEMM uses them (target
+// "AMX"), else VDPBF16PS chains (two FMAs per f32 lane per instruction; "AVX512_BF16"). Call only
+// where kernels::cpu_has_bf16_matmul().
+FmaPeak measure_bf16_peak(int threads, double seconds = 1.0);
 
 }  // namespace lt::bench

@@ -229,9 +229,9 @@ int run(int argc, char** argv) {
 #endif
   for (int threads : options.threads) {
     set_threads(threads);
-    const bench::FmaPeak peak = options.bf16 ? bench::measure_bf16_dot_peak(threads) : bench::measure_fma_peak(threads);
+    const bench::FmaPeak peak = options.bf16 ? bench::measure_bf16_peak(threads) : bench::measure_fma_peak(threads);
     std::printf("\n%d thread%s: %s peak %.1f GFLOP/s (%s)\n", threads, threads == 1 ? "" : "s",
-                options.bf16 ? "bf16 dot" : "FMA", peak.gflops, peak.target);
+                options.bf16 ? "bf16" : "FMA", peak.gflops, peak.target);
     std::printf("%-52s %8s %7s %9s %7s %8s\n", "shape (M N K)", "ours", "%peak", "OpenBLAS", "%peak", "ours/OB");
     for (const Shape3& s : shapes) {
       if (s.label.find(options.filter) == std::string::npos) continue;

@@ -74,7 +74,7 @@ run kernels "${pin[@]}" "$lingtrain" bench --part kernels --threads 2
 run prof-moe-s "${pin[@]}" "$lingtrain" bench --config moe-s --threads 2 --profile 1
 run prof-moe-m "${pin[@]}" "$lingtrain" bench --config moe-m --threads 2 --profile 1
 run prof-moe-m-1 "${pin[@]}" "$lingtrain" bench --config moe-m --threads 1 --profile 1
-if grep -q "bf16 GEMM (AVX512_BF16)" "$out/cpu.txt"; then
+if grep -q ", bf16 GEMM (" "$out/cpu.txt"; then
   for config in moe-s moe-m; do run "bf16-$config" "${pin[@]}" "$lingtrain" bench --config "$config" --threads 2 --dtype bf16; done
 fi
 run avx2-lt-moe-s "${pin[@]}" env LINGTRAIN_CPU_TARGET=AVX2 "$lingtrain" bench --config moe-s --threads 2
@@ -139,7 +139,7 @@ print(f"| two-thread efficiency, GEMMs / the rest (moe-m) | {efficiency(lambda o
 if load("bf16-moe-s"):
     speedups = [load(f"bf16-{c}")["tokens_per_s"] / statistics.median(r["tokens_per_s"] for r in rows[c])
                 for c in ("moe-s", "moe-m")]
-    print(f"| bf16 dot peak, 2 threads | {load('bf16-moe-s')['peak_gflops']:.1f} GFLOP/s |")
+    print(f"| bf16 peak ({load('bf16-moe-s')['peak_unit']}), 2 threads | {load('bf16-moe-s')['peak_gflops']:.1f} GFLOP/s |")
     print(f"| bf16 vs f32 tokens/s, moe-s / moe-m | {speedups[0]:.2f}x / {speedups[1]:.2f}x |")
 else:
     print("| `--dtype bf16` | no AVX512_BF16 (or capped below it): the run stays f32 |")

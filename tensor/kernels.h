@@ -58,6 +58,9 @@ void set_matmul_precision(MatmulPrecision precision);
 MatmulPrecision matmul_precision();
 // True when this CPU has a bf16 GEMM (AVX512_BF16: Zen 4, Sapphire Rapids and later).
 bool cpu_has_bf16_matmul();
+// What the bf16 GEMM multiplies on: "AMX tiles" (Xeons from Sapphire Rapids on, tensor/cpu/amx.h),
+// "AVX512_BF16" (VDPBF16PS), or nullptr where there is no bf16 GEMM.
+const char* cpu_bf16_matmul_unit();
 
 // ---- activations (tensor/kernels/activation.cpp) ------------------------------------------------
 void silu(const Tensor& x, Tensor& y);                                  // x * sigmoid(x)

@@ -28,7 +28,10 @@
 // and half the packed footprint. The k-pairs make the packing a conversion plus the f32 packing's own
 // moves on 32-bit units: a [M, K] row converted to bf16 is already a row of pairs, and two k-rows of a
 // [K, N] b interleave into one row of pairs. The few-row paths stay f32: they are bound by reading b,
-// and converting it would cost more than its FMAs.
+// and converting it would cost more than its FMAs. Where the CPU has AMX tiles (tensor/cpu/amx.h) the
+// panels are multiplied there instead, 32 rows x 64 columns per block: B keeps its packed panels, and A
+// is packed as rows of pairs (the tiles' A operand is 16 rows of C with their k-pairs side by side), both
+// zero-padded to whole steps of 16 pairs and A to whole blocks of 32 rows.
 //
 // Numerics and determinism: on the panel path each element of C is one FMA chain over k, in k order,
 // within a KC block, then written back as alpha * acc + beta * c (beta = 1 after the first KC block);
@@ -47,6 +50,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "tensor/cpu/amx.h"
 #include "tensor/cpu/bf16_dot.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/transpose-inl.h"
@@ -333,21 +337,24 @@ void PackPairsA(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_t p
   }
 }
 
-// PackB in pairs: op(b)[p0 : p0 + depth, j0 : j0 + cols] into NR-column panels [depth / 2][NR].
+// PackB in pairs: op(b)[p0 : p0 + depth, j0 : j0 + cols] into NR-column panels [padded_units][NR], the
+// unit rows from depth / 2 to padded_units zero (the AMX tiles read whole steps of kAmxDepthUnits).
 template <class DF>
-void PackPairsB(DF df, const Gemm<float>& g, int64_t p0, int64_t depth, int64_t j0, int64_t cols,
+void PackPairsB(DF df, const Gemm<float>& g, int64_t p0, int64_t depth, int64_t j0, int64_t cols, int64_t padded_units,
                 uint32_t* HWY_RESTRICT dst) {
   const hn::RebindToUnsigned<DF> du;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const int64_t tile_cols = kTileVectors * lanes;
   const int64_t units = CeilDiv(depth, 2), panels = CeilDiv(cols, tile_cols);
+  for (int64_t p = 0; p < panels && padded_units > units; ++p)
+    std::fill(dst + (p * padded_units + units) * tile_cols, dst + (p + 1) * padded_units * tile_cols, 0u);
   if (!g.trans_b) {
     // b is [K, N]: two k-rows of b interleave straight into unit row kp of every panel.
     for (int64_t kp = 0; kp < units; ++kp) {
       const float* even = g.b + (p0 + 2 * kp) * g.ldb + j0;
       const float* odd = 2 * kp + 1 < depth ? even + g.ldb : nullptr;
       for (int64_t p = 0; p < panels; ++p) {
-        uint32_t* out = dst + (p * units + kp) * tile_cols;
+        uint32_t* out = dst + (p * padded_units + kp) * tile_cols;
         const int64_t c0 = p * tile_cols, valid = std::min(tile_cols, cols - c0);
         interleave_to_pairs(even + c0, odd ? odd + c0 : nullptr, valid, out);
         std::fill(out + valid, out + tile_cols, 0u);
@@ -359,7 +366,7 @@ void PackPairsB(DF df, const Gemm<float>& g, int64_t p0, int64_t depth, int64_t 
   // blocks of units like the f32 path's blocks of k's.
   uint32_t* pairs = PairScratch(lanes * units);
   for (int64_t p = 0; p < panels; ++p) {
-    uint32_t* panel = dst + p * units * tile_cols;
+    uint32_t* panel = dst + p * padded_units * tile_cols;
     for (int64_t first = 0; first < tile_cols; first += lanes) {
       const int64_t column = p * tile_cols + first;
       const int64_t valid = std::clamp<int64_t>(cols - column, 0, lanes);
@@ -372,6 +379,51 @@ void PackPairsB(DF df, const Gemm<float>& g, int64_t p0, int64_t depth, int64_t 
       for (; k + lanes <= units; k += lanes) TransposeBlock(du, pairs + k, units, out + k * tile_cols, tile_cols);
       for (; k < units; ++k)
         for (int64_t i = 0; i < lanes; ++i) out[k * tile_cols + i] = pairs[i * units + k];
+    }
+  }
+}
+
+// op(a)[i0 : i0 + rows, p0 : p0 + depth] as the AMX tiles read A: rows of pairs [padded_rows][stride],
+// row r holding the k-pairs of row i0 + r side by side; the units past depth / 2 and the rows past
+// `rows` are zero. stride is a multiple of Lanes.
+template <class DF>
+void PackPairRowsA(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_t p0, int64_t depth,
+                   int64_t padded_rows, int64_t stride, uint32_t* HWY_RESTRICT dst) {
+  const hn::RebindToUnsigned<DF> du;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(du));
+  const int64_t units = CeilDiv(depth, 2);
+  std::fill(dst + rows * stride, dst + padded_rows * stride, 0u);
+  if (!g.trans_a) {
+    // a is [M, K]: a row converted to bf16 is a row of pairs.
+    for (int64_t r = 0; r < rows; ++r) {
+      row_to_pairs(g.a + (i0 + r) * g.lda + p0, depth, dst + r * stride);
+      std::fill(dst + r * stride + units, dst + (r + 1) * stride, 0u);
+    }
+    return;
+  }
+  // a is [K, M]: two k-rows of a make a row of unit kp for every row of C; Lanes such rows at a time
+  // are transposed, in Lanes x Lanes blocks, into Lanes units of each row.
+  const int64_t width = CeilDiv(rows, lanes) * lanes;
+  uint32_t* pairs = PairScratch(lanes * width);
+  for (int64_t kp0 = 0; kp0 < stride; kp0 += lanes) {
+    for (int64_t i = 0; i < lanes; ++i) {
+      uint32_t* row = pairs + i * width;
+      const int64_t kp = kp0 + i;
+      if (kp < units) {
+        const float* even = g.a + (p0 + 2 * kp) * g.lda + i0;
+        interleave_to_pairs(even, 2 * kp + 1 < depth ? even + g.lda : nullptr, rows, row);
+        std::fill(row + rows, row + width, 0u);
+      } else {
+        std::fill_n(row, width, 0u);
+      }
+    }
+    for (int64_t m0 = 0; m0 < rows; m0 += lanes) {
+      if (m0 + lanes <= rows) {
+        TransposeBlock(du, pairs + m0, width, dst + m0 * stride + kp0, stride);
+        continue;
+      }
+      for (int64_t m = m0; m < rows; ++m)
+        for (int64_t i = 0; i < lanes; ++i) dst[m * stride + kp0 + i] = pairs[i * width + m];
     }
   }
 }
@@ -434,32 +486,47 @@ HWY_INLINE void WriteRows(D d, const T* HWY_RESTRICT tile, int rows, T* c, int64
     }
 }
 
-// One MR x NR tile of C over one KC block, written back with alpha and beta. rows/cols < MR/NR at the
-// edges of C: those tiles go through a scratch tile so that their arithmetic is exactly that of a full
-// tile. accumulate(depth, a_panel, a_row, a_col, b_panel, b_stride, tile) is the micro-kernel:
+// The first `rows` rows and `cols` columns of a full-width tile (rows NR apart, any number of them)
+// written back to C with alpha and beta. Fewer than NR columns at the edge of C go through a scratch of
+// MR rows, so that their arithmetic is exactly that of a full tile.
+template <class D, class T = hn::TFromD<D>>
+HWY_INLINE void WriteTile(D d, const T* HWY_RESTRICT tile, int rows, int cols, T* c, int64_t ldc, T alpha, T beta) {
+  const size_t tile_cols = kTileVectors * hn::Lanes(d);
+  if (cols == static_cast<int>(tile_cols)) {
+    WriteRows(d, tile, rows, c, ldc, alpha, beta);
+    return;
+  }
+  HWY_ALIGN T edge[kTileRows * kTileVectors * HWY_MAX_BYTES / sizeof(T)] = {};
+  const size_t row_bytes = static_cast<size_t>(cols) * sizeof(T);
+  for (int r0 = 0; r0 < rows; r0 += kTileRows) {
+    const int part = std::min(kTileRows, rows - r0);
+    T* c_part = c + r0 * ldc;
+    if (beta != T(0))
+      for (int r = 0; r < part; ++r) std::memcpy(edge + r * tile_cols, c_part + r * ldc, row_bytes);
+    WriteRows(d, tile + r0 * tile_cols, part, edge, static_cast<int64_t>(tile_cols), alpha, beta);
+    for (int r = 0; r < part; ++r) std::memcpy(c_part + r * ldc, edge + r * tile_cols, row_bytes);
+  }
+}
+
+// C is read (beta) and written only after the k loop: fetching it first hides a miss to L3 or DRAM
+// behind the tile's products.
+template <class T>
+HWY_INLINE void PrefetchRows(const T* c, int64_t ldc, int rows, int cols) {
+  for (int r = 0; r < rows; ++r)
+    for (int col = 0; col < cols; col += static_cast<int>(64 / sizeof(T))) hwy::Prefetch(c + r * ldc + col);
+}
+
+// One MR x NR tile of C over one KC block, written back with alpha and beta (rows/cols < MR/NR at the
+// edges of C). accumulate(depth, a_panel, a_row, a_col, b_panel, b_stride, tile) is the micro-kernel:
 // AccumulateTile on T, or accumulate_tile_bf16 on pairs (P, the packed element, is T or uint32_t).
 template <class D, class P, class Accumulate, class T = hn::TFromD<D>>
 HWY_INLINE void MicroKernel(D d, int64_t depth, const P* a_panel, int64_t a_row, int64_t a_col, const P* b_panel,
                             int64_t b_stride, T* c, int64_t ldc, int rows, int cols, T alpha, T beta,
                             Accumulate accumulate) {
-  constexpr size_t kMaxTile = kTileRows * kTileVectors * HWY_MAX_BYTES / sizeof(T);
-  HWY_ALIGN T tile[kMaxTile];
-  const size_t tile_cols = kTileVectors * hn::Lanes(d);
-  // C is read (beta) and written only after the k loop: fetching it now hides a miss to L3 or DRAM
-  // behind the ~KC x 12 cycles of FMAs.
-  for (int r = 0; r < rows; ++r)
-    for (int col = 0; col < cols; col += static_cast<int>(64 / sizeof(T))) hwy::Prefetch(c + r * ldc + col);
+  HWY_ALIGN T tile[kTileRows * kTileVectors * HWY_MAX_BYTES / sizeof(T)];
+  PrefetchRows(c, ldc, rows, cols);
   accumulate(depth, a_panel, a_row, a_col, b_panel, b_stride, tile);
-  if (cols == static_cast<int>(tile_cols)) {
-    WriteRows(d, tile, rows, c, ldc, alpha, beta);
-    return;
-  }
-  HWY_ALIGN T edge[kMaxTile] = {};
-  const size_t row_bytes = static_cast<size_t>(cols) * sizeof(T);
-  if (beta != T(0))
-    for (int r = 0; r < rows; ++r) std::memcpy(edge + r * tile_cols, c + r * ldc, row_bytes);
-  WriteRows(d, tile, rows, edge, static_cast<int64_t>(tile_cols), alpha, beta);
-  for (int r = 0; r < rows; ++r) std::memcpy(c + r * ldc, edge + r * tile_cols, row_bytes);
+  WriteTile(d, tile, rows, cols, c, ldc, alpha, beta);
 }
 
 // Where the micro-kernel finds one operand's micro-panels in a block: panel p < at_base starts at base +
@@ -512,6 +579,28 @@ void MacroKernel(D d, const Gemm<T>& g, int64_t i0, int64_t rows, int64_t j0, in
   }
 }
 
+#if LT_GEMM_BF16
+// C[i0 : i0 + rows, j0 : j0 + cols] over one KC block on the AMX tiles, in blocks of 32 rows x 64
+// columns: A's rows of pairs (stride units apart) against B's packed panels of 64 columns (padded_units
+// rows each). The 32 rows of A (32 KiB at KC) stay in L1 while B's panels stream from L2.
+template <class DF>
+void AmxMacroKernel(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                    int64_t padded_units, const uint32_t* a_rows, const uint32_t* b_panels, float beta) {
+  static_assert(kAmxBlockColumns == kTileVectors * 16, "one AMX block is one B panel wide");
+  HWY_ALIGN float block[kAmxBlockRows * kAmxBlockColumns];
+  for (int64_t r0 = 0; r0 < rows; r0 += kAmxBlockRows) {
+    const int block_rows = static_cast<int>(std::min(kAmxBlockRows, rows - r0));
+    for (int64_t c0 = 0; c0 < cols; c0 += kAmxBlockColumns) {
+      const int block_cols = static_cast<int>(std::min(kAmxBlockColumns, cols - c0));
+      float* c = g.c + (i0 + r0) * g.ldc + j0 + c0;
+      PrefetchRows(c, g.ldc, block_rows, block_cols);
+      amx_block(padded_units, a_rows + r0 * padded_units, padded_units, b_panels + c0 * padded_units, block);
+      WriteTile(df, block, block_rows, block_cols, c, g.ldc, g.alpha, beta);
+    }
+  }
+}
+#endif
+
 // The blocked GEMM of C[m0:m1, n0:n1], run by one thread with its own packing buffers; kPairs: the bf16
 // panel path (T = float).
 template <class T, bool kPairs>
@@ -542,12 +631,17 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   const bool a_in_place = !kPairs && narrow && (!g.trans_a || (kTileVectors >= 4 && !a_pages_apart));
   const bool a_packed_for_stride = !kPairs && narrow && kTileVectors >= 4 && a_pages_apart;
   const int64_t row_block = (a_packed_for_stride ? kFarApartRowBlock : kRowBlock) / kTileRows * kTileRows;
+  // The bf16 pairs on AMX tiles: A as rows of pairs, both operands' depth padded to whole tile steps.
+  const bool amx = kPairs && amx_tiles() != AmxTiles::Off;
+  const AmxTileScope tiles_in_use(amx);
+  const int64_t padded_unit_step = amx ? CeilDiv(unit_step, kAmxDepthUnits) * kAmxDepthUnits : unit_step;
+  const int64_t a_rows_packed = amx ? CeilDiv(std::min(row_block, m1 - m0), kAmxBlockRows) * kAmxBlockRows
+                                    : CeilDiv(std::min(row_block, m1 - m0), kTileRows) * kTileRows;
 
   // An operand read in place packs only its partial last panel.
-  P* a_packed =
-      PackBuffer<P, 0>((a_in_place ? 1 : CeilDiv(std::min(row_block, m1 - m0), kTileRows)) * kTileRows * unit_step);
-  P* b_packed =
-      PackBuffer<P, 1>((b_in_place ? 1 : CeilDiv(std::min(column_block, n1 - n0), tile_cols)) * tile_cols * unit_step);
+  P* a_packed = PackBuffer<P, 0>((a_in_place ? kTileRows : a_rows_packed) * padded_unit_step);
+  P* b_packed = PackBuffer<P, 1>((b_in_place ? 1 : CeilDiv(std::min(column_block, n1 - n0), tile_cols)) * tile_cols *
+                                 padded_unit_step);
   // Pairs are always packed, so their A panels are always kTileRows units per k.
   const auto accumulate = [d](int64_t depth, const P* a_panel, [[maybe_unused]] int64_t a_row,
                               [[maybe_unused]] int64_t a_col, const P* b_panel, int64_t b_stride, T* tile) {
@@ -560,6 +654,23 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   for (int64_t p0 = 0, block = 0; block < depth_blocks; ++block, p0 += depth_step) {
     const int64_t depth = std::min(depth_step, g.K - p0), units = CeilDiv(depth, k_per_unit);
     const T beta = block == 0 ? g.beta : T(1);
+#if LT_GEMM_BF16
+    if constexpr (kPairs)
+      if (amx) {
+        const int64_t padded_units = CeilDiv(units, kAmxDepthUnits) * kAmxDepthUnits;
+        for (int64_t i0 = m0; i0 < m1; i0 += row_block) {
+          const int64_t rows = std::min(row_block, m1 - i0);
+          PackPairRowsA(d, g, i0, rows, p0, depth, CeilDiv(rows, kAmxBlockRows) * kAmxBlockRows, padded_units,
+                        a_packed);
+          for (int64_t j0 = n0; j0 < n1; j0 += column_block) {
+            const int64_t cols = std::min(column_block, n1 - j0);
+            PackPairsB(d, g, p0, depth, j0, cols, padded_units, b_packed);
+            AmxMacroKernel(d, g, i0, rows, j0, cols, padded_units, a_packed, b_packed, beta);
+          }
+        }
+        continue;
+      }
+#endif
     for (int64_t i0 = m0; i0 < m1; i0 += row_block) {
       const int64_t rows = std::min(row_block, m1 - i0);
       Panels<P> a_panels{a_packed, kTileRows, 1, kTileRows * units, CeilDiv(rows, kTileRows), a_packed, kTileRows};
@@ -581,7 +692,7 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
         Panels<P> b_panels{b_packed, tile_cols, 1, units * tile_cols, CeilDiv(cols, tile_cols), b_packed, tile_cols};
         if constexpr (kPairs) {
 #if LT_GEMM_BF16
-          PackPairsB(d, g, p0, depth, j0, cols, b_packed);
+          PackPairsB(d, g, p0, depth, j0, cols, units, b_packed);
 #endif
         } else if (b_in_place) {
           const int64_t full_panels = cols / tile_cols;
@@ -733,8 +844,10 @@ void GemmPanels(const Gemm<T>& g) {
   bool split_cols = g.N > g.M;
   if (split_cols && col_panels < threads && row_panels > col_panels) split_cols = false;
   if (!split_cols && row_panels < threads && col_panels > row_panels) split_cols = true;
-  // A bf16 FLOP takes half the time of an f32 one: a chunk needs twice as many of them.
-  const double panel_flops = (pairs ? 0.5 : 1.0) * 2.0 * static_cast<double>(g.K + 1) *
+  // A bf16 FLOP takes half the time of an f32 one, and an eighth on AMX tiles (packing included): a
+  // chunk needs that many more of them.
+  const double flop_cost = !pairs ? 1.0 : amx_tiles() == AmxTiles::Hardware ? 0.125 : 0.5;
+  const double panel_flops = flop_cost * 2.0 * static_cast<double>(g.K + 1) *
                              static_cast<double>(split_cols ? tile_cols * g.M : kTileRows * g.N);
   const int64_t grain = GrainFor(panel_flops);
   const struct Job {

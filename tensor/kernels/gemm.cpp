@@ -1,6 +1,7 @@
 // The matrix-multiply front door: c = alpha * op(a) @ op(b) + beta * c, plain or batched.
 #include <atomic>
 
+#include "tensor/cpu/amx.h"
 #include "tensor/kernels/dispatch.h"
 
 namespace lt::kernels {
@@ -12,6 +13,10 @@ std::atomic<MatmulPrecision> precision_of_f32{MatmulPrecision::F32};
 void set_matmul_precision(MatmulPrecision precision) { precision_of_f32.store(precision); }
 MatmulPrecision matmul_precision() { return precision_of_f32.load(); }
 bool cpu_has_bf16_matmul() { return cpu::bf16_matmul_available(); }
+const char* cpu_bf16_matmul_unit() {
+  if (!cpu::bf16_matmul_available()) return nullptr;
+  return cpu::amx_tiles() == cpu::AmxTiles::Hardware ? "AMX tiles" : "AVX512_BF16";
+}
 
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta) {
   check_float(a, "matmul", "a");

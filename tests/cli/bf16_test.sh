@@ -20,7 +20,7 @@ flags=(--model tiny --steps "$steps" --threads 2 --sample-prompt "")
 
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 held_out() { grep 'held-out loss (all of' "$1" | sed 's/.*: //'; }
-if "$bin" --version | grep -q "bf16 GEMM (AVX512_BF16)"; then
+if "$bin" --version | grep -q ", bf16 GEMM ("; then
   grep -q "; bf16 matmuls" bf16.txt || fail "a CPU with AVX512_BF16: the bf16 run does not say it multiplies in bf16"
   paste <(losses f32/metrics.jsonl) <(losses bf16/metrics.jsonl) |
     awk -v steps="$steps" '{ w = int((NR - 1) / 25); f[w] += $1; b[w] += $2; if ($1 != $2) differ++ }

@@ -5,6 +5,8 @@
 #include <array>
 #include <cstring>
 
+#include "tensor/cpu/amx.h"
+#include "tensor/cpu/bf16_dot.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/kernels.h"
 #include "tensor/threadpool.h"
@@ -222,6 +224,21 @@ Tensor first_columns(const Tensor& x, int64_t n) {
   return Tensor::from_vector<float>({x.dim(0), n}, part);
 }
 
+// Runs fn once per tile unit the bf16 GEMM can use on this CPU: VDPBF16PS alone (AmxTiles::Off), the
+// AMX blocking with emulated tiles (any CPU with AVX512_BF16) and the AMX tiles themselves (where the CPU
+// has them), then restores the default.
+void for_each_bf16_tile_unit(const std::function<void(const char*)>& fn) {
+  const cpu::AmxTiles original = cpu::amx_tiles();
+  std::vector<std::pair<cpu::AmxTiles, const char*>> units = {{cpu::AmxTiles::Off, "VDPBF16PS"}};
+  if (cpu::has_bf16_dot()) units.push_back({cpu::AmxTiles::Emulated, "emulated AMX"});
+  if (cpu::has_amx_bf16()) units.push_back({cpu::AmxTiles::Hardware, "AMX"});
+  for (const auto& [tiles, name] : units) {
+    cpu::set_amx_tiles(tiles);
+    fn(name);
+  }
+  cpu::set_amx_tiles(original);
+}
+
 // A C of few columns (the router's 16 or 32 experts) is computed as its transpose on AVX-512, whose tile
 // is 64 floats wide (tensor/cpu/gemm.cc, FewColumnsGoTransposed). Each element must keep the bits of
 // the panel path, which a product of 64 columns takes: its first N columns, against the same first N
@@ -229,27 +246,30 @@ Tensor first_columns(const Tensor& x, int64_t n) {
 // KC blocks, the edges of the rule (13 and 48 columns go transposed, 49 do not), f32 and bf16 inputs, on
 // every target.
 TEST(GemmKernel, FewColumnsKeepThePanelPathsBits) {
-  for_each_cpu_target([] {
-    for (const bool bf16 : {false, true}) {
-      const MatmulPrecisionScope precision(bf16 ? kernels::MatmulPrecision::BF16Inputs : kernels::MatmulPrecision::F32);
-      for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{
-               {1024, 16, 256}, {300, 33, 300}, {200, 13, 40}, {130, 48, 20}, {130, 49, 20}})
-        for (bool ta : {false, true})
-          for (bool tb : {false, true}) {
-            const int64_t wide = 64;
-            const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 31);
-            const Tensor b_wide = random_tensor(tb ? Shape{wide, K} : Shape{K, wide}, 32);
-            const Tensor c0_wide = random_tensor({M, wide}, 33);
-            const Tensor b = tb ? b_wide.narrow(0, N).clone() : first_columns(b_wide, N);
-            Tensor c = first_columns(c0_wide, N), c_wide = c0_wide.clone();
-            kernels::matmul(a, ta, b, tb, c, 1.5, 0.5);
-            kernels::matmul(a, ta, b_wide, tb, c_wide, 1.5, 0.5);
-            const Tensor narrow_part = first_columns(c_wide, N);
-            EXPECT_EQ(std::memcmp(c.raw_data(), narrow_part.raw_data(), c.nbytes()), 0)
-                << (bf16 ? "bf16" : "f32") << " M=" << M << " N=" << N << " K=" << K << (ta ? " Ta" : "")
-                << (tb ? " Tb" : "");
-          }
-    }
+  for_each_bf16_tile_unit([](const char* unit) {
+    for_each_cpu_target([unit] {
+      for (const bool bf16 : {false, true}) {
+        const MatmulPrecisionScope precision(bf16 ? kernels::MatmulPrecision::BF16Inputs
+                                                  : kernels::MatmulPrecision::F32);
+        for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{
+                 {1024, 16, 256}, {300, 33, 300}, {200, 13, 40}, {130, 48, 20}, {130, 49, 20}})
+          for (bool ta : {false, true})
+            for (bool tb : {false, true}) {
+              const int64_t wide = 64;
+              const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 31);
+              const Tensor b_wide = random_tensor(tb ? Shape{wide, K} : Shape{K, wide}, 32);
+              const Tensor c0_wide = random_tensor({M, wide}, 33);
+              const Tensor b = tb ? b_wide.narrow(0, N).clone() : first_columns(b_wide, N);
+              Tensor c = first_columns(c0_wide, N), c_wide = c0_wide.clone();
+              kernels::matmul(a, ta, b, tb, c, 1.5, 0.5);
+              kernels::matmul(a, ta, b_wide, tb, c_wide, 1.5, 0.5);
+              const Tensor narrow_part = first_columns(c_wide, N);
+              EXPECT_EQ(std::memcmp(c.raw_data(), narrow_part.raw_data(), c.nbytes()), 0)
+                  << (bf16 ? unit : "f32") << " M=" << M << " N=" << N << " K=" << K << (ta ? " Ta" : "")
+                  << (tb ? " Tb" : "");
+            }
+      }
+    });
   });
 }
 
@@ -264,27 +284,28 @@ TEST(GemmKernel, Bf16InputsMultiplyTheRoundedOperands) {
                                                       {25, 70, 513}, {40, 33, 1100},  {7, 200, 300}, {12, 129, 64},
                                                       {2049, 9, 34}, {14, 1100, 40},  {20, 70, 0}};
   int bf16_targets = 0;
-  for_each_cpu_target([&] {
-    const bool bf16_gemm = kernels::cpu_has_bf16_matmul();
-    bf16_targets += bf16_gemm;
-    for (const auto& [M, N, K] : shapes)
-      for (bool ta : {false, true})
-        for (bool tb : {false, true}) {
-          const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 21);
-          const Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 22);
-          Tensor c = random_tensor({M, N}, 23);
-          const std::vector<float> c0 = c.to_vector<float>();
-          kernels::matmul(a, ta, b, tb, c, 1.5, 0.5);
-          const bool rounded = bf16_gemm && M > 12;
-          const auto want = reference_gemm(rounded ? rounded_to_bf16(a) : a.to_vector<float>(), ta,
-                                           rounded ? rounded_to_bf16(b) : b.to_vector<float>(), tb, c0, M, N, K, 1.5,
-                                           0.5);
-          const double tol = 2e-6 * static_cast<double>(K + 16);
-          expect_close(c.to_vector<float>(), want, tol, tol,
-                       std::string(rounded ? "bf16" : "f32") + " gemm M=" + std::to_string(M) +
-                           " N=" + std::to_string(N) + " K=" + std::to_string(K) + (ta ? " Ta" : "") +
-                           (tb ? " Tb" : ""));
-        }
+  for_each_bf16_tile_unit([&](const char* unit) {
+    for_each_cpu_target([&] {
+      const bool bf16_gemm = kernels::cpu_has_bf16_matmul();
+      bf16_targets += bf16_gemm;
+      for (const auto& [M, N, K] : shapes)
+        for (bool ta : {false, true})
+          for (bool tb : {false, true}) {
+            const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 21);
+            const Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 22);
+            Tensor c = random_tensor({M, N}, 23);
+            const std::vector<float> c0 = c.to_vector<float>();
+            kernels::matmul(a, ta, b, tb, c, 1.5, 0.5);
+            const bool rounded = bf16_gemm && M > 12;
+            const auto want =
+                reference_gemm(rounded ? rounded_to_bf16(a) : a.to_vector<float>(), ta,
+                               rounded ? rounded_to_bf16(b) : b.to_vector<float>(), tb, c0, M, N, K, 1.5, 0.5);
+            const double tol = 2e-6 * static_cast<double>(K + 16);
+            expect_close(c.to_vector<float>(), want, tol, tol,
+                         std::string(rounded ? unit : "f32") + " gemm M=" + std::to_string(M) + " N=" +
+                             std::to_string(N) + " K=" + std::to_string(K) + (ta ? " Ta" : "") + (tb ? " Tb" : ""));
+          }
+    });
   });
   if (bf16_targets == 0) GTEST_SKIP() << "this CPU has no AVX512_BF16: only the f32 fallback was checked";
 }
@@ -295,33 +316,65 @@ TEST(GemmKernel, Bf16InputsKeepThreadInvarianceAndNaNs) {
   if (!kernels::cpu_has_bf16_matmul()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
   const MatmulPrecisionScope bf16(kernels::MatmulPrecision::BF16Inputs);
   const int original_threads = num_threads();
-  for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{300, 700, 301}, {900, 130, 520}, {2049, 64, 100}})
+  for_each_bf16_tile_unit([&](const char* unit) {
+    for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{300, 700, 301}, {900, 130, 520}, {2049, 64, 100}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 24);
+          const Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 25);
+          std::vector<Tensor> results;
+          for (int threads : {1, 2, 3}) {
+            set_num_threads(threads);
+            Tensor c = Tensor::full({M, N}, std::nan(""));
+            kernels::matmul(a, ta, b, tb, c);
+            results.push_back(c);
+          }
+          for (size_t i = 1; i < results.size(); ++i)
+            EXPECT_EQ(std::memcmp(results[0].raw_data(), results[i].raw_data(), results[0].nbytes()), 0)
+                << unit << " M=" << M << " N=" << N << " K=" << K << (ta ? " Ta" : "") << (tb ? " Tb" : "") << ": "
+                << (i + 1) << " threads differ from 1";
+          for (float v : results[0].to_vector<float>()) ASSERT_TRUE(std::isfinite(v)) << unit;
+        }
+    set_num_threads(original_threads);
+    const int64_t M = 20, N = 70, K = 33;
+    Tensor a = random_tensor({M, K}, 26);
+    a.data<float>()[5 * K + 7] = std::nanf("");
+    Tensor c = Tensor::empty({M, N});
+    kernels::matmul(a, false, random_tensor({K, N}, 27), false, c);
+    const std::vector<float> out = c.to_vector<float>();
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j)
+        ASSERT_EQ(std::isnan(out[i * N + j]), i == 5) << unit << " row " << i << " column " << j;
+  });
+}
+
+// The AMX tiles, their emulation (sums pair by pair in k order) and the VDPBF16PS path agree on bf16
+// GEMMs of the model's shapes to within f32 rounding of the sums. Not bit for bit: the hardware adds the
+// 32 products of one instruction in an order of its own (it matched neither k order, nor pairs summed
+// first, nor one rounding per pair or per instruction on this machine's Xeon).
+TEST(GemmKernel, AmxTilesMatchTheirEmulation) {
+  if (!cpu::has_amx_bf16()) GTEST_SKIP() << "this CPU (or its kernel) gives no AMX-BF16 tiles";
+  const MatmulPrecisionScope bf16(kernels::MatmulPrecision::BF16Inputs);
+  const cpu::AmxTiles original = cpu::amx_tiles();
+  for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{256, 128, 256}, {1024, 256, 4096}, {77, 300, 45}})
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
-        const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 24);
-        const Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 25);
-        std::vector<Tensor> results;
-        for (int threads : {1, 2, 3}) {
-          set_num_threads(threads);
-          Tensor c = Tensor::full({M, N}, std::nan(""));
+        const Tensor a = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 41);
+        const Tensor b = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 42);
+        std::vector<std::vector<float>> results;
+        for (cpu::AmxTiles tiles : {cpu::AmxTiles::Hardware, cpu::AmxTiles::Emulated, cpu::AmxTiles::Off}) {
+          cpu::set_amx_tiles(tiles);
+          Tensor c = Tensor::empty({M, N});
           kernels::matmul(a, ta, b, tb, c);
-          results.push_back(c);
+          results.push_back(c.to_vector<float>());
         }
-        for (size_t i = 1; i < results.size(); ++i)
-          EXPECT_EQ(std::memcmp(results[0].raw_data(), results[i].raw_data(), results[0].nbytes()), 0)
-              << "M=" << M << " N=" << N << " K=" << K << (ta ? " Ta" : "") << (tb ? " Tb" : "") << ": "
-              << (i + 1) << " threads differ from 1";
-        for (float v : results[0].to_vector<float>()) ASSERT_TRUE(std::isfinite(v));
+        const std::string label = "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                                  (ta ? " Ta" : "") + (tb ? " Tb" : "");
+        const double tol = 2e-6 * static_cast<double>(K + 16);
+        expect_close(results[0], results[1], tol, tol, "AMX against its emulation " + label);
+        expect_close(results[0], results[2], tol, tol, "AMX against VDPBF16PS " + label);
       }
-  set_num_threads(original_threads);
-  const int64_t M = 20, N = 70, K = 33;
-  Tensor a = random_tensor({M, K}, 26);
-  a.data<float>()[5 * K + 7] = std::nanf("");
-  Tensor c = Tensor::empty({M, N});
-  kernels::matmul(a, false, random_tensor({K, N}, 27), false, c);
-  const std::vector<float> out = c.to_vector<float>();
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) ASSERT_EQ(std::isnan(out[i * N + j]), i == 5) << "row " << i << " column " << j;
+  cpu::set_amx_tiles(original);
 }
 
 // beta == 0 must not read C (BLAS semantics): NaN in the output buffer does not leak into the result.
