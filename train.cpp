@@ -907,7 +907,8 @@ void usage(FILE* out) {
                "                                 (--part kernels|steps for one half)\n"
                "environment:\n"
                "  LINGTRAIN_CPU_TARGET=AVX2      cap the CPU kernels at an older Highway target (AVX3, AVX2,\n"
-               "                                 SSE4, ...): an older CPU's code path on this one\n");
+               "                                 SSE4, ...): an older CPU's code path on this one\n"
+               "  LINGTRAIN_CPU_AMX=0            bf16 GEMMs without a Xeon's AMX tiles (VDPBF16PS instead)\n");
 }
 
 }  // namespace

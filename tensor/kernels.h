@@ -269,5 +269,7 @@ int64_t cpu_l2_cache_bytes();
 // (any case), if it is set: from then on they dispatch to the newest target no newer than it. For
 // measuring and testing an older CPU's code path (AVX2, as on Zen 3) on a newer one. Called at start-up,
 // before any kernel runs; throws on a name this build has no target for and on one this CPU cannot run.
+// Reads LINGTRAIN_CPU_AMX as well (0: the bf16 GEMM keeps off a Xeon's AMX tiles; 1 or unset: it uses
+// them where the CPU has them; anything else throws).
 void cap_cpu_target_from_environment();
 }  // namespace lt

@@ -45,9 +45,11 @@ struct alignas(64) TileConfig {
 #endif
 
 AmxTiles initial_tiles() {
-  const char* variable = std::getenv("LINGTRAIN_CPU_AMX");
-  if (variable != nullptr && std::strcmp(variable, "0") == 0) return AmxTiles::Off;
-  return has_amx_bf16() ? AmxTiles::Hardware : AmxTiles::Off;
+  const char* value = std::getenv("LINGTRAIN_CPU_AMX");
+  const bool wanted = value == nullptr || *value == '\0' || std::strcmp(value, "1") == 0;
+  LT_CHECK(wanted || std::strcmp(value, "0") == 0, "LINGTRAIN_CPU_AMX=", value,
+           " must be 0 (no AMX tiles) or 1 (the tiles where the CPU has them)");
+  return wanted && has_amx_bf16() ? AmxTiles::Hardware : AmxTiles::Off;
 }
 
 AmxTiles& current_tiles() {

@@ -29,6 +29,7 @@ enum class AmxTiles { Off, Hardware, Emulated };
 
 // True when the CPU has AMX-BF16 and the kernel granted this process the tile data (asked once).
 bool has_amx_bf16();
+// The tiles in use; the first call reads LINGTRAIN_CPU_AMX (0 or 1, else an error).
 AmxTiles amx_tiles();
 // For tests and benchmarks: Hardware only where has_amx_bf16(), Emulated only where has_bf16_dot().
 void set_amx_tiles(AmxTiles tiles);

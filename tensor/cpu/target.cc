@@ -12,6 +12,7 @@
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "tensor/cpu/amx.h"
 #include "tensor/error.h"
 #include "tensor/kernels.h"
 
@@ -63,6 +64,8 @@ int64_t cpu_l2_cache_bytes() {
 }
 
 void cap_cpu_target_from_environment() {
+  // LINGTRAIN_CPU_AMX is read and checked here, on the main thread, rather than by the first bf16 GEMM.
+  cpu::amx_tiles();
   const char* variable = "LINGTRAIN_CPU_TARGET";
   const char* value = std::getenv(variable);
   if (value == nullptr || *value == '\0') return;

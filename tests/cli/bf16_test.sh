@@ -13,6 +13,13 @@ if [ -n "${LINGTRAIN_CPU_TARGET:-}" ]; then
   "$bin" --version | grep -qi "Highway $LINGTRAIN_CPU_TARGET," || fail "LINGTRAIN_CPU_TARGET=$LINGTRAIN_CPU_TARGET is not the target --version reports"
 fi
 
+# LINGTRAIN_CPU_AMX: 0 keeps a Xeon's AMX tiles off (the VDPBF16PS kernel then), anything but 0 or 1 is one
+# error line.
+if "$bin" --version | grep -q "bf16 GEMM (AMX tiles)"; then
+  LINGTRAIN_CPU_AMX=0 "$bin" --version | grep -q "bf16 GEMM (AVX512_BF16)" || fail "LINGTRAIN_CPU_AMX=0 still uses the tiles"
+fi
+expect_error "LINGTRAIN_CPU_AMX=yes" "LINGTRAIN_CPU_AMX=yes must be 0" env LINGTRAIN_CPU_AMX=yes "$bin" --version
+
 flags=(--model tiny --steps "$steps" --threads 2 --sample-prompt "")
 "$bin" pretrain "${flags[@]}" --out f32 >f32.txt 2>&1 || fail "pretrain f32: $(tail -1 f32.txt)"
 "$bin" pretrain "${flags[@]}" --data f32/data/train.bin --val f32/data/val.bin --out bf16 --dtype bf16 >bf16.txt 2>&1 ||
