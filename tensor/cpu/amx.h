@@ -1,8 +1,9 @@
 // AMX (Advanced Matrix Extensions, Intel Xeon from Sapphire Rapids on): eight tile registers of up to 16
 // rows x 64 bytes and a tile unit that multiplies them. TDPBF16PS adds to a 16 x 16 f32 tile C the
 // product of a 16 x 32 bf16 tile A (16 rows of C, 16 k-pairs each) and a 32 x 16 bf16 tile B (16
-// k-pairs, each a row of 16 columns): 8,192 multiply-adds in one instruction, issued every 16 cycles,
-// about 16 times the f32 FMA rate of the same core and 8 times its VDPBF16PS rate. The bf16 GEMM of
+// k-pairs, each a row of 16 columns): 8,192 multiply-adds in one instruction, issued every 16 cycles:
+// 14-15 times the f32 FMA peak of the same core and 30 times its VDPBF16PS rate, as measured on a
+// Sapphire Rapids-class Xeon (docs/performance.md, "AMX tiles for --dtype bf16"). The bf16 GEMM of
 // tensor/cpu/gemm.cc multiplies its panels here where the CPU has it; its operands are the same
 // "pairs" as VDPBF16PS's (tensor/cpu/bf16_dot.h): A as rows of C with the k-pairs of each row side by
 // side, B as the pairs of each column side by side in rows of k-pairs, the layout of the packed B panels.
@@ -41,8 +42,8 @@ constexpr int64_t kAmxBlockColumns = 64;
 constexpr int64_t kAmxDepthUnits = 16;
 
 // When `use` and the tiles are the hardware's: loads the tile configuration of amx_block (eight 16 x
-// 64-byte tiles) in this thread on construction and releases the tiles on destruction, which returns the
-// thread's tile state to its initial form, which context switches do not save.
+// 64-byte tiles) in this thread on construction, and releases the tiles on destruction: a thread whose
+// tiles are in their initial state has no tile data for context switches to save.
 class AmxTileScope {
  public:
   explicit AmxTileScope(bool use);
