@@ -100,13 +100,23 @@ HWY_INLINE void GemmTile(D d, int64_t K, T alpha, const T* a, int64_t a_row, int
     }
 }
 
-// kRows rows of c, all N columns: two-vector tiles, then one vector, then single columns.
+// With 32 registers (AVX-512) the tiles of a row group (kGroupRows below) are 4 vectors wide where the
+// columns allow (a score row of 64 keys, a head dim of 64): 16 chains, and each k's broadcasts feed 16
+// FMAs rather than 8, in 16 + 4 + 1 registers; the groups keep their rows, so the causal ranges stay as
+// fine. The Xeon (Sapphire Rapids) has two 512-bit FMA ports, which 8 chains only just keep busy: there
+// the attention kernel at moe-m's shape (B 4, T 512, 8 heads of 64) took 0.93-0.95x the time, forward
+// and backward, on 1 and 2 threads. With 16 registers the tiles stay 2 vectors wide.
+constexpr int64_t kWideTileVectors = HWY_LANES(float) > 8 ? 4 : 2;
+
+// kRows rows of c, all N columns: wide tiles, then two vectors, then one, then single columns.
 template <int kRows, class T>
 void GemmRows(int64_t N, int64_t K, T alpha, const T* a, int64_t a_row, int64_t a_col, const T* b, int64_t ldb,
               bool accumulate, T* c, int64_t ldc) {
   const hn::ScalableTag<T> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   int64_t n = 0;
+  for (; n + kWideTileVectors * lanes <= N; n += kWideTileVectors * lanes)
+    GemmTile<kRows, kWideTileVectors>(d, K, alpha, a, a_row, a_col, b + n, ldb, accumulate, c + n, ldc);
   for (; n + 2 * lanes <= N; n += 2 * lanes)
     GemmTile<kRows, 2>(d, K, alpha, a, a_row, a_col, b + n, ldb, accumulate, c + n, ldc);
   for (; n + lanes <= N; n += lanes)
@@ -121,12 +131,13 @@ void GemmRows(int64_t N, int64_t K, T alpha, const T* a, int64_t a_row, int64_t 
 }
 
 // BlockGemm works on groups of kGroupRows rows of c (then the rows left), each in tiles of kGroupRows x
-// 2 vectors, so kGroupRows x 2 independent FMA chains per k. With vectors of 8 floats or fewer (AVX2,
-// SSE4) that is 6 rows: 12 chains, more than the 8 that cover a 4-cycle FMA latency on two 256-bit FMA
-// ports, in 12 + 2 + 1 of their 16 registers (with 4 rows, moe-s's attention took 1.09x as long on the
-// AVX2 path). Zen 4 issues one 512-bit FMA per cycle, so 8 chains cover it, and 6-row groups, whose
-// causal ranges below are coarser, measured 1.5-3% slower there. The group size changes no bits: each
-// element is summed over k in order whatever tile holds it, and the causal ranges only add exact zeros.
+// 2 vectors (or wider, above), so at least kGroupRows x 2 independent FMA chains per k. With vectors of
+// 8 floats or fewer (AVX2, SSE4) that is 6 rows: 12 chains, more than the 8 that cover a 4-cycle FMA
+// latency on two 256-bit FMA ports, in 12 + 2 + 1 of their 16 registers (with 4 rows, moe-s's attention
+// took 1.09x as long on the AVX2 path). Zen 4 issues one 512-bit FMA per cycle, so 8 chains cover it,
+// and 6-row groups, whose causal ranges below are coarser, measured 1.5-3% slower there. The group size
+// changes no bits: each element is summed over k in order whatever tile holds it, and the causal ranges
+// only add exact zeros.
 constexpr int64_t kGroupRows = HWY_LANES(float) > 8 ? 4 : 6;
 
 // On the diagonal (a query block and a key block that start at the same position) query row r sees keys
@@ -183,10 +194,11 @@ void PackTransposed(const T* src, int64_t ld, int64_t rows, int64_t D, T* dst) {
   TransposeMatrix(src, ld, rows, D, dst, kBlock);
 }
 
-// dst[c * D + i] = src[c * ld + i]: `rows` rows of one head gathered into a contiguous block.
+// dst[c * dst_ld + i] = src[c * src_ld + i]: `rows` rows of D elements, e.g. one head's rows gathered
+// into a contiguous block (dst_ld = D) or stored back.
 template <class T>
-void CopyRows(const T* src, int64_t ld, int64_t rows, int64_t D, T* dst) {
-  for (int64_t c = 0; c < rows; ++c) std::copy_n(src + c * ld, D, dst + c * D);
+void CopyRows(const T* src, int64_t src_ld, int64_t rows, int64_t D, T* dst, int64_t dst_ld) {
+  for (int64_t c = 0; c < rows; ++c) std::copy_n(src + c * src_ld, D, dst + c * dst_ld);
 }
 
 // ---- row helpers ----------------------------------------------------------------------------------
@@ -312,7 +324,7 @@ void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T*
       const int64_t jb = task % blocks, kv = task / blocks % s.Hkv, b = task / (blocks * s.Hkv);
       const int64_t j0 = jb * kBlock, keys = std::min(kBlock, s.T - j0);
       PackTransposed(k + s.kv_row(b, j0, kv), kv_ld, keys, D, k_block_at(b, kv, jb));
-      CopyRows(v + s.kv_row(b, j0, kv), kv_ld, keys, D, v_row_at(b, kv, j0));
+      CopyRows(v + s.kv_row(b, j0, kv), kv_ld, keys, D, v_row_at(b, kv, j0), D);
     }
   });
 
@@ -390,7 +402,7 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
         PackTransposed(k + s.kv_row(b, j0, kv), kv_ld, keys, D, k_t + jb * D * kBlock);
         PackTransposed(v + s.kv_row(b, j0, kv), kv_ld, keys, D, v_t + jb * D * kBlock);
       }
-      CopyRows(k + s.kv_row(b, 0, kv), kv_ld, s.T, D, k_rows);
+      CopyRows(k + s.kv_row(b, 0, kv), kv_ld, s.T, D, k_rows, D);
       std::fill_n(dk_rows, s.T * D, T(0));
       std::fill_n(dv_rows, s.T * D, T(0));
       // Each sum meets its terms in a fixed order (dk, dv of a key block: query head, then query block;
@@ -399,8 +411,8 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
         const int64_t h = kv * group + g;
         for (int64_t ib = 0; ib < blocks; ++ib) {
           const int64_t i0 = ib * kBlock, rows = std::min(kBlock, s.T - i0);
-          CopyRows(q + s.q_row(b, i0, h), q_ld, rows, D, q_i);
-          CopyRows(dout + s.q_row(b, i0, h), q_ld, rows, D, dout_i);
+          CopyRows(q + s.q_row(b, i0, h), q_ld, rows, D, q_i, D);
+          CopyRows(dout + s.q_row(b, i0, h), q_ld, rows, D, dout_i, D);
           for (int64_t r = 0; r < rows; ++r) row_dot[r] = Dot(dout_i + r * D, out + s.q_row(b, i0 + r, h), D);
           std::fill_n(dq_i, rows * D, T(0));
           // Key blocks before the one holding the block's first document start add nothing (the starts
@@ -433,13 +445,11 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
             BlockGemm(keys, D, rows, scale, dprobs, 1, kBlock, q_i, D, true, dk_j, D,
                       diagonal ? Causal::kDepthFromRow : Causal::kNone);
           }
-          for (int64_t r = 0; r < rows; ++r) std::copy_n(dq_i + r * D, D, dq + s.q_row(b, i0 + r, h));
+          CopyRows(dq_i, D, rows, D, dq + s.q_row(b, i0, h), q_ld);
         }
       }
-      for (int64_t t = 0; t < s.T; ++t) {
-        std::copy_n(dk_rows + t * D, D, dk + s.kv_row(b, t, kv));
-        std::copy_n(dv_rows + t * D, D, dv + s.kv_row(b, t, kv));
-      }
+      CopyRows(dk_rows, D, s.T, D, dk + s.kv_row(b, 0, kv), kv_ld);
+      CopyRows(dv_rows, D, s.T, D, dv + s.kv_row(b, 0, kv), kv_ld);
     }
   });
 }
