@@ -83,8 +83,26 @@ double median(std::vector<double> values) {
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
+// Before a round is timed, its library runs untimed for a while: long enough for the other library's
+// threads to stop spinning. OpenBLAS's threads spin after each call before they sleep (libgomp's default
+// wait policy where OpenBLAS is built with OpenMP, as Debian's libopenblas0-openmp is; OpenBLAS's own
+// thread server otherwise), on the cores the next call needs: libgomp spins ~300,000 pauses, some
+// 10-15 ms on the Xeon (2 vCPUs), where our 2-thread figures right after OpenBLAS's were 58-70% of the
+// peak against 68-75% with OpenBLAS's threads made to sleep at once (OMP_WAIT_POLICY=passive, which in
+// turn slowed OpenBLAS's own small shapes). Sleeping through the spin instead let the idle vCPUs halt,
+// and the figures after it scattered from 18 to 72%.
+void settle(const std::function<void()>& call) {
+#ifdef LINGTRAIN_BENCH_OPENBLAS
+  const Clock::time_point start = Clock::now();
+  while (seconds_since(start) < 0.025) call();
+#else
+  (void)call;
+#endif
+}
+
 // Calls per round so that a round lasts about `target_seconds`, from one timed call after a warm-up.
 int64_t calls_per_round(const std::function<void()>& call, double target_seconds) {
+  settle(call);
   call();
   const Clock::time_point start = Clock::now();
   call();
@@ -92,6 +110,7 @@ int64_t calls_per_round(const std::function<void()>& call, double target_seconds
 }
 
 double time_round(const std::function<void()>& call, int64_t calls) {
+  settle(call);
   const Clock::time_point start = Clock::now();
   for (int64_t i = 0; i < calls; ++i) call();
   return seconds_since(start) / static_cast<double>(calls);
