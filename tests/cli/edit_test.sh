@@ -45,13 +45,15 @@ for mesh in "2 1" "4 2"; do
   grep -q '"sync":{' full$1/metrics.jsonl || fail "edit $1 ranks: no sync in the metrics"
 done
 
-# A-EDiT: rank 1 three times slower; rounds of 0.3 s. The fast replica takes more of the steps, and the
-# stage's budget (steps x replicas) is met exactly.
-mpiexec -n 2 "$bin" pretrain "${common[@]}" --steps 40 --dist aedit --sync-seconds 0.3 --min-total-steps 4 \
+# A-EDiT: rank 1 three times slower. The fast replica takes more of the steps, and the stage's budget
+# (steps x replicas) is met exactly. The rounds (0.1 s) are short against the run, so several of them
+# end by the timer: in one long round the first quotas (half the budget each) would cap the fast
+# replica, and the split would measure the machine's speed rather than the replicas' pace.
+mpiexec -n 2 "$bin" pretrain "${common[@]}" --steps 60 --dist aedit --sync-seconds 0.1 --min-total-steps 4 \
   --straggle 1:3 --out aedit >aedit.txt 2>aedit.err || fail "aedit: $(tail -1 aedit.err)"
-grep -q '"tokens":2560,' aedit.txt || fail "aedit: the summary does not count 40 x 2 x 32 tokens: $(cat aedit.txt)"
-awk -F'"replica_steps":\\[' 'NF > 1 { split($2, s, /[],]/); a += s[1]; b += s[2] } END { exit !(a > 1.5 * b && a + b == 80) }' \
-  aedit/metrics.jsonl || fail "aedit: the fast replica did not take most of the 80 steps: $(grep -o 'replica_steps[^]]*' aedit/metrics.jsonl | tr '\n' ' ')"
+grep -q '"tokens":3840,' aedit.txt || fail "aedit: the summary does not count 60 x 2 x 32 tokens: $(cat aedit.txt)"
+awk -F'"replica_steps":\\[' 'NF > 1 { split($2, s, /[],]/); a += s[1]; b += s[2] } END { exit !(a > 1.5 * b && a + b == 120) }' \
+  aedit/metrics.jsonl || fail "aedit: the fast replica did not take most of the 120 steps: $(grep -o 'replica_steps[^]]*' aedit/metrics.jsonl | tr '\n' ' ')"
 
 # Misuse: one clear line each.
 expect_error "edit flag under dp" "belongs to --dist edit" "$bin" pretrain "${common[@]}" --sync-interval 4
