@@ -101,11 +101,11 @@ HWY_INLINE void GemmTile(D d, int64_t K, T alpha, const T* a, int64_t a_row, int
 }
 
 // With 32 registers (AVX-512) the tiles of a row group (kGroupRows below) are 4 vectors wide where the
-// columns allow (a score row of 64 keys, a head dim of 64): 16 chains, and each k's broadcasts feed 16
-// FMAs rather than 8, in 16 + 4 + 1 registers; the groups keep their rows, so the causal ranges stay as
-// fine. The Xeon (Sapphire Rapids) has two 512-bit FMA ports, which 8 chains only just keep busy: there
-// the attention kernel at moe-m's shape (B 4, T 512, 8 heads of 64) took 0.93-0.95x the time, forward
-// and backward, on 1 and 2 threads. With 16 registers the tiles stay 2 vectors wide.
+// columns allow (a score row of 64 keys, a head dim of 64): 24 chains, and each k's broadcasts feed 24
+// FMAs rather than 12, in 24 + 4 + 1 registers. The Xeon (Sapphire Rapids) has two 512-bit FMA ports,
+// which 8 or 12 chains only just keep busy: at moe-m's shape (B 4, T 512, 8 heads of 64) 4-vector tiles
+// took the attention kernel 0.93-0.95x the time (with 4-row groups), forward and backward, on 1 and 2
+// threads. With 16 registers the tiles stay 2 vectors wide.
 constexpr int64_t kWideTileVectors = HWY_LANES(float) > 8 ? 4 : 2;
 
 // kRows rows of c, all N columns: wide tiles, then two vectors, then one, then single columns.
@@ -131,14 +131,15 @@ void GemmRows(int64_t N, int64_t K, T alpha, const T* a, int64_t a_row, int64_t 
 }
 
 // BlockGemm works on groups of kGroupRows rows of c (then the rows left), each in tiles of kGroupRows x
-// 2 vectors (or wider, above), so at least kGroupRows x 2 independent FMA chains per k. With vectors of
-// 8 floats or fewer (AVX2, SSE4) that is 6 rows: 12 chains, more than the 8 that cover a 4-cycle FMA
-// latency on two 256-bit FMA ports, in 12 + 2 + 1 of their 16 registers (with 4 rows, moe-s's attention
-// took 1.09x as long on the AVX2 path). Zen 4 issues one 512-bit FMA per cycle, so 8 chains cover it,
-// and 6-row groups, whose causal ranges below are coarser, measured 1.5-3% slower there. The group size
-// changes no bits: each element is summed over k in order whatever tile holds it, and the causal ranges
-// only add exact zeros.
-constexpr int64_t kGroupRows = HWY_LANES(float) > 8 ? 4 : 6;
+// 2 vectors (or wider, above), so at least 12 independent FMA chains per k, more than the 8 that cover a
+// 4-cycle FMA latency on two FMA ports. With 16 registers (AVX2) that is 12 + 2 + 1 of them (with 4
+// rows, moe-s's attention took 1.09x as long on the AVX2 path). On AVX-512 the 6 x 4 tiles load 10
+// operands per 24 FMAs where 4 x 4 tiles load 8 per 16: on the Xeon the kernel took 0.91-0.95x the time
+// in the backward and 0.96-0.99x in the forward with 6-row groups, at the shapes of moe-s, moe-m and
+// dense-124m, on 1 and 2 threads, though the causal ranges below are coarser. (On Zen 4, with 2-vector
+// tiles, 6-row groups had measured 1.5-3% slower than 4-row ones.) The group size changes no bits: each
+// element is summed over k in order whatever tile holds it, and the causal ranges only add exact zeros.
+constexpr int64_t kGroupRows = 6;
 
 // On the diagonal (a query block and a key block that start at the same position) query row r sees keys
 // 0..r only, and the probabilities and score gradients past that are exact zeros: each product skips
