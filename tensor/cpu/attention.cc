@@ -318,8 +318,7 @@ template <int kRows, class T>
 HWY_INLINE void OnlineSoftmaxRows(const TileRows<T>& tile, int64_t keys, T* row_max, T* row_sum, T* rescale) {
   T block_max[kRows], new_max[kRows], block_sum[kRows];
   RowMaxes<kRows>(tile, block_max);
-  for (int r = 0; r < kRows; ++r)
-    new_max[r] = tile.lo[r] < tile.hi[r] ? std::max(row_max[r], block_max[r]) : row_max[r];
+  for (int r = 0; r < kRows; ++r) new_max[r] = std::max(row_max[r], block_max[r]);
   ExpRows<kRows>(tile, keys, new_max, block_sum);
   for (int r = 0; r < kRows; ++r) {
     if (tile.lo[r] >= tile.hi[r]) {
