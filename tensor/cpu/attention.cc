@@ -440,21 +440,21 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
   parallel_for(s.B * s.Hkv, 1, [&](int64_t begin, int64_t end) {
     // The task's kv head is packed once for the whole sequence (k and v transposed block by block, k
-    // contiguous), and its dk and dv are summed in contiguous rows and stored once at the end; each
-    // query block is gathered once and its dq summed in a block buffer.
+    // contiguous), and each query block is gathered once. The gradients are summed where they belong,
+    // in dq, dk and dv: each sum's first term is written rather than added (dk and dv of a key block:
+    // the first query head's diagonal block, which every key block has; dq of a query block: its first
+    // key block), so they need no zeroing and no buffer to copy out of, and their stores overlap the
+    // products rather than stalling a copy on lines that are in no cache.
     thread_local std::vector<T> buffer;
     const int64_t T_padded = blocks * kBlock;
-    T* probs = scratch(buffer, 2 * kBlock * kBlock + 5 * T_padded * D + 3 * kBlock * D + kBlock);
+    T* probs = scratch(buffer, 2 * kBlock * kBlock + 3 * T_padded * D + 2 * kBlock * D + kBlock);
     T* dprobs = probs + kBlock * kBlock;  // dP, then dS in place
     T* k_t = dprobs + kBlock * kBlock;    // [blocks, D, kBlock]: each key block transposed
     T* v_t = k_t + T_padded * D;          // [blocks, D, kBlock]
     T* k_rows = v_t + T_padded * D;       // [T, D]
-    T* dk_rows = k_rows + T_padded * D;   // [T, D]
-    T* dv_rows = dk_rows + T_padded * D;  // [T, D]
-    T* q_i = dv_rows + T_padded * D;      // [kBlock, D]: the query block
+    T* q_i = k_rows + T_padded * D;       // [kBlock, D]: the query block
     T* dout_i = q_i + kBlock * D;         // [kBlock, D]
-    T* dq_i = dout_i + kBlock * D;        // [kBlock, D]
-    T* row_dot = dq_i + kBlock * D;       // D_i = rowsum(dout * out) of the query block's rows
+    T* row_dot = dout_i + kBlock * D;     // D_i = rowsum(dout * out) of the query block's rows
     int64_t lo[kBlock], hi[kBlock];
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / s.Hkv, kv = task % s.Hkv;
@@ -464,8 +464,6 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
         PackTransposed(v + s.kv_row(b, j0, kv), kv_ld, keys, D, v_t + jb * D * kBlock);
       }
       CopyRows(k + s.kv_row(b, 0, kv), kv_ld, s.T, D, k_rows, D);
-      std::fill_n(dk_rows, s.T * D, T(0));
-      std::fill_n(dv_rows, s.T * D, T(0));
       // Each sum meets its terms in a fixed order (dk, dv of a key block: query head, then query block;
       // dq of a query block: key block), whatever the thread count.
       for (int64_t g = 0; g < group; ++g) {
@@ -475,16 +473,18 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
           CopyRows(q + s.q_row(b, i0, h), q_ld, rows, D, q_i, D);
           CopyRows(dout + s.q_row(b, i0, h), q_ld, rows, D, dout_i, D);
           for (int64_t r = 0; r < rows; ++r) row_dot[r] = Dot(dout_i + r * D, out + s.q_row(b, i0 + r, h), D);
-          std::fill_n(dq_i, rows * D, T(0));
+          T* dq_i = dq + s.q_row(b, i0, h);
           // Key blocks before the one holding the block's first document start add nothing (the starts
           // never decrease along a row, so no row of the block sees them).
-          for (int64_t jb = s.first_key(b, i0) / kBlock; jb <= ib; ++jb) {
+          const int64_t first_jb = s.first_key(b, i0) / kBlock;
+          for (int64_t jb = first_jb; jb <= ib; ++jb) {
             const int64_t j0 = jb * kBlock, keys = std::min(kBlock, s.T - j0);
             const T* k_t_j = k_t + jb * D * kBlock;
             const T* v_t_j = v_t + jb * D * kBlock;
-            T* dk_j = dk_rows + j0 * D;
-            T* dv_j = dv_rows + j0 * D;
+            T* dk_j = dk + s.kv_row(b, j0, kv);
+            T* dv_j = dv + s.kv_row(b, j0, kv);
             const bool diagonal = jb == ib;
+            const bool add_kv = !(diagonal && g == 0), add_q = jb != first_jb;
             const Causal columns = diagonal ? Causal::kColumnsUpToRow : Causal::kNone;
             // S = scale q k^T, then P in place
             BlockGemm(rows, keys, D, scale, q_i, D, 1, k_t_j, kBlock, false, probs, kBlock, columns);
@@ -497,7 +497,7 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
             for (; r < rows; ++r)
               ExpRows<1>(TileRows<T>{probs + r * kBlock, lo + r, hi + r}, keys, lse_i + r, unused_sums);
             // dv += P^T dout
-            BlockGemm(keys, D, rows, T(1), probs, 1, kBlock, dout_i, D, true, dv_j, D,
+            BlockGemm(keys, D, rows, T(1), probs, 1, kBlock, dout_i, D, add_kv, dv_j, kv_ld,
                       diagonal ? Causal::kDepthFromRow : Causal::kNone);
             // dP = dout v^T, then dS in place
             BlockGemm(rows, keys, D, T(1), dout_i, D, 1, v_t_j, kBlock, false, dprobs, kBlock, columns);
@@ -505,17 +505,14 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
               ScoreGradRow(probs + r * kBlock, dprobs + r * kBlock, diagonal ? ColumnsUpToRow(r, keys, lanes) : keys,
                            row_dot[r]);
             // dq += scale dS k
-            BlockGemm(rows, D, keys, scale, dprobs, kBlock, 1, k_rows + j0 * D, D, true, dq_i, D,
+            BlockGemm(rows, D, keys, scale, dprobs, kBlock, 1, k_rows + j0 * D, D, add_q, dq_i, q_ld,
                       diagonal ? Causal::kDepthUpToRow : Causal::kNone);
             // dk += scale dS^T q
-            BlockGemm(keys, D, rows, scale, dprobs, 1, kBlock, q_i, D, true, dk_j, D,
+            BlockGemm(keys, D, rows, scale, dprobs, 1, kBlock, q_i, D, add_kv, dk_j, kv_ld,
                       diagonal ? Causal::kDepthFromRow : Causal::kNone);
           }
-          CopyRows(dq_i, D, rows, D, dq + s.q_row(b, i0, h), q_ld);
         }
       }
-      CopyRows(dk_rows, D, s.T, D, dk + s.kv_row(b, 0, kv), kv_ld);
-      CopyRows(dv_rows, D, s.T, D, dv + s.kv_row(b, 0, kv), kv_ld);
     }
   });
 }
