@@ -392,10 +392,9 @@ void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T*
 
   parallel_for(s.B * s.Hq * blocks, 1, [&](int64_t begin, int64_t end) {
     thread_local std::vector<T> buffer;
-    T* scores = scratch(buffer, kBlock * kBlock + kBlock * D + 2 * kBlock);
-    T* acc = scores + kBlock * kBlock;  // [kBlock, D]: unnormalised output rows
-    T* row_max = acc + kBlock * D;      // m per query row
-    T* row_sum = row_max + kBlock;      // l per query row
+    T* scores = scratch(buffer, kBlock * kBlock + 2 * kBlock);
+    T* row_max = scores + kBlock * kBlock;  // m per query row
+    T* row_sum = row_max + kBlock;          // l per query row
     T rescale[kBlock];
     int64_t lo[kBlock], hi[kBlock];
     for (int64_t task = begin; task < end; ++task) {
@@ -403,12 +402,13 @@ void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T*
       const int64_t kv = h / s.group();
       const int64_t i0 = ib * kBlock, rows = std::min(kBlock, s.T - i0);
       const T* q_i = q + s.q_row(b, i0, h);
-      std::fill(acc, acc + rows * D, T(0));
+      T* acc = out + s.q_row(b, i0, h);  // the unnormalised output rows, summed in place (q_ld apart)
       std::fill(row_max, row_max + rows, -std::numeric_limits<T>::infinity());
       std::fill(row_sum, row_sum + rows, T(0));
-      for (int64_t jb = s.first_key(b, i0) / kBlock; jb <= ib; ++jb) {
+      const int64_t first_jb = s.first_key(b, i0) / kBlock;
+      for (int64_t jb = first_jb; jb <= ib; ++jb) {
         const int64_t j0 = jb * kBlock, keys = std::min(kBlock, s.T - j0);
-        const bool diagonal = jb == ib;
+        const bool diagonal = jb == ib, first = jb == first_jb;
         BlockGemm(rows, keys, D, scale, q_i, q_ld, 1, k_block_at(b, kv, jb), kBlock, false, scores, kBlock,
                   diagonal ? Causal::kColumnsUpToRow : Causal::kNone);
         VisibleRanges(s, b, i0, rows, ib, jb, keys, lo, hi);
@@ -419,13 +419,16 @@ void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T*
         for (; r < rows; ++r)
           OnlineSoftmaxRows<1>(TileRows<T>{scores + r * kBlock, lo + r, hi + r}, keys, row_max + r, row_sum + r,
                                rescale + r);
-        for (r = 0; r < rows; ++r)
-          if (rescale[r] != T(1)) ScaleRow(rescale[r], acc + r * D, acc + r * D, D);
-        BlockGemm(rows, D, keys, T(1), scores, kBlock, 1, v_row_at(b, kv, j0), D, true, acc, D,
+        // The first block writes the rows (what out held before is not read: 0 x NaN would stay NaN); the
+        // later ones rescale and add.
+        if (!first)
+          for (r = 0; r < rows; ++r)
+            if (rescale[r] != T(1)) ScaleRow(rescale[r], acc + r * q_ld, acc + r * q_ld, D);
+        BlockGemm(rows, D, keys, T(1), scores, kBlock, 1, v_row_at(b, kv, j0), D, !first, acc, q_ld,
                   diagonal ? Causal::kDepthUpToRow : Causal::kNone);
       }
       for (int64_t r = 0; r < rows; ++r) {
-        ScaleRow(T(1) / row_sum[r], acc + r * D, out + s.q_row(b, i0 + r, h), D);
+        ScaleRow(T(1) / row_sum[r], acc + r * q_ld, acc + r * q_ld, D);
         lse[s.lse_at(b, h, i0 + r)] = row_max[r] + std::log(row_sum[r]);
       }
     }
