@@ -134,8 +134,8 @@ void GemmRows(int64_t N, int64_t K, T alpha, const T* a, int64_t a_row, int64_t 
 // 2 vectors (or wider, above), so at least 12 independent FMA chains per k, more than the 8 that cover a
 // 4-cycle FMA latency on two FMA ports. With 16 registers (AVX2) that is 12 + 2 + 1 of them (with 4
 // rows, moe-s's attention took 1.09x as long on the AVX2 path). On AVX-512 the 6 x 4 tiles load 10
-// operands per 24 FMAs where 4 x 4 tiles load 8 per 16: on the Xeon the kernel took 0.91-0.95x the time
-// in the backward and 0.96-0.99x in the forward with 6-row groups, at the shapes of moe-s, moe-m and
+// operands per 24 FMAs where 4 x 4 tiles load 8 per 16: on the Xeon the kernel took 0.90-0.98x the time
+// in the backward and 0.92-1.0x in the forward with 6-row groups, at the shapes of moe-s, moe-m and
 // dense-124m, on 1 and 2 threads, though the causal ranges below are coarser. (On Zen 4, with 2-vector
 // tiles, 6-row groups had measured 1.5-3% slower than 4-row ones.) The group size changes no bits: each
 // element is summed over k in order whatever tile holds it, and the causal ranges only add exact zeros.
