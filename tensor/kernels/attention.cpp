@@ -1,4 +1,7 @@
 // The attention front doors: causal grouped-query attention, forward and backward.
+#include <initializer_list>
+#include <utility>
+
 #include "tensor/kernels/dispatch.h"
 
 namespace lt::kernels {
@@ -47,12 +50,25 @@ void check_doc_start(const char* op, const Tensor& doc_start, const Tensor& q) {
     }
 }
 
+// The kernels sum into their outputs as they go (tensor/cpu/attention.cc), reading q, k, v (and out,
+// lse, dout) all the while: no output may share memory with an input or with another output.
+using NamedTensor = std::pair<const Tensor*, const char*>;
+void check_outputs_apart(const char* op, std::initializer_list<NamedTensor> outputs,
+                         std::initializer_list<NamedTensor> inputs) {
+  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+    for (const auto& [in, name] : inputs) check_disjoint(*out->first, *in, op, out->second, name);
+    for (auto other = out + 1; other != outputs.end(); ++other)
+      check_disjoint(*out->first, *other->first, op, out->second, other->second);
+  }
+}
+
 }  // namespace
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse,
                const Tensor& doc_start) {
   check_attention("attention", q, k, v, out, lse);
   check_doc_start("attention", doc_start, q);
+  check_outputs_apart("attention", {{&out, "out"}, {&lse, "lse"}}, {{&q, "q"}, {&k, "k"}, {&v, "v"}});
   if constexpr (kCudaBackend) {
     if (!q.is_cpu()) return cuda::attention(q, k, v, scale, out, lse, doc_start);
   }
@@ -68,6 +84,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   check_same(dq, q, op, "dq");
   check_same(dk, k, op, "dk");
   check_same(dv, k, op, "dv");
+  check_outputs_apart(op, {{&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}},
+                      {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}, {&lse, "lse"}, {&dout, "dout"}});
   if constexpr (kCudaBackend) {
     if (!q.is_cpu()) return cuda::attention_backward(q, k, v, out, lse, dout, scale, dq, dk, dv, doc_start);
   }

@@ -50,6 +50,17 @@ inline void check_same(const Tensor& t, const Tensor& ref, const char* op, const
   check_shape(t, ref.shape(), op, what);
 }
 
+// `out`, which the op writes while it still reads `in`, shares no byte with it (their contiguous spans
+// of storage are disjoint): an op summing into its outputs as it goes would read its own partial sums.
+inline void check_disjoint(const Tensor& out, const Tensor& in, const char* op, const char* out_name,
+                           const char* in_name) {
+  if (out.nbytes() == 0 || in.nbytes() == 0) return;
+  const char* out_begin = static_cast<const char*>(out.raw_data());
+  const char* in_begin = static_cast<const char*>(in.raw_data());
+  LT_CHECK(out_begin >= in_begin + in.nbytes() || in_begin >= out_begin + out.nbytes(), op, ": ", out_name,
+           " overlaps ", in_name, " in memory (the op writes ", out_name, " while it still reads ", in_name, ")");
+}
+
 // The first id of `ids` that `range` does not allow (position -1 when there is none). CPU ids are
 // scanned on the host, few next to the data they address; CUDA ids on their device, which waits for
 // the GPU to read back the answer.

@@ -363,6 +363,29 @@ TEST(AttentionKernel, RejectsBadDocumentStarts) {
   test::expect_error([&] { run(Tensor::from_vector<float>({1, 4}, {0, 0, 0, 0})); }, {"doc_start must be i32"});
 }
 
+// The kernels sum into their outputs while they still read their inputs: an output that shares memory
+// with an input, or with another output, is one clear error rather than wrong numbers.
+TEST(AttentionKernel, RejectsOutputsThatShareMemory) {
+  Tensor q = Tensor::zeros({1, 4, 2, 8}), k = Tensor::zeros({1, 4, 2, 8}), v = Tensor::zeros({1, 4, 2, 8});
+  Tensor out = Tensor::zeros({1, 4, 2, 8}), lse = Tensor::zeros({1, 2, 4});
+  test::expect_error([&] { kernels::attention(q, k, v, 1.0, q, lse); }, {"attention: out overlaps q in memory"});
+  // Overlapping in part: two views of one storage, elements 0..63 and 16..79.
+  const Tensor storage = Tensor::zeros({8, 16});
+  const Tensor q_view = storage.narrow(0, 4).reshape({1, 4, 2, 8});
+  Tensor out_view = storage.narrow(1, 4).reshape({1, 4, 2, 8});
+  test::expect_error([&] { kernels::attention(q_view, k, v, 1.0, out_view, lse); }, {"out overlaps q"});
+  EXPECT_NO_THROW(kernels::attention(q, k, v, 1.0, out, lse));
+
+  Tensor dq = Tensor::zeros({1, 4, 2, 8}), dk = Tensor::zeros({1, 4, 2, 8}), dv = Tensor::zeros({1, 4, 2, 8});
+  test::expect_error([&] { kernels::attention_backward(q, k, v, out, lse, out, 1.0, dq, dk, dk); },
+                     {"attention_backward: dk overlaps dv in memory"});
+  test::expect_error([&] { kernels::attention_backward(q, k, v, out, lse, dq, 1.0, dq, dk, dv); },
+                     {"attention_backward: dq overlaps dout in memory"});
+  test::expect_error([&] { kernels::attention_backward(q, k, v, out, lse, out, 1.0, dq, v, dv); },
+                     {"attention_backward: dk overlaps v in memory"});
+  EXPECT_NO_THROW(kernels::attention_backward(q, k, v, out, lse, out, 1.0, dq, dk, dv));
+}
+
 TEST(AttentionKernel, BackwardIsBitIdenticalRunToRun) {
   const int saved_threads = num_threads();
   set_num_threads(2);
