@@ -143,6 +143,8 @@ void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& d
 // for backward. scale multiplies the scores (1/sqrt(D) in Ling).
 // doc_start (optional, i32 [B, T]): documents packed into one row, doc_start[b, t] the position where
 // token t's document begins; query t then sees keys doc_start[b, t] .. t only. Undefined: keys 0 .. t.
+// The outputs (out and lse; dq, dk and dv) are summed into as the inputs are read, so none may share
+// memory with an input or with another output (checked).
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse,
                const Tensor& doc_start = Tensor());
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
