@@ -195,11 +195,10 @@ void PackTransposed(const T* src, int64_t ld, int64_t rows, int64_t D, T* dst) {
   TransposeMatrix(src, ld, rows, D, dst, kBlock);
 }
 
-// dst[c * dst_ld + i] = src[c * src_ld + i]: `rows` rows of D elements, e.g. one head's rows gathered
-// into a contiguous block (dst_ld = D) or stored back.
+// dst[c * D + i] = src[c * ld + i]: `rows` rows of one head gathered into a contiguous block.
 template <class T>
-void CopyRows(const T* src, int64_t src_ld, int64_t rows, int64_t D, T* dst, int64_t dst_ld) {
-  for (int64_t c = 0; c < rows; ++c) std::copy_n(src + c * src_ld, D, dst + c * dst_ld);
+void CopyRows(const T* src, int64_t ld, int64_t rows, int64_t D, T* dst) {
+  for (int64_t c = 0; c < rows; ++c) std::copy_n(src + c * ld, D, dst + c * D);
 }
 
 // ---- row helpers ----------------------------------------------------------------------------------
@@ -386,7 +385,7 @@ void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T*
       const int64_t jb = task % blocks, kv = task / blocks % s.Hkv, b = task / (blocks * s.Hkv);
       const int64_t j0 = jb * kBlock, keys = std::min(kBlock, s.T - j0);
       PackTransposed(k + s.kv_row(b, j0, kv), kv_ld, keys, D, k_block_at(b, kv, jb));
-      CopyRows(v + s.kv_row(b, j0, kv), kv_ld, keys, D, v_row_at(b, kv, j0), D);
+      CopyRows(v + s.kv_row(b, j0, kv), kv_ld, keys, D, v_row_at(b, kv, j0));
     }
   });
 
@@ -466,15 +465,15 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
         PackTransposed(k + s.kv_row(b, j0, kv), kv_ld, keys, D, k_t + jb * D * kBlock);
         PackTransposed(v + s.kv_row(b, j0, kv), kv_ld, keys, D, v_t + jb * D * kBlock);
       }
-      CopyRows(k + s.kv_row(b, 0, kv), kv_ld, s.T, D, k_rows, D);
+      CopyRows(k + s.kv_row(b, 0, kv), kv_ld, s.T, D, k_rows);
       // Each sum meets its terms in a fixed order (dk, dv of a key block: query head, then query block;
       // dq of a query block: key block), whatever the thread count.
       for (int64_t g = 0; g < group; ++g) {
         const int64_t h = kv * group + g;
         for (int64_t ib = 0; ib < blocks; ++ib) {
           const int64_t i0 = ib * kBlock, rows = std::min(kBlock, s.T - i0);
-          CopyRows(q + s.q_row(b, i0, h), q_ld, rows, D, q_i, D);
-          CopyRows(dout + s.q_row(b, i0, h), q_ld, rows, D, dout_i, D);
+          CopyRows(q + s.q_row(b, i0, h), q_ld, rows, D, q_i);
+          CopyRows(dout + s.q_row(b, i0, h), q_ld, rows, D, dout_i);
           for (int64_t r = 0; r < rows; ++r) row_dot[r] = Dot(dout_i + r * D, out + s.q_row(b, i0 + r, h), D);
           T* dq_i = dq + s.q_row(b, i0, h);
           // Key blocks before the one holding the block's first document start add nothing (the starts
