@@ -37,26 +37,24 @@ struct MoEExpertsNode : Node {
 
   std::vector<Tensor> backward(const Tensor& g_NH) override {
     const Tensor gate_MI = saved_gate_MI.get(), up_MI = saved_up_MI.get();
-    const int64_t M = gate_MI.dim(0), I = gate_MI.dim(1);
-    // The combine, taken before the down projection: with g_M the incoming gradient in expert order and
-    // t = g_M W_down (what reaches h at weight 1), dw = dot(t, h) per assignment, dL/dh = w t, and
+    const int64_t M = gate_MI.dim(0);
+    // The combine, taken before the down projection, and the SwiGLU in one pass: with g_M the incoming
+    // gradient in expert order and t = g_M W_down (what reaches h at weight 1), dw = dot(t, h) per
+    // assignment, dL/dh = w t (through the SwiGLU into dgate, which is written over t, and dup), and
     // dW_down = g_M^T (w h).
-    Tensor dh_MI = Tensor::empty({M, I}, gate_MI.dtype(), gate_MI.device());
+    Tensor dgate_MI = Tensor::empty_like(gate_MI), dup_MI = Tensor::empty_like(up_MI);
     Tensor dw = needs_grad(1) ? Tensor::empty_like(w_NK) : Tensor();
     GradTarget ddown;
     {
       const Tensor g_MH = gather_tokens(g_NH, token_of);
-      Tensor h_MI = Tensor::empty_like(gate_MI);
-      kernels::swiglu(gate_MI, up_MI, h_MI);
-      expert_matmuls(profile::Phase::Backward, {{g_MH, down_EHI, false, dh_MI, 0.0}}, offsets);
-      kernels::combine_backward_before_down(w_NK, position_of, dh_MI, h_MI, dw);
+      Tensor wh_MI = Tensor::empty_like(gate_MI);
+      expert_matmuls(profile::Phase::Backward, {{g_MH, down_EHI, false, dgate_MI, 0.0}}, offsets);
+      kernels::swiglu_combine_backward(w_NK, position_of, gate_MI, up_MI, dgate_MI, wh_MI, dup_MI, dw);
       if (needs_grad(4)) {
         ddown = grad_target(4, down_EHI);
-        expert_weight_grads({{g_MH, h_MI, ddown.tensor, ddown.beta}}, offsets);
+        expert_weight_grads({{g_MH, wh_MI, ddown.tensor, ddown.beta}}, offsets);
       }
     }
-    Tensor dgate_MI = Tensor::empty_like(gate_MI), dup_MI = Tensor::empty_like(up_MI);
-    kernels::swiglu_backward(gate_MI, up_MI, dh_MI, dgate_MI, dup_MI);
     GradTarget dgate, dup;
     if (needs_grad(2) || needs_grad(3)) {
       const Tensor x_MH = gather_tokens(saved_x_NH.get(), token_of);

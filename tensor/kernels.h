@@ -190,11 +190,18 @@ void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& c
 // y [M = N k, C] (rows in expert order), w [N, k], pos [N k] i32 (where each assignment's row sits in y),
 // summed in j order.
 void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out);
-// The combine's backward taken before the experts' down projection y = h W_down^T, in place: with t
-// [M, C] = g_M W_down (the gradient of h at weight 1), per assignment a at row m = pos[a]:
-//   dw[a] = dot(t[m], h[m]) (= dot(g, y[m])),  t[m] *= w[a] (-> dL/dh),  h[m] *= w[a] (-> for dL/dW_down).
-// dw may be undefined.
-void combine_backward_before_down(const Tensor& w, const Tensor& pos, Tensor& t, Tensor& h, Tensor& dw);
+// The combine's backward with the routed experts' SwiGLU backward folded in, taken before their down
+// projection y = h W_down^T, h = silu(gate) up (gate, up, t, h, dup [M, I], rows in expert order). On
+// entry t = g_M W_down, the gradient of h at weight 1. Per assignment a at row m = pos[a] (w [N, k], pos
+// [N k] i32, a permutation of the rows), with h_m = silu(gate[m]) up[m] and dy = w[a] t[m]:
+//   dw[a] = dot(t[m], h_m) (= dot(g, y[m])) where dw is defined,
+//   h[m] = w[a] h_m, the down projection's input as the combine weighs it (dL/dW_down = g_M^T h),
+//   t[m] and dup[m] = swiglu_backward's dgate and dup of dy (t is overwritten).
+// One pass over memory: it reads gate, up and t and writes t, h and dup, which have the bits of swiglu
+// and swiglu_backward (tensor/cpu/activation.cc). h and dup may share no memory with an input or another
+// output.
+void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate, const Tensor& up, Tensor& t,
+                             Tensor& h, Tensor& dup, Tensor& dw);
 
 // ---- optimiser (tensor/kernels/adamw.cpp) -------------------------------------------------------
 // One AdamW step over a flat parameter, in place (PyTorch's formulation, decoupled weight decay), with

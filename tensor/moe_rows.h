@@ -1,8 +1,7 @@
-// The MoE router's per-token arithmetic and the combine's per-assignment backward, shared by the CPU
-// kernels (tensor/cpu/moe.cc, a thread per chunk of rows) and the CUDA kernels (tensor/cuda/moe.cu, a
-// thread per row), so both backends run the same code: the softmax over the experts with its
-// log-sum-exp, the top-k choice and renormalisation, the router's two backwards, and the combine's
-// backward taken before the down projection.
+// The MoE router's per-token arithmetic, shared by the CPU kernels (tensor/cpu/moe.cc, a thread per
+// chunk of rows) and the CUDA kernels (tensor/cuda/moe.cu, a thread per row), so both backends run the
+// same code: the softmax over the experts with its log-sum-exp, the top-k choice and renormalisation,
+// and the router's two backwards.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -62,21 +61,6 @@ LT_HOST_DEVICE inline void RouterAuxBackwardRow(const T* probs, T lse, const T* 
   for (int64_t e = 0; e < E; ++e) mean_count += probs[e] * counts[e];
   const T row_term = b * lse - a * mean_count;
   for (int64_t e = 0; e < E; ++e) dlogits[e] = probs[e] * (a * counts[e] + row_term);
-}
-
-// The combine's backward for one assignment whose expert row is t_m, h_m [C] with gate weight w:
-// *dw = dot(t_m, h_m) when dw is given, then both rows scaled by w, in place.
-template <class T>
-LT_HOST_DEVICE inline void CombineBackwardAssignment(T w, int64_t C, T* t_m, T* h_m, T* dw) {
-  if (dw != nullptr) {
-    T dot = 0;
-    for (int64_t c = 0; c < C; ++c) dot += t_m[c] * h_m[c];
-    *dw = dot;
-  }
-  for (int64_t c = 0; c < C; ++c) {
-    t_m[c] *= w;
-    h_m[c] *= w;
-  }
 }
 
 }  // namespace lt

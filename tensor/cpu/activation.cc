@@ -1,4 +1,5 @@
-// Activations: SiLU and SwiGLU (silu(gate) * up), forward and backward, each one pass over memory.
+// Activations: SiLU and SwiGLU (silu(gate) * up), forward and backward, each one pass over memory; and
+// the MoE combine's backward with the routed experts' SwiGLU backward folded in (swiglu_combine_backward).
 //
 // sigmoid(x) is computed from e = exp(-|x|), which lies in (0, 1] for every x: sigmoid = 1 / (1 + e)
 // for x >= 0 and e / (1 + e) otherwise. exp never overflows, so large |x| saturates cleanly to 0 or 1
@@ -98,6 +99,56 @@ void SwigluBackwardT(const T* gate, const T* up, const T* dy, T* dgate, T* dup, 
   });
 }
 
+// swiglu_combine_backward (tensor/kernels.h): per assignment, its row of C values in vectors, the last
+// partial one through zero-padded copies (zeros add nothing to the dot). Each element gets SwigluT's and
+// SwigluBackwardT's arithmetic, the weight applied as the combine's backward applies it (h w, t w); dw
+// sums its products in Lanes partial sums. Assignment a owns row pos[a] and dw[a], so the assignments
+// split across threads with no two sharing a byte.
+template <class T>
+void SwigluCombineBackwardT(const T* w, const int32_t* pos, int64_t assignments, int64_t C, const T* gate, const T* up,
+                            T* t, T* h, T* dup, T* dw) {
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 12) / std::max<int64_t>(C, 1));
+  parallel_for(assignments, grain, [&](int64_t begin, int64_t end) {
+    const hn::ScalableTag<T> d;
+    using V = hn::Vec<decltype(d)>;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    for (int64_t a = begin; a < end; ++a) {
+      const int64_t row = static_cast<int64_t>(pos[a]) * C;
+      const V weight = hn::Set(d, w[a]);
+      V dot = hn::Zero(d);
+      // h_m, dgate and dup of one vector: into h, t and dup at `out` (the row's, or the padded copies').
+      auto step = [&](V g, V u, V dh_unweighted, T* h_out, T* t_out, T* dup_out) {
+        const V s = Sigmoid(d, g);
+        const V silu = hn::Mul(g, s);
+        const V h_m = hn::Mul(silu, u);
+        dot = hn::MulAdd(dh_unweighted, h_m, dot);
+        const V dy = hn::Mul(dh_unweighted, weight);
+        hn::StoreU(hn::Mul(h_m, weight), d, h_out);
+        hn::StoreU(hn::Mul(hn::Mul(dy, u), SiluDerivative(d, g, s)), d, t_out);
+        hn::StoreU(hn::Mul(dy, silu), d, dup_out);
+      };
+      int64_t c = 0;
+      for (; c + lanes <= C; c += lanes) {
+        const int64_t i = row + c;
+        step(hn::LoadU(d, gate + i), hn::LoadU(d, up + i), hn::LoadU(d, t + i), h + i, t + i, dup + i);
+      }
+      if (c < C) {
+        const int64_t count = C - c, i = row + c;
+        T g[HWY_LANES(T)] = {}, u[HWY_LANES(T)] = {}, dh[HWY_LANES(T)] = {};
+        T h_part[HWY_LANES(T)], t_part[HWY_LANES(T)], dup_part[HWY_LANES(T)];
+        std::copy(gate + i, gate + i + count, g);
+        std::copy(up + i, up + i + count, u);
+        std::copy(t + i, t + i + count, dh);
+        step(hn::LoadU(d, g), hn::LoadU(d, u), hn::LoadU(d, dh), h_part, t_part, dup_part);
+        std::copy(h_part, h_part + count, h + i);
+        std::copy(t_part, t_part + count, t + i);
+        std::copy(dup_part, dup_part + count, dup + i);
+      }
+      if (dw != nullptr) dw[a] = hn::GetLane(hn::SumOfLanes(d, dot));
+    }
+  });
+}
+
 void SiluKernel(DType dtype, const void* x, void* y, int64_t n) {
   LT_FLOAT_SWITCH(dtype, T, SiluT<T>(static_cast<const T*>(x), static_cast<T*>(y), n));
 }
@@ -119,6 +170,14 @@ void SwigluBackwardKernel(DType dtype, const void* gate, const void* up, const v
                                      static_cast<const T*>(dy), static_cast<T*>(dgate), static_cast<T*>(dup), n));
 }
 
+void SwigluCombineBackwardKernel(DType dtype, const void* w, const int32_t* pos, int64_t assignments, int64_t C,
+                                 const void* gate, const void* up, void* t, void* h, void* dup, void* dw) {
+  LT_FLOAT_SWITCH(dtype, T,
+                  SwigluCombineBackwardT<T>(static_cast<const T*>(w), pos, assignments, C, static_cast<const T*>(gate),
+                                            static_cast<const T*>(up), static_cast<T*>(t), static_cast<T*>(h),
+                                            static_cast<T*>(dup), static_cast<T*>(dw)));
+}
+
 }  // namespace lt::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -128,6 +187,7 @@ HWY_EXPORT(SiluKernel);
 HWY_EXPORT(SiluBackwardKernel);
 HWY_EXPORT(SwigluKernel);
 HWY_EXPORT(SwigluBackwardKernel);
+HWY_EXPORT(SwigluCombineBackwardKernel);
 
 void silu(const Tensor& x, Tensor& y) {
   HWY_DYNAMIC_DISPATCH(SiluKernel)(x.dtype(), x.raw_data(), y.raw_data(), x.numel());
@@ -144,6 +204,13 @@ void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
 void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup) {
   HWY_DYNAMIC_DISPATCH(SwigluBackwardKernel)(gate.dtype(), gate.raw_data(), up.raw_data(), dy.raw_data(),
                                              dgate.raw_data(), dup.raw_data(), gate.numel());
+}
+
+void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate, const Tensor& up, Tensor& t,
+                             Tensor& h, Tensor& dup, Tensor& dw) {
+  HWY_DYNAMIC_DISPATCH(SwigluCombineBackwardKernel)
+  (t.dtype(), w.raw_data(), pos.data<int32_t>(), w.numel(), t.dim(1), gate.raw_data(), up.raw_data(), t.raw_data(),
+   h.raw_data(), dup.raw_data(), dw.defined() ? dw.raw_data() : nullptr);
 }
 
 }  // namespace lt::cpu

@@ -50,6 +50,8 @@ void silu(const Tensor& x, Tensor& y);
 void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& y);
 void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup);
+void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate, const Tensor& up, Tensor& t,
+                             Tensor& h, Tensor& dup, Tensor& dw);
 
 // ---- normalisation (norm.cc) ---------------------------------------------------------------------
 void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
@@ -100,7 +102,6 @@ void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& c
                          double balance_scale,
                          double z_scale, Tensor& dlogits);
 void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out);
-void combine_backward_before_down(const Tensor& w, const Tensor& pos, Tensor& t, Tensor& h, Tensor& dw);
 
 // ---- optimiser (adamw.cc) ------------------------------------------------------------------------
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step);

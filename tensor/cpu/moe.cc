@@ -88,22 +88,4 @@ void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& o
   });
 }
 
-void combine_backward_before_down(const Tensor& w, const Tensor& pos, Tensor& t, Tensor& h, Tensor& dw) {
-  const int64_t C = t.dim(1);
-  LT_FLOAT_SWITCH(t.dtype(), T, {
-    const T* pw = w.data<T>();
-    const int32_t* ppos = pos.data<int32_t>();
-    T* pt = t.data<T>();
-    T* ph = h.data<T>();
-    T* pdw = dw.defined() ? dw.data<T>() : nullptr;
-    // Each assignment a owns row pos[a] of t and h and entry a of dw: no two threads share any.
-    parallel_for(w.numel(), row_grain(2 * C), [&](int64_t begin, int64_t end) {
-      for (int64_t a = begin; a < end; ++a) {
-        const int64_t m = static_cast<int64_t>(ppos[a]);
-        CombineBackwardAssignment(pw[a], C, pt + m * C, ph + m * C, pdw ? pdw + a : nullptr);
-      }
-    });
-  });
-}
-
 }  // namespace lt::cpu

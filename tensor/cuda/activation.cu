@@ -1,5 +1,7 @@
 // Activation CUDA kernels: SiLU and SwiGLU, forward and backward. One thread per element in a
-// grid-stride loop (tensor/cuda/grid.h); nothing is reduced, so results are deterministic.
+// grid-stride loop (tensor/cuda/grid.h); nothing is reduced, so results are deterministic. The MoE
+// combine's backward with the experts' SwiGLU folded in (swiglu_combine_backward) is a row kernel: one
+// block per assignment, whose dot product the block sums in a fixed order (tensor/cuda/block_reduce.h).
 //
 // The arithmetic is the CPU kernels' (tensor/cpu/activation.cc), in __host__ __device__ functions: the
 // sigmoid comes from e = exp(-|x|), which lies in (0, 1], so a large |x| saturates to 0 or 1 instead of
@@ -9,6 +11,7 @@
 #ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
 #include "tensor/cuda/cuda_runtime.h"
 #endif
+#include "tensor/cuda/block_reduce.h"
 #include "tensor/cuda/device_math.h"
 #include "tensor/cuda/grid.h"
 #include "tensor/cuda/kernels.h"
@@ -54,6 +57,29 @@ __global__ void swiglu_backward_kernel(const T* gate, const T* up, const T* dy, 
   }
 }
 
+// Assignment a owns row pos[a] of t, h and dup and entry a of dw. Every thread of the block reaches
+// block_sum, whether or not dw is wanted.
+template <class T>
+__global__ void swiglu_combine_backward_kernel(const T* w, const int32_t* pos, int64_t assignments, int64_t C,
+                                               const T* gate, const T* up, T* t, T* h, T* dup, T* dw) {
+  for (int64_t a = blockIdx.x; a < assignments; a += gridDim.x) {
+    const int64_t row = static_cast<int64_t>(pos[a]) * C;
+    const T weight = w[a];
+    double dot = 0;
+    for (int64_t c = threadIdx.x; c < C; c += kRowThreads) {
+      const int64_t i = row + c;
+      const T g = gate[i], u = up[i], dh = t[i];
+      const T s = sigmoid(g), silu = g * s, h_m = silu * u, dy = dh * weight;
+      dot += static_cast<double>(dh) * static_cast<double>(h_m);
+      h[i] = h_m * weight;
+      t[i] = dy * u * silu_derivative(g, s);
+      dup[i] = dy * silu;
+    }
+    const double total = block_sum(dot);
+    if (dw != nullptr && threadIdx.x == 0) dw[a] = static_cast<T>(total);
+  }
+}
+
 }  // namespace
 
 void silu(const Tensor& x, Tensor& y) {
@@ -92,6 +118,19 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Ten
   LT_FLOAT_SWITCH(gate.dtype(), T,
                   LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, swiglu_backward_kernel<T>)(
                       gate.data<T>(), up.data<T>(), dy.data<T>(), dgate.data<T>(), dup.data<T>(), n));
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate, const Tensor& up, Tensor& t,
+                             Tensor& h, Tensor& dup, Tensor& dw) {
+  const int64_t assignments = w.numel(), C = t.dim(1);
+  if (assignments == 0) return;
+  const DeviceGuard guard(t.device().index);
+  LT_FLOAT_SWITCH(t.dtype(), T, {
+    LT_CUDA_LAUNCH(row_blocks(assignments), kRowThreads, swiglu_combine_backward_kernel<T>)
+    (w.data<T>(), pos.data<int32_t>(), assignments, C, gate.data<T>(), up.data<T>(), t.data<T>(), h.data<T>(),
+     dup.data<T>(), dw.defined() ? dw.data<T>() : nullptr);
+  });
   LT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -67,6 +67,8 @@ void silu(const Tensor& x, Tensor& y);
 void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& y);
 void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup);
+void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate, const Tensor& up, Tensor& t,
+                             Tensor& h, Tensor& dup, Tensor& dw);
 
 // RMSNorm over the last dim C, forward and backward (dw accumulated into), f32 or f64 (norm.cu).
 void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
@@ -127,7 +129,6 @@ void router_topk_backward(const Tensor& probs, const Tensor& ids, bool renormali
 void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& counts, const Tensor& upstream,
                          double balance_scale, double z_scale, Tensor& dlogits);
 void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out);
-void combine_backward_before_down(const Tensor& w, const Tensor& pos, Tensor& t, Tensor& h, Tensor& dw);
 void routing_warmup_observe(const Tensor& logits, double momentum, Tensor& stats);
 void routing_warmup_noise(const Tensor& stats, const Tensor& eps, double alpha, Tensor& noise);
 void router_aux_loss(const Tensor& probs, const Tensor& lse, const Tensor& ids, double balance_coef, double z_coef,

@@ -1,7 +1,7 @@
 // The MoE router and combine on the GPU. The router's rows run the CPU kernels' own code
 // (tensor/moe_rows.h), one thread per token: E and k are small, and the shared code keeps the two
-// backends' choices of experts identical. The combine and its backward give each output element (or
-// assignment) one thread, adding in the CPU's order; nothing uses atomics.
+// backends' choices of experts identical. The combine gives each output element one thread, adding in
+// the CPU's order; nothing uses atomics. (Its backward, with the experts' SwiGLU, is in activation.cu.)
 #include <cstdint>
 
 #ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
@@ -48,16 +48,6 @@ __global__ void combine_rows_kernel(const T* y, const T* w, const int32_t* pos, 
     T total = w[n * k] * y[static_cast<int64_t>(pos[n * k]) * C + c];
     for (int64_t j = 1; j < k; ++j) total += w[n * k + j] * y[static_cast<int64_t>(pos[n * k + j]) * C + c];
     out[i] = total;
-  }
-}
-
-// Assignment a owns row pos[a] of t and h and entry a of dw.
-template <class T>
-__global__ void combine_backward_before_down_kernel(const T* w, const int32_t* pos, int64_t assignments, int64_t C,
-                                                    T* t, T* h, T* dw) {
-  for (int64_t a = first_index(); a < assignments; a += grid_stride()) {
-    const int64_t m = static_cast<int64_t>(pos[a]);
-    CombineBackwardAssignment(w[a], C, t + m * C, h + m * C, dw != nullptr ? dw + a : nullptr);
   }
 }
 
@@ -109,18 +99,6 @@ void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& o
   LT_FLOAT_SWITCH(y.dtype(), T, {
     LT_CUDA_LAUNCH(blocks_for(N * C), kThreadsPerBlock, combine_rows_kernel<T>)(
         y.data<T>(), w.data<T>(), pos.data<int32_t>(), N, k, C, out.data<T>());
-  });
-  LT_CUDA_CHECK(cudaGetLastError());
-}
-
-void combine_backward_before_down(const Tensor& w, const Tensor& pos, Tensor& t, Tensor& h, Tensor& dw) {
-  const int64_t assignments = w.numel(), C = t.dim(1);
-  if (assignments == 0) return;
-  const DeviceGuard guard(t.device().index);
-  LT_FLOAT_SWITCH(t.dtype(), T, {
-    LT_CUDA_LAUNCH(blocks_for(assignments), kThreadsPerBlock, combine_backward_before_down_kernel<T>)(
-        w.data<T>(), pos.data<int32_t>(), assignments, C, t.data<T>(), h.data<T>(),
-        dw.defined() ? dw.data<T>() : nullptr);
   });
   LT_CUDA_CHECK(cudaGetLastError());
 }

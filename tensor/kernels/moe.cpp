@@ -1,5 +1,5 @@
 // The front doors of the MoE router (softmax, top-k and its backward, the auxiliary losses' gradient)
-// and of the weighted combine of the experts' outputs.
+// and of the weighted combine of the experts' outputs (its backward folds in the experts' SwiGLU).
 #include "tensor/kernels/dispatch.h"
 
 namespace lt::kernels {
@@ -91,15 +91,31 @@ void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& o
   cpu::combine_rows(y, w, pos, out);
 }
 
-void combine_backward_before_down(const Tensor& w, const Tensor& pos, Tensor& t, Tensor& h, Tensor& dw) {
-  const char* op = "combine_backward_before_down";
+void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate, const Tensor& up, Tensor& t,
+                             Tensor& h, Tensor& dup, Tensor& dw) {
+  const char* op = "swiglu_combine_backward";
   check_combine(t, w, pos, op);
+  check_same(gate, t, op, "gate");
+  check_same(up, t, op, "up");
   check_same(h, t, op, "h");
-  if (dw.defined()) check_same(dw, w, op, "dw");
-  if constexpr (kCudaBackend) {
-    if (!t.is_cpu()) return cuda::combine_backward_before_down(w, pos, t, h, dw);
+  check_same(dup, t, op, "dup");
+  const std::pair<const Tensor*, const char*> outputs[] = {{&t, "t"}, {&h, "h"}, {&dup, "dup"}};
+  for (const auto& [out, out_name] : outputs) {
+    check_disjoint(*out, gate, op, out_name, "gate");
+    check_disjoint(*out, up, op, out_name, "up");
+    check_disjoint(*out, w, op, out_name, "w");
   }
-  cpu::combine_backward_before_down(w, pos, t, h, dw);
+  check_disjoint(h, t, op, "h", "t");
+  check_disjoint(dup, t, op, "dup", "t");
+  check_disjoint(dup, h, op, "dup", "h");
+  if (dw.defined()) {
+    check_same(dw, w, op, "dw");
+    check_disjoint(dw, w, op, "dw", "w");
+  }
+  if constexpr (kCudaBackend) {
+    if (!t.is_cpu()) return cuda::swiglu_combine_backward(w, pos, gate, up, t, h, dup, dw);
+  }
+  cpu::swiglu_combine_backward(w, pos, gate, up, t, h, dup, dw);
 }
 
 }  // namespace lt::kernels

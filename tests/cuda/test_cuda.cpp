@@ -496,9 +496,10 @@ OpCase moe_case(DType dtype, double tolerance) {
               const Tensor y = input({M, C}, 52, dtype, device);
               Tensor combined = Tensor::empty({N, C}, dtype, device);
               kernels::combine_rows(y, weights, position, combined);
-              Tensor t = input({M, C}, 53, dtype, device), h = input({M, C}, 54, dtype, device);
-              Tensor dw = Tensor::empty({N, k}, dtype, device);
-              kernels::combine_backward_before_down(weights, position, t, h, dw);
+              const Tensor gate = input({M, C}, 57, dtype, device), up = input({M, C}, 58, dtype, device);
+              Tensor t = input({M, C}, 53, dtype, device), h = Tensor::empty({M, C}, dtype, device);
+              Tensor dup = Tensor::empty({M, C}, dtype, device), dw = Tensor::empty({N, k}, dtype, device);
+              kernels::swiglu_combine_backward(weights, position, gate, up, t, h, dup, dw);
               // The experts' up projection over the sorted rows, and its weight gradient.
               Tensor rows_out = Tensor::empty({M, F}, dtype, device), w_grad = Tensor::empty({E, F, C}, dtype, device);
               kernels::grouped_matmul(y, input({E, F, C}, 55, dtype, device), true, offsets, rows_out);
@@ -507,14 +508,30 @@ OpCase moe_case(DType dtype, double tolerance) {
               kernels::routing_warmup_observe(logits, 0.9, stats);
               kernels::routing_warmup_noise(stats, random_tensor({N, E}, 56, DType::F64).to(device), 0.25, noise);
               auto as_float = [device](const Tensor& t) { return t.to(Device::cpu()).to(DType::F64).to(device); };
-              for (const auto& [what, out] :
-                   Outputs{{"probs", probs}, {"lse", lse}, {"weights", weights}, {"ids", as_float(ids)},
-                           {"dlogits", dlogits}, {"counts", counts}, {"balance", balance}, {"z", z}, {"aux", aux},
-                           {"daux", daux}, {"entropy", entropy}, {"max_logit", max_logit},
-                           {"token_of", as_float(token)}, {"position_of", as_float(position)},
-                           {"offsets", as_float(offsets)}, {"combined", combined}, {"t", t}, {"h", h}, {"dw", dw},
-                           {"grouped_matmul", rows_out}, {"grouped_weight_grad", w_grad}, {"warmup stats", stats},
-                           {"warmup noise", noise}})
+              for (const auto& [what, out] : Outputs{{"probs", probs},
+                                                     {"lse", lse},
+                                                     {"weights", weights},
+                                                     {"ids", as_float(ids)},
+                                                     {"dlogits", dlogits},
+                                                     {"counts", counts},
+                                                     {"balance", balance},
+                                                     {"z", z},
+                                                     {"aux", aux},
+                                                     {"daux", daux},
+                                                     {"entropy", entropy},
+                                                     {"max_logit", max_logit},
+                                                     {"token_of", as_float(token)},
+                                                     {"position_of", as_float(position)},
+                                                     {"offsets", as_float(offsets)},
+                                                     {"combined", combined},
+                                                     {"dgate", t},
+                                                     {"h", h},
+                                                     {"dup", dup},
+                                                     {"dw", dw},
+                                                     {"grouped_matmul", rows_out},
+                                                     {"grouped_weight_grad", w_grad},
+                                                     {"warmup stats", stats},
+                                                     {"warmup noise", noise}})
                 outputs.push_back({what + where, out});
             }
             return outputs;

@@ -1,6 +1,7 @@
 // The fused router and combine kernels against the generic kernels and plain loops they replace:
 // router_topk is softmax then topk then renormalisation, with topk's ranking (ties to the lower index);
-// combine_rows is the weighted sum of each token's expert rows.
+// combine_rows is the weighted sum of each token's expert rows; swiglu_combine_backward is swiglu, the
+// combine's backward and swiglu_backward in a row.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -75,6 +76,73 @@ TEST(MoEKernels, CombineRowsSumsEachTokensExpertRowsInSlotOrder) {
     const double tol = dtype == DType::F32 ? 1e-5 : 1e-13;
     expect_close(out.to(DType::F64).to_vector<double>(), want, tol, tol, dtype_name(dtype));
   }
+}
+
+// The three passes the fused kernel replaces, in T: h = swiglu(gate, up); per assignment a at row m,
+// dw[a] = dot(t[m], h[m]) (here in f64), h[m] *= w[a], t[m] *= w[a]; then swiglu_backward of t.
+template <class T>
+void check_swiglu_combine_backward(DType dtype, int64_t C) {
+  const int64_t N = 9, k = 3, M = N * k;
+  std::vector<int32_t> position(M);
+  for (int32_t a = 0; a < M; ++a) position[a] = (a * 5) % M;
+  const Tensor pos = Tensor::from_vector<int32_t>({M}, position);
+  Tensor gate = Tensor::empty({M, C}, dtype);
+  kernels::scale(random_tensor({M, C}, 34, dtype), 6.0, gate);  // saturating sigmoids too
+  const Tensor up = random_tensor({M, C}, 35, dtype), t0 = random_tensor({M, C}, 36, dtype);
+  const Tensor w = random_tensor({N, k}, 37, dtype);
+
+  Tensor h_want = Tensor::empty({M, C}, dtype);
+  kernels::swiglu(gate, up, h_want);
+  Tensor dy = t0.clone();
+  std::vector<double> dw_want(M);
+  {
+    T* hv = h_want.data<T>();
+    T* dyv = dy.data<T>();
+    const T* wv = w.data<T>();
+    for (int64_t a = 0; a < M; ++a) {
+      const int64_t row = position[a] * C;
+      for (int64_t c = 0; c < C; ++c) dw_want[a] += static_cast<double>(dyv[row + c]) * hv[row + c];
+      for (int64_t c = 0; c < C; ++c) {
+        hv[row + c] *= wv[a];
+        dyv[row + c] *= wv[a];
+      }
+    }
+  }
+  Tensor dgate_want = Tensor::empty({M, C}, dtype), dup_want = Tensor::empty({M, C}, dtype);
+  kernels::swiglu_backward(gate, up, dy, dgate_want, dup_want);
+
+  for (bool with_dw : {true, false}) {
+    Tensor t = t0.clone(), h = Tensor::full({M, C}, NAN, dtype), dup = Tensor::full({M, C}, NAN, dtype);
+    Tensor dw = with_dw ? Tensor::full({N, k}, NAN, dtype) : Tensor();
+    kernels::swiglu_combine_backward(w, pos, gate, up, t, h, dup, dw);
+    EXPECT_EQ(t.to_vector<T>(), dgate_want.to_vector<T>()) << "dgate, C " << C;
+    EXPECT_EQ(h.to_vector<T>(), h_want.to_vector<T>()) << "h, C " << C;
+    EXPECT_EQ(dup.to_vector<T>(), dup_want.to_vector<T>()) << "dup, C " << C;
+    const double tol = dtype == DType::F32 ? 1e-5 : 1e-13;
+    if (with_dw) expect_close(dw.to(DType::F64).to_vector<double>(), dw_want, tol, tol, "dw");
+  }
+}
+
+TEST(MoEKernels, SwigluCombineBackwardIsSwigluThenTheCombinesBackwardThenSwigluBackward) {
+  for (int64_t C : {1, 37, 64, 300}) {
+    check_swiglu_combine_backward<float>(DType::F32, C);
+    check_swiglu_combine_backward<double>(DType::F64, C);
+  }
+}
+
+TEST(MoEKernels, SwigluCombineBackwardRejectsOutputsThatShareMemory) {
+  const int64_t N = 2, k = 2, M = N * k, C = 8;
+  const Tensor w = random_tensor({N, k}, 38), pos = Tensor::from_vector<int32_t>({M}, {2, 0, 3, 1});
+  const Tensor gate = random_tensor({M, C}, 39), up = random_tensor({M, C}, 40);
+  Tensor t = random_tensor({M, C}, 41), h = Tensor::empty({M, C}), dup = Tensor::empty({M, C}), dw;
+  Tensor gate_view = gate;
+  EXPECT_THROW(kernels::swiglu_combine_backward(w, pos, gate, up, t, gate_view, dup, dw), Error);
+  EXPECT_THROW(kernels::swiglu_combine_backward(w, pos, gate, up, t, h, h, dw), Error);
+  EXPECT_THROW(kernels::swiglu_combine_backward(w, pos, gate, up, t, t, dup, dw), Error);
+  EXPECT_THROW(
+      kernels::swiglu_combine_backward(w, Tensor::from_vector<int32_t>({M}, {0, 1, 2, 4}), gate, up, t, h, dup, dw),
+      Error);
+  EXPECT_NO_THROW(kernels::swiglu_combine_backward(w, pos, gate, up, t, h, dup, dw));
 }
 
 TEST(MoEKernels, CombineRowsRejectsAPositionOutOfRange) {
