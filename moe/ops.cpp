@@ -75,8 +75,10 @@ struct MoEExpertsNode : Node {
       Tensor dx_MH = Tensor::empty({M, gate_EIH.dim(2)}, g_NH.dtype(), g_NH.device());
       expert_matmuls(profile::Phase::Backward,
                      {{dgate_MI, gate_EIH, false, dx_MH, 0.0}, {dup_MI, up_EIH, false, dx_MH, 1.0}}, offsets);
-      dx = Tensor::zeros_like(g_NH);
-      kernels::scatter_add_rows(dx_MH, token_of, dx);
+      // Each token's k rows summed in slot order, written once: the combine at unit weights (a
+      // scatter-add would zero dx first and then read and write each token's row k times).
+      dx = Tensor::empty_like(g_NH);
+      kernels::combine_rows(dx_MH, Tensor::full(w_NK.shape(), 1.0, w_NK.dtype(), w_NK.device()), position_of, dx);
     }
     return {dx, dw, dgate.returned(), dup.returned(), ddown.returned()};
   }
