@@ -198,8 +198,8 @@ void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& o
 //   h[m] = w[a] h_m, the down projection's input as the combine weighs it (dL/dW_down = g_M^T h),
 //   t[m] and dup[m] = swiglu_backward's dgate and dup of dy (t is overwritten).
 // One pass over memory: it reads gate, up and t and writes t, h and dup, which have the bits of swiglu
-// and swiglu_backward (tensor/cpu/activation.cc). h and dup may share no memory with an input or another
-// output.
+// and swiglu_backward (tensor/cpu/activation.cc). t, h and dup may share no memory with gate, up, w or
+// each other.
 void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate, const Tensor& up, Tensor& t,
                              Tensor& h, Tensor& dup, Tensor& dw);
 
