@@ -70,11 +70,17 @@ void Variable::backward() const {
 
 namespace {
 // Gradients returned by a backward may alias each other (add hands its incoming gradient to both
-// inputs), so a pending gradient is never changed in place: a second contribution makes a new sum.
+// inputs), so a pending gradient is summed in place only when no other tensor holds its storage;
+// otherwise a second contribution makes a new sum. (In place, the sum writes lines it has just read
+// rather than a fresh buffer's: the residual stream's sums of a moe-m step took 8.5 ms, not 11-13.)
 void accumulate_pending(Tensor& slot, const Tensor& g) {
   LT_PROFILE_PHASE_SCOPE("accumulate_grad", profile::Phase::Backward);
   if (!slot.defined()) {
     slot = g;
+    return;
+  }
+  if (slot.sole_owner() && !slot.shares_storage(g)) {
+    kernels::axpy(1.0, g, slot);
     return;
   }
   Tensor sum = Tensor::empty(slot.shape(), slot.dtype(), slot.device());

@@ -82,6 +82,8 @@ class Tensor {
   Tensor reshape(const Shape& shape) const;     // one entry may be -1
   Tensor narrow(int64_t start, int64_t length) const;  // a range of the leading dimension
   bool shares_storage(const Tensor& other) const { return storage_ == other.storage_; }
+  // No other tensor (a copy or a view) holds this one's storage: a write to it is seen by no one else.
+  bool sole_owner() const { return storage_.use_count() == 1; }
 
   // Copies.
   Tensor clone() const;

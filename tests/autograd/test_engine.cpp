@@ -87,6 +87,21 @@ TEST(Engine, LeafGradIsNotAnAliasOfAnotherGradient) {
   EXPECT_EQ(grad_of(b), (std::vector<double>{1, 1}));
 }
 
+TEST(Engine, PendingGradientsThatAliasAreSummedApart) {
+  // add hands one gradient tensor to both of its inputs, here two intermediate results u and v; each then
+  // takes a second contribution, which must not reach the other through the storage they share (a sum in
+  // place is only for a gradient that nothing else holds). Both orders of the loss's terms, so that either
+  // contribution may arrive first.
+  for (bool add_first : {true, false}) {
+    const Variable x = leaf({1, 2}), y = leaf({3, 4});
+    const Variable u = scale(x, 1.0), v = scale(y, 1.0);
+    const Variable shared = sum(add(u, v)), own = add(sum(scale(u, 10.0)), sum(scale(v, 100.0)));
+    (add_first ? add(shared, own) : add(own, shared)).backward();
+    EXPECT_EQ(grad_of(x), (std::vector<double>{11, 11})) << add_first;
+    EXPECT_EQ(grad_of(y), (std::vector<double>{101, 101})) << add_first;
+  }
+}
+
 TEST(Engine, NoGradGuardRecordsNothing) {
   const Variable x = leaf({1, 2, 3});
   {
