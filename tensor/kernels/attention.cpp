@@ -1,7 +1,4 @@
 // The attention front doors: causal grouped-query attention, forward and backward.
-#include <initializer_list>
-#include <utility>
-
 #include "tensor/kernels/dispatch.h"
 
 namespace lt::kernels {
@@ -50,20 +47,10 @@ void check_doc_start(const char* op, const Tensor& doc_start, const Tensor& q) {
     }
 }
 
-// The kernels sum into their outputs as they go (tensor/cpu/attention.cc), reading q, k, v (and out,
-// lse, dout) all the while: no output may share memory with an input or with another output.
-using NamedTensor = std::pair<const Tensor*, const char*>;
-void check_outputs_apart(const char* op, std::initializer_list<NamedTensor> outputs,
-                         std::initializer_list<NamedTensor> inputs) {
-  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
-    for (const auto& [in, name] : inputs) check_disjoint(*out->first, *in, op, out->second, name);
-    for (auto other = out + 1; other != outputs.end(); ++other)
-      check_disjoint(*out->first, *other->first, op, out->second, other->second);
-  }
-}
-
 }  // namespace
 
+// The kernels sum into their outputs as they go (tensor/cpu/attention.cc), reading q, k, v (and out,
+// lse, dout) all the while, hence check_outputs_apart.
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse,
                const Tensor& doc_start) {
   check_attention("attention", q, k, v, out, lse);

@@ -2,6 +2,9 @@
 // the backend that runs the op. The front doors check everything a kernel relies on (dtypes, shapes,
 // one device, index ranges), so the kernels of tensor/cpu/ and tensor/cuda/ check nothing.
 #pragma once
+#include <initializer_list>
+#include <utility>
+
 #include "tensor/cpu/kernels.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/dtype_switch.h"
@@ -59,6 +62,17 @@ inline void check_disjoint(const Tensor& out, const Tensor& in, const char* op, 
   const char* in_begin = static_cast<const char*>(in.raw_data());
   LT_CHECK(out_begin >= in_begin + in.nbytes() || in_begin >= out_begin + out.nbytes(), op, ": ", out_name,
            " overlaps ", in_name, " in memory (the op writes ", out_name, " while it still reads ", in_name, ")");
+}
+
+// No output shares memory with an input or with another output.
+using NamedTensor = std::pair<const Tensor*, const char*>;
+inline void check_outputs_apart(const char* op, std::initializer_list<NamedTensor> outputs,
+                                std::initializer_list<NamedTensor> inputs) {
+  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+    for (const auto& [in, name] : inputs) check_disjoint(*out->first, *in, op, out->second, name);
+    for (auto other = out + 1; other != outputs.end(); ++other)
+      check_disjoint(*out->first, *other->first, op, out->second, other->second);
+  }
 }
 
 // The first id of `ids` that `range` does not allow (position -1 when there is none). CPU ids are

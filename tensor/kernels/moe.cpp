@@ -99,15 +99,7 @@ void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& g
   check_same(up, t, op, "up");
   check_same(h, t, op, "h");
   check_same(dup, t, op, "dup");
-  const std::pair<const Tensor*, const char*> outputs[] = {{&t, "t"}, {&h, "h"}, {&dup, "dup"}};
-  for (const auto& [out, out_name] : outputs) {
-    check_disjoint(*out, gate, op, out_name, "gate");
-    check_disjoint(*out, up, op, out_name, "up");
-    check_disjoint(*out, w, op, out_name, "w");
-  }
-  check_disjoint(h, t, op, "h", "t");
-  check_disjoint(dup, t, op, "dup", "t");
-  check_disjoint(dup, h, op, "dup", "h");
+  check_outputs_apart(op, {{&t, "t"}, {&h, "h"}, {&dup, "dup"}}, {{&gate, "gate"}, {&up, "up"}, {&w, "w"}});
   if (dw.defined()) {
     check_same(dw, w, op, "dw");
     check_disjoint(dw, w, op, "dw", "w");
