@@ -21,13 +21,6 @@ void expert_weight_grads(const std::vector<kernels::GroupedWeightGrad>& grads, c
   kernels::grouped_weight_grads(grads, offsets);
 }
 
-// Rows of x in expert order: x_M[m] = x[token_of[m]].
-Tensor gather_tokens(const Tensor& x_NH, const Tensor& token_of) {
-  Tensor x_MH = Tensor::empty({token_of.numel(), x_NH.dim(1)}, x_NH.dtype(), x_NH.device());
-  kernels::gather_rows(x_NH, token_of, x_MH);
-  return x_MH;
-}
-
 struct MoEExpertsNode : Node {
   SavedTensor saved_x_NH;
   SavedTensor saved_gate_MI, saved_up_MI;  // the SwiGLU's pre-activations
@@ -35,6 +28,8 @@ struct MoEExpertsNode : Node {
   Tensor token_of, position_of, offsets;
   const char* name() const override { return "moe_experts"; }
 
+  // The rows of x and of the incoming gradient in expert order (row m is token token_of[m]'s) are never
+  // copied out: the grouped GEMMs read them through token_of.
   std::vector<Tensor> backward(const Tensor& g_NH) override {
     const Tensor gate_MI = saved_gate_MI.get(), up_MI = saved_up_MI.get();
     const int64_t M = gate_MI.dim(0);
@@ -46,26 +41,25 @@ struct MoEExpertsNode : Node {
     Tensor dw = needs_grad(1) ? Tensor::empty_like(w_NK) : Tensor();
     GradTarget ddown;
     {
-      const Tensor g_MH = gather_tokens(g_NH, token_of);
       Tensor wh_MI = Tensor::empty_like(gate_MI);
-      expert_matmuls(profile::Phase::Backward, {{g_MH, down_EHI, false, dgate_MI, 0.0}}, offsets);
+      expert_matmuls(profile::Phase::Backward, {{g_NH, down_EHI, false, dgate_MI, 0.0, token_of}}, offsets);
       kernels::swiglu_combine_backward(w_NK, position_of, gate_MI, up_MI, dgate_MI, wh_MI, dup_MI, dw);
       if (needs_grad(4)) {
         ddown = grad_target(4, down_EHI);
-        expert_weight_grads({{g_MH, wh_MI, ddown.tensor, ddown.beta}}, offsets);
+        expert_weight_grads({{g_NH, wh_MI, ddown.tensor, ddown.beta, token_of}}, offsets);
       }
     }
     GradTarget dgate, dup;
     if (needs_grad(2) || needs_grad(3)) {
-      const Tensor x_MH = gather_tokens(saved_x_NH.get(), token_of);
+      const Tensor x_NH = saved_x_NH.get();
       std::vector<kernels::GroupedWeightGrad> grads;
       if (needs_grad(2)) {
         dgate = grad_target(2, gate_EIH);
-        grads.push_back({dgate_MI, x_MH, dgate.tensor, dgate.beta});
+        grads.push_back({dgate_MI, x_NH, dgate.tensor, dgate.beta, {}, token_of});
       }
       if (needs_grad(3)) {
         dup = grad_target(3, up_EIH);
-        grads.push_back({dup_MI, x_MH, dup.tensor, dup.beta});
+        grads.push_back({dup_MI, x_NH, dup.tensor, dup.beta, {}, token_of});
       }
       expert_weight_grads(grads, offsets);
     }
@@ -104,11 +98,9 @@ Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchP
            " experts, the weights ", E);
   const int64_t M = w.numel();
   Tensor gate_MI = Tensor::empty({M, I}, x.dtype(), x.device()), up_MI = Tensor::empty_like(gate_MI);
-  {
-    const Tensor x_MH = gather_tokens(x, plan.token_of);
-    expert_matmuls(profile::Phase::Forward, {{x_MH, gate, true, gate_MI, 0.0}, {x_MH, up, true, up_MI, 0.0}},
-                   plan.offsets);
-  }
+  expert_matmuls(profile::Phase::Forward,
+                 {{x, gate, true, gate_MI, 0.0, plan.token_of}, {x, up, true, up_MI, 0.0, plan.token_of}},
+                 plan.offsets);
   Tensor out = Tensor::empty_like(x);
   {
     Tensor h_MI = Tensor::empty_like(gate_MI);

@@ -24,11 +24,16 @@ struct GroupedProduct {
   bool trans_w;
   Tensor out;
   double beta;
+  // Optional i32 [M]: row m of the product reads a's row a_rows[m] (a [R, K], any R), e.g. the tokens'
+  // rows in dispatch order, without a gathered copy of them.
+  Tensor a_rows = {};
 };
 // One weight gradient of kernels::grouped_weight_grads: dw[e] = a[R_e]^T b[R_e], plus dw[e] if beta = 1.
+// With a_rows (b_rows), optional i32 [M], row m of a (b) is a[a_rows[m]] (b[b_rows[m]]).
 struct GroupedWeightGrad {
   Tensor a, b, dw;
   double beta;
+  Tensor a_rows = {}, b_rows = {};
 };
 
 // The largest k that router_topk_backward takes: the size of its per-row scratch, on every backend.

@@ -152,7 +152,23 @@ struct Gemm {
   int64_t ldc;
   T alpha, beta;
   bool bf16_inputs;  // the panel path multiplies bf16 pairs (only set for f32 where the CPU has them)
+  // Operands gathered by row: the storage row that row i of a (op(a)'s row i, or its k = i when a is
+  // transposed) and row k of a b [K, N] are read from; nullptr reads them in order. A gathered row is
+  // read where the packing or the in-place micro-kernel would read it anyway, so the gather costs no
+  // pass of its own (the experts' rows in dispatch order, read from the tokens' rows).
+  const int32_t* a_rows = nullptr;
+  const int32_t* b_rows = nullptr;
 };
+
+// Row i of a's storage and row k of b's, through the gathers.
+template <class T>
+const T* RowOfA(const Gemm<T>& g, int64_t i) {
+  return g.a + (g.a_rows ? g.a_rows[i] : i) * g.lda;
+}
+template <class T>
+const T* RowOfB(const Gemm<T>& g, int64_t k) {
+  return g.b + (g.b_rows ? g.b_rows[k] : k) * g.ldb;
+}
 
 // A per-thread packing buffer (kWhich: 0 for A, 1 for B; 2 and 3 below) that grows to the largest size seen and is
 // then reused, so steady-state calls allocate nothing. Aligned so packed panels start on a cache line.
@@ -170,13 +186,13 @@ T* PackBuffer(int64_t n) {
 int64_t CeilDiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
 
 #if HWY_TARGET != HWY_SCALAR
-// panel[k * MR + r] = src[r * lda + k] for the MR = 6 rows of a full panel of a row-major a of 32-bit
-// elements (f32, or the bf16 pairs), for k below depth rounded down to Lanes; returns that depth. A pair
+// panel[k * MR + r] = src[r][k] for the MR = 6 rows of a full panel of 32-bit elements (f32, or the bf16
+// pairs), for k below depth rounded down to Lanes; returns that depth. A pair
 // of rows zipped is one 64-bit lane per k, and an MR-row panel is then three such lanes interleaved: per
 // Lanes k's, 6 loads, 6 permutes, 6 zips and two 3-way interleaved stores, against 6 loads and 6 stores
 // per k for a scalar transpose.
 template <class D, class T = hn::TFromD<D>>
-int64_t InterleaveSixRows(D d, const T* HWY_RESTRICT src, int64_t lda, int64_t depth, T* HWY_RESTRICT panel) {
+int64_t InterleaveSixRows(D d, const T* const* src, int64_t depth, T* HWY_RESTRICT panel) {
   static_assert(kTileRows == 6 && sizeof(T) == 4, "three pairs of 32-bit rows");
   const hn::Repartition<uint64_t, D> d64;
   using V = hn::Vec<D>;
@@ -191,7 +207,7 @@ int64_t InterleaveSixRows(D d, const T* HWY_RESTRICT src, int64_t lda, int64_t d
   const int64_t vector_depth = depth / lanes * lanes;
   for (int64_t k = 0; k < vector_depth; k += lanes) {
     V row[kTileRows];
-    for (int r = 0; r < kTileRows; ++r) row[r] = hn::TableLookupLanes(hn::LoadU(d, src + r * lda + k), permute);
+    for (int r = 0; r < kTileRows; ++r) row[r] = hn::TableLookupLanes(hn::LoadU(d, src[r] + k), permute);
     auto* out = reinterpret_cast<uint64_t*>(panel + k * kTileRows);
     hn::StoreInterleaved3(hn::BitCast(d64, hn::InterleaveLower(d, row[0], row[1])),
                           hn::BitCast(d64, hn::InterleaveLower(d, row[2], row[3])),
@@ -222,11 +238,10 @@ void PackA([[maybe_unused]] D d, const Gemm<T>& g, int64_t i0, int64_t rows, int
       const int64_t k1 = std::min(depth, k0 + kPackRowsA);
       for (int64_t p = 0; p < full_panels; ++p)
         for (int64_t k = k0; k < k1; ++k)
-          std::memcpy(dst + (p * depth + k) * kTileRows, g.a + (p0 + k) * g.lda + i0 + p * kTileRows,
-                      kTileRows * sizeof(T));
+          std::memcpy(dst + (p * depth + k) * kTileRows, RowOfA(g, p0 + k) + i0 + p * kTileRows, kTileRows * sizeof(T));
       if (full_panels < panels)
         for (int64_t k = k0; k < k1; ++k) {
-          const T* src = g.a + (p0 + k) * g.lda + i0 + full_panels * kTileRows;
+          const T* src = RowOfA(g, p0 + k) + i0 + full_panels * kTileRows;
           T* out = dst + (full_panels * depth + k) * kTileRows;
           for (int64_t r = 0; r < kTileRows; ++r) out[r] = full_panels * kTileRows + r < rows ? src[r] : T(0);
         }
@@ -236,15 +251,16 @@ void PackA([[maybe_unused]] D d, const Gemm<T>& g, int64_t i0, int64_t rows, int
   // a is [M, K]: each panel is a transpose of MR rows.
   for (int64_t p = 0; p < panels; ++p) {
     T* panel = dst + p * depth * kTileRows;
-    const T* src = g.a + (i0 + p * kTileRows) * g.lda + p0;
     const int64_t valid = std::min<int64_t>(kTileRows, rows - p * kTileRows);
+    const T* src[kTileRows];
+    for (int64_t r = 0; r < valid; ++r) src[r] = RowOfA(g, i0 + p * kTileRows + r) + p0;
     int64_t k = 0;
 #if HWY_TARGET != HWY_SCALAR
     if constexpr (sizeof(T) == 4)
-      if (valid == kTileRows) k = InterleaveSixRows(d, src, g.lda, depth, panel);
+      if (valid == kTileRows) k = InterleaveSixRows(d, src, depth, panel);
 #endif
     for (; k < depth; ++k)
-      for (int64_t r = 0; r < kTileRows; ++r) panel[k * kTileRows + r] = r < valid ? src[r * g.lda + k] : T(0);
+      for (int64_t r = 0; r < kTileRows; ++r) panel[k * kTileRows + r] = r < valid ? src[r][k] : T(0);
   }
 }
 
@@ -257,7 +273,7 @@ void PackB(D d, const Gemm<T>& g, int64_t p0, int64_t depth, int64_t j0, int64_t
   if (!g.trans_b) {
     // b is [K, N]: k outermost reads each row of the block sequentially.
     for (int64_t k = 0; k < depth; ++k) {
-      const T* src = g.b + (p0 + k) * g.ldb + j0;
+      const T* src = RowOfB(g, p0 + k) + j0;
       for (int64_t p = 0; p < panels; ++p) {
         T* out = dst + (p * depth + k) * tile_cols;
         const int64_t c0 = p * tile_cols, valid = std::min(tile_cols, cols - c0);
@@ -311,8 +327,8 @@ void PackPairsA(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_t p
     // a is [K, M]: two k-rows of a make one row of pairs, which holds unit kp of every panel.
     uint32_t* pairs = PairScratch(rows);
     for (int64_t kp = 0; kp < units; ++kp) {
-      const float* even = g.a + (p0 + 2 * kp) * g.lda + i0;
-      interleave_to_pairs(even, 2 * kp + 1 < depth ? even + g.lda : nullptr, rows, pairs);
+      interleave_to_pairs(RowOfA(g, p0 + 2 * kp) + i0, 2 * kp + 1 < depth ? RowOfA(g, p0 + 2 * kp + 1) + i0 : nullptr,
+                          rows, pairs);
       for (int64_t p = 0; p < full_panels; ++p)
         std::memcpy(dst + (p * units + kp) * kTileRows, pairs + p * kTileRows, kTileRows * sizeof(uint32_t));
       if (full_panels < panels) {
@@ -328,11 +344,14 @@ void PackPairsA(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_t p
   for (int64_t p = 0; p < panels; ++p) {
     const int64_t valid = std::min<int64_t>(kTileRows, rows - p * kTileRows);
     for (int64_t r = 0; r < kTileRows; ++r) {
-      if (r < valid) row_to_pairs(g.a + (i0 + p * kTileRows + r) * g.lda + p0, depth, pairs + r * units);
+      if (r < valid)
+        row_to_pairs(RowOfA(g, i0 + p * kTileRows + r) + p0, depth, pairs + r * units);
       else std::fill_n(pairs + r * units, units, 0u);
     }
     uint32_t* panel = dst + p * units * kTileRows;
-    for (int64_t k = InterleaveSixRows(du, pairs, units, units, panel); k < units; ++k)
+    const uint32_t* pair_rows[kTileRows];
+    for (int64_t r = 0; r < kTileRows; ++r) pair_rows[r] = pairs + r * units;
+    for (int64_t k = InterleaveSixRows(du, pair_rows, units, panel); k < units; ++k)
       for (int64_t r = 0; r < kTileRows; ++r) panel[k * kTileRows + r] = pairs[r * units + k];
   }
 }
@@ -351,8 +370,8 @@ void PackPairsB(DF df, const Gemm<float>& g, int64_t p0, int64_t depth, int64_t 
   if (!g.trans_b) {
     // b is [K, N]: two k-rows of b interleave straight into unit row kp of every panel.
     for (int64_t kp = 0; kp < units; ++kp) {
-      const float* even = g.b + (p0 + 2 * kp) * g.ldb + j0;
-      const float* odd = 2 * kp + 1 < depth ? even + g.ldb : nullptr;
+      const float* even = RowOfB(g, p0 + 2 * kp) + j0;
+      const float* odd = 2 * kp + 1 < depth ? RowOfB(g, p0 + 2 * kp + 1) + j0 : nullptr;
       for (int64_t p = 0; p < panels; ++p) {
         uint32_t* out = dst + (p * padded_units + kp) * tile_cols;
         const int64_t c0 = p * tile_cols, valid = std::min(tile_cols, cols - c0);
@@ -396,7 +415,7 @@ void PackPairRowsA(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_
   if (!g.trans_a) {
     // a is [M, K]: a row converted to bf16 is a row of pairs.
     for (int64_t r = 0; r < rows; ++r) {
-      row_to_pairs(g.a + (i0 + r) * g.lda + p0, depth, dst + r * stride);
+      row_to_pairs(RowOfA(g, i0 + r) + p0, depth, dst + r * stride);
       std::fill(dst + r * stride + units, dst + (r + 1) * stride, 0u);
     }
     return;
@@ -410,8 +429,8 @@ void PackPairRowsA(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_
       uint32_t* row = pairs + i * width;
       const int64_t kp = kp0 + i;
       if (kp < units) {
-        const float* even = g.a + (p0 + 2 * kp) * g.lda + i0;
-        interleave_to_pairs(even, 2 * kp + 1 < depth ? even + g.lda : nullptr, rows, row);
+        interleave_to_pairs(RowOfA(g, p0 + 2 * kp) + i0, 2 * kp + 1 < depth ? RowOfA(g, p0 + 2 * kp + 1) + i0 : nullptr,
+                            rows, row);
         std::fill(row + rows, row + width, 0u);
       } else {
         std::fill_n(row, width, 0u);
@@ -437,12 +456,12 @@ void PackPairRowsA(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_
 // write-back's alpha and beta (scalars that live in vector registers) in the same function, the compiler
 // runs out of registers and spills the B vectors inside the loop; the call costs a few cycles per tile.
 template <class D, class T = hn::TFromD<D>>
-HWY_NOINLINE void AccumulateTile(D d, int64_t depth, const T* HWY_RESTRICT a_panel, int64_t a_row, int64_t a_col,
-                                 const T* HWY_RESTRICT b_panel, int64_t b_stride, T* HWY_RESTRICT tile) {
+HWY_NOINLINE void AccumulateTile(D d, int64_t depth, const T* HWY_RESTRICT a_panel, const int64_t* a_row_offsets,
+                                 int64_t a_col, const T* HWY_RESTRICT b_panel, int64_t b_stride, T* HWY_RESTRICT tile) {
   using V = hn::Vec<D>;
   const size_t lanes = hn::Lanes(d);
   int64_t row_offset[kTileRows];
-  for (int r = 0; r < kTileRows; ++r) row_offset[r] = r * a_row;
+  for (int r = 0; r < kTileRows; ++r) row_offset[r] = a_row_offsets[r];
   V acc[kTileRows][kTileVectors];
   HWY_UNROLL(kTileRows)
   for (int r = 0; r < kTileRows; ++r) {
@@ -520,28 +539,35 @@ HWY_INLINE void PrefetchRows(const T* c, int64_t ldc, int rows, int cols) {
 // edges of C). accumulate(depth, a_panel, a_row, a_col, b_panel, b_stride, tile) is the micro-kernel:
 // AccumulateTile on T, or accumulate_tile_bf16 on pairs (P, the packed element, is T or uint32_t).
 template <class D, class P, class Accumulate, class T = hn::TFromD<D>>
-HWY_INLINE void MicroKernel(D d, int64_t depth, const P* a_panel, int64_t a_row, int64_t a_col, const P* b_panel,
-                            int64_t b_stride, T* c, int64_t ldc, int rows, int cols, T alpha, T beta,
+HWY_INLINE void MicroKernel(D d, int64_t depth, const P* a_panel, const int64_t* a_row_offsets, int64_t a_col,
+                            const P* b_panel, int64_t b_stride, T* c, int64_t ldc, int rows, int cols, T alpha, T beta,
                             Accumulate accumulate) {
   HWY_ALIGN T tile[kTileRows * kTileVectors * HWY_MAX_BYTES / sizeof(T)];
   PrefetchRows(c, ldc, rows, cols);
-  accumulate(depth, a_panel, a_row, a_col, b_panel, b_stride, tile);
+  accumulate(depth, a_panel, a_row_offsets, a_col, b_panel, b_stride, tile);
   WriteTile(d, tile, rows, cols, c, ldc, alpha, beta);
 }
 
 // Where the micro-kernel finds one operand's micro-panels in a block: panel p < at_base starts at base +
 // p * panel_stride, its k's k_stride apart and (A only; B's NR values of a k are contiguous) its rows
-// row_stride apart: packed panels, or the operand read where it lies. The panel after them, the partial
-// last one of an operand read in place, is packed at tail, its k's a whole tile row (tail_stride) apart.
+// row_stride apart: packed panels, or the operand read where it lies. An A [M, K] read in place through
+// a gather (Gemm::a_rows) has its row r of panel p at base + gathered[p * MR + r] * row_stride instead.
+// The panel after them, the partial last one of an operand read in place, is packed at tail, its k's a
+// whole tile row (tail_stride) apart.
 template <class P>
 struct Panels {
   const P* base;
   int64_t k_stride, row_stride, panel_stride, at_base;
   const P* tail;
   int64_t tail_stride;
-  const P* panel(int64_t p) const { return p < at_base ? base + p * panel_stride : tail; }
+  const int32_t* gathered = nullptr;
+  const P* panel(int64_t p) const { return p >= at_base ? tail : gathered ? base : base + p * panel_stride; }
   int64_t k_step(int64_t p) const { return p < at_base ? k_stride : tail_stride; }
-  int64_t row_step(int64_t p) const { return p < at_base ? row_stride : 1; }
+  // The offsets of panel p's MR rows from panel(p).
+  void row_offsets(int64_t p, int64_t* offset) const {
+    for (int64_t r = 0; r < kTileRows; ++r)
+      offset[r] = p >= at_base ? r : gathered ? gathered[p * kTileRows + r] * row_stride : r * row_stride;
+  }
 };
 
 // C[i0 : i0 + rows, j0 : j0 + cols] over one KC block (depth k rows of the panels), from A's and B's
@@ -563,18 +589,21 @@ void MacroKernel(D d, const Gemm<T>& g, int64_t i0, int64_t rows, int64_t j0, in
   // The next in-place A panel's lines, k-major (the first k's of every row first), spread over the tiles.
   const int64_t next_lines = kTileRows * CeilDiv(depth, kLineElements);
   const int64_t lines_per_tile = CeilDiv(next_lines, CeilDiv(cols, tile_cols));
+  int64_t offsets[kTileRows], next_offsets[kTileRows];
   for (int64_t q = 0, r0 = 0; r0 < rows; ++q, r0 += kTileRows) {
     const int tile_rows = static_cast<int>(std::min<int64_t>(kTileRows, rows - r0));
     T* c_rows = g.c + (i0 + r0) * g.ldc + j0;
+    a.row_offsets(q, offsets);
     const P* next_rows = a.k_step(q) == 1 && q + 1 < a.at_base ? a.panel(q + 1) : nullptr;
+    if (next_rows) a.row_offsets(q + 1, next_offsets);
     int64_t line = 0;
     for (int64_t p = 0, c0 = 0; c0 < cols; ++p, c0 += tile_cols) {
       if (next_rows)
         for (const int64_t end = std::min(next_lines, line + lines_per_tile); line < end; ++line)
-          hwy::Prefetch(next_rows + (line % kTileRows) * a.row_stride + (line / kTileRows) * kLineElements);
+          hwy::Prefetch(next_rows + next_offsets[line % kTileRows] + (line / kTileRows) * kLineElements);
       const int tile_width = static_cast<int>(std::min(tile_cols, cols - c0));
-      MicroKernel(d, depth, a.panel(q), a.row_step(q), a.k_step(q), b.panel(p), b.k_step(p), c_rows + c0, g.ldc,
-                  tile_rows, tile_width, g.alpha, beta, accumulate);
+      MicroKernel(d, depth, a.panel(q), offsets, a.k_step(q), b.panel(p), b.k_step(p), c_rows + c0, g.ldc, tile_rows,
+                  tile_width, g.alpha, beta, accumulate);
     }
   }
 }
@@ -619,16 +648,18 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   static const int64_t column_block_bytes = gemm_column_block_bytes(cpu_l2_cache_bytes());
   const int64_t column_block = std::max(tile_cols, column_block_bytes / int64_t(sizeof(P)) / tile_cols * tile_cols);
   const bool narrow = n1 - n0 <= kNarrowColumns;
+  // A gathered b is packed: the micro-kernel steps from one k of b to the next by a constant stride.
   const bool b_in_place =
-      !kPairs && !g.trans_b && (g.M <= kFewRows || (narrow && m1 - m0 <= kMaxRowsUnpackedB));
+      !kPairs && !g.trans_b && !g.b_rows && (g.M <= kFewRows || (narrow && m1 - m0 <= kMaxRowsUnpackedB));
   // A read in place: the micro-kernel broadcasts its values from where they lie, and only a partial last
   // panel is packed. A transposed a [K, M] holds a micro-panel's MR values of one k side by side, lda
   // apart per k; a [M, K] holds MR rows of contiguous k's. A transposed a costs a cache line per k, which
   // the AVX-512 tile's 24 FMAs per k hide but the 12 of the narrower tiles do not: on the AVX2 target
   // (Zen 4 restricted to it) it ran the weight gradients' shapes at 0.76x, so there it is packed; so is
-  // one whose k's lie pages apart (kPageBytes).
+  // one whose k's lie pages apart (kPageBytes), and one gathered by k (a row of a per k). A gathered
+  // a [M, K] is read in place through the row offsets the micro-kernel takes anyway.
   const bool a_pages_apart = g.trans_a && g.lda * static_cast<int64_t>(sizeof(T)) > kPageBytes;
-  const bool a_in_place = !kPairs && narrow && (!g.trans_a || (kTileVectors >= 4 && !a_pages_apart));
+  const bool a_in_place = !kPairs && narrow && (!g.trans_a || (kTileVectors >= 4 && !a_pages_apart && !g.a_rows));
   const bool a_packed_for_stride = !kPairs && narrow && kTileVectors >= 4 && a_pages_apart;
   const int64_t row_block = (a_packed_for_stride ? kFarApartRowBlock : kRowBlock) / kTileRows * kTileRows;
   // The bf16 pairs on AMX tiles: A as rows of pairs, both operands' depth padded to whole tile steps.
@@ -643,12 +674,12 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   P* b_packed = PackBuffer<P, 1>((b_in_place ? 1 : CeilDiv(std::min(column_block, n1 - n0), tile_cols)) * tile_cols *
                                  padded_unit_step);
   // Pairs are always packed, so their A panels are always kTileRows units per k.
-  const auto accumulate = [d](int64_t depth, const P* a_panel, [[maybe_unused]] int64_t a_row,
+  const auto accumulate = [d](int64_t depth, const P* a_panel, [[maybe_unused]] const int64_t* a_row_offsets,
                               [[maybe_unused]] int64_t a_col, const P* b_panel, int64_t b_stride, T* tile) {
 #if LT_GEMM_BF16
     if constexpr (kPairs) return accumulate_tile_bf16(depth, a_panel, b_panel, b_stride, tile);
 #endif
-    if constexpr (!kPairs) AccumulateTile(d, depth, a_panel, a_row, a_col, b_panel, b_stride, tile);
+    if constexpr (!kPairs) AccumulateTile(d, depth, a_panel, a_row_offsets, a_col, b_panel, b_stride, tile);
   };
 
   for (int64_t p0 = 0, block = 0; block < depth_blocks; ++block, p0 += depth_step) {
@@ -681,9 +712,12 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
       } else if (a_in_place) {
         const int64_t full_panels = rows / kTileRows;
         if (rows % kTileRows) PackA(d, g, i0 + full_panels * kTileRows, rows % kTileRows, p0, depth, a_packed);
-        a_panels = g.trans_a ? Panels<P>{g.a + p0 * g.lda + i0, g.lda, 1, kTileRows, full_panels, a_packed, kTileRows}
-                             : Panels<P>{g.a + i0 * g.lda + p0, 1, g.lda, kTileRows * g.lda, full_panels, a_packed,
-                                         kTileRows};
+        if (g.trans_a)
+          a_panels = Panels<P>{g.a + p0 * g.lda + i0, g.lda, 1, kTileRows, full_panels, a_packed, kTileRows};
+        else if (g.a_rows)
+          a_panels = Panels<P>{g.a + p0, 1, g.lda, 0, full_panels, a_packed, kTileRows, g.a_rows + i0};
+        else
+          a_panels = Panels<P>{g.a + i0 * g.lda + p0, 1, g.lda, kTileRows * g.lda, full_panels, a_packed, kTileRows};
       } else {
         PackA(d, g, i0, rows, p0, depth, a_packed);
       }
@@ -792,10 +826,12 @@ void GemmDot(const Gemm<T>& g) {
     const T* a_rows;
     int64_t a_row_stride;
   } job{&g, g.a, g.lda};
-  if (g.trans_a) {  // rows of a [K, M] are gathered once, so both operands are read contiguously
+  // The rows of op(a) from a transposed or gathered a are copied out once, so that both operands are
+  // read contiguously.
+  if (g.trans_a || g.a_rows) {
     T* gathered = PackBuffer<T, 0>(g.M * g.K);
-    for (int64_t k = 0; k < g.K; ++k)
-      for (int64_t i = 0; i < g.M; ++i) gathered[i * g.K + k] = g.a[k * g.lda + i];
+    for (int64_t i = 0; i < g.M; ++i)
+      for (int64_t k = 0; k < g.K; ++k) gathered[i * g.K + k] = g.trans_a ? RowOfA(g, k)[i] : RowOfA(g, i)[k];
     job.a_rows = gathered;
     job.a_row_stride = g.K;
   }
@@ -871,11 +907,12 @@ void GemmPanels(const Gemm<T>& g) {
 // op(b)^T op(a)^T, has N rows (in panels of kTileRows: 16 rows use 89% of 18) and M columns. Each of its
 // elements is the same FMA chain over k with the two factors of each product swapped, so C has the same
 // bits. More than kFewRows columns, so that the bf16 contract (pairs from kFewRows + 1 rows on) is the
-// same either way, and at most three quarters of a tile.
+// same either way, and at most three quarters of a tile. Not for gathered operands (a gathered a would
+// become a transposed b gathered by column, which the packing does not read).
 template <class T>
 bool FewColumnsGoTransposed(const Gemm<T>& g) {
   const int64_t tile_cols = kTileVectors * static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
-  return g.N > kFewRows && 4 * g.N <= 3 * tile_cols && g.M >= 2 * tile_cols;
+  return g.N > kFewRows && 4 * g.N <= 3 * tile_cols && g.M >= 2 * tile_cols && !g.a_rows && !g.b_rows;
 }
 
 // C^T in a per-thread buffer (kWhich 3): C transposed into it first when beta reads it, the product
@@ -900,11 +937,12 @@ void GemmT(const Gemm<T>& g) {
 }
 
 void GemmKernel(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const void* a,
-                const void* b, double beta, void* c, bool bf16_inputs) {
-  LT_FLOAT_SWITCH(dtype, T,
-                  GemmT<T>(Gemm<T>{M, N, K, static_cast<const T*>(a), trans_a ? M : K, trans_a,
-                                   static_cast<const T*>(b), trans_b ? K : N, trans_b, static_cast<T*>(c), N, T(alpha),
-                                   T(beta), bf16_inputs && std::is_same_v<T, float> && Bf16GemmAvailable()}));
+                const int32_t* a_rows, const void* b, const int32_t* b_rows, double beta, void* c, bool bf16_inputs) {
+  LT_FLOAT_SWITCH(
+      dtype, T,
+      GemmT<T>(Gemm<T>{M, N, K, static_cast<const T*>(a), trans_a ? M : K, trans_a, static_cast<const T*>(b),
+                       trans_b ? K : N, trans_b, static_cast<T*>(c), N, T(alpha), T(beta),
+                       bf16_inputs && std::is_same_v<T, float> && Bf16GemmAvailable(), a_rows, b_rows}));
 }
 
 }  // namespace lt::cpu::HWY_NAMESPACE
@@ -936,13 +974,28 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   const char* pb = static_cast<const char*>(b.raw_data());
   char* pc = static_cast<char*>(c.raw_data());
   if (batched && b.ndim() == 2 && !trans_a) {  // one tall GEMM: [G*M, K] @ op(b)
-    gemm(a.dtype(), false, trans_b, G * M, N, K, alpha, pa, pb, beta, pc, bf16_inputs);
+    gemm(a.dtype(), false, trans_b, G * M, N, K, alpha, pa, nullptr, pb, nullptr, beta, pc, bf16_inputs);
     return;
   }
   const bool b_batched = b.ndim() == 3;
   for (int64_t g = 0; g < G; ++g)
-    gemm(a.dtype(), trans_a, trans_b, M, N, K, alpha, pa + g * M * K * elem, pb + (b_batched ? g * K * N * elem : 0),
-         beta, pc + g * M * N * elem, bf16_inputs);
+    gemm(a.dtype(), trans_a, trans_b, M, N, K, alpha, pa + g * M * K * elem, nullptr,
+         pb + (b_batched ? g * K * N * elem : 0), nullptr, beta, pc + g * M * N * elem, bf16_inputs);
+}
+
+void matmul_gathered(const Tensor& a, const Tensor& a_rows, bool trans_a, const Tensor& b, const Tensor& b_rows,
+                     bool trans_b, Tensor& c, double alpha, double beta, MatmulPrecision precision) {
+  const auto rows_of = [](const Tensor& m, const Tensor& rows) { return rows.defined() ? rows.numel() : m.dim(0); };
+  const int64_t M = trans_a ? a.dim(1) : rows_of(a, a_rows);
+  const int64_t K = trans_a ? rows_of(a, a_rows) : a.dim(1);
+  const int64_t N = trans_b ? b.dim(0) : b.dim(1);
+  LT_CHECK(a.ndim() == 2 && b.ndim() == 2 && (!trans_b || !b_rows.defined()) && c.dim(0) == M && c.dim(1) == N &&
+               (trans_b ? b.dim(1) : rows_of(b, b_rows)) == K,
+           "matmul_gathered: a ", a.str(), ", b ", b.str(), " and c ", c.str(), " do not fit");
+  const auto rows_data = [](const Tensor& rows) { return rows.defined() ? rows.data<int32_t>() : nullptr; };
+  const auto gemm = HWY_DYNAMIC_DISPATCH(GemmKernel);
+  gemm(a.dtype(), trans_a, trans_b, M, N, K, alpha, a.raw_data(), rows_data(a_rows), b.raw_data(), rows_data(b_rows),
+       beta, c.raw_data(), precision == MatmulPrecision::BF16Inputs);
 }
 
 }  // namespace lt::cpu

@@ -39,6 +39,13 @@ void sum_squares(const Tensor& x, Tensor& out);
 // f32; f64 is always exact.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta,
             MatmulPrecision precision);
+// One 2-D matmul with operands gathered by row: with a_rows (i32), the rows of a that op(a) reads are
+// a[a_rows[i]] (op(a)'s rows, or its k's when a is transposed); with b_rows, b [K, N] (not transposed)
+// has rows b[b_rows[k]]. An undefined index reads the rows in order. The gather happens in the GEMM's
+// packing (or its in-place reads), not as a pass of its own; the results have matmul's bits on the
+// gathered operands.
+void matmul_gathered(const Tensor& a, const Tensor& a_rows, bool trans_a, const Tensor& b, const Tensor& b_rows,
+                     bool trans_b, Tensor& c, double alpha, double beta, MatmulPrecision precision);
 // True when this CPU multiplies bf16 natively (AVX512_BF16, tensor/cpu/bf16_dot.h).
 bool bf16_matmul_available();
 // The width in bytes of one row of the GEMM's packed B block (NC x the element size; the block is

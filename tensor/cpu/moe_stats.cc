@@ -183,10 +183,8 @@ void for_each_expert(const int64_t* offsets, int64_t E, ExpertSplit split, Item 
 void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& offsets, MatmulPrecision precision) {
   const int64_t* bounds = offsets.data<int64_t>();
   for_each_expert(bounds, offsets.numel() - 1, ExpertSplit{.rows = true}, [&](const ExpertItem& item) {
-    for (const GroupedProduct& p : products) {
-      Tensor out = p.out;
-      grouped_matmul_rows(p.a, p.w, p.trans_w, item.expert, item.first, item.rows, out, p.beta, precision, matmul);
-    }
+    for (const GroupedProduct& p : products)
+      grouped_matmul_rows(p, item.expert, item.first, item.rows, precision, matmul_gathered);
   });
 }
 
@@ -197,9 +195,7 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
   for_each_expert(bounds, offsets.numel() - 1, ExpertSplit{.products = products}, [&](const ExpertItem& item) {
     for (int64_t i = 0; i < products; ++i) {
       if (item.product >= 0 && item.product != i) continue;
-      const GroupedWeightGrad& g = grads[static_cast<size_t>(i)];
-      Tensor dw = g.dw;
-      grouped_weight_grad_segment(g.a, g.b, bounds, item.expert, dw, g.beta, precision, matmul);
+      grouped_weight_grad_segment(grads[static_cast<size_t>(i)], bounds, item.expert, precision, matmul_gathered);
     }
   });
 }

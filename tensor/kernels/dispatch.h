@@ -91,6 +91,13 @@ inline OutOfRange first_out_of_range(const Tensor& ids, const IndexRange& range)
   return bad;
 }
 
+// Every index in [0, bound), checked before a kernel lets one address memory.
+inline void check_indices(const Tensor& idx, int64_t bound, const char* op) {
+  const OutOfRange bad = first_out_of_range(idx, IndexRange{bound});
+  LT_CHECK(bad.position < 0, op, ": index ", bad.value, " at position ", bad.position, " is out of range [0, ", bound,
+           ")");
+}
+
 // A routing's probs [N, E] (float) and the log-sum-exp
 // lse [N] of its rows, as the router's kernels take them.
 inline void check_probs_and_lse(const Tensor& probs, const Tensor& lse, const char* op) {

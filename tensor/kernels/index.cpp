@@ -10,13 +10,6 @@
 namespace lt::kernels {
 namespace {
 
-// Every index in [0, bound), checked before a kernel lets one address memory.
-void check_indices(const Tensor& idx, int64_t bound, const char* op) {
-  const OutOfRange bad = first_out_of_range(idx, IndexRange{bound});
-  LT_CHECK(bad.position < 0, op, ": index ", bad.value, " at position ", bad.position, " is out of range [0, ", bound,
-           ")");
-}
-
 Shape with_last(const Shape& lead, int64_t last) {
   Shape shape = lead;
   shape.push_back(last);

@@ -124,26 +124,50 @@ void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor
   grouped_matmuls({{a, w, trans_w, out, beta}}, offsets);
 }
 
+namespace {
+
+// The rows of a grouped operand: a's own (undefined rows), or, with rows (i32 [M], each in [0, a.dim(0))),
+// M rows read through them. Returns M.
+int64_t checked_operand_rows(const Tensor& a, const Tensor& rows, const char* op, const char* what) {
+  LT_CHECK(a.ndim() == 2, op, ": ", what, " must be 2-D, got ", a.str());
+  if (!rows.defined()) return a.dim(0);
+  LT_CHECK(rows.dtype() == DType::I32 && rows.ndim() == 1 && rows.device() == a.device(), op, ": the rows of ", what,
+           " must be i32 [M] on ", a.device().str(), ", got ", rows.str());
+  check_indices(rows, a.dim(0), op);
+  return rows.numel();
+}
+
+// The CUDA path multiplies whole matrices (cuBLAS): an operand gathered by row is gathered first.
+Tensor gathered(const Tensor& a, const Tensor& rows) {
+  if (!rows.defined()) return a;
+  Tensor out = Tensor::empty({rows.numel(), a.dim(1)}, a.dtype(), a.device());
+  gather_rows(a, rows, out);
+  return out;
+}
+
+}  // namespace
+
 void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& offsets) {
   const char* op = "grouped_matmul";
   LT_CHECK(!products.empty(), op, ": no products");
   Tensor host_offsets;
-  for (const auto& [a, w, trans_w, out, beta] : products) {
+  for (const auto& [a, w, trans_w, out, beta, a_rows] : products) {
     check_float(a, op, "a");
     check_like(w, a, op, "w");
     check_like(out, a, op, "out");
     check_like(a, products.front().a, op, "a of every product");
-    LT_CHECK(a.ndim() == 2 && w.ndim() == 3 && out.ndim() == 2 && out.dim(0) == a.dim(0) &&
-                 a.dim(1) == w.dim(trans_w ? 2 : 1) && out.dim(1) == w.dim(trans_w ? 1 : 2),
-             op, ": a ", a.str(), ", w ", w.str(), (trans_w ? " (transposed)" : ""), " and out ", out.str(),
-             " do not fit");
-    host_offsets = checked_segment_offsets(offsets, a, w.dim(0), a.dim(0), op);
+    const int64_t M = checked_operand_rows(a, a_rows, op, "a");
+    LT_CHECK(w.ndim() == 3 && out.ndim() == 2 && out.dim(0) == M && a.dim(1) == w.dim(trans_w ? 2 : 1) &&
+                 out.dim(1) == w.dim(trans_w ? 1 : 2),
+             op, ": a ", a.str(), (a_rows.defined() ? " (gathered)" : ""), ", w ", w.str(),
+             (trans_w ? " (transposed)" : ""), " and out ", out.str(), " do not fit");
+    host_offsets = checked_segment_offsets(offsets, a, w.dim(0), M, op);
   }
   if constexpr (kCudaBackend) {
     if (!products.front().a.is_cpu()) {
       for (const GroupedProduct& p : products) {
         Tensor out = p.out;
-        cuda::grouped_matmul(p.a, p.w, p.trans_w, host_offsets, out, p.beta, matmul_precision());
+        cuda::grouped_matmul(gathered(p.a, p.a_rows), p.w, p.trans_w, host_offsets, out, p.beta, matmul_precision());
       }
       return;
     }
@@ -159,22 +183,25 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
   const char* op = "grouped_weight_grad";
   LT_CHECK(!grads.empty(), op, ": no gradients");
   Tensor host_offsets;
-  for (const auto& [a, b, dw, beta] : grads) {
+  for (const auto& [a, b, dw, beta, a_rows, b_rows] : grads) {
     check_float(a, op, "a");
     check_like(b, a, op, "b");
     check_like(dw, a, op, "dw");
     check_like(a, grads.front().a, op, "a of every gradient");
-    LT_CHECK(a.ndim() == 2 && b.ndim() == 2 && dw.ndim() == 3 && b.dim(0) == a.dim(0) && dw.dim(1) == a.dim(1) &&
+    const int64_t M = checked_operand_rows(a, a_rows, op, "a");
+    LT_CHECK(checked_operand_rows(b, b_rows, op, "b") == M && dw.ndim() == 3 && dw.dim(1) == a.dim(1) &&
                  dw.dim(2) == b.dim(1),
-             op, ": a ", a.str(), ", b ", b.str(), " and dw ", dw.str(), " do not fit ([M, P], [M, Q], [E, P, Q])");
+             op, ": a ", a.str(), (a_rows.defined() ? " (gathered)" : ""), ", b ", b.str(),
+             (b_rows.defined() ? " (gathered)" : ""), " and dw ", dw.str(), " do not fit ([M, P], [M, Q], [E, P, Q])");
     LT_CHECK(beta == 0 || beta == 1, op, ": beta must be 0 or 1, got ", beta);
-    host_offsets = checked_segment_offsets(offsets, a, dw.dim(0), a.dim(0), op);
+    host_offsets = checked_segment_offsets(offsets, a, dw.dim(0), M, op);
   }
   if constexpr (kCudaBackend) {
     if (!grads.front().a.is_cpu()) {
       for (const GroupedWeightGrad& g : grads) {
         Tensor dw = g.dw;
-        cuda::grouped_weight_grad(g.a, g.b, host_offsets, dw, g.beta, matmul_precision());
+        cuda::grouped_weight_grad(gathered(g.a, g.a_rows), gathered(g.b, g.b_rows), host_offsets, dw, g.beta,
+                                  matmul_precision());
       }
       return;
     }

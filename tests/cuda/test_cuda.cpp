@@ -500,10 +500,15 @@ OpCase moe_case(DType dtype, double tolerance) {
               Tensor t = input({M, C}, 53, dtype, device), h = Tensor::empty({M, C}, dtype, device);
               Tensor dup = Tensor::empty({M, C}, dtype, device), dw = Tensor::empty({N, k}, dtype, device);
               kernels::swiglu_combine_backward(weights, position, gate, up, t, h, dup, dw);
-              // The experts' up projection over the sorted rows, and its weight gradient.
+              // The experts' up projection over the sorted rows, and its weight gradient; then the same
+              // from the tokens' rows read through the dispatch (gathered first on the GPU).
               Tensor rows_out = Tensor::empty({M, F}, dtype, device), w_grad = Tensor::empty({E, F, C}, dtype, device);
-              kernels::grouped_matmul(y, input({E, F, C}, 55, dtype, device), true, offsets, rows_out);
+              const Tensor w_up = input({E, F, C}, 55, dtype, device), x = input({N, C}, 59, dtype, device);
+              kernels::grouped_matmul(y, w_up, true, offsets, rows_out);
               kernels::grouped_weight_grad(rows_out, y, offsets, w_grad, 0.0);
+              Tensor x_out = Tensor::empty({M, F}, dtype, device), x_grad = Tensor::empty({E, F, C}, dtype, device);
+              kernels::grouped_matmuls({{x, w_up, true, x_out, 0.0, token}}, offsets);
+              kernels::grouped_weight_grads({{rows_out, x, x_grad, 0.0, {}, token}}, offsets);
               Tensor stats = Tensor::zeros({3}, DType::F64, device), noise = Tensor::empty({N, E}, dtype, device);
               kernels::routing_warmup_observe(logits, 0.9, stats);
               kernels::routing_warmup_noise(stats, random_tensor({N, E}, 56, DType::F64).to(device), 0.25, noise);
@@ -530,6 +535,8 @@ OpCase moe_case(DType dtype, double tolerance) {
                                                      {"dw", dw},
                                                      {"grouped_matmul", rows_out},
                                                      {"grouped_weight_grad", w_grad},
+                                                     {"grouped_matmul through token_of", x_out},
+                                                     {"grouped_weight_grad through token_of", x_grad},
                                                      {"warmup stats", stats},
                                                      {"warmup noise", noise}})
                 outputs.push_back({what + where, out});

@@ -378,6 +378,73 @@ TEST(GemmKernel, AmxTilesMatchTheirEmulation) {
   cpu::set_amx_tiles(original);
 }
 
+// An operand gathered by row (cpu::matmul_gathered: the experts' rows read from the tokens' rows) gives
+// the bits of the same matmul on a gathered copy, on every path its shape takes: the dot products (a few
+// rows against a transposed b), b read in place (few rows), op(a) read in place through the gather
+// (narrow shares, a partial last panel, two KC blocks, more than one MC block), packed panels, few
+// columns (which, gathered, stay untransposed), a transposed a whose k's lie pages apart; a transposed
+// a gathered by k and b gathered by k; on every target, 1 and 2 threads, f32 and f64, and in bf16
+// (pairs, AMX tiles) where the CPU has it. Indices repeat and come in any order.
+TEST(GemmKernel, GatheredOperandsHaveTheBitsOfAGatheredCopy) {
+  const std::vector<std::array<int64_t, 3>> shapes = {{5, 64, 40},     {13, 200, 70}, {40, 300, 33}, {130, 40, 20},
+                                                      {300, 256, 260}, {2060, 24, 8}, {1030, 40, 20}};
+  const auto random_rows = [](int64_t count, int64_t bound, uint64_t seed) {
+    std::vector<int32_t> rows(static_cast<size_t>(count));
+    uint64_t state = seed;
+    for (auto& row : rows) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      row = static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(bound));
+    }
+    return Tensor::from_vector<int32_t>({count}, rows);
+  };
+  const auto gathered_copy = [](const Tensor& source, const Tensor& rows) {
+    if (!rows.defined()) return source;
+    Tensor copy = Tensor::empty({rows.numel(), source.dim(1)}, source.dtype());
+    kernels::gather_rows(source, rows, copy);
+    return copy;
+  };
+  const int threads_before = num_threads();
+  for_each_cpu_target([&] {
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (const auto& [M, N, K] : shapes)
+        for (bool ta : {false, true})
+          for (bool tb : {false, true})
+            for (int gathered : {1, 2, 3}) {  // bit 0: a gathered, bit 1: b gathered
+              const bool gather_a = gathered & 1, gather_b = gathered & 2;
+              if (gather_b && tb) continue;
+              for (const auto& [dtype, precision] : std::vector<std::pair<DType, kernels::MatmulPrecision>>{
+                       {DType::F32, kernels::MatmulPrecision::F32},
+                       {DType::F32, kernels::MatmulPrecision::BF16Inputs},
+                       {DType::F64, kernels::MatmulPrecision::F32}}) {
+                if (precision == kernels::MatmulPrecision::BF16Inputs && !cpu::bf16_matmul_available()) continue;
+                const int64_t a_rows_used = ta ? K : M, a_cols = ta ? M : K;
+                const int64_t a_source_rows = gather_a ? a_rows_used / 2 + 3 : a_rows_used;
+                const int64_t b_source_rows = gather_b ? K / 2 + 3 : (tb ? N : K);
+                const Tensor a = random_tensor({a_source_rows, a_cols}, 171, dtype);
+                const Tensor b = random_tensor({b_source_rows, tb ? K : N}, 172, dtype);
+                const Tensor a_rows = gather_a ? random_rows(a_rows_used, a_source_rows, 173) : Tensor();
+                const Tensor b_rows = gather_b ? random_rows(K, b_source_rows, 174) : Tensor();
+                const Tensor c0 = random_tensor({M, N}, 175, dtype);
+                Tensor c = c0.clone(), want = c0.clone();
+                cpu::matmul_gathered(a, a_rows, ta, b, b_rows, tb, c, 1.5, 0.5, precision);
+                cpu::matmul(gathered_copy(a, a_rows), ta, gathered_copy(b, b_rows), tb, want, 1.5, 0.5, precision);
+                const std::string what = "M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                                         " K=" + std::to_string(K) + (ta ? " Ta" : "") + (tb ? " Tb" : "") +
+                                         (gather_a ? " a gathered" : "") + (gather_b ? " b gathered" : "") +
+                                         (precision == kernels::MatmulPrecision::BF16Inputs ? " bf16" : "") + " " +
+                                         dtype_name(dtype) + ", threads " + std::to_string(threads);
+                if (dtype == DType::F64)
+                  EXPECT_EQ(c.to_vector<double>(), want.to_vector<double>()) << what;
+                else
+                  EXPECT_EQ(c.to_vector<float>(), want.to_vector<float>()) << what;
+              }
+            }
+    }
+  });
+  set_num_threads(threads_before);
+}
+
 // beta == 0 must not read C (BLAS semantics): NaN in the output buffer does not leak into the result.
 TEST(GemmKernel, BetaZeroIgnoresGarbageInC) {
   for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{13, 70, 20}, {3, 9, 20}, {64, 130, 300}})

@@ -327,6 +327,57 @@ TEST(MoEStats, PairedGroupedProductsGiveTheBitsOfSeparateCalls) {
   set_num_threads(threads_before);
 }
 
+// The experts read the tokens' rows through the dispatch (a_rows, b_rows: token_of) rather than a copy in
+// expert order: the forward's x W^T, the backward's g W and the weight gradients g^T (w h) and dgate^T x
+// have the bits of the same products on gathered copies, on 1 and 2 threads.
+TEST(MoEStats, GroupedProductsReadGatheredRowsAsTheirCopy) {
+  const std::vector<int64_t> rows = {40, 0, 300, 7, 64, 3};
+  std::vector<int64_t> bounds = {0};
+  for (int64_t r : rows) bounds.push_back(bounds.back() + r);
+  const int64_t E = static_cast<int64_t>(rows.size()), M = bounds.back(), N = 150, H = 48, I = 40;
+  std::vector<int32_t> token_of(static_cast<size_t>(M));
+  for (int64_t m = 0; m < M; ++m) token_of[static_cast<size_t>(m)] = static_cast<int32_t>((m * 37 + m / 5) % N);
+  const Tensor rows_of = Tensor::from_vector<int32_t>({M}, token_of);
+  const Tensor offsets = Tensor::from_vector<int64_t>({E + 1}, bounds);
+  const Tensor x = random_tensor({N, H}, 151), g = random_tensor({N, H}, 152), w_gate = random_tensor({E, I, H}, 153),
+               w_down = random_tensor({E, H, I}, 154), wh = random_tensor({M, I}, 155),
+               d_gate = random_tensor({M, I}, 156);
+  Tensor x_M = Tensor::empty({M, H}), g_M = Tensor::empty({M, H});
+  kernels::gather_rows(x, rows_of, x_M);
+  kernels::gather_rows(g, rows_of, g_M);
+  const int threads_before = num_threads();
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    set_num_threads(threads);
+    Tensor gate = Tensor::empty({M, I}), gate_copy = Tensor::empty({M, I});
+    Tensor dgate = Tensor::empty({M, I}), dgate_copy = Tensor::empty({M, I});
+    kernels::grouped_matmuls({{x, w_gate, true, gate, 0.0, rows_of}, {g, w_down, false, dgate, 0.0, rows_of}}, offsets);
+    kernels::grouped_matmuls({{x_M, w_gate, true, gate_copy, 0.0}, {g_M, w_down, false, dgate_copy, 0.0}}, offsets);
+    EXPECT_EQ(gate.to_vector<float>(), gate_copy.to_vector<float>());
+    EXPECT_EQ(dgate.to_vector<float>(), dgate_copy.to_vector<float>());
+    Tensor dw_down = random_tensor({E, H, I}, 157), dw_gate = Tensor::empty({E, I, H});
+    Tensor dw_down_copy = dw_down.clone(), dw_gate_copy = Tensor::empty({E, I, H});
+    kernels::grouped_weight_grads({{g, wh, dw_down, 1.0, rows_of}, {d_gate, x, dw_gate, 0.0, {}, rows_of}}, offsets);
+    kernels::grouped_weight_grads({{g_M, wh, dw_down_copy, 1.0}, {d_gate, x_M, dw_gate_copy, 0.0}}, offsets);
+    EXPECT_EQ(dw_down.to_vector<float>(), dw_down_copy.to_vector<float>());
+    EXPECT_EQ(dw_gate.to_vector<float>(), dw_gate_copy.to_vector<float>());
+  }
+  set_num_threads(threads_before);
+
+  // A row index outside the source, of the wrong type or length is one clear error, before any work.
+  Tensor gate = Tensor::zeros({M, I});
+  std::vector<int32_t> bad = token_of;
+  bad[5] = static_cast<int32_t>(N);
+  EXPECT_THROW(
+      kernels::grouped_matmuls({{x, w_gate, true, gate, 0.0, Tensor::from_vector<int32_t>({M}, bad)}}, offsets), Error);
+  EXPECT_THROW(kernels::grouped_matmuls({{x, w_gate, true, gate, 0.0, rows_of.to(DType::I64)}}, offsets), Error);
+  EXPECT_THROW(kernels::grouped_matmuls({{x, w_gate, true, gate, 0.0, rows_of.narrow(0, M - 1)}}, offsets), Error);
+  Tensor dw_gate = Tensor::zeros({E, I, H});
+  EXPECT_THROW(kernels::grouped_weight_grads({{d_gate, x, dw_gate, 0.0, {}, rows_of.narrow(0, M - 1)}}, offsets),
+               Error);
+  EXPECT_EQ(gate.to_vector<float>(), std::vector<float>(static_cast<size_t>(M * I), 0.0f));
+}
+
 TEST(MoEStats, PairedGroupedProductsMustShareTheSegments) {
   const Tensor offsets = segment_offsets();
   const Tensor a = random_tensor({15, 6}, 141), w = random_tensor({5, 4, 6}, 142);
