@@ -250,6 +250,9 @@ void routing_entropy(const Tensor& probs, const Tensor& logits, const Tensor& ls
 void dispatch_plan(const Tensor& ids, Tensor& token_of, Tensor& position_of, Tensor& offsets);
 // The grouped GEMM over the segments of a dispatch: for each expert e with rows R_e of offsets,
 // out[R_e] = a[R_e] w[e]^T (trans_w, w [E, N, K]) or a[R_e] w[e] (w [E, K, N]), plus beta out[R_e].
+// A GroupedProduct (GroupedWeightGrad) with a_rows (b_rows) reads row m of that operand from its row
+// a_rows[m]: the tokens' rows in dispatch order, without a copy (the CPU GEMM reads them through the
+// index as it packs; the CUDA path gathers them first).
 void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& out,
                     double beta = 0.0);
 // Several grouped GEMMs over the same segments, taken expert by expert: expert e's products run back to
