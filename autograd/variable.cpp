@@ -10,7 +10,13 @@ namespace lt {
 
 namespace {
 thread_local bool grad_mode = true;
-}
+
+// The gradient of each node's result still being summed over its uses, keyed by the node. Each entry also
+// owns its node (Variable::backward).
+using PendingGrads = std::unordered_map<Node*, std::pair<std::shared_ptr<Node>, Tensor>>;
+// Those of the backward running on this thread, for Node::grad_target.
+thread_local PendingGrads* running_pending = nullptr;
+}  // namespace
 
 bool grad_enabled() { return grad_mode; }
 NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
@@ -54,6 +60,18 @@ void Variable::set_grad_buffer(Tensor buffer) {
 }
 
 GradTarget Node::grad_target(size_t i, const Shape& shape, DType dtype, Device device) {
+  // An intermediate result whose gradient already holds an earlier contribution: add to it, as the engine
+  // would after this backward, unless another tensor holds its storage (gradients may alias, and the
+  // incoming gradient or a saved input may be that storage). The sum has the bits of the engine's: one
+  // addition of this contribution, once rounded, to the pending gradient.
+  if (Node* producer = edges_[i].node.get(); producer != nullptr && running_pending != nullptr) {
+    if (const auto found = running_pending->find(producer); found != running_pending->end()) {
+      const Tensor& pending = found->second.second;
+      if (pending.defined() && pending.sole_owner() && pending.shape() == shape && pending.dtype() == dtype &&
+          pending.device() == device)
+        return {pending, 1.0, true};
+    }
+  }
   VariableImpl* leaf = edges_[i].leaf.get();
   if (leaf == nullptr || !leaf->grad_buffer.defined()) return {Tensor::empty(shape, dtype, device), 0.0, false};
   LT_CHECK(leaf->grad_buffer.shape() == shape, name(), " backward: gradient of shape ", shape_str(shape),
@@ -133,9 +151,15 @@ void Variable::backward(const Tensor& seed_grad) const {
 
   // The gradient of each node's result, summed over its uses. Each entry also owns its node: once the
   // nodes that used a result have run and been freed, the entry may be the last owner of its node,
-  // which must stay alive until it has run (`order` holds only raw pointers).
-  std::unordered_map<Node*, std::pair<std::shared_ptr<Node>, Tensor>> pending;
+  // which must stay alive until it has run (`order` holds only raw pointers). A backward may add its
+  // contribution straight into an entry (Node::grad_target) and return none for that input.
+  PendingGrads pending;
   pending[root] = {impl_->grad_fn, seed_grad};
+  struct RunningPending {
+    PendingGrads* outer = running_pending;
+    explicit RunningPending(PendingGrads* now) { running_pending = now; }
+    ~RunningPending() { running_pending = outer; }
+  } running(&pending);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     auto found = pending.find(*it);
     if (found == pending.end()) continue;  // reached no gradient (e.g. only through integer paths)

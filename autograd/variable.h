@@ -69,9 +69,11 @@ class Variable {
 
 // Where a backward writes the gradient of one input (Node::grad_target).
 struct GradTarget {
-  Tensor tensor;          // the leaf's own gradient storage, or a new tensor of the input's shape
+  Tensor tensor;          // the leaf's own gradient storage, the pending gradient of an intermediate
+                          // result, or a new tensor of the input's shape
   double beta = 0;        // 0: overwrite tensor, 1: add to what it holds (as a GEMM's beta)
-  bool in_place = false;  // tensor is the leaf's gradient: the backward returns nothing for this input
+  bool in_place = false;  // tensor is where the engine keeps this gradient: the backward returns nothing
+                          // for this input
   // What the backward returns for this input once it has written tensor.
   Tensor returned() const { return in_place ? Tensor() : tensor; }
 };
@@ -87,9 +89,11 @@ class Node {
   // Which inputs need a gradient, so a backward can skip work.
   bool needs_grad(size_t i) const { return edges_[i].node != nullptr || edges_[i].leaf != nullptr; }
   // For a backward whose kernel can write or accumulate its result anywhere (a GEMM with beta, a
-  // scatter-add): input i's preallocated leaf gradient when it has one, so the gradient never exists
-  // twice, else a new uninitialised tensor of that shape. Write the target of one input before
-  // asking for the next: an input used twice gets beta 1 the second time.
+  // scatter-add, RMSNorm's dx): input i's preallocated leaf gradient when it has one, so the gradient
+  // never exists twice; for an intermediate result whose gradient already holds another use's
+  // contribution (a residual stream), that pending gradient with beta 1, so the sum costs no pass of its
+  // own; else a new uninitialised tensor of that shape. Write the target of one input before asking
+  // for the next: an input used twice gets beta 1 the second time.
   GradTarget grad_target(size_t i, const Shape& shape, DType dtype, Device device);
   GradTarget grad_target(size_t i, const Tensor& like) {
     return grad_target(i, like.shape(), like.dtype(), like.device());

@@ -73,9 +73,12 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Ten
 // RMSNorm over the last dim C: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps), kept for backward.
 // x, y: [N, C] (any leading shape), w: [C], rstd: [N] (leading shape).
 void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
-// dw is accumulated into (+=), so micro-batches or shared weights can add up; zero it first.
-void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
-                      Tensor& dw);
+// dw is accumulated into (+=), so micro-batches or shared weights can add up; zero it first. dx_beta 0
+// writes dx; 1 adds to it (the residual stream's gradient, which x's other use has begun), each element
+// its own value rounded, then the sum rounded: the bits of writing it apart and adding. dx may share no
+// memory with the other operands (checked).
+void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw,
+                      double dx_beta = 0.0);
 
 // ---- softmax and cross-entropy (tensor/kernels/softmax.cpp) -------------------------------------
 // Over the last dimension.

@@ -13,12 +13,13 @@ struct RmsNormNode : Node {
   const char* name() const override { return "rmsnorm"; }
   std::vector<Tensor> backward(const Tensor& g) override {
     const Tensor x = saved_x.get();
-    Tensor dx = Tensor::empty_like(x);
+    // dx goes straight into the residual stream's gradient where the stream's other use has begun it.
+    GradTarget dx = grad_target(0, x);
     // The kernel accumulates dweight, so it can add straight into the weight's gradient buffer.
     GradTarget dweight = needs_grad(1) ? grad_target(1, weight) : GradTarget{Tensor::empty_like(weight)};
     if (dweight.beta == 0) dweight.tensor.zero_();
-    kernels::rmsnorm_backward(x, weight, rstd, g, dx, dweight.tensor);
-    return {dx, needs_grad(1) ? dweight.returned() : Tensor()};
+    kernels::rmsnorm_backward(x, weight, rstd, g, dx.tensor, dweight.tensor, dx.beta);
+    return {dx.returned(), needs_grad(1) ? dweight.returned() : Tensor()};
   }
 };
 

@@ -62,8 +62,8 @@ void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& g
 
 // ---- normalisation (norm.cc) ---------------------------------------------------------------------
 void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
-void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
-                      Tensor& dw);
+void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw,
+                      bool add_to_dx);
 
 // ---- softmax and cross-entropy (softmax.cc) ------------------------------------------------------
 void softmax(const Tensor& x, Tensor& y);

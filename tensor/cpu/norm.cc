@@ -99,7 +99,7 @@ void RmsNormT(const T* x_NC, const T* w_C, double eps, T* y_NC, T* rstd_N, int64
 
 template <class T>
 void RmsNormBackwardT(const T* x_NC, const T* w_C, const T* rstd_N, const T* dy_NC, T* dx_NC, T* dw_C, int64_t N,
-                      int64_t C) {
+                      int64_t C, bool add_to_dx) {
   // Per-chunk dw partials, kept between calls so steady-state steps allocate nothing.
   static thread_local std::vector<T> partial_dw;
   const int64_t grain = row_grain(C);
@@ -124,11 +124,13 @@ void RmsNormBackwardT(const T* x_NC, const T* w_C, const T* rstd_N, const T* dy_
       for (; j + lanes <= C; j += lanes) {
         const auto xv = hn::LoadU(d, x + j), dyv = hn::LoadU(d, dy + j);
         const auto g = hn::Mul(hn::LoadU(d, w_C + j), dyv);
-        hn::StoreU(hn::NegMulAdd(coefv, xv, hn::Mul(rv, g)), d, dx + j);
+        const auto dxv = hn::NegMulAdd(coefv, xv, hn::Mul(rv, g));
+        hn::StoreU(add_to_dx ? hn::Add(dxv, hn::LoadU(d, dx + j)) : dxv, d, dx + j);
         hn::StoreU(hn::MulAdd(dyv, hn::Mul(xv, rv), hn::LoadU(d, dw_part + j)), d, dw_part + j);
       }
       for (; j < C; ++j) {
-        dx[j] = rt * (w_C[j] * dy[j]) - coef * x[j];
+        const T value = rt * (w_C[j] * dy[j]) - coef * x[j];
+        dx[j] = add_to_dx ? value + dx[j] : value;
         dw_part[j] += dy[j] * (x[j] * rt);
       }
     }
@@ -148,10 +150,11 @@ void RmsNormKernel(DType dtype, const void* x, const void* w, double eps, void* 
 }
 
 void RmsNormBackwardKernel(DType dtype, const void* x, const void* w, const void* rstd, const void* dy, void* dx,
-                           void* dw, int64_t N, int64_t C) {
-  LT_FLOAT_SWITCH(dtype, T,
-                  RmsNormBackwardT<T>(static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(rstd),
-                                      static_cast<const T*>(dy), static_cast<T*>(dx), static_cast<T*>(dw), N, C));
+                           void* dw, int64_t N, int64_t C, bool add_to_dx) {
+  LT_FLOAT_SWITCH(
+      dtype, T,
+      RmsNormBackwardT<T>(static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(rstd),
+                          static_cast<const T*>(dy), static_cast<T*>(dx), static_cast<T*>(dw), N, C, add_to_dx));
 }
 
 }  // namespace lt::cpu::HWY_NAMESPACE
@@ -168,11 +171,12 @@ void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rs
                                       x.numel() / C, C);
 }
 
-void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
-                      Tensor& dw) {
+void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw,
+                      bool add_to_dx) {
   const int64_t C = x.dim(-1);
-  HWY_DYNAMIC_DISPATCH(RmsNormBackwardKernel)(x.dtype(), x.raw_data(), w.raw_data(), rstd.raw_data(), dy.raw_data(),
-                                              dx.raw_data(), dw.raw_data(), x.numel() / C, C);
+  HWY_DYNAMIC_DISPATCH(RmsNormBackwardKernel)
+  (x.dtype(), x.raw_data(), w.raw_data(), rstd.raw_data(), dy.raw_data(), dx.raw_data(), dw.raw_data(), x.numel() / C,
+   C, add_to_dx);
 }
 
 }  // namespace lt::cpu

@@ -72,7 +72,8 @@ void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& g
 
 // RMSNorm over the last dim C, forward and backward (dw accumulated into), f32 or f64 (norm.cu).
 void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd);
-void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw);
+void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw,
+                      bool add_to_dx);
 
 // Softmax and log-softmax over the last dimension, forward and backward, f32 or f64 (softmax.cu).
 void softmax(const Tensor& x, Tensor& y);

@@ -32,10 +32,10 @@ __global__ void rmsnorm_kernel(const T* x_NC, const T* w_C, double eps, T* y_NC,
   }
 }
 
-// dx = rstd g - x rstd^3 mean(g x), g = w dy.
+// dx = rstd g - x rstd^3 mean(g x), g = w dy; with add_to_dx, added to what dx holds.
 template <class T>
 __global__ void rmsnorm_dx_kernel(const T* x_NC, const T* w_C, const T* rstd_N, const T* dy_NC, T* dx_NC, int64_t N,
-                                  int64_t C) {
+                                  int64_t C, bool add_to_dx) {
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const T* x = x_NC + n * C;
     const T* dy = dy_NC + n * C;
@@ -46,7 +46,10 @@ __global__ void rmsnorm_dx_kernel(const T* x_NC, const T* w_C, const T* rstd_N, 
     const double mean_gx = block_sum(dot) / static_cast<double>(C);
     const T rt = static_cast<T>(r), coef = static_cast<T>(r * r * r * mean_gx);
     T* dx = dx_NC + n * C;
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) dx[j] = rt * (w_C[j] * dy[j]) - coef * x[j];
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+      const T value = rt * (w_C[j] * dy[j]) - coef * x[j];
+      dx[j] = add_to_dx ? value + dx[j] : value;
+    }
   }
 }
 
@@ -72,13 +75,14 @@ void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rs
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
-void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw) {
+void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw,
+                      bool add_to_dx) {
   const int64_t C = x.dim(-1), N = x.numel() / C;
   if (N == 0) return;
   const DeviceGuard guard(x.device().index);
   LT_FLOAT_SWITCH(x.dtype(), T, {
-    LT_CUDA_LAUNCH(row_blocks(N), kRowThreads, rmsnorm_dx_kernel<T>)(x.data<T>(), w.data<T>(), rstd.data<T>(),
-                                                                      dy.data<T>(), dx.data<T>(), N, C);
+    LT_CUDA_LAUNCH(row_blocks(N), kRowThreads, rmsnorm_dx_kernel<T>)
+    (x.data<T>(), w.data<T>(), rstd.data<T>(), dy.data<T>(), dx.data<T>(), N, C, add_to_dx);
     LT_CUDA_LAUNCH(blocks_for(C), kThreadsPerBlock, rmsnorm_dw_kernel<T>)(x.data<T>(), rstd.data<T>(), dy.data<T>(),
                                                                           dw.data<T>(), N, C);
   });

@@ -27,19 +27,23 @@ void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rs
   cpu::rmsnorm(x, w, eps, y, rstd);
 }
 
-void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,
-                      Tensor& dw) {
-  const Shape lead = check_rmsnorm_operands(x, w, "rmsnorm_backward");
-  check_like(rstd, x, "rmsnorm_backward", "rstd");
-  check_shape(rstd, lead, "rmsnorm_backward", "rstd");
-  check_same(dy, x, "rmsnorm_backward", "dy");
-  check_same(dx, x, "rmsnorm_backward", "dx");
-  check_like(dw, x, "rmsnorm_backward", "dw");
-  check_shape(dw, w.shape(), "rmsnorm_backward", "dw");
+void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw,
+                      double dx_beta) {
+  const char* op = "rmsnorm_backward";
+  const Shape lead = check_rmsnorm_operands(x, w, op);
+  check_like(rstd, x, op, "rstd");
+  check_shape(rstd, lead, op, "rstd");
+  check_same(dy, x, op, "dy");
+  check_same(dx, x, op, "dx");
+  check_like(dw, x, op, "dw");
+  check_shape(dw, w.shape(), op, "dw");
+  LT_CHECK(dx_beta == 0 || dx_beta == 1, op, ": dx_beta must be 0 or 1, got ", dx_beta);
+  check_outputs_apart(op, {{&dx, "dx"}, {&dw, "dw"}}, {{&x, "x"}, {&w, "w"}, {&rstd, "rstd"}, {&dy, "dy"}});
+  const bool add_to_dx = dx_beta == 1;
   if constexpr (kCudaBackend) {
-    if (!x.is_cpu()) return cuda::rmsnorm_backward(x, w, rstd, dy, dx, dw);
+    if (!x.is_cpu()) return cuda::rmsnorm_backward(x, w, rstd, dy, dx, dw, add_to_dx);
   }
-  cpu::rmsnorm_backward(x, w, rstd, dy, dx, dw);
+  cpu::rmsnorm_backward(x, w, rstd, dy, dx, dw, add_to_dx);
 }
 
 }  // namespace lt::kernels

@@ -5,6 +5,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "tensor/allocator.h"
+#include "tensor/kernels.h"
 #include "tests/test_util.h"
 
 namespace lt {
@@ -96,6 +97,65 @@ TEST(Engine, PendingGradientsThatAliasAreSummedApart) {
     const Variable x = leaf({1, 2}), y = leaf({3, 4});
     const Variable u = scale(x, 1.0), v = scale(y, 1.0);
     const Variable shared = sum(add(u, v)), own = add(sum(scale(u, 10.0)), sum(scale(v, 100.0)));
+    (add_first ? add(shared, own) : add(own, shared)).backward();
+    EXPECT_EQ(grad_of(x), (std::vector<double>{11, 11})) << add_first;
+    EXPECT_EQ(grad_of(y), (std::vector<double>{101, 101})) << add_first;
+  }
+}
+
+// x * factor, whose backward writes its gradient through grad_target and records what it was given.
+struct ScaleIntoTargetNode : Node {
+  double factor;
+  std::vector<GradTarget>* seen;
+  const char* name() const override { return "scale_into_target"; }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    GradTarget t = grad_target(0, g);
+    seen->push_back(t);
+    if (t.beta == 0)
+      kernels::scale(g, factor, t.tensor);
+    else
+      kernels::axpy(factor, g, t.tensor);
+    return {t.returned()};
+  }
+};
+
+Variable scale_into_target(const Variable& x, double factor, std::vector<GradTarget>* seen) {
+  Tensor out = Tensor::empty_like(x.value());
+  kernels::scale(x.value(), factor, out);
+  auto node = std::make_shared<ScaleIntoTargetNode>();
+  node->factor = factor;
+  node->seen = seen;
+  return make_result(out, node, {x});
+}
+
+TEST(Engine, ABackwardAddsIntoThePendingGradientOfAnIntermediate) {
+  // u has two uses; whichever backward runs second finds u's gradient begun by the other and, through
+  // grad_target, adds to it (beta 1, nothing returned) rather than handing the engine a second tensor
+  // to sum. Both orders of the loss's terms.
+  int added_into = 0;
+  for (bool probe_first : {true, false}) {
+    std::vector<GradTarget> seen;
+    const Variable x = leaf({1, 2});
+    const Variable u = scale(x, 1.0);
+    const Variable probed = sum(scale_into_target(u, 10.0, &seen)), plain = sum(scale(u, 100.0));
+    (probe_first ? add(probed, plain) : add(plain, probed)).backward();
+    EXPECT_EQ(grad_of(x), (std::vector<double>{110, 110})) << probe_first;
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0].in_place, seen[0].beta == 1) << probe_first;
+    added_into += seen[0].in_place;
+  }
+  EXPECT_GE(added_into, 1) << "in neither order did the second use add into the first one's gradient";
+}
+
+TEST(Engine, APendingGradientThatAliasesIsNotAddedInto) {
+  // add hands one gradient tensor to both u and v; a later use of u must not add into it in place, or v
+  // would see the sum through the storage they share.
+  for (bool add_first : {true, false}) {
+    std::vector<GradTarget> seen;
+    const Variable x = leaf({1, 2}), y = leaf({3, 4});
+    const Variable u = scale(x, 1.0), v = scale(y, 1.0);
+    const Variable shared = sum(add(u, v));
+    const Variable own = add(sum(scale_into_target(u, 10.0, &seen)), sum(scale_into_target(v, 100.0, &seen)));
     (add_first ? add(shared, own) : add(own, shared)).backward();
     EXPECT_EQ(grad_of(x), (std::vector<double>{11, 11})) << add_first;
     EXPECT_EQ(grad_of(y), (std::vector<double>{101, 101})) << add_first;

@@ -202,7 +202,8 @@ OpCase activation_case(DType dtype, double tolerance) {
           }};
 }
 
-// RMSNorm forward and backward over rows shorter and longer than a block (256), dw accumulated into.
+// RMSNorm forward and backward over rows shorter and longer than a block (256), dw accumulated into, dx
+// written and added to.
 OpCase rmsnorm_case(DType dtype, double tolerance) {
   return {"rmsnorm", dtype_name(dtype), tolerance, [dtype](Device device) {
             Outputs outputs;
@@ -215,8 +216,10 @@ OpCase rmsnorm_case(DType dtype, double tolerance) {
               Tensor dx = Tensor::empty(shape, dtype, device), dw = input({C}, 16, dtype, device);
               kernels::rmsnorm(x, w, 1e-6, y, rstd);
               kernels::rmsnorm_backward(x, w, rstd, dy, dx, dw);
-              for (const auto& [what, out] :
-                   std::vector<std::pair<std::string, Tensor>>{{"y", y}, {"rstd", rstd}, {"dx", dx}, {"dw", dw}})
+              Tensor dx_added = input(shape, 17, dtype, device), dw_again = Tensor::zeros({C}, dtype, device);
+              kernels::rmsnorm_backward(x, w, rstd, dy, dx_added, dw_again, 1.0);
+              for (const auto& [what, out] : std::vector<std::pair<std::string, Tensor>>{
+                       {"y", y}, {"rstd", rstd}, {"dx", dx}, {"dw", dw}, {"dx added to", dx_added}})
                 outputs.push_back({what + " " + shape_str(shape), out});
             }
             return outputs;

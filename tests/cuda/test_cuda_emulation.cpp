@@ -278,7 +278,8 @@ TEST(CudaEmulation, ActivationsMatchTheCpuKernels) {
 // ---- norm.cu -------------------------------------------------------------------------------------
 
 // Rows shorter and longer than the 256-thread block, one row and many: the block's shared-memory sum
-// and the column loop of dw. Sums run in another order than the CPU's, so values agree to rounding.
+// and the column loop of dw; dx written and dx added to. Sums run in another order than the CPU's, so
+// values agree to rounding.
 TEST(CudaEmulation, RmsNormMatchesTheCpuKernel) {
   for (DType dtype : {DType::F32, DType::F64})
     for (const Shape& shape : std::vector<Shape>{{1, 1}, {3, 7}, {2, 5, 300}, {9, 1000}}) {
@@ -287,18 +288,23 @@ TEST(CudaEmulation, RmsNormMatchesTheCpuKernel) {
       const Shape lead(shape.begin(), shape.end() - 1);
       const Tensor x = test::random_tensor(shape, 21, dtype), w = test::random_tensor({C}, 22, dtype);
       const Tensor dy = test::random_tensor(shape, 23, dtype), dw0 = test::random_tensor({C}, 24, dtype);
-      Tensor y = Tensor::empty(shape, dtype), rstd = Tensor::empty(lead, dtype), dx = Tensor::empty(shape, dtype);
-      Tensor y_e = Tensor::empty(shape, dtype), rstd_e = Tensor::empty(lead, dtype), dx_e = Tensor::empty(shape, dtype);
-      Tensor dw = dw0.clone(), dw_e = dw0.clone();  // accumulated into
+      const Tensor dx0 = test::random_tensor(shape, 25, dtype);
+      Tensor y = Tensor::empty(shape, dtype), rstd = Tensor::empty(lead, dtype);
+      Tensor y_e = Tensor::empty(shape, dtype), rstd_e = Tensor::empty(lead, dtype);
       kernels::rmsnorm(x, w, 1e-6, y, rstd);
       cuda_emulated::rmsnorm(x, w, 1e-6, y_e, rstd_e);
-      kernels::rmsnorm_backward(x, w, rstd, dy, dx, dw);
-      cuda_emulated::rmsnorm_backward(x, w, rstd, dy, dx_e, dw_e);
       const std::string where = std::string(dtype_name(dtype)) + " " + Tensor::empty(shape).str();
       test::expect_close(values(y_e), values(y), tolerance, tolerance, "y " + where);
       test::expect_close(values(rstd_e), values(rstd), tolerance, tolerance, "rstd " + where);
-      test::expect_close(values(dx_e), values(dx), tolerance, tolerance, "dx " + where);
-      test::expect_close(values(dw_e), values(dw), tolerance, tolerance, "dw " + where);
+      for (bool add_to_dx : {false, true}) {
+        Tensor dx = dx0.clone(), dx_e = dx0.clone();
+        Tensor dw = dw0.clone(), dw_e = dw0.clone();  // accumulated into
+        kernels::rmsnorm_backward(x, w, rstd, dy, dx, dw, add_to_dx ? 1.0 : 0.0);
+        cuda_emulated::rmsnorm_backward(x, w, rstd, dy, dx_e, dw_e, add_to_dx);
+        const std::string how = where + (add_to_dx ? ", dx added to" : "");
+        test::expect_close(values(dx_e), values(dx), tolerance, tolerance, "dx " + how);
+        test::expect_close(values(dw_e), values(dw), tolerance, tolerance, "dw " + how);
+      }
     }
 }
 

@@ -207,6 +207,40 @@ TEST(RmsNormKernels, BackwardIsDeterministic) {
   }
 }
 
+// dx_beta 1 adds dx to what dx holds (the residual stream's gradient begun by x's other use) with the
+// bits of writing it apart and then adding, on every target, f32 and f64, rows with and without a vector
+// tail. dx may not share memory with an input.
+TEST(RmsNormKernels, BackwardAddsToDxWithTheBitsOfASeparateSum) {
+  for_each_cpu_target([] {
+    for (DType dtype : {DType::F32, DType::F64})
+      for (const Shape& shape : std::vector<Shape>{{5, 64}, {3, 129}, {2, 7}}) {
+        const int64_t C = shape.back();
+        const Tensor x = random_tensor(shape, 32, dtype), w = random_tensor({C}, 33, dtype);
+        const Tensor dy = random_tensor(shape, 34, dtype), dx0 = random_tensor(shape, 35, dtype);
+        Tensor y = Tensor::empty(shape, dtype), rstd = Tensor::empty({shape[0]}, dtype);
+        kernels::rmsnorm(x, w, 1e-6, y, rstd);
+        Tensor dx_apart = Tensor::empty(shape, dtype), dw = Tensor::zeros({C}, dtype);
+        kernels::rmsnorm_backward(x, w, rstd, dy, dx_apart, dw);
+        Tensor want = Tensor::empty(shape, dtype), dx = dx0.clone(), dw_added = Tensor::zeros({C}, dtype);
+        kernels::add(dx_apart, dx0, want);
+        kernels::rmsnorm_backward(x, w, rstd, dy, dx, dw_added, 1.0);
+        const std::string what = std::string(dtype_name(dtype)) + " " + shape_str(shape);
+        if (dtype == DType::F32) {
+          EXPECT_EQ(dx.to_vector<float>(), want.to_vector<float>()) << what;
+          EXPECT_EQ(dw_added.to_vector<float>(), dw.to_vector<float>()) << what;
+        } else {
+          EXPECT_EQ(dx.to_vector<double>(), want.to_vector<double>()) << what;
+        }
+      }
+  });
+  const Tensor x = random_tensor({3, 17}, 36), w = random_tensor({17}, 37);
+  Tensor dy = random_tensor({3, 17}, 38), rstd = Tensor::empty({3}), y = Tensor::empty_like(x);
+  kernels::rmsnorm(x, w, 1e-6, y, rstd);
+  Tensor dx = Tensor::zeros({3, 17}), dw = Tensor::zeros({17});
+  EXPECT_THROW(kernels::rmsnorm_backward(x, w, rstd, dy, dx, dw, 0.5), Error);
+  EXPECT_THROW(kernels::rmsnorm_backward(x, w, rstd, dy, dy, dw, 1.0), Error);
+}
+
 TEST(RmsNormKernels, RejectsMismatchedShapes) {
   const Tensor x = Tensor::zeros({3, 17});
   Tensor y = Tensor::empty_like(x), rstd = Tensor::empty({3});
