@@ -70,9 +70,12 @@ struct MoEExpertsNode : Node {
       expert_matmuls(profile::Phase::Backward,
                      {{dgate_MI, gate_EIH, false, dx_MH, 0.0}, {dup_MI, up_EIH, false, dx_MH, 1.0}}, offsets);
       // Each token's k rows summed in slot order, written once: the combine at unit weights (a
-      // scatter-add would zero dx first and then read and write each token's row k times).
-      dx = Tensor::empty_like(g_NH);
-      kernels::combine_rows(dx_MH, Tensor::full(w_NK.shape(), 1.0, w_NK.dtype(), w_NK.device()), position_of, dx);
+      // scatter-add would zero dx first and then read and write each token's row k times), added to x's
+      // gradient where its other uses (the shared expert, the router) have begun it.
+      GradTarget dx_target = grad_target(0, g_NH);
+      kernels::combine_rows(dx_MH, Tensor::full(w_NK.shape(), 1.0, w_NK.dtype(), w_NK.device()), position_of,
+                            dx_target.tensor, dx_target.beta);
+      dx = dx_target.returned();
     }
     return {dx, dw, dgate.returned(), dup.returned(), ddown.returned()};
   }

@@ -191,8 +191,9 @@ void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& c
                          double balance_scale, double z_scale, Tensor& dlogits);
 // The weighted combine of the experts' outputs: out[n, :] = sum_j w[n, j] * y[pos[n k + j], :] for
 // y [M = N k, C] (rows in expert order), w [N, k], pos [N k] i32 (where each assignment's row sits in y),
-// summed in j order.
-void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out);
+// summed in j order. out_beta 1 adds that sum to what out holds (the experts' dx into a gradient begun by
+// x's other uses), with the bits of the sum apart plus out; out may then share no memory with y.
+void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out, double out_beta = 0.0);
 // The combine's backward with the routed experts' SwiGLU backward folded in, taken before their down
 // projection y = h W_down^T, h = silu(gate) up (gate, up, t, h, dup [M, I], rows in expert order). On
 // entry t = g_M W_down, the gradient of h at weight 1. Per assignment a at row m = pos[a] (w [N, k], pos

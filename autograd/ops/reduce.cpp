@@ -48,9 +48,14 @@ Variable reduce_all(const Variable& x, double factor) {
 
 Variable reshape(const Variable& x, const Shape& shape) {
   LT_PROFILE_SCOPE("reshape");
+  Tensor view = x.value().reshape(shape);
+  // To its own shape (a Linear's [N, C] input, already 2-D): x itself, with no node in between, so that
+  // the consumer's backward can add straight into x's gradient (Node::grad_target) rather than hand the
+  // engine a view of a separate one to sum.
+  if (view.shape() == x.shape()) return x;
   auto node = std::make_shared<ReshapeNode>();
   node->input_shape = x.shape();
-  Variable result = make_result(x.value().reshape(shape), node, {x});
+  Variable result = make_result(std::move(view), node, {x});
   // A view shares its value's bf16 slot (autograd/saved.h); only GPU values are ever kept in bf16.
   if (!x.value().is_cpu()) {
     if (!x.impl()->saved_bf16) x.impl()->saved_bf16 = std::make_shared<Tensor>();

@@ -108,7 +108,7 @@ void router_topk_backward(const Tensor& probs, const Tensor& ids, bool renormali
 void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& counts, const Tensor& upstream,
                          double balance_scale,
                          double z_scale, Tensor& dlogits);
-void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out);
+void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out, bool add_to_out);
 
 // ---- optimiser (adamw.cc) ------------------------------------------------------------------------
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step);

@@ -129,7 +129,7 @@ void router_topk_backward(const Tensor& probs, const Tensor& ids, bool renormali
                           double scale, Tensor& dlogits);
 void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& counts, const Tensor& upstream,
                          double balance_scale, double z_scale, Tensor& dlogits);
-void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out);
+void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out, bool add_to_out);
 void routing_warmup_observe(const Tensor& logits, double momentum, Tensor& stats);
 void routing_warmup_noise(const Tensor& stats, const Tensor& eps, double alpha, Tensor& noise);
 void router_aux_loss(const Tensor& probs, const Tensor& lse, const Tensor& ids, double balance_coef, double z_coef,

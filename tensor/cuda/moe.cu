@@ -39,15 +39,15 @@ __global__ void router_aux_backward_kernel(const T* probs, const T* lse, const T
     RouterAuxBackwardRow(probs + n * E, lse[n], counts, E, a, b, dlogits + n * E);
 }
 
-// out[n, c] = sum_j w[n, j] y[pos[n k + j], c], j in order.
+// out[n, c] = sum_j w[n, j] y[pos[n k + j], c], j in order; with add_to_out, that sum plus out[n, c].
 template <class T>
 __global__ void combine_rows_kernel(const T* y, const T* w, const int32_t* pos, int64_t N, int64_t k, int64_t C,
-                                    T* out) {
+                                    bool add_to_out, T* out) {
   for (int64_t i = first_index(); i < N * C; i += grid_stride()) {
     const int64_t n = i / C, c = i % C;
     T total = w[n * k] * y[static_cast<int64_t>(pos[n * k]) * C + c];
     for (int64_t j = 1; j < k; ++j) total += w[n * k + j] * y[static_cast<int64_t>(pos[n * k + j]) * C + c];
-    out[i] = total;
+    out[i] = add_to_out ? total + out[i] : total;
   }
 }
 
@@ -92,13 +92,13 @@ void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& c
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
-void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out) {
+void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out, bool add_to_out) {
   const int64_t N = w.dim(0), k = w.dim(1), C = y.dim(1);
   if (N * C == 0) return;
   const DeviceGuard guard(y.device().index);
   LT_FLOAT_SWITCH(y.dtype(), T, {
-    LT_CUDA_LAUNCH(blocks_for(N * C), kThreadsPerBlock, combine_rows_kernel<T>)(
-        y.data<T>(), w.data<T>(), pos.data<int32_t>(), N, k, C, out.data<T>());
+    LT_CUDA_LAUNCH(blocks_for(N * C), kThreadsPerBlock, combine_rows_kernel<T>)
+    (y.data<T>(), w.data<T>(), pos.data<int32_t>(), N, k, C, add_to_out, out.data<T>());
   });
   LT_CUDA_CHECK(cudaGetLastError());
 }

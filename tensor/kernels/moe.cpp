@@ -81,14 +81,18 @@ void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& c
   cpu::router_aux_backward(probs, lse, counts, upstream, balance_scale, z_scale, dlogits);
 }
 
-void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out) {
-  check_combine(y, w, pos, "combine_rows");
-  check_like(out, y, "combine_rows", "out");
-  check_shape(out, {w.dim(0), y.dim(1)}, "combine_rows", "out");
+void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out, double out_beta) {
+  const char* op = "combine_rows";
+  check_combine(y, w, pos, op);
+  check_like(out, y, op, "out");
+  check_shape(out, {w.dim(0), y.dim(1)}, op, "out");
+  LT_CHECK(out_beta == 0 || out_beta == 1, op, ": out_beta must be 0 or 1, got ", out_beta);
+  check_outputs_apart(op, {{&out, "out"}}, {{&y, "y"}, {&w, "w"}, {&pos, "pos"}});
+  const bool add_to_out = out_beta == 1;
   if constexpr (kCudaBackend) {
-    if (!y.is_cpu()) return cuda::combine_rows(y, w, pos, out);
+    if (!y.is_cpu()) return cuda::combine_rows(y, w, pos, out, add_to_out);
   }
-  cpu::combine_rows(y, w, pos, out);
+  cpu::combine_rows(y, w, pos, out, add_to_out);
 }
 
 void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate, const Tensor& up, Tensor& t,

@@ -162,6 +162,18 @@ TEST(Engine, APendingGradientThatAliasesIsNotAddedInto) {
   }
 }
 
+TEST(Engine, AReshapeToItsOwnShapeIsTheVariableItself) {
+  // No node in between: a consumer of the "reshaped" value (a Linear's 2-D input) reaches x's gradient
+  // through grad_target directly.
+  const Variable x(Tensor::from_vector<double>({2, 3}, {1, 2, 3, 4, 5, 6}), true);
+  const Variable u = scale(x, 2.0);
+  EXPECT_EQ(reshape(u, {2, 3}).impl(), u.impl());
+  EXPECT_EQ(reshape(u, {-1, 3}).impl(), u.impl());
+  EXPECT_NE(reshape(u, {3, 2}).impl(), u.impl());
+  sum(mul(reshape(u, {-1, 3}), reshape(reshape(u, {3, 2}), {2, 3}))).backward();  // sum(u^2): 8 x
+  EXPECT_EQ(grad_of(x), (std::vector<double>{8, 16, 24, 32, 40, 48}));
+}
+
 TEST(Engine, NoGradGuardRecordsNothing) {
   const Variable x = leaf({1, 2, 3});
   {

@@ -499,6 +499,8 @@ OpCase moe_case(DType dtype, double tolerance) {
               const Tensor y = input({M, C}, 52, dtype, device);
               Tensor combined = Tensor::empty({N, C}, dtype, device);
               kernels::combine_rows(y, weights, position, combined);
+              Tensor combined_added = input({N, C}, 60, dtype, device);
+              kernels::combine_rows(y, weights, position, combined_added, 1.0);
               const Tensor gate = input({M, C}, 57, dtype, device), up = input({M, C}, 58, dtype, device);
               Tensor t = input({M, C}, 53, dtype, device), h = Tensor::empty({M, C}, dtype, device);
               Tensor dup = Tensor::empty({M, C}, dtype, device), dw = Tensor::empty({N, k}, dtype, device);
@@ -532,6 +534,7 @@ OpCase moe_case(DType dtype, double tolerance) {
                                                      {"position_of", as_float(position)},
                                                      {"offsets", as_float(offsets)},
                                                      {"combined", combined},
+                                                     {"combined added to out", combined_added},
                                                      {"dgate", t},
                                                      {"h", h},
                                                      {"dup", dup},

@@ -752,8 +752,13 @@ TEST(CudaEmulation, RouterAndCombineMatchTheCpuKernels) {
         const Tensor y = test::random_tensor({M, C}, 134, dtype);
         Tensor out = Tensor::empty({N, C}, dtype), out_e = Tensor::full({N, C}, NAN, dtype);
         kernels::combine_rows(y, weights, pos, out);
-        cuda_emulated::combine_rows(y, weights, pos, out_e);
+        cuda_emulated::combine_rows(y, weights, pos, out_e, false);
         expect_same_bits(out_e, out, "combine_rows " + where);
+        const Tensor before = test::random_tensor({N, C}, 139, dtype);
+        Tensor added = before.clone(), added_e = before.clone();
+        kernels::combine_rows(y, weights, pos, added, 1.0);
+        cuda_emulated::combine_rows(y, weights, pos, added_e, true);
+        expect_same_bits(added_e, added, "combine_rows added to out " + where);
         // Its backward with the experts' SwiGLU, for up to 64 rows (each is a block of 256 fibers): rows
         // shorter and longer than the block. The exponentials may differ in the last bit, and the block
         // sums dw in f64 where the CPU sums vector lanes.

@@ -75,6 +75,16 @@ TEST(MoEKernels, CombineRowsSumsEachTokensExpertRowsInSlotOrder) {
         for (int64_t c = 0; c < C; ++c) want[n * C + c] += wv[n * k + j] * yv[position[n * k + j] * C + c];
     const double tol = dtype == DType::F32 ? 1e-5 : 1e-13;
     expect_close(out.to(DType::F64).to_vector<double>(), want, tol, tol, dtype_name(dtype));
+    // out_beta 1: the same sums added to what out holds, with the bits of the sum apart plus out.
+    const Tensor before = random_tensor({N, C}, 34, dtype);
+    Tensor added = before.clone(), want_added = Tensor::empty({N, C}, dtype);
+    kernels::combine_rows(y, w, pos, added, 1.0);
+    kernels::add(out, before, want_added);
+    EXPECT_EQ(added.to(DType::F64).to_vector<double>(), want_added.to(DType::F64).to_vector<double>())
+        << dtype_name(dtype);
+    EXPECT_THROW(kernels::combine_rows(y, w, pos, added, 0.5), Error);
+    Tensor inside_y = y.narrow(0, N);
+    EXPECT_THROW(kernels::combine_rows(y, w, pos, inside_y, 1.0), Error);
   }
 }
 
