@@ -3,7 +3,6 @@
 // so splitting them across threads keeps results independent of the thread count.
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "tensor/cpu/kernels.h"
 #include "tensor/dtype_switch.h"
@@ -68,6 +67,9 @@ void router_aux_backward(const Tensor& probs, const Tensor& lse, const Tensor& c
 }
 
 void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& out, bool add_to_out) {
+  // Adding to out, each piece of a row's sum is formed apart first, so that out's value joins it last;
+  // pieces of kColumns keep that scratch on the stack.
+  constexpr int64_t kColumns = 256;
   const int64_t N = w.dim(0), k = w.dim(1), C = y.dim(1);
   LT_FLOAT_SWITCH(y.dtype(), T, {
     const T* py = y.data<T>();
@@ -75,21 +77,21 @@ void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& o
     const int32_t* ppos = pos.data<int32_t>();
     T* po = out.data<T>();
     parallel_for(N, row_grain(k * C), [&](int64_t begin, int64_t end) {
-      // Adding to out, a row's sum is formed apart first, so that out's value joins it last.
-      thread_local std::vector<T> sum_row;
-      if (add_to_out && static_cast<int64_t>(sum_row.size()) < C) sum_row.resize(static_cast<size_t>(C));
-      for (int64_t n = begin; n < end; ++n) {
-        T* o = add_to_out ? sum_row.data() : po + n * C;
-        const T* y0 = py + static_cast<int64_t>(ppos[n * k]) * C;
-        for (int64_t c = 0; c < C; ++c) o[c] = pw[n * k] * y0[c];
-        for (int64_t j = 1; j < k; ++j) {
-          const T* yj = py + static_cast<int64_t>(ppos[n * k + j]) * C;
-          const T wj = pw[n * k + j];
-          for (int64_t c = 0; c < C; ++c) o[c] += wj * yj[c];
+      T sum[kColumns];
+      for (int64_t n = begin; n < end; ++n)
+        for (int64_t c0 = 0; c0 < C; c0 += kColumns) {
+          const int64_t width = std::min(kColumns, C - c0);
+          T* o = add_to_out ? sum : po + n * C + c0;
+          const T* y0 = py + static_cast<int64_t>(ppos[n * k]) * C + c0;
+          for (int64_t c = 0; c < width; ++c) o[c] = pw[n * k] * y0[c];
+          for (int64_t j = 1; j < k; ++j) {
+            const T* yj = py + static_cast<int64_t>(ppos[n * k + j]) * C + c0;
+            const T wj = pw[n * k + j];
+            for (int64_t c = 0; c < width; ++c) o[c] += wj * yj[c];
+          }
+          if (add_to_out)
+            for (int64_t c = 0; c < width; ++c) po[n * C + c0 + c] = sum[c] + po[n * C + c0 + c];
         }
-        if (add_to_out)
-          for (int64_t c = 0; c < C; ++c) po[n * C + c] = o[c] + po[n * C + c];
-      }
     });
   });
 }
