@@ -674,10 +674,16 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   const int64_t a_rows_packed = amx ? CeilDiv(std::min(row_block, m1 - m0), kAmxBlockRows) * kAmxBlockRows
                                     : CeilDiv(std::min(row_block, m1 - m0), kTileRows) * kTileRows;
 
-  // An operand read in place packs only its partial last panel.
-  P* a_packed = PackBuffer<P, 0>((a_in_place ? kTileRows : a_rows_packed) * padded_unit_step);
-  P* b_packed = PackBuffer<P, 1>((b_in_place ? 1 : CeilDiv(std::min(column_block, n1 - n0), tile_cols)) * tile_cols *
-                                 padded_unit_step);
+  // A thread's packing buffers are the largest that any block needs (an MC x KC block of A, a KC x NC
+  // block of B: 2 MiB and 1 MiB in f32), whatever this GEMM's shape: the shapes a thread meets depend on
+  // which work it takes over from the other threads, and the experts' weight gradients have K = their
+  // segment's rows, which change from step to step. Sized by the GEMM, a buffer could grow in any step
+  // (a system allocation in the steady state).
+  const int64_t block_units = kDepthBlockBytes / int64_t(sizeof(P));
+  const int64_t buffer_units = amx ? CeilDiv(block_units, kAmxDepthUnits) * kAmxDepthUnits : block_units;
+  const int64_t buffer_rows = amx ? CeilDiv(kRowBlock, kAmxBlockRows) * kAmxBlockRows : kRowBlock;
+  P* a_packed = PackBuffer<P, 0>(buffer_rows * buffer_units);
+  P* b_packed = PackBuffer<P, 1>(CeilDiv(column_block, tile_cols) * tile_cols * buffer_units);
   // Pairs are always packed, so their A panels are always kTileRows units per k.
   const auto accumulate = [d](int64_t depth, const P* a_panel, [[maybe_unused]] const int64_t* a_row_offsets,
                               [[maybe_unused]] int64_t a_col, const P* b_panel, int64_t b_stride, T* tile) {
@@ -761,14 +767,13 @@ constexpr int kDotAccumulators = 8;
 constexpr int kDotRows = kDotAccumulators / 4;
 
 template <int kRows, class D, class T = hn::TFromD<D>>
-HWY_NOINLINE void DotRows(D d, const Gemm<T>& g, const T* a_rows, int64_t a_row_stride, int64_t i0, int64_t n0,
-                          int64_t n1) {
+HWY_NOINLINE void DotRows(D d, const Gemm<T>& g, const T* a_copy, int64_t i0, int64_t n0, int64_t n1) {
   constexpr int kColumns = kDotAccumulators / kRows;
   using V = hn::Vec<D>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t vector_depth = g.K / lanes * lanes;
   const T* a_row[kRows];
-  for (int r = 0; r < kRows; ++r) a_row[r] = a_rows + (i0 + r) * a_row_stride;
+  for (int r = 0; r < kRows; ++r) a_row[r] = a_copy ? a_copy + (i0 + r) * g.K : RowOfA(g, i0 + r);
   for (int64_t j0 = n0; j0 < n1; j0 += kColumns) {
     // A partial tile repeats its last column, so every load stays inside b; the copies are not stored.
     const T* b_rows[kColumns];
@@ -802,21 +807,29 @@ HWY_NOINLINE void DotRows(D d, const Gemm<T>& g, const T* a_rows, int64_t a_row_
   }
 }
 
-// C[:, n0:n1] for few rows against a transposed b; a_rows holds the rows of op(a). Columns go in chunks
-// so that a chunk of b (kDotChunk rows of b, 64 KiB for K = 256) stays in L2 while every row group
-// passes over it.
+// C[:, n0:n1] for few rows against a transposed b; op(a)'s rows are a's own (through the gather), or
+// those of a_copy, K apart. Columns go in chunks so that a chunk of b (kDotChunk rows of b, 64 KiB for
+// K = 256) stays in L2 while every row group passes over it.
 template <class T>
-void GemmDotRows(const Gemm<T>& g, const T* a_rows, int64_t a_row_stride, int64_t n0, int64_t n1) {
+void GemmDotRows(const Gemm<T>& g, const T* a_copy, int64_t n0, int64_t n1) {
   constexpr int64_t kDotChunk = 64;
   const hn::ScalableTag<T> d;
   for (int64_t j0 = n0; j0 < n1; j0 += kDotChunk) {
     const int64_t j1 = std::min(n1, j0 + kDotChunk);
     for (int64_t i0 = 0; i0 < g.M; i0 += kDotRows) {
       switch (std::min<int64_t>(kDotRows, g.M - i0)) {
-        case 4: DotRows<4>(d, g, a_rows, a_row_stride, i0, j0, j1); break;
-        case 3: DotRows<3>(d, g, a_rows, a_row_stride, i0, j0, j1); break;
-        case 2: DotRows<2>(d, g, a_rows, a_row_stride, i0, j0, j1); break;
-        default: DotRows<1>(d, g, a_rows, a_row_stride, i0, j0, j1); break;
+        case 4:
+          DotRows<4>(d, g, a_copy, i0, j0, j1);
+          break;
+        case 3:
+          DotRows<3>(d, g, a_copy, i0, j0, j1);
+          break;
+        case 2:
+          DotRows<2>(d, g, a_copy, i0, j0, j1);
+          break;
+        default:
+          DotRows<1>(d, g, a_copy, i0, j0, j1);
+          break;
       }
     }
   }
@@ -828,24 +841,18 @@ template <class T>
 void GemmDot(const Gemm<T>& g) {
   struct Job {
     const Gemm<T>* g;
-    const T* a_rows;
-    int64_t a_row_stride;
-  } job{&g, g.a, g.lda};
-  // The rows of op(a) from a transposed or gathered a are copied out once, so that both operands are
-  // read contiguously.
-  if (g.trans_a || g.a_rows) {
+    const T* a_copy;
+  } job{&g, nullptr};
+  if (g.trans_a) {  // rows of a [K, M] are gathered once, so both operands are read contiguously
     T* gathered = PackBuffer<T, 0>(g.M * g.K);
-    for (int64_t i = 0; i < g.M; ++i)
-      for (int64_t k = 0; k < g.K; ++k) gathered[i * g.K + k] = g.trans_a ? RowOfA(g, k)[i] : RowOfA(g, i)[k];
-    job.a_rows = gathered;
-    job.a_row_stride = g.K;
+    for (int64_t k = 0; k < g.K; ++k)
+      for (int64_t i = 0; i < g.M; ++i) gathered[i * g.K + k] = RowOfA(g, k)[i];
+    job.a_copy = gathered;
   }
   const double column_flops = 2.0 * static_cast<double>(g.M) * static_cast<double>(g.K + 1);
   const int64_t grain = GrainFor(column_flops);
   // Capturing one reference keeps the closure inside std::function's small buffer: no allocation.
-  parallel_for(g.N, grain, [&job](int64_t begin, int64_t end) {
-    GemmDotRows(*job.g, job.a_rows, job.a_row_stride, begin, end);
-  });
+  parallel_for(g.N, grain, [&job](int64_t begin, int64_t end) { GemmDotRows(*job.g, job.a_copy, begin, end); });
 }
 
 // Whether this target multiplies bf16 pairs on this CPU.
