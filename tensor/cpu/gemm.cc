@@ -314,8 +314,13 @@ void PackB(D d, const Gemm<T>& g, int64_t p0, int64_t depth, int64_t j0, int64_t
 // one unit where f32 has one k, i.e. [k / 2][MR] for A and [k / 2][NR] for B. The conversions are
 // row_to_pairs and interleave_to_pairs of tensor/cpu/bf16_dot.h; the moves are the f32 packing's.
 
-// A scratch row of pairs per thread (kWhich 2), next to the packing buffers.
-uint32_t* PairScratch(int64_t units) { return PackBuffer<uint32_t, 2>(units); }
+// A scratch row of pairs per thread (kWhich 2), next to the packing buffers, and like them (GemmBlock) as
+// large as any block needs from the first use on: Lanes rows of a row block's pairs (kRowBlock units,
+// rounded up to whole vectors of up to 16 lanes).
+uint32_t* PairScratch(int64_t units) {
+  constexpr int64_t kLargestUnits = 16 * (kRowBlock + 16);
+  return PackBuffer<uint32_t, 2>(std::max(units, kLargestUnits));
+}
 
 // PackA in pairs: op(a)[i0 : i0 + rows, p0 : p0 + depth] into MR-row panels [depth / 2][MR].
 template <class DF>
