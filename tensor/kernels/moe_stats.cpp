@@ -2,6 +2,7 @@
 // dispatch"): the routing-warmup statistics and noise, the router's auxiliary-loss sums, the routing
 // entropy, the dispatch's counting sort and the grouped GEMMs over its segments.
 #include <limits>
+#include <vector>
 
 #include "tensor/kernels/dispatch.h"
 
@@ -137,13 +138,29 @@ int64_t checked_operand_rows(const Tensor& a, const Tensor& rows, const char* op
   return rows.numel();
 }
 
-// The CUDA path multiplies whole matrices (cuBLAS): an operand gathered by row is gathered first.
-Tensor gathered(const Tensor& a, const Tensor& rows) {
-  if (!rows.defined()) return a;
-  Tensor out = Tensor::empty({rows.numel(), a.dim(1)}, a.dtype(), a.device());
-  gather_rows(a, rows, out);
-  return out;
-}
+// The CUDA path multiplies whole matrices (cuBLAS): an operand gathered by row is gathered first, once
+// per distinct operand and index of a call (the gate and up projections, and their weight gradients,
+// read the same x through the same token_of).
+class GatheredCopies {
+ public:
+  Tensor of(const Tensor& a, const Tensor& rows) {
+    if (!rows.defined()) return a;
+    for (const Copy& c : copies_)
+      if (c.a.raw_data() == a.raw_data() && c.a.shape() == a.shape() && c.rows.raw_data() == rows.raw_data() &&
+          c.rows.numel() == rows.numel())
+        return c.copy;
+    Tensor copy = Tensor::empty({rows.numel(), a.dim(1)}, a.dtype(), a.device());
+    gather_rows(a, rows, copy);
+    copies_.push_back({a, rows, copy});
+    return copy;
+  }
+
+ private:
+  struct Copy {
+    Tensor a, rows, copy;
+  };
+  std::vector<Copy> copies_;
+};
 
 }  // namespace
 
@@ -165,9 +182,10 @@ void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& 
   }
   if constexpr (kCudaBackend) {
     if (!products.front().a.is_cpu()) {
+      GatheredCopies copies;
       for (const GroupedProduct& p : products) {
         Tensor out = p.out;
-        cuda::grouped_matmul(gathered(p.a, p.a_rows), p.w, p.trans_w, host_offsets, out, p.beta, matmul_precision());
+        cuda::grouped_matmul(copies.of(p.a, p.a_rows), p.w, p.trans_w, host_offsets, out, p.beta, matmul_precision());
       }
       return;
     }
@@ -198,9 +216,10 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
   }
   if constexpr (kCudaBackend) {
     if (!grads.front().a.is_cpu()) {
+      GatheredCopies copies;
       for (const GroupedWeightGrad& g : grads) {
         Tensor dw = g.dw;
-        cuda::grouped_weight_grad(gathered(g.a, g.a_rows), gathered(g.b, g.b_rows), host_offsets, dw, g.beta,
+        cuda::grouped_weight_grad(copies.of(g.a, g.a_rows), copies.of(g.b, g.b_rows), host_offsets, dw, g.beta,
                                   matmul_precision());
       }
       return;

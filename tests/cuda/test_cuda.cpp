@@ -511,9 +511,14 @@ OpCase moe_case(DType dtype, double tolerance) {
               const Tensor w_up = input({E, F, C}, 55, dtype, device), x = input({N, C}, 59, dtype, device);
               kernels::grouped_matmul(y, w_up, true, offsets, rows_out);
               kernels::grouped_weight_grad(rows_out, y, offsets, w_grad, 0.0);
+              // Two products read x through the same index (the GPU gathers it once for both).
               Tensor x_out = Tensor::empty({M, F}, dtype, device), x_grad = Tensor::empty({E, F, C}, dtype, device);
-              kernels::grouped_matmuls({{x, w_up, true, x_out, 0.0, token}}, offsets);
-              kernels::grouped_weight_grads({{rows_out, x, x_grad, 0.0, {}, token}}, offsets);
+              Tensor x_out2 = Tensor::empty({M, F}, dtype, device), x_grad2 = Tensor::empty({E, F, C}, dtype, device);
+              kernels::grouped_matmuls({{x, w_up, true, x_out, 0.0, token},
+                                        {x, input({E, F, C}, 61, dtype, device), true, x_out2, 0.0, token}},
+                                       offsets);
+              kernels::grouped_weight_grads(
+                  {{rows_out, x, x_grad, 0.0, {}, token}, {x_out2, x, x_grad2, 0.0, {}, token}}, offsets);
               Tensor stats = Tensor::zeros({3}, DType::F64, device), noise = Tensor::empty({N, E}, dtype, device);
               kernels::routing_warmup_observe(logits, 0.9, stats);
               kernels::routing_warmup_noise(stats, random_tensor({N, E}, 56, DType::F64).to(device), 0.25, noise);
@@ -543,6 +548,8 @@ OpCase moe_case(DType dtype, double tolerance) {
                                                      {"grouped_weight_grad", w_grad},
                                                      {"grouped_matmul through token_of", x_out},
                                                      {"grouped_weight_grad through token_of", x_grad},
+                                                     {"second grouped_matmul through token_of", x_out2},
+                                                     {"second grouped_weight_grad through token_of", x_grad2},
                                                      {"warmup stats", stats},
                                                      {"warmup noise", noise}})
                 outputs.push_back({what + where, out});
