@@ -654,7 +654,6 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   const int64_t depth_step = std::max<int64_t>(1, CeilDiv(CeilDiv(g.K, fitting_blocks), k_per_unit)) * k_per_unit;
   // K = 0 still makes one (empty) block: C = beta C.
   const int64_t depth_blocks = std::max<int64_t>(1, CeilDiv(g.K, depth_step));
-  const int64_t unit_step = depth_step / k_per_unit;
   static const int64_t column_block_bytes = gemm_column_block_bytes(cpu_l2_cache_bytes());
   const int64_t column_block = std::max(tile_cols, column_block_bytes / int64_t(sizeof(P)) / tile_cols * tile_cols);
   const bool narrow = n1 - n0 <= kNarrowColumns;
@@ -675,9 +674,6 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   // The bf16 pairs on AMX tiles: A as rows of pairs, both operands' depth padded to whole tile steps.
   const bool amx = kPairs && amx_tiles() != AmxTiles::Off;
   const AmxTileScope tiles_in_use(amx);
-  const int64_t padded_unit_step = amx ? CeilDiv(unit_step, kAmxDepthUnits) * kAmxDepthUnits : unit_step;
-  const int64_t a_rows_packed = amx ? CeilDiv(std::min(row_block, m1 - m0), kAmxBlockRows) * kAmxBlockRows
-                                    : CeilDiv(std::min(row_block, m1 - m0), kTileRows) * kTileRows;
 
   // A thread's packing buffers are the largest that any block needs (an MC x KC block of A, a KC x NC
   // block of B: 2 MiB and 1 MiB in f32), whatever this GEMM's shape: the shapes a thread meets depend on
