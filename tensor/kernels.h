@@ -154,6 +154,17 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& lse, const Tensor& dout, double scale, Tensor& dq, Tensor& dk,
                         Tensor& dv, const Tensor& doc_start = Tensor());
 
+// Attention straight from a fused QKV projection: qkv [B, T, (Hq + 2 Hkv) D] as split_qkv_rope takes
+// it, with D even. The same as split_qkv_rope then attention (and the backward: attention_backward then
+// split_qkv_rope_backward into dqkv), with the same bits on the CPU, where q and k are turned by RoPE as
+// attention gathers their blocks, and the gradients written into dqkv's columns and turned back there:
+// no q, k, v, dq, dk or dv tensors, and no pass over memory for the split either way.
+void qkv_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset, double scale,
+                   Tensor& out, Tensor& lse, const Tensor& doc_start = Tensor());
+void qkv_attention_backward(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset,
+                            const Tensor& out, const Tensor& lse, const Tensor& dout, double scale, Tensor& dqkv,
+                            const Tensor& doc_start = Tensor());
+
 // Inference with a KV cache: q [B, Tq, Hq, D] holds the newest Tq positions of a sequence whose keys
 // and values (cache included) are the first Tk positions of k, v [B, capacity, Hkv, D] (Tk <= capacity,
 // Tk >= Tq). Query i sits at position Tk - Tq + i and attends keys 0 .. Tk - Tq + i. No backward.

@@ -33,21 +33,19 @@ struct AttentionNode : Node {
   }
 };
 
-// The same attention fed straight from the fused QKV projection: the split and RoPE on q and k are one
-// kernel each way, so no column slice of the projection, and no unrotated q or k, ever exists.
+// The same attention fed straight from the fused QKV projection: the kernels split it and turn q and k
+// by RoPE as they read their blocks, so no rotated copy of q or k exists, and the node keeps the
+// projection itself (as large as q, k and v together).
 struct QkvAttentionNode : Node {
-  SavedTensor saved_q, saved_k, saved_v, saved_out;
+  SavedTensor saved_qkv, saved_out;
   Tensor lse, doc_start;
   double scale = 0, theta = 0;
-  int64_t pos_offset = 0;
-  Shape qkv_shape;
+  int64_t heads = 0, kv_heads = 0, pos_offset = 0;
   const char* name() const override { return "qkv_attention"; }
   std::vector<Tensor> backward(const Tensor& g) override {
-    const Tensor q = saved_q.get(), k = saved_k.get(), v = saved_v.get(), out = saved_out.get();
-    Tensor dq = Tensor::empty_like(q), dk = Tensor::empty_like(k), dv = Tensor::empty_like(v);
-    kernels::attention_backward(q, k, v, out, lse, g, scale, dq, dk, dv, doc_start);
-    Tensor dqkv = Tensor::empty(qkv_shape, g.dtype(), g.device());
-    kernels::split_qkv_rope_backward(dq, dk, dv, theta, pos_offset, dqkv);
+    const Tensor qkv = saved_qkv.get(), out = saved_out.get();
+    Tensor dqkv = Tensor::empty_like(qkv);
+    kernels::qkv_attention_backward(qkv, heads, kv_heads, theta, pos_offset, out, lse, g, scale, dqkv, doc_start);
     return {dqkv};
   }
 };
@@ -61,23 +59,18 @@ Variable qkv_attention(const Variable& qkv, int64_t heads, int64_t kv_heads, dou
   LT_CHECK(x.ndim() == 3 && heads > 0 && kv_heads > 0 && x.dim(2) % (heads + 2 * kv_heads) == 0,
            "qkv_attention: qkv ", x.str(), " is not [B, T, (", heads, " + 2 * ", kv_heads, ") * head_dim]");
   const int64_t B = x.dim(0), T = x.dim(1), D = x.dim(2) / (heads + 2 * kv_heads);
-  Tensor q = Tensor::empty({B, T, heads, D}, x.dtype(), x.device());
-  Tensor k = Tensor::empty({B, T, kv_heads, D}, x.dtype(), x.device());
-  Tensor v = Tensor::empty({B, T, kv_heads, D}, x.dtype(), x.device());
-  kernels::split_qkv_rope(x, theta, pos_offset, q, k, v);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  Tensor out = Tensor::empty_like(q);
+  Tensor out = Tensor::empty({B, T, heads, D}, x.dtype(), x.device());
   Tensor lse = Tensor::empty({B, heads, T}, x.dtype(), x.device());
-  kernels::attention(q, k, v, scale, out, lse, doc_start);
+  kernels::qkv_attention(x, heads, kv_heads, theta, pos_offset, scale, out, lse, doc_start);
   auto node = std::make_shared<QkvAttentionNode>();
   node->scale = scale;
   node->theta = theta;
+  node->heads = heads;
+  node->kv_heads = kv_heads;
   node->pos_offset = pos_offset;
-  node->qkv_shape = x.shape();
   if (grad_enabled()) {
-    node->saved_q = SavedTensor::activation(q);
-    node->saved_k = SavedTensor::activation(k);
-    node->saved_v = SavedTensor::activation(v);
+    node->saved_qkv = SavedTensor::input(qkv);
     node->lse = lse;
     node->doc_start = doc_start;
   }

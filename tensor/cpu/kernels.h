@@ -82,6 +82,13 @@ void column_inv_norm(const Tensor& w, double eps, Tensor& inv_norm);
 
 // ---- rotary position embedding (rope.cc) ---------------------------------------------------------
 void rope(const Tensor& x, double theta, int64_t pos_offset, bool inverse, Tensor& y);
+// cos and sin of the angles of positions pos_offset .. pos_offset + seq - 1, [seq, D/2] each in the
+// dtype: the calling thread's cached tables, valid until its next call with other arguments.
+struct RopeTables {
+  const void* cos = nullptr;
+  const void* sin = nullptr;
+};
+RopeTables rope_tables(DType dtype, int64_t pos_offset, int64_t seq, int64_t D, double theta);
 void split_qkv_rope(const Tensor& qkv, double theta, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v);
 void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, double theta, int64_t pos_offset,
                              Tensor& dqkv);
@@ -91,6 +98,11 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, 
                const Tensor& doc_start);
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& dout, double scale, Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& doc_start);
+void qkv_attention(const Tensor& qkv, int64_t Hq, int64_t Hkv, double theta, int64_t pos_offset, double scale,
+                   Tensor& out, Tensor& lse, const Tensor& doc_start);
+void qkv_attention_backward(const Tensor& qkv, int64_t Hq, int64_t Hkv, double theta, int64_t pos_offset,
+                            const Tensor& out, const Tensor& lse, const Tensor& dout, double scale, Tensor& dqkv,
+                            const Tensor& doc_start);
 void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Tk, double scale, Tensor& out);
 
 // ---- indexing (index.cc) -------------------------------------------------------------------------

@@ -23,6 +23,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "tensor/cpu/kernels.h"
+#include "tensor/cpu/rope-inl.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
 
@@ -40,7 +41,6 @@ struct HeadRows {
 
 HWY_BEFORE_NAMESPACE();
 namespace lt::cpu::HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
 // Rotates every head vector of x into y; row r is at sequence index (r / heads) % seq, whose cos and
 // sin are row t of the tables cos_table, sin_table [seq, D/2].
@@ -49,33 +49,11 @@ void RopeRowsT(const T* x, HeadRows x_rows, T* y, HeadRows y_rows, int64_t rows,
                int64_t D, const T* cos_table, const T* sin_table) {
   const int64_t half = D / 2;
   parallel_for(rows, std::max<int64_t>(1, 8192 / D), [&](int64_t begin, int64_t end) {
-    const hn::ScalableTag<T> d;
-    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
     for (int64_t r = begin; r < end; ++r) {
       const int64_t token = r / heads, head = r % heads, t = token % seq;
-      const T* cos_t = cos_table + t * half;
-      const T* sin_t = sin_table + t * half;
-      const T* xa = x + token * x_rows.token_stride + x_rows.offset + head * D;
-      const T* xb = xa + half;
-      T* ya = y + token * y_rows.token_stride + y_rows.offset + head * D;
-      T* yb = ya + half;
-      int64_t i = 0;
-      for (; i + lanes <= half; i += lanes) {
-        const auto a = hn::LoadU(d, xa + i), b = hn::LoadU(d, xb + i);
-        const auto c = hn::LoadU(d, cos_t + i), s = hn::LoadU(d, sin_t + i);
-        if constexpr (kInverse) {  // turn by -angle: (a cos + b sin, b cos - a sin)
-          hn::StoreU(hn::MulAdd(b, s, hn::Mul(a, c)), d, ya + i);
-          hn::StoreU(hn::NegMulAdd(a, s, hn::Mul(b, c)), d, yb + i);
-        } else {
-          hn::StoreU(hn::NegMulAdd(b, s, hn::Mul(a, c)), d, ya + i);
-          hn::StoreU(hn::MulAdd(a, s, hn::Mul(b, c)), d, yb + i);
-        }
-      }
-      for (; i < half; ++i) {
-        const T a = xa[i], b = xb[i], c = cos_t[i], s = kInverse ? -sin_t[i] : sin_t[i];
-        ya[i] = a * c - b * s;
-        yb[i] = b * c + a * s;
-      }
+      const T* x_row = x + token * x_rows.token_stride + x_rows.offset + head * D;
+      T* y_row = y + token * y_rows.token_stride + y_rows.offset + head * D;
+      RotateHalf<kInverse>(x_row, y_row, cos_table + t * half, sin_table + t * half, half);
     }
   });
 }
@@ -158,30 +136,36 @@ void copy_v_block(const Tensor& from, int64_t from_stride, int64_t from_start, T
 
 }  // namespace
 
+RopeTables rope_tables(DType dtype, int64_t pos_offset, int64_t seq, int64_t D, double theta) {
+  RopeTables tables;
+  LT_FLOAT_SWITCH(dtype, T, {
+    const RopeTable<T>& table = rope_table<T>(pos_offset, seq, D, theta);
+    tables = {table.cos_table.data(), table.sin_table.data()};
+  });
+  return tables;
+}
+
 void rope(const Tensor& x, double theta, int64_t pos_offset, bool inverse, Tensor& y) {
   if (x.numel() == 0) return;
   const int64_t seq = x.dim(1), heads = x.dim(2), D = x.dim(3);
   const HeadRows compact{heads * D, 0};
-  LT_FLOAT_SWITCH(x.dtype(), T, {
-    const RopeTable<T>& table = rope_table<T>(pos_offset, seq, D, theta);
-    HWY_DYNAMIC_DISPATCH(RopeKernel)(x.dtype(), inverse, x.raw_data(), compact, y.raw_data(), compact,
-                                     x.numel() / D, seq, heads, D, table.cos_table.data(), table.sin_table.data());
-  });
+  const RopeTables tables = rope_tables(x.dtype(), pos_offset, seq, D, theta);
+  HWY_DYNAMIC_DISPATCH(RopeKernel)
+  (x.dtype(), inverse, x.raw_data(), compact, y.raw_data(), compact, x.numel() / D, seq, heads, D, tables.cos,
+   tables.sin);
 }
 
 void split_qkv_rope(const Tensor& qkv, double theta, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v) {
   const int64_t tokens = q.dim(0) * q.dim(1), seq = q.dim(1), Hq = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
   const int64_t C = qkv.dim(2);
   if (tokens == 0) return;
-  LT_FLOAT_SWITCH(qkv.dtype(), T, {
-    const RopeTable<T>& table = rope_table<T>(pos_offset, seq, D, theta);
-    HWY_DYNAMIC_DISPATCH(RopeKernel)(qkv.dtype(), false, qkv.raw_data(), HeadRows{C, 0}, q.raw_data(),
-                                     HeadRows{Hq * D, 0}, tokens * Hq, seq, Hq, D, table.cos_table.data(),
-                                     table.sin_table.data());
-    HWY_DYNAMIC_DISPATCH(RopeKernel)(qkv.dtype(), false, qkv.raw_data(), HeadRows{C, Hq * D}, k.raw_data(),
-                                     HeadRows{Hkv * D, 0}, tokens * Hkv, seq, Hkv, D, table.cos_table.data(),
-                                     table.sin_table.data());
-  });
+  const RopeTables tables = rope_tables(qkv.dtype(), pos_offset, seq, D, theta);
+  HWY_DYNAMIC_DISPATCH(RopeKernel)
+  (qkv.dtype(), false, qkv.raw_data(), HeadRows{C, 0}, q.raw_data(), HeadRows{Hq * D, 0}, tokens * Hq, seq, Hq, D,
+   tables.cos, tables.sin);
+  HWY_DYNAMIC_DISPATCH(RopeKernel)
+  (qkv.dtype(), false, qkv.raw_data(), HeadRows{C, Hq * D}, k.raw_data(), HeadRows{Hkv * D, 0}, tokens * Hkv, seq, Hkv,
+   D, tables.cos, tables.sin);
   copy_v_block(qkv, C, (Hq + Hkv) * D, v, Hkv * D, 0, tokens, Hkv * D);
 }
 
@@ -190,15 +174,13 @@ void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& d
   const int64_t tokens = dq.dim(0) * dq.dim(1), seq = dq.dim(1), Hq = dq.dim(2), Hkv = dk.dim(2), D = dq.dim(3);
   const int64_t C = dqkv.dim(2);
   if (tokens == 0) return;
-  LT_FLOAT_SWITCH(dqkv.dtype(), T, {
-    const RopeTable<T>& table = rope_table<T>(pos_offset, seq, D, theta);
-    HWY_DYNAMIC_DISPATCH(RopeKernel)(dqkv.dtype(), true, dq.raw_data(), HeadRows{Hq * D, 0}, dqkv.raw_data(),
-                                     HeadRows{C, 0}, tokens * Hq, seq, Hq, D, table.cos_table.data(),
-                                     table.sin_table.data());
-    HWY_DYNAMIC_DISPATCH(RopeKernel)(dqkv.dtype(), true, dk.raw_data(), HeadRows{Hkv * D, 0}, dqkv.raw_data(),
-                                     HeadRows{C, Hq * D}, tokens * Hkv, seq, Hkv, D, table.cos_table.data(),
-                                     table.sin_table.data());
-  });
+  const RopeTables tables = rope_tables(dqkv.dtype(), pos_offset, seq, D, theta);
+  HWY_DYNAMIC_DISPATCH(RopeKernel)
+  (dqkv.dtype(), true, dq.raw_data(), HeadRows{Hq * D, 0}, dqkv.raw_data(), HeadRows{C, 0}, tokens * Hq, seq, Hq, D,
+   tables.cos, tables.sin);
+  HWY_DYNAMIC_DISPATCH(RopeKernel)
+  (dqkv.dtype(), true, dk.raw_data(), HeadRows{Hkv * D, 0}, dqkv.raw_data(), HeadRows{C, Hq * D}, tokens * Hkv, seq,
+   Hkv, D, tables.cos, tables.sin);
   copy_v_block(dv, Hkv * D, 0, dqkv, C, (Hq + Hkv) * D, tokens, Hkv * D);
 }
 

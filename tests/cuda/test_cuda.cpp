@@ -430,7 +430,8 @@ OpCase rope_case(DType dtype, double tolerance) {
       }};
 }
 
-// Attention forward and backward: partial tiles, GQA, the largest head dim, packed documents.
+// Attention forward and backward: partial tiles, GQA, the largest head dim, packed documents; also
+// straight from a fused QKV projection.
 OpCase attention_case(DType dtype, double tolerance) {
   return {
       "attention", dtype_name(dtype), tolerance, [dtype](Device device) {
@@ -463,6 +464,16 @@ OpCase attention_case(DType dtype, double tolerance) {
           kernels::attention_backward(q, k, v, out, lse, input(q.shape(), 47, dtype, device), scale, dq, dk, dv,
                                       doc_start);
           for (const auto& [what, t] : Outputs{{"out", out}, {"lse", lse}, {"dq", dq}, {"dk", dk}, {"dv", dv}})
+            outputs.push_back({what + where, t});
+          // The same from a fused projection, q and k turned by RoPE (the CPU in one pass each way).
+          const Tensor qkv = input({n.B, n.T, (n.Hq + 2 * n.Hkv) * n.D}, 48, dtype, device);
+          Tensor qkv_out = Tensor::empty(q.shape(), dtype, device), qkv_lse = Tensor::empty_like(lse);
+          kernels::qkv_attention(qkv, n.Hq, n.Hkv, 10000.0, 5, scale, qkv_out, qkv_lse, doc_start);
+          Tensor dqkv = Tensor::full(qkv.shape(), kNaN, dtype, device);
+          kernels::qkv_attention_backward(qkv, n.Hq, n.Hkv, 10000.0, 5, qkv_out, qkv_lse,
+                                          input(q.shape(), 49, dtype, device), scale, dqkv, doc_start);
+          for (const auto& [what, t] :
+               Outputs{{"qkv_attention out", qkv_out}, {"qkv_attention lse", qkv_lse}, {"qkv_attention dqkv", dqkv}})
             outputs.push_back({what + where, t});
         }
         return outputs;

@@ -416,5 +416,91 @@ TEST(AttentionKernel, RejectsMismatchedShapes) {
   EXPECT_NO_THROW(kernels::attention(q, k_one, k_one, 1.0, out, lse));
 }
 
+// ---- attention over a fused QKV projection ------------------------------------------------------------
+
+// qkv_attention turns q and k by RoPE as it gathers their blocks and writes its gradients into dqkv's
+// columns, turned back there; it must give the bits of the split, attention, and their backwards in
+// turn, whose values the tests above hold against the definitions.
+template <class T>
+void check_fused_against_parts(DType dtype, const Dims& n, int64_t pos_offset, const std::vector<int32_t>& doc_start) {
+  const int64_t C = (n.Hq + 2 * n.Hkv) * n.D;
+  const double theta = 10000.0, scale = 1.0 / std::sqrt(static_cast<double>(n.D));
+  const std::string what = n.str() + " pos_offset=" + std::to_string(pos_offset) +
+                           (doc_start.empty() ? "" : " packed") + " " + dtype_name(dtype);
+  const Tensor qkv = random_tensor({n.B, n.T, C}, 61, dtype);
+  const Tensor dout = random_tensor({n.B, n.T, n.Hq, n.D}, 62, dtype);
+  const Tensor starts = doc_start.empty() ? Tensor() : Tensor::from_vector<int32_t>({n.B, n.T}, doc_start);
+
+  Tensor q = Tensor::empty({n.B, n.T, n.Hq, n.D}, dtype), k = Tensor::empty({n.B, n.T, n.Hkv, n.D}, dtype);
+  Tensor v = Tensor::empty_like(k), out = Tensor::empty_like(q), lse = Tensor::empty({n.B, n.Hq, n.T}, dtype);
+  kernels::split_qkv_rope(qkv, theta, pos_offset, q, k, v);
+  kernels::attention(q, k, v, scale, out, lse, starts);
+  Tensor dq = Tensor::empty_like(q), dk = Tensor::empty_like(k), dv = Tensor::empty_like(v);
+  kernels::attention_backward(q, k, v, out, lse, dout, scale, dq, dk, dv, starts);
+  Tensor dqkv = Tensor::empty_like(qkv);
+  kernels::split_qkv_rope_backward(dq, dk, dv, theta, pos_offset, dqkv);
+
+  Tensor fused_out = Tensor::empty_like(out), fused_lse = Tensor::empty_like(lse);
+  kernels::qkv_attention(qkv, n.Hq, n.Hkv, theta, pos_offset, scale, fused_out, fused_lse, starts);
+  EXPECT_TRUE(fused_out.to_vector<T>() == out.to_vector<T>()) << "out " << what;
+  EXPECT_TRUE(fused_lse.to_vector<T>() == lse.to_vector<T>()) << "lse " << what;
+  Tensor fused_dqkv = Tensor::full(qkv.shape(), NAN, dtype);  // every element must be written
+  kernels::qkv_attention_backward(qkv, n.Hq, n.Hkv, theta, pos_offset, out, lse, dout, scale, fused_dqkv, starts);
+  EXPECT_TRUE(fused_dqkv.to_vector<T>() == dqkv.to_vector<T>()) << "dqkv " << what;
+}
+
+TEST(AttentionKernel, FusedQkvHasTheBitsOfTheSplitAndAttention) {
+  const int saved_threads = num_threads();
+  for (const int threads : {1, 2}) {
+    set_num_threads(threads);
+    for_each_cpu_target([] {
+      // Head dims of one RoPE pair, of halves shorter than a vector, and of whole vectors; T across
+      // several 64-row blocks.
+      for (const Dims& n :
+           {Dims{2, 129, 4, 2, 16}, Dims{1, 3, 3, 1, 2}, Dims{1, 70, 2, 2, 64}, Dims{2, 65, 1, 1, 34}}) {
+        for (const int64_t pos_offset : {0, 7}) {
+          check_fused_against_parts<float>(DType::F32, n, pos_offset, {});
+          check_fused_against_parts<double>(DType::F64, n, pos_offset, {});
+        }
+        check_fused_against_parts<float>(DType::F32, n, 0, packed_starts(n.B, n.T, {1, 63, 64, 5, 100}));
+      }
+    });
+  }
+  set_num_threads(saved_threads);
+}
+
+TEST(AttentionKernel, FusedQkvRejectsBadArguments) {
+  const Tensor qkv = Tensor::zeros({1, 4, 4 * 8});  // Hq 2, Hkv 1, D 8
+  Tensor out = Tensor::zeros({1, 4, 2, 8}), lse = Tensor::zeros({1, 2, 4}), dqkv = Tensor::zeros({1, 4, 32});
+  EXPECT_NO_THROW(kernels::qkv_attention(qkv, 2, 1, 10000.0, 0, 1.0, out, lse));
+  EXPECT_NO_THROW(kernels::qkv_attention_backward(qkv, 2, 1, 10000.0, 0, out, lse, out.clone(), 1.0, dqkv));
+  test::expect_error([&] { kernels::qkv_attention(qkv, 3, 1, 10000.0, 0, 1.0, out, lse); },
+                     {"qkv_attention: qkv f32[1, 4, 32] cpu", "is not [B, T, (3 + 2 * 1) * head_dim]"});
+  test::expect_error([&] { kernels::qkv_attention(qkv, 3, 2, 10000.0, 0, 1.0, out, lse); },
+                     {"query heads (3) must be a positive multiple of kv heads (2)"});
+  const Tensor odd = Tensor::zeros({1, 4, 4 * 3});
+  Tensor odd_out = Tensor::zeros({1, 4, 2, 3});
+  test::expect_error([&] { kernels::qkv_attention(odd, 2, 1, 10000.0, 0, 1.0, odd_out, lse); },
+                     {"head dim must be positive and even for RoPE, got 3"});
+  test::expect_error([&] { kernels::qkv_attention(qkv, 2, 1, 10000.0, -1, 1.0, out, lse); }, {"pos_offset >= 0"});
+  Tensor wrong_out = Tensor::zeros({1, 4, 1, 8});
+  test::expect_error([&] { kernels::qkv_attention(qkv, 2, 1, 10000.0, 0, 1.0, wrong_out, lse); }, {"out"});
+  Tensor wrong_lse = Tensor::zeros({1, 4, 2});
+  test::expect_error([&] { kernels::qkv_attention(qkv, 2, 1, 10000.0, 0, 1.0, out, wrong_lse); }, {"lse"});
+  test::expect_error(
+      [&] {
+        kernels::qkv_attention(qkv, 2, 1, 10000.0, 0, 1.0, out, lse, Tensor::zeros({1, 3}));
+      },
+      {"doc_start"});
+  Tensor aliased = qkv;
+  test::expect_error(
+      [&] { kernels::qkv_attention_backward(qkv, 2, 1, 10000.0, 0, out, lse, out.clone(), 1.0, aliased); },
+      {"qkv_attention_backward: dqkv overlaps qkv in memory"});
+  Tensor short_dqkv = Tensor::zeros({1, 4, 16});
+  test::expect_error(
+      [&] { kernels::qkv_attention_backward(qkv, 2, 1, 10000.0, 0, out, lse, out.clone(), 1.0, short_dqkv); },
+      {"dqkv"});
+}
+
 }  // namespace
 }  // namespace lt
