@@ -347,6 +347,17 @@ struct TileRows {
   T* row(int r) const { return rows + r * kBlock; }
 };
 
+// Whether each of the kRows rows sees all `keys` keys, in whole vectors: then no lane needs a mask (the
+// blocks below the diagonal without packed documents, most of a long sequence's blocks). The masks
+// select every lane there, so leaving them out changes no value.
+template <int kRows, class T>
+HWY_INLINE bool SeesWholeVectors(const TileRows<T>& tile, int64_t keys, int64_t lanes) {
+  if (keys % lanes != 0) return false;
+  for (int r = 0; r < kRows; ++r)
+    if (tile.lo[r] != 0 || tile.hi[r] != keys) return false;
+  return true;
+}
+
 // max[r] = the largest of row r over [lo[r], hi[r]) (-inf for an empty range), for kRows rows.
 template <int kRows, class T>
 HWY_INLINE void RowMaxes(const TileRows<T>& tile, T* max) {
@@ -354,6 +365,13 @@ HWY_INLINE void RowMaxes(const TileRows<T>& tile, T* max) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const auto neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
   hn::Vec<decltype(d)> vmax[kRows];
+  if (SeesWholeVectors<kRows>(tile, tile.hi[0], lanes)) {
+    for (int r = 0; r < kRows; ++r) vmax[r] = neg_inf;
+    for (int64_t c = 0; c < tile.hi[0]; c += lanes)
+      for (int r = 0; r < kRows; ++r) vmax[r] = hn::Max(vmax[r], hn::LoadU(d, tile.row(r) + c));
+    for (int r = 0; r < kRows; ++r) max[r] = hn::GetLane(hn::MaxOfLanes(d, vmax[r]));
+    return;
+  }
   int64_t begin = kBlock, end = 0;
   for (int r = 0; r < kRows; ++r) {
     vmax[r] = neg_inf;
@@ -379,6 +397,17 @@ HWY_INLINE void ExpRows(const TileRows<T>& tile, int64_t keys, const T* shift, T
   for (int r = 0; r < kRows; ++r) {
     vshift[r] = hn::Set(d, shift[r]);
     vsum[r] = hn::Zero(d);
+  }
+  if (SeesWholeVectors<kRows>(tile, keys, lanes)) {
+    for (int64_t c = 0; c < keys; c += lanes)
+      for (int r = 0; r < kRows; ++r) {
+        T* at = tile.row(r) + c;
+        const auto p = ExpNonPositive(d, hn::Sub(hn::LoadU(d, at), vshift[r]));
+        hn::StoreU(p, d, at);
+        vsum[r] = hn::Add(vsum[r], p);
+      }
+    for (int r = 0; r < kRows; ++r) sum[r] = hn::GetLane(hn::SumOfLanes(d, vsum[r]));
+    return;
   }
   for (int64_t c = 0; c < keys; c += lanes)
     for (int r = 0; r < kRows; ++r) {
