@@ -312,6 +312,19 @@ dim3 tiles_grid(const AttentionDims& s, int64_t heads) {
   return dim3(static_cast<unsigned>((s.T + Tile<T>::kSize - 1) / Tile<T>::kSize), static_cast<unsigned>(s.B * heads));
 }
 
+// q [B, T, heads, D], k and v [B, T, kv_heads, D] split from a fused projection, q and k turned by RoPE.
+struct SplitHeads {
+  Tensor q, k, v;
+};
+SplitHeads split_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset) {
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), D = qkv.dim(2) / (heads + 2 * kv_heads);
+  SplitHeads split{Tensor::empty({B, T, heads, D}, qkv.dtype(), qkv.device()),
+                   Tensor::empty({B, T, kv_heads, D}, qkv.dtype(), qkv.device()),
+                   Tensor::empty({B, T, kv_heads, D}, qkv.dtype(), qkv.device())};
+  split_qkv_rope(qkv, theta, pos_offset, split.q, split.k, split.v);
+  return split;
+}
+
 }  // namespace
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse,
@@ -347,6 +360,21 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
      doc_start_data(doc_start), s, dk.data<T>(), dv.data<T>());
   });
   LT_CUDA_CHECK(cudaGetLastError());
+}
+
+void qkv_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset, double scale,
+                   Tensor& out, Tensor& lse, const Tensor& doc_start) {
+  const SplitHeads split = split_heads(qkv, heads, kv_heads, theta, pos_offset);
+  attention(split.q, split.k, split.v, scale, out, lse, doc_start);
+}
+
+void qkv_attention_backward(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset,
+                            const Tensor& out, const Tensor& lse, const Tensor& dout, double scale, Tensor& dqkv,
+                            const Tensor& doc_start) {
+  const SplitHeads split = split_heads(qkv, heads, kv_heads, theta, pos_offset);
+  Tensor dq = Tensor::empty_like(split.q), dk = Tensor::empty_like(split.k), dv = Tensor::empty_like(split.v);
+  attention_backward(split.q, split.k, split.v, out, lse, dout, scale, dq, dk, dv, doc_start);
+  split_qkv_rope_backward(dq, dk, dv, theta, pos_offset, dqkv);
 }
 
 }  // namespace lt::LT_CUDA_NAMESPACE

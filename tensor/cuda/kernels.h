@@ -99,6 +99,13 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, 
                const Tensor& doc_start);
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& dout, double scale, Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& doc_start);
+// The same from a fused QKV projection: on the GPU its parts in turn, the split with RoPE (rope.cu) and
+// the kernels above (in the backward the split again, attention's backward and the split's backward).
+void qkv_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset, double scale,
+                   Tensor& out, Tensor& lse, const Tensor& doc_start);
+void qkv_attention_backward(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset,
+                            const Tensor& out, const Tensor& lse, const Tensor& dout, double scale, Tensor& dqkv,
+                            const Tensor& doc_start);
 
 // Attention for generation with a KV cache (attention_decode.cu), and the DPO loss (dpo.cu).
 void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Tk, double scale, Tensor& out);

@@ -48,9 +48,9 @@ void check_doc_start(const char* op, const Tensor& doc_start, const Tensor& q) {
 }
 
 // The fused projection qkv [B, T, (Hq + 2 Hkv) D] and what comes out of attention over it: out
-// [B, T, Hq, D] and lse [B, Hq, T] of qkv's dtype and device. Returns D.
-int64_t check_qkv_attention(const char* op, const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta,
-                            int64_t pos_offset, const Tensor& out, const Tensor& lse) {
+// [B, T, Hq, D] and lse [B, Hq, T] of qkv's dtype and device.
+void check_qkv_attention(const char* op, const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta,
+                         int64_t pos_offset, const Tensor& out, const Tensor& lse) {
   check_float(qkv, op, "qkv");
   check_like(out, qkv, op, "out");
   check_like(lse, qkv, op, "lse");
@@ -66,7 +66,6 @@ int64_t check_qkv_attention(const char* op, const Tensor& qkv, int64_t heads, in
   if (!qkv.is_cpu())
     LT_CHECK(D <= cuda::kMaxAttentionHeadDim, op, ": the CUDA kernel takes head dims up to ",
              cuda::kMaxAttentionHeadDim, ", got ", D);
-  return D;
 }
 
 }  // namespace
@@ -101,23 +100,14 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   cpu::attention_backward(q, k, v, out, lse, dout, scale, dq, dk, dv, doc_start);
 }
 
-// On a GPU the fused op runs as its parts: the split with RoPE into q, k and v, then attention (and in
-// the backward the split again, attention's backward and the split's backward).
 void qkv_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset, double scale,
                    Tensor& out, Tensor& lse, const Tensor& doc_start) {
   const char* op = "qkv_attention";
-  const int64_t D = check_qkv_attention(op, qkv, heads, kv_heads, theta, pos_offset, out, lse);
+  check_qkv_attention(op, qkv, heads, kv_heads, theta, pos_offset, out, lse);
   check_doc_start(op, doc_start, qkv);
   check_outputs_apart(op, {{&out, "out"}, {&lse, "lse"}}, {{&qkv, "qkv"}});
   if constexpr (kCudaBackend) {
-    if (!qkv.is_cpu()) {
-      const int64_t B = qkv.dim(0), T = qkv.dim(1);
-      Tensor q = Tensor::empty({B, T, heads, D}, qkv.dtype(), qkv.device());
-      Tensor k = Tensor::empty({B, T, kv_heads, D}, qkv.dtype(), qkv.device());
-      Tensor v = Tensor::empty({B, T, kv_heads, D}, qkv.dtype(), qkv.device());
-      cuda::split_qkv_rope(qkv, theta, pos_offset, q, k, v);
-      return cuda::attention(q, k, v, scale, out, lse, doc_start);
-    }
+    if (!qkv.is_cpu()) return cuda::qkv_attention(qkv, heads, kv_heads, theta, pos_offset, scale, out, lse, doc_start);
   }
   cpu::qkv_attention(qkv, heads, kv_heads, theta, pos_offset, scale, out, lse, doc_start);
 }
@@ -126,22 +116,15 @@ void qkv_attention_backward(const Tensor& qkv, int64_t heads, int64_t kv_heads, 
                             const Tensor& out, const Tensor& lse, const Tensor& dout, double scale, Tensor& dqkv,
                             const Tensor& doc_start) {
   const char* op = "qkv_attention_backward";
-  const int64_t D = check_qkv_attention(op, qkv, heads, kv_heads, theta, pos_offset, out, lse);
+  check_qkv_attention(op, qkv, heads, kv_heads, theta, pos_offset, out, lse);
   check_doc_start(op, doc_start, qkv);
   check_same(dout, out, op, "dout");
   check_same(dqkv, qkv, op, "dqkv");
   check_outputs_apart(op, {{&dqkv, "dqkv"}}, {{&qkv, "qkv"}, {&out, "out"}, {&lse, "lse"}, {&dout, "dout"}});
   if constexpr (kCudaBackend) {
-    if (!qkv.is_cpu()) {
-      const int64_t B = qkv.dim(0), T = qkv.dim(1);
-      Tensor q = Tensor::empty({B, T, heads, D}, qkv.dtype(), qkv.device());
-      Tensor k = Tensor::empty({B, T, kv_heads, D}, qkv.dtype(), qkv.device());
-      Tensor v = Tensor::empty({B, T, kv_heads, D}, qkv.dtype(), qkv.device());
-      cuda::split_qkv_rope(qkv, theta, pos_offset, q, k, v);
-      Tensor dq = Tensor::empty_like(q), dk = Tensor::empty_like(k), dv = Tensor::empty_like(v);
-      cuda::attention_backward(q, k, v, out, lse, dout, scale, dq, dk, dv, doc_start);
-      return cuda::split_qkv_rope_backward(dq, dk, dv, theta, pos_offset, dqkv);
-    }
+    if (!qkv.is_cpu())
+      return cuda::qkv_attention_backward(qkv, heads, kv_heads, theta, pos_offset, out, lse, dout, scale, dqkv,
+                                          doc_start);
   }
   cpu::qkv_attention_backward(qkv, heads, kv_heads, theta, pos_offset, out, lse, dout, scale, dqkv, doc_start);
 }
