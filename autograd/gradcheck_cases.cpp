@@ -49,6 +49,12 @@ std::vector<GradCase> core_gradcheck_cases() {
                   [](const Inputs& x) { return matmul(x[0], x[1]); }));
   add_case(simple("matmul", "shared b^T [3,17,3]@[129,3]^T", {{3, 17, 3}, {129, 3}},
                   [](const Inputs& x) { return matmul(x[0], x[1], false, true); }));
+  add_case(simple("matmul_add", "[17,129] + [17x3]@[129x3]^T", {{17, 129}, {17, 3}, {129, 3}},
+                  [](const Inputs& x) { return matmul_add(x[1], x[2], x[0], false, true); }));
+  add_case(simple("matmul_add", "[3,17,129] + shared b [3,17,3]@[3,129]", {{3, 17, 129}, {3, 17, 3}, {3, 129}},
+                  [](const Inputs& x) { return matmul_add(x[1], x[2], x[0]); }));
+  add_case(simple("matmul_add", "TN [3,129] + [17x3]^T@[17x129]", {{3, 129}, {17, 3}, {17, 129}},
+                  [](const Inputs& x) { return matmul_add(x[1], x[2], x[0], true, false); }));
 
   // ---- activations
   for (const Shape& shape : std::vector<Shape>{{1}, {3, 17}, {129}, {2, 3, 129}}) {

@@ -23,6 +23,10 @@ Variable mean(const Variable& x);                         // scalar [1]
 
 // ---- matmul (autograd/ops/matmul.cpp) -------------------------------------------------------------
 Variable matmul(const Variable& a, const Variable& b, bool trans_a = false, bool trans_b = false);
+// addend + op(a) op(b), addend of the product's shape, summed as the GEMM writes the product (one pass
+// over the result fewer than matmul then add, with the same bits).
+Variable matmul_add(const Variable& a, const Variable& b, const Variable& addend, bool trans_a = false,
+                    bool trans_b = false);
 
 // ---- activations (autograd/ops/activation.cpp) ----------------------------------------------------
 Variable silu(const Variable& x);

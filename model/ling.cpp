@@ -33,9 +33,11 @@ DecoderLayer::DecoderLayer(const LingConfig& c, int64_t index, Rng& rng)
 
 Variable DecoderLayer::forward(const Variable& x, MoEContext& context, int64_t pos_offset, KVCache* cache,
                               const Tensor& doc_start) {
-  const Variable h = add(x, attention_.forward(input_layernorm_.forward(x), pos_offset, cache, doc_start));
+  // The residual stream joins the attention's and the dense MLP's output projections as their GEMMs write
+  // them (Linear::forward's addend), with the bits of x + attention(x): one pass over [B, T, H] fewer each.
+  const Variable h = attention_.forward(input_layernorm_.forward(x), pos_offset, cache, doc_start, x);
   const Variable normed = post_attention_layernorm_.forward(h);
-  return add(h, moe_ ? moe_->forward(normed, context) : dense_mlp_->forward(normed));
+  return moe_ ? add(h, moe_->forward(normed, context)) : dense_mlp_->forward(normed, h);
 }
 
 LingBackbone::LingBackbone(const LingConfig& c, Rng& rng)

@@ -50,7 +50,8 @@ Variable MoEBlock::forward(const Variable& x_BTH, MoEContext& context) {
 
   const DispatchPlan plan = plan_dispatch(routing.expert_ids, settings_.num_experts);
   Variable out_NH = moe_experts(x_NH, routing.weights, plan, *gate_proj_EIH_, *up_proj_EIH_, *down_proj_EHI_);
-  if (shared_experts_ != nullptr) out_NH = add(out_NH, shared_experts_->forward(x_NH));
+  // The shared experts' down projection adds the routed experts' sum as it writes its result.
+  if (shared_experts_ != nullptr) out_NH = shared_experts_->forward(x_NH, out_NH);
   return reshape(out_NH, {B, T, H});
 }
 

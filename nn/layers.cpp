@@ -10,13 +10,16 @@ namespace lt {
 Linear::Linear(int64_t in_features, int64_t out_features, double init_std, Rng& rng)
     : weight_(add_parameter("weight", init_normal({out_features, in_features}, init_std, rng), true)) {}
 
-Variable Linear::forward(const Variable& x) const {
+Variable Linear::forward(const Variable& x, const Variable& addend) const {
   const int64_t in = weight_.dim(1), out = weight_.dim(0);
   LT_CHECK(x.dim(-1) == in, "Linear: input ", x.value().str(), " does not end in ", in);
   Shape out_shape = x.shape();
   out_shape.back() = out;
   const Variable x2 = reshape(x, {-1, in});
-  return reshape(matmul(x2, weight_, false, true), out_shape);
+  if (!addend.defined()) return reshape(matmul(x2, weight_, false, true), out_shape);
+  LT_CHECK(addend.shape() == out_shape, "Linear: addend ", addend.value().str(), " is not the output's shape ",
+           shape_str(out_shape));
+  return reshape(matmul_add(x2, weight_, reshape(addend, {-1, out}), false, true), out_shape);
 }
 
 // ---- Embedding --------------------------------------------------------------------------------
@@ -37,8 +40,8 @@ SwiGLUMLP::SwiGLUMLP(int64_t hidden, int64_t intermediate, double init_std, Rng&
       up_proj_(add_module("up_proj", std::make_unique<Linear>(hidden, intermediate, init_std, rng))),
       down_proj_(add_module("down_proj", std::make_unique<Linear>(intermediate, hidden, init_std, rng))) {}
 
-Variable SwiGLUMLP::forward(const Variable& x) const {
-  return down_proj_.forward(swiglu(gate_proj_.forward(x), up_proj_.forward(x)));
+Variable SwiGLUMLP::forward(const Variable& x, const Variable& addend) const {
+  return down_proj_.forward(swiglu(gate_proj_.forward(x), up_proj_.forward(x)), addend);
 }
 
 // ---- Attention --------------------------------------------------------------------------------
@@ -49,7 +52,8 @@ Attention::Attention(const AttentionShape& shape, double init_std, Rng& rng)
           std::make_unique<Linear>(shape.hidden, (shape.heads + 2 * shape.kv_heads) * shape.head_dim, init_std, rng))),
       dense_(add_module("dense", std::make_unique<Linear>(shape.heads * shape.head_dim, shape.hidden, init_std, rng))) {}
 
-Variable Attention::forward(const Variable& x, int64_t pos_offset, KVCache* cache, const Tensor& doc_start) const {
+Variable Attention::forward(const Variable& x, int64_t pos_offset, KVCache* cache, const Tensor& doc_start,
+                            const Variable& residual) const {
   const int64_t B = x.dim(0), T = x.dim(1), D = shape_.head_dim;
   const int64_t Hq = shape_.heads, Hkv = shape_.kv_heads;
   const Variable qkv = query_key_value_.forward(x);  // [B, T, (Hq + 2 Hkv) D]
@@ -81,7 +85,7 @@ Variable Attention::forward(const Variable& x, int64_t pos_offset, KVCache* cach
     kernels::attention_decode(q, cache->k_BTHD, cache->v_BTHD, cache->length, 1.0 / std::sqrt(double(D)), out);
     context = Variable(out);
   }
-  return dense_.forward(reshape(context, {B, T, Hq * D}));
+  return dense_.forward(reshape(context, {B, T, Hq * D}), residual);
 }
 
 }  // namespace lt

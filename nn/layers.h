@@ -12,7 +12,9 @@ namespace lt {
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, double init_std, Rng& rng);
-  Variable forward(const Variable& x) const;  // x [..., in] -> [..., out]
+  // x [..., in] -> [..., out]. With an addend of the output's shape, addend + x W^T, the sum taken as the
+  // GEMM writes its result (matmul_add): a residual connection without a pass of its own.
+  Variable forward(const Variable& x, const Variable& addend = Variable()) const;
   Variable& weight() { return weight_; }
 
  private:
@@ -39,11 +41,12 @@ class RMSNorm : public Module {
   double eps_;
 };
 
-// down(silu(gate(x)) * up(x)): dense layers, the shared expert.
+// down(silu(gate(x)) * up(x)): dense layers, the shared expert. With an addend (x's shape), that plus
+// the MLP's output, summed by the down projection (Linear::forward).
 class SwiGLUMLP : public Module {
  public:
   SwiGLUMLP(int64_t hidden, int64_t intermediate, double init_std, Rng& rng);
-  Variable forward(const Variable& x) const;
+  Variable forward(const Variable& x, const Variable& addend = Variable()) const;
 
  private:
   Linear& gate_proj_;
@@ -69,9 +72,10 @@ class Attention : public Module {
   Attention(const AttentionShape& shape, double init_std, Rng& rng);
   // x [B, T, hidden]; positions start at pos_offset. With a cache, the new keys and values are
   // appended and attention covers the cached prefix (inference only). doc_start (i32 [B, T]): packed
-  // documents, each token attending within its own (kernels::attention); not with a cache.
+  // documents, each token attending within its own (kernels::attention); not with a cache. With a
+  // residual (x's shape), residual + the attention's output, summed by the output projection.
   Variable forward(const Variable& x, int64_t pos_offset = 0, KVCache* cache = nullptr,
-                   const Tensor& doc_start = Tensor()) const;
+                   const Tensor& doc_start = Tensor(), const Variable& residual = Variable()) const;
   // A recipe stage may change RoPE's base (Ling extends the context with theta 10K -> 600K).
   void set_rope_theta(double theta) { shape_.rope_theta = theta; }
 

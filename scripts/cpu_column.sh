@@ -123,7 +123,7 @@ for t in (1, 2):
     below = sum(p < 85 for p in pct)
     print(f"| GEMM % of peak, bench shapes, {t} thread{'s' if t > 1 else ''} | {min(pct):.1f}-{max(pct):.1f}% "
           f"({below} of {len(pct)} below 85%) |")
-gemm_ops = ("matmul", "grouped_matmul", "normhead_cross_entropy")
+gemm_ops = ("matmul", "matmul_add", "grouped_matmul", "normhead_cross_entropy")
 def outside(profile):
     ops = profile["ops"]
     total = sum(o["ms_per_step"] for o in ops)

@@ -51,6 +51,9 @@ void sum_squares(const Tensor& x, Tensor& out);   // sum of x^2 -> one element (
 // and no transpose of a is one [G*M, K] GEMM.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha = 1.0,
             double beta = 0.0);
+// c = op(a) @ op(b) + addend (c's shape, apart from c): the residual stream joining a projection in the
+// pass that writes the product, with the bits of matmul then add (each product complete, then the addend).
+void matmul_add(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& addend, Tensor& c);
 // The precision of every later matmul (and grouped matmul) of f32 tensors: process-wide, set once per
 // run (--dtype bf16). On the CPU, BF16Inputs takes effect where cpu_has_bf16_matmul() and matmuls of
 // more than 12 rows (the rest stay f32); f64 is always exact.

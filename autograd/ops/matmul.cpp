@@ -3,7 +3,8 @@
 // With c = op(a) op(b) and incoming gradient g = dL/dc:
 //   d op(a) = g op(b)^T,   d op(b) = op(a)^T g.
 // Each is written as one GEMM straight into the layout of a or b, choosing the transpose flags so that
-// no transposed copy is ever materialised.
+// no transposed copy is ever materialised. matmul_add's addend, c = op(a) op(b) + addend, receives g
+// itself, as add's operands do.
 #include "autograd/ops.h"
 #include "autograd/profile.h"
 #include "autograd/saved.h"
@@ -15,24 +16,26 @@ namespace {
 struct MatmulNode : Node {
   SavedTensor saved_a, saved_b;
   bool trans_a, trans_b;
-  const char* name() const override { return "matmul"; }
+  bool has_addend = false;
+  const char* name() const override { return has_addend ? "matmul_add" : "matmul"; }
 
   // Each gradient is one GEMM into its target: a weight's gradient accumulates straight into the
   // leaf's gradient buffer (beta 1 after the first contribution), so it is never copied.
   std::vector<Tensor> backward(const Tensor& g) override {
     Tensor da, db;
     const Tensor b = saved_b.get();
-    if (needs_grad(0)) {
-      GradTarget t = grad_target(0, saved_a.stored().shape(), g.dtype(), g.device());
+    const size_t a_input = has_addend ? 1 : 0, b_input = a_input + 1;
+    if (needs_grad(a_input)) {
+      GradTarget t = grad_target(a_input, saved_a.stored().shape(), g.dtype(), g.device());
       // a stored [M, K]: da = g b^T (b [K, N]) or g b (b stored [N, K]);
       // a stored [K, M]: da = b g^T or b^T g^T.
       if (!trans_a) kernels::matmul(g, false, b, !trans_b, t.tensor, 1.0, t.beta);
       else kernels::matmul(b, trans_b, g, true, t.tensor, 1.0, t.beta);
       da = t.returned();
     }
-    if (needs_grad(1)) {
+    if (needs_grad(b_input)) {
       const Tensor a = saved_a.get();
-      GradTarget t = grad_target(1, b);
+      GradTarget t = grad_target(b_input, b);
       if (b.ndim() == 2 && a.ndim() == 3) {
         // b applied to every batch: flatten the batch into rows, one GEMM over [G*M, K] and [G*M, N].
         const Tensor a2 = a.reshape({-1, a.dim(-1)});
@@ -45,9 +48,35 @@ struct MatmulNode : Node {
       }
       db = t.returned();
     }
+    if (has_addend) return {g, da, db};
     return {da, db};
   }
 };
+
+// The product's shape, op(a) op(b), checked.
+Shape product_shape(const char* op, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  LT_CHECK(a.ndim() >= 2 && b.ndim() >= 2, op, ": operands must be at least 2-D: ", a.str(), ", ", b.str());
+  LT_CHECK(!(a.ndim() == 3 && b.ndim() == 2 && trans_a), op, ": a batched a against a shared b cannot be transposed");
+  const int64_t M = trans_a ? a.dim(-1) : a.dim(-2);
+  const int64_t N = trans_b ? b.dim(-2) : b.dim(-1);
+  return a.ndim() == 3 ? Shape{a.dim(0), M, N} : Shape{M, N};
+}
+
+Variable record_matmul(const Tensor& out, const Variable& a, const Variable& b, bool trans_a, bool trans_b,
+                       const Variable* addend) {
+  auto node = std::make_shared<MatmulNode>();
+  node->trans_a = trans_a;
+  node->trans_b = trans_b;
+  node->has_addend = addend != nullptr;
+  if (grad_enabled()) {
+    node->saved_a = SavedTensor::input(a);
+    node->saved_b = SavedTensor::input(b);
+  }
+  // The addend is the first input, as in add(addend, product): the engine then runs the product's side of
+  // the graph first, in the order of the separate add (and so with its peak memory).
+  if (addend) return make_result(out, node, {*addend, a, b});
+  return make_result(out, node, {a, b});
+}
 
 }  // namespace
 
@@ -55,21 +84,18 @@ Variable matmul(const Variable& a, const Variable& b, bool trans_a, bool trans_b
   LT_PROFILE_SCOPE("matmul");
   const Tensor& av = a.value();
   const Tensor& bv = b.value();
-  LT_CHECK(av.ndim() >= 2 && bv.ndim() >= 2, "matmul: operands must be at least 2-D: ", av.str(), ", ", bv.str());
-  LT_CHECK(!(av.ndim() == 3 && bv.ndim() == 2 && trans_a), "matmul: a batched a against a shared b cannot be transposed");
-  const int64_t M = trans_a ? av.dim(-1) : av.dim(-2);
-  const int64_t N = trans_b ? bv.dim(-2) : bv.dim(-1);
-  Shape out_shape = av.ndim() == 3 ? Shape{av.dim(0), M, N} : Shape{M, N};
-  Tensor out = Tensor::empty(out_shape, av.dtype(), av.device());
+  Tensor out = Tensor::empty(product_shape("matmul", av, bv, trans_a, trans_b), av.dtype(), av.device());
   kernels::matmul(av, trans_a, bv, trans_b, out);
-  auto node = std::make_shared<MatmulNode>();
-  node->trans_a = trans_a;
-  node->trans_b = trans_b;
-  if (grad_enabled()) {
-    node->saved_a = SavedTensor::input(a);
-    node->saved_b = SavedTensor::input(b);
-  }
-  return make_result(out, node, {a, b});
+  return record_matmul(out, a, b, trans_a, trans_b, nullptr);
+}
+
+Variable matmul_add(const Variable& a, const Variable& b, const Variable& addend, bool trans_a, bool trans_b) {
+  LT_PROFILE_SCOPE("matmul_add");
+  const Tensor& av = a.value();
+  const Tensor& bv = b.value();
+  Tensor out = Tensor::empty(product_shape("matmul_add", av, bv, trans_a, trans_b), av.dtype(), av.device());
+  kernels::matmul_add(av, trans_a, bv, trans_b, addend.value(), out);
+  return record_matmul(out, a, b, trans_a, trans_b, &addend);
 }
 
 }  // namespace lt

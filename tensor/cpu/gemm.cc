@@ -35,10 +35,11 @@
 //
 // Numerics and determinism: on the panel path each element of C is one FMA chain over k, in k order,
 // within a KC block, then written back as alpha * acc + beta * c (beta = 1 after the first KC block);
-// the KC blocks depend only on K. On the dot path each element is Lanes partial sums over k, reduced
-// across lanes. Neither the position of a tile, nor packing, nor which thread computes it changes that
-// arithmetic, so for given shapes the result is bit-identical for any thread count (on a given Highway
-// target). Which path runs depends on the shapes only (M and the transposes).
+// the KC blocks depend only on K. An addend (matmul_add) joins each element after its last KC block,
+// as a separate rounding: c = (alpha op(a) op(b) + beta c) + addend has the bits of matmul then add. On the dot path
+// each element is Lanes partial sums over k, reduced across lanes. Neither the position of a tile, nor packing, nor
+// which thread computes it changes that arithmetic, so for given shapes the result is bit-identical for any thread
+// count (on a given Highway target). Which path runs depends on the shapes only (M and the transposes).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "tensor/cpu/gemm.cc"
 #include <algorithm>
@@ -158,6 +159,9 @@ struct Gemm {
   // pass of its own (the experts' rows in dispatch order, read from the tokens' rows).
   const int32_t* a_rows = nullptr;
   const int32_t* b_rows = nullptr;
+  // Added to C once its product is complete, ldc apart like C's rows (nullptr: none). Read in the pass
+  // that writes C, it saves the separate add's pass over C (the residual stream joining a projection).
+  const T* addend = nullptr;
 };
 
 // Row i of a's storage and row k of b's, through the gathers.
@@ -501,17 +505,20 @@ HWY_NOINLINE __attribute__((aligned(64))) void AccumulateTile(D d, int64_t depth
 }
 
 // c[r, :] = alpha * tile[r, :] + beta * c[r, :] for the first `rows` rows of a full-width tile (tile rows
-// are NR apart). beta == 0 never reads c (it may hold garbage, as in BLAS).
+// are NR apart), then + addend[r, :] (ldc apart) where there is one. beta == 0 never reads c (it may hold
+// garbage, as in BLAS).
 template <class D, class T = hn::TFromD<D>>
-HWY_INLINE void WriteRows(D d, const T* HWY_RESTRICT tile, int rows, T* c, int64_t ldc, T alpha, T beta) {
+HWY_INLINE void WriteRows(D d, const T* HWY_RESTRICT tile, int rows, T* c, int64_t ldc, T alpha, T beta,
+                          const T* addend) {
   const size_t lanes = hn::Lanes(d), tile_cols = kTileVectors * lanes;
   const auto va = hn::Set(d, alpha), vb = hn::Set(d, beta);
   for (int r = 0; r < rows; ++r)
     for (size_t col = 0; col < tile_cols; col += lanes) {
       const auto acc = hn::Load(d, tile + r * tile_cols + col);
       T* out = c + r * ldc + col;
-      if (beta == T(0)) hn::StoreU(hn::Mul(va, acc), d, out);
-      else hn::StoreU(hn::MulAdd(va, acc, hn::Mul(vb, hn::LoadU(d, out))), d, out);
+      auto v = beta == T(0) ? hn::Mul(va, acc) : hn::MulAdd(va, acc, hn::Mul(vb, hn::LoadU(d, out)));
+      if (addend) v = hn::Add(v, hn::LoadU(d, addend + r * ldc + col));
+      hn::StoreU(v, d, out);
     }
 }
 
@@ -519,10 +526,11 @@ HWY_INLINE void WriteRows(D d, const T* HWY_RESTRICT tile, int rows, T* c, int64
 // written back to C with alpha and beta. Fewer than NR columns at the edge of C go through a scratch of
 // MR rows, so that their arithmetic is exactly that of a full tile.
 template <class D, class T = hn::TFromD<D>>
-HWY_INLINE void WriteTile(D d, const T* HWY_RESTRICT tile, int rows, int cols, T* c, int64_t ldc, T alpha, T beta) {
+HWY_INLINE void WriteTile(D d, const T* HWY_RESTRICT tile, int rows, int cols, T* c, int64_t ldc, T alpha, T beta,
+                          const T* addend) {
   const size_t tile_cols = kTileVectors * hn::Lanes(d);
   if (cols == static_cast<int>(tile_cols)) {
-    WriteRows(d, tile, rows, c, ldc, alpha, beta);
+    WriteRows(d, tile, rows, c, ldc, alpha, beta, addend);
     return;
   }
   HWY_ALIGN T edge[kTileRows * kTileVectors * HWY_MAX_BYTES / sizeof(T)] = {};
@@ -532,8 +540,14 @@ HWY_INLINE void WriteTile(D d, const T* HWY_RESTRICT tile, int rows, int cols, T
     T* c_part = c + r0 * ldc;
     if (beta != T(0))
       for (int r = 0; r < part; ++r) std::memcpy(edge + r * tile_cols, c_part + r * ldc, row_bytes);
-    WriteRows(d, tile + r0 * tile_cols, part, edge, static_cast<int64_t>(tile_cols), alpha, beta);
-    for (int r = 0; r < part; ++r) std::memcpy(c_part + r * ldc, edge + r * tile_cols, row_bytes);
+    WriteRows(d, tile + r0 * tile_cols, part, edge, static_cast<int64_t>(tile_cols), alpha, beta,
+              static_cast<const T*>(nullptr));
+    for (int r = 0; r < part; ++r) {
+      T* c_row = c_part + r * ldc;
+      std::memcpy(c_row, edge + r * tile_cols, row_bytes);
+      if (addend)
+        for (int col = 0; col < cols; ++col) c_row[col] += addend[(r0 + r) * ldc + col];
+    }
   }
 }
 
@@ -551,11 +565,12 @@ HWY_INLINE void PrefetchRows(const T* c, int64_t ldc, int rows, int cols) {
 template <class D, class P, class Accumulate, class T = hn::TFromD<D>>
 HWY_INLINE void MicroKernel(D d, int64_t depth, const P* a_panel, const int64_t* a_row_offsets, int64_t a_col,
                             const P* b_panel, int64_t b_stride, T* c, int64_t ldc, int rows, int cols, T alpha, T beta,
-                            Accumulate accumulate) {
+                            const T* addend, Accumulate accumulate) {
   HWY_ALIGN T tile[kTileRows * kTileVectors * HWY_MAX_BYTES / sizeof(T)];
   PrefetchRows(c, ldc, rows, cols);
+  if (addend) PrefetchRows(addend, ldc, rows, cols);
   accumulate(depth, a_panel, a_row_offsets, a_col, b_panel, b_stride, tile);
-  WriteTile(d, tile, rows, cols, c, ldc, alpha, beta);
+  WriteTile(d, tile, rows, cols, c, ldc, alpha, beta, addend);
 }
 
 // Where the micro-kernel finds one operand's micro-panels in a block: panel p < at_base starts at base +
@@ -581,8 +596,8 @@ struct Panels {
 };
 
 // C[i0 : i0 + rows, j0 : j0 + cols] over one KC block (depth k rows of the panels), from A's and B's
-// panels. The A micro-panel is the outer loop so that it stays in L1 (packed) or near it while the B
-// panels stream from L2.
+// panels, the addend joining on the last KC block (with_addend). The A micro-panel is the outer loop so
+// that it stays in L1 (packed) or near it while the B panels stream from L2.
 //
 // An A read in place ([M, K] rows) is not in cache when its first tile starts, and that tile stalls on
 // its rows one line at a time: six streams of a few lines each, too short for the hardware prefetcher.
@@ -593,7 +608,7 @@ struct Panels {
 // 0.93-0.95x the time on AVX2, and on AVX-512 within noise.
 template <class D, class P, class Accumulate, class T = hn::TFromD<D>>
 void MacroKernel(D d, const Gemm<T>& g, int64_t i0, int64_t rows, int64_t j0, int64_t cols, int64_t depth,
-                 const Panels<P>& a, const Panels<P>& b, T beta, Accumulate accumulate) {
+                 const Panels<P>& a, const Panels<P>& b, T beta, bool with_addend, Accumulate accumulate) {
   const int64_t tile_cols = kTileVectors * static_cast<int64_t>(hn::Lanes(d));
   constexpr int64_t kLineElements = 64 / sizeof(P);
   // The next in-place A panel's lines, k-major (the first k's of every row first), spread over the tiles.
@@ -603,6 +618,7 @@ void MacroKernel(D d, const Gemm<T>& g, int64_t i0, int64_t rows, int64_t j0, in
   for (int64_t q = 0, r0 = 0; r0 < rows; ++q, r0 += kTileRows) {
     const int tile_rows = static_cast<int>(std::min<int64_t>(kTileRows, rows - r0));
     T* c_rows = g.c + (i0 + r0) * g.ldc + j0;
+    const T* addend_rows = with_addend ? g.addend + (i0 + r0) * g.ldc + j0 : nullptr;
     a.row_offsets(q, offsets);
     const P* next_rows = a.k_step(q) == 1 && q + 1 < a.at_base ? a.panel(q + 1) : nullptr;
     if (next_rows) a.row_offsets(q + 1, next_offsets);
@@ -613,7 +629,7 @@ void MacroKernel(D d, const Gemm<T>& g, int64_t i0, int64_t rows, int64_t j0, in
           hwy::Prefetch(next_rows + next_offsets[line % kTileRows] + (line / kTileRows) * kLineElements);
       const int tile_width = static_cast<int>(std::min(tile_cols, cols - c0));
       MicroKernel(d, depth, a.panel(q), offsets, a.k_step(q), b.panel(p), b.k_step(p), c_rows + c0, g.ldc, tile_rows,
-                  tile_width, g.alpha, beta, accumulate);
+                  tile_width, g.alpha, beta, addend_rows ? addend_rows + c0 : nullptr, accumulate);
     }
   }
 }
@@ -624,7 +640,8 @@ void MacroKernel(D d, const Gemm<T>& g, int64_t i0, int64_t rows, int64_t j0, in
 // rows each). The 32 rows of A (32 KiB at KC) stay in L1 while B's panels stream from L2.
 template <class DF>
 void AmxMacroKernel(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
-                    int64_t padded_units, const uint32_t* a_rows, const uint32_t* b_panels, float beta) {
+                    int64_t padded_units, const uint32_t* a_rows, const uint32_t* b_panels, float beta,
+                    bool with_addend) {
   static_assert(kAmxBlockColumns == kTileVectors * 16, "one AMX block is one B panel wide");
   HWY_ALIGN float block[kAmxBlockRows * kAmxBlockColumns];
   for (int64_t r0 = 0; r0 < rows; r0 += kAmxBlockRows) {
@@ -632,9 +649,10 @@ void AmxMacroKernel(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64
     for (int64_t c0 = 0; c0 < cols; c0 += kAmxBlockColumns) {
       const int block_cols = static_cast<int>(std::min(kAmxBlockColumns, cols - c0));
       float* c = g.c + (i0 + r0) * g.ldc + j0 + c0;
+      const float* addend = with_addend ? g.addend + (i0 + r0) * g.ldc + j0 + c0 : nullptr;
       PrefetchRows(c, g.ldc, block_rows, block_cols);
       amx_block(padded_units, a_rows + r0 * padded_units, padded_units, b_panels + c0 * padded_units, block);
-      WriteTile(df, block, block_rows, block_cols, c, g.ldc, g.alpha, beta);
+      WriteTile(df, block, block_rows, block_cols, c, g.ldc, g.alpha, beta, addend);
     }
   }
 }
@@ -697,6 +715,7 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   for (int64_t p0 = 0, block = 0; block < depth_blocks; ++block, p0 += depth_step) {
     const int64_t depth = std::min(depth_step, g.K - p0), units = CeilDiv(depth, k_per_unit);
     const T beta = block == 0 ? g.beta : T(1);
+    const bool with_addend = g.addend != nullptr && block + 1 == depth_blocks;
 #if LT_GEMM_BF16
     if constexpr (kPairs)
       if (amx) {
@@ -708,7 +727,7 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
           for (int64_t j0 = n0; j0 < n1; j0 += column_block) {
             const int64_t cols = std::min(column_block, n1 - j0);
             PackPairsB(d, g, p0, depth, j0, cols, padded_units, b_packed);
-            AmxMacroKernel(d, g, i0, rows, j0, cols, padded_units, a_packed, b_packed, beta);
+            AmxMacroKernel(d, g, i0, rows, j0, cols, padded_units, a_packed, b_packed, beta, with_addend);
           }
         }
         continue;
@@ -747,7 +766,7 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
         } else {
           PackB(d, g, p0, depth, j0, cols, b_packed);
         }
-        MacroKernel(d, g, i0, rows, j0, cols, units, a_panels, b_panels, beta, accumulate);
+        MacroKernel(d, g, i0, rows, j0, cols, units, a_panels, b_panels, beta, with_addend, accumulate);
       }
     }
   }
@@ -803,6 +822,7 @@ HWY_NOINLINE void DotRows(D d, const Gemm<T>& g, const T* a_copy, int64_t i0, in
         for (int64_t k = vector_depth; k < g.K; ++k) sum += a_row[r][k] * b_rows[col][k];
         T& out = c_row[j0 + col];
         out = g.beta == T(0) ? g.alpha * sum : g.alpha * sum + g.beta * out;
+        if (g.addend) out += g.addend[(i0 + r) * g.ldc + j0 + col];
       }
     }
   }
@@ -937,6 +957,9 @@ void GemmTransposed(const Gemm<T>& g) {
   GemmPanels(
       Gemm<T>{g.N, g.M, g.K, g.b, g.ldb, !g.trans_b, g.a, g.lda, !g.trans_a, c_t, g.M, g.alpha, g.beta, g.bf16_inputs});
   TransposeMatrix(c_t, g.M, g.N, g.M, g.c, g.ldc);
+  if (g.addend)
+    for (int64_t i = 0; i < g.M; ++i)
+      for (int64_t j = 0; j < g.N; ++j) g.c[i * g.ldc + j] += g.addend[i * g.ldc + j];
 }
 
 template <class T>
@@ -950,12 +973,13 @@ void GemmT(const Gemm<T>& g) {
 }
 
 void GemmKernel(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const void* a,
-                const int32_t* a_rows, const void* b, const int32_t* b_rows, double beta, void* c, bool bf16_inputs) {
-  LT_FLOAT_SWITCH(
-      dtype, T,
-      GemmT<T>(Gemm<T>{M, N, K, static_cast<const T*>(a), trans_a ? M : K, trans_a, static_cast<const T*>(b),
-                       trans_b ? K : N, trans_b, static_cast<T*>(c), N, T(alpha), T(beta),
-                       bf16_inputs && std::is_same_v<T, float> && Bf16GemmAvailable(), a_rows, b_rows}));
+                const int32_t* a_rows, const void* b, const int32_t* b_rows, double beta, void* c, const void* addend,
+                bool bf16_inputs) {
+  LT_FLOAT_SWITCH(dtype, T,
+                  GemmT<T>(Gemm<T>{M, N, K, static_cast<const T*>(a), trans_a ? M : K, trans_a,
+                                   static_cast<const T*>(b), trans_b ? K : N, trans_b, static_cast<T*>(c), N, T(alpha),
+                                   T(beta), bf16_inputs && std::is_same_v<T, float> && Bf16GemmAvailable(), a_rows,
+                                   b_rows, static_cast<const T*>(addend)}));
 }
 
 }  // namespace lt::cpu::HWY_NAMESPACE
@@ -974,7 +998,7 @@ int64_t gemm_column_block_bytes(int64_t l2_bytes) {
 }
 
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta,
-            MatmulPrecision precision) {
+            MatmulPrecision precision, const Tensor& addend) {
   const bool bf16_inputs = precision == MatmulPrecision::BF16Inputs;
   const bool batched = a.ndim() == 3;
   const int64_t G = batched ? a.dim(0) : 1;
@@ -986,14 +1010,16 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   const char* pa = static_cast<const char*>(a.raw_data());
   const char* pb = static_cast<const char*>(b.raw_data());
   char* pc = static_cast<char*>(c.raw_data());
+  const char* pd = addend.defined() ? static_cast<const char*>(addend.raw_data()) : nullptr;
   if (batched && b.ndim() == 2 && !trans_a) {  // one tall GEMM: [G*M, K] @ op(b)
-    gemm(a.dtype(), false, trans_b, G * M, N, K, alpha, pa, nullptr, pb, nullptr, beta, pc, bf16_inputs);
+    gemm(a.dtype(), false, trans_b, G * M, N, K, alpha, pa, nullptr, pb, nullptr, beta, pc, pd, bf16_inputs);
     return;
   }
   const bool b_batched = b.ndim() == 3;
   for (int64_t g = 0; g < G; ++g)
     gemm(a.dtype(), trans_a, trans_b, M, N, K, alpha, pa + g * M * K * elem, nullptr,
-         pb + (b_batched ? g * K * N * elem : 0), nullptr, beta, pc + g * M * N * elem, bf16_inputs);
+         pb + (b_batched ? g * K * N * elem : 0), nullptr, beta, pc + g * M * N * elem,
+         pd ? pd + g * M * N * elem : nullptr, bf16_inputs);
 }
 
 void matmul_gathered(const Tensor& a, const Tensor& a_rows, bool trans_a, const Tensor& b, const Tensor& b_rows,
@@ -1008,7 +1034,7 @@ void matmul_gathered(const Tensor& a, const Tensor& a_rows, bool trans_a, const 
   const auto rows_data = [](const Tensor& rows) { return rows.defined() ? rows.data<int32_t>() : nullptr; };
   const auto gemm = HWY_DYNAMIC_DISPATCH(GemmKernel);
   gemm(a.dtype(), trans_a, trans_b, M, N, K, alpha, a.raw_data(), rows_data(a_rows), b.raw_data(), rows_data(b_rows),
-       beta, c.raw_data(), precision == MatmulPrecision::BF16Inputs);
+       beta, c.raw_data(), nullptr, precision == MatmulPrecision::BF16Inputs);
 }
 
 }  // namespace lt::cpu

@@ -37,8 +37,10 @@ void sum_squares(const Tensor& x, Tensor& out);
 // ---- matrix multiply (gemm.cc) -------------------------------------------------------------------
 // BF16Inputs multiplies f32 in bf16 (rounded operands, f32 sums) where bf16_matmul_available(), else as
 // f32; f64 is always exact.
+// With addend (c's shape), c = (alpha op(a) op(b) + beta c) + addend, the addend joining each element of
+// the finished product in the pass that writes it: the bits of the matmul followed by an add.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta,
-            MatmulPrecision precision);
+            MatmulPrecision precision, const Tensor& addend = Tensor());
 // One 2-D matmul with operands gathered by row: with a_rows (i32), the rows of a that op(a) reads are
 // a[a_rows[i]] (op(a)'s rows, or its k's when a is transposed); with b_rows, b [K, N] (not transposed)
 // has rows b[b_rows[k]]. An undefined index reads the rows in order. The gather happens in the GEMM's

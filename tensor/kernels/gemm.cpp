@@ -1,4 +1,5 @@
-// The matrix-multiply front door: c = alpha * op(a) @ op(b) + beta * c, plain or batched.
+// The matrix-multiply front door: c = alpha * op(a) @ op(b) + beta * c, plain or batched, and
+// c = op(a) @ op(b) + addend.
 #include <atomic>
 
 #include "tensor/cpu/amx.h"
@@ -18,30 +19,54 @@ const char* cpu_bf16_matmul_unit() {
   return cpu::amx_tiles() == cpu::AmxTiles::Hardware ? "AMX tiles" : "AVX512_BF16";
 }
 
-void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta) {
-  check_float(a, "matmul", "a");
-  check_like(b, a, "matmul", "b");
-  check_like(c, a, "matmul", "c");
-  LT_CHECK(a.ndim() == 2 || a.ndim() == 3, "matmul: a must be 2-D or 3-D, got ", a.str());
-  LT_CHECK(b.ndim() == 2 || b.ndim() == 3, "matmul: b must be 2-D or 3-D, got ", b.str());
+namespace {
+
+// The shapes of c = op(a) @ op(b); false when there is nothing to compute (c empty).
+bool check_matmul(const char* op, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c) {
+  check_float(a, op, "a");
+  check_like(b, a, op, "b");
+  check_like(c, a, op, "c");
+  LT_CHECK(a.ndim() == 2 || a.ndim() == 3, op, ": a must be 2-D or 3-D, got ", a.str());
+  LT_CHECK(b.ndim() == 2 || b.ndim() == 3, op, ": b must be 2-D or 3-D, got ", b.str());
   const bool batched = a.ndim() == 3;
   const int64_t G = batched ? a.dim(0) : 1;
-  LT_CHECK(b.ndim() == 2 || (batched && b.dim(0) == G), "matmul: batch of b ", b.str(), " does not match a ",
-           a.str());
+  LT_CHECK(b.ndim() == 2 || (batched && b.dim(0) == G), op, ": batch of b ", b.str(), " does not match a ", a.str());
   const int64_t M = trans_a ? a.dim(-1) : a.dim(-2);
   const int64_t K = trans_a ? a.dim(-2) : a.dim(-1);
   const int64_t Kb = trans_b ? b.dim(-1) : b.dim(-2);
   const int64_t N = trans_b ? b.dim(-2) : b.dim(-1);
-  LT_CHECK(K == Kb, "matmul: inner dimensions differ: ", a.str(), (trans_a ? "^T" : ""), " @ ", b.str(),
+  LT_CHECK(K == Kb, op, ": inner dimensions differ: ", a.str(), (trans_a ? "^T" : ""), " @ ", b.str(),
            (trans_b ? "^T" : ""));
   // Checked dimension by dimension: building the expected Shape would allocate on every call.
   const bool c_fits = c.ndim() == (batched ? 3 : 2) && (!batched || c.dim(0) == G) && c.dim(-2) == M && c.dim(-1) == N;
-  if (!c_fits) check_shape(c, batched ? Shape{G, M, N} : Shape{M, N}, "matmul", "c");
-  if (c.numel() == 0) return;
+  if (!c_fits) check_shape(c, batched ? Shape{G, M, N} : Shape{M, N}, op, "c");
+  return c.numel() > 0;
+}
+
+}  // namespace
+
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta) {
+  if (!check_matmul("matmul", a, trans_a, b, trans_b, c)) return;
   if constexpr (kCudaBackend) {
     if (!a.is_cpu()) return cuda::matmul(a, trans_a, b, trans_b, c, alpha, beta, matmul_precision());
   }
   cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta, matmul_precision());
+}
+
+void matmul_add(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& addend, Tensor& c) {
+  const char* op = "matmul_add";
+  const bool any = check_matmul(op, a, trans_a, b, trans_b, c);
+  check_same(addend, c, op, "addend");
+  check_outputs_apart(op, {{&c, "c"}}, {{&a, "a"}, {&b, "b"}, {&addend, "addend"}});
+  if (!any) return;
+  if constexpr (kCudaBackend) {
+    // On a GPU, the parts: cuBLAS's epilogue would round alpha acc + beta c as one, not the product first.
+    if (!a.is_cpu()) {
+      cuda::matmul(a, trans_a, b, trans_b, c, 1.0, 0.0, matmul_precision());
+      return cuda::binary(BinaryOp::Add, addend, c, c, c.numel());
+    }
+  }
+  cpu::matmul(a, trans_a, b, trans_b, c, 1.0, 0.0, matmul_precision(), addend);
 }
 
 }  // namespace lt::kernels

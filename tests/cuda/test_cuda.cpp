@@ -614,7 +614,7 @@ struct GemmShape {
 };
 
 // c = alpha op(a) op(b) + beta c for (alpha, beta) = (1, 0), where c starts as NaN that must not be read,
-// and (1.5, 0.5).
+// and (1.5, 0.5); and matmul_add into NaN.
 OpCase matmul_case(const GemmShape& s, bool trans_a, bool trans_b, DType dtype, double tolerance) {
   std::string variant = std::string(dtype_name(dtype)) + " " + s.name;
   if (trans_a) variant += " trans_a";
@@ -635,6 +635,9 @@ OpCase matmul_case(const GemmShape& s, bool trans_a, bool trans_b, DType dtype, 
               kernels::matmul(a, trans_a, b, trans_b, c, alpha, beta);
               outputs.push_back({"beta=" + std::to_string(beta), c});
             }
+            Tensor c = Tensor::full(c_shape, kNaN, dtype, device);
+            kernels::matmul_add(a, trans_a, b, trans_b, input(c_shape, 10, dtype, device), c);
+            outputs.push_back({"matmul_add", c});
             return outputs;
           }};
 }

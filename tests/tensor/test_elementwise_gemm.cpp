@@ -207,6 +207,84 @@ TEST(GemmKernel, ThreadCountDoesNotChangeTheBits) {
   set_num_threads(original_threads);
 }
 
+// matmul_add: the addend joins each element of the finished product, so the result has the bits of
+// matmul followed by add (addend + product), on every path the GEMM takes: the dot products of a few
+// rows against a transposed b, few columns computed transposed, the panels with one and with several
+// KC blocks (K = 600: the addend after the last), partial edge tiles, K = 0, batched a against a shared
+// and a batched b, f64, and 1 and 2 threads. c starts as NaN: an element the GEMM never writes fails.
+TEST(GemmKernel, MatmulAddHasTheBitsOfMatmulThenAdd) {
+  struct Case {
+    int64_t G, M, N, K;
+    bool b_batched;
+  };
+  const std::vector<Case> cases = {{0, 5, 70, 33, false},   {0, 300, 20, 70, false}, {0, 64, 129, 600, false},
+                                   {0, 13, 65, 257, false}, {0, 7, 3, 0, false},     {3, 17, 40, 129, false},
+                                   {2, 30, 70, 20, true},   {0, 130, 300, 40, false}};
+  const int original_threads = num_threads();
+  for_each_cpu_target([&] {
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (const DType dtype : {DType::F32, DType::F64})
+        for (const Case& s : cases)
+          for (bool ta : {false, true})
+            for (bool tb : {false, true}) {
+              if (s.G > 0 && !s.b_batched && ta) continue;  // a batched a against a shared b is not transposed
+              Shape a_shape = ta ? Shape{s.K, s.M} : Shape{s.M, s.K}, b_shape = tb ? Shape{s.N, s.K} : Shape{s.K, s.N};
+              Shape c_shape{s.M, s.N};
+              if (s.G > 0) {
+                a_shape.insert(a_shape.begin(), s.G);
+                c_shape.insert(c_shape.begin(), s.G);
+                if (s.b_batched) b_shape.insert(b_shape.begin(), s.G);
+              }
+              const Tensor a = random_tensor(a_shape, 31, dtype), b = random_tensor(b_shape, 32, dtype);
+              const Tensor addend = random_tensor(c_shape, 33, dtype);
+              Tensor product = Tensor::empty(c_shape, dtype), want = Tensor::empty(c_shape, dtype);
+              kernels::matmul(a, ta, b, tb, product);
+              kernels::add(addend, product, want);
+              Tensor c = Tensor::full(c_shape, std::nan(""), dtype);
+              kernels::matmul_add(a, ta, b, tb, addend, c);
+              EXPECT_EQ(std::memcmp(c.raw_data(), want.raw_data(), c.nbytes()), 0)
+                  << dtype_name(dtype) << " G=" << s.G << " M=" << s.M << " N=" << s.N << " K=" << s.K
+                  << (ta ? " Ta" : "") << (tb ? " Tb" : "") << ", " << threads << " threads";
+            }
+    }
+  });
+  set_num_threads(original_threads);
+}
+
+// In bf16 (the pairs and, where the CPU has them, the AMX tiles) too: the addend joins the f32 result.
+TEST(GemmKernel, MatmulAddInBf16HasTheBitsOfMatmulThenAdd) {
+  if (!kernels::cpu_has_bf16_matmul()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
+  for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{40, 70, 600}, {100, 129, 33}, {13, 64, 256}}) {
+    const Tensor a = random_tensor({M, K}, 41), b = random_tensor({N, K}, 42), addend = random_tensor({M, N}, 43);
+    Tensor product = Tensor::empty({M, N}), want = Tensor::empty({M, N}), c = Tensor::empty({M, N});
+    kernels::matmul(a, false, b, true, product);
+    kernels::add(addend, product, want);
+    kernels::matmul_add(a, false, b, true, addend, c);
+    EXPECT_EQ(std::memcmp(c.raw_data(), want.raw_data(), c.nbytes()), 0) << "M=" << M << " N=" << N << " K=" << K;
+  }
+  kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
+}
+
+TEST(GemmKernel, MatmulAddRejectsBadArguments) {
+  const Tensor a = random_tensor({5, 3}, 1), b = random_tensor({3, 7}, 2);
+  Tensor c = Tensor::empty({5, 7});
+  const auto message = [&](const Tensor& addend, Tensor& out) {
+    try {
+      kernels::matmul_add(a, false, b, false, addend, out);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(random_tensor({5, 8}, 3), c).find("matmul_add: addend"), std::string::npos);
+  EXPECT_NE(message(random_tensor({5, 7}, 3, DType::F64), c).find("matmul_add: addend"), std::string::npos);
+  EXPECT_NE(message(c, c).find("matmul_add"), std::string::npos);
+  Tensor wrong = Tensor::empty({5, 6});
+  EXPECT_NE(message(random_tensor({5, 6}, 3), wrong).find("matmul_add: c"), std::string::npos);
+}
+
 // The process-wide matmul precision for one scope.
 struct MatmulPrecisionScope {
   explicit MatmulPrecisionScope(kernels::MatmulPrecision p) { kernels::set_matmul_precision(p); }
