@@ -5,6 +5,8 @@
 #include <mutex>
 #include <utility>
 
+#include "tensor/threadpool.h"
+
 namespace lt::profile {
 
 std::atomic<bool> g_enabled{false};
@@ -63,13 +65,18 @@ void Scope::open(const char* name, Phase phase) {
   phase_ = phase;
   parent_ = innermost;
   innermost = this;
+  wait_start_ns_ = pool_wait_ns();
   start_ = std::chrono::steady_clock::now();
 }
 
 void Scope::close() {
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const int64_t waited_ns = pool_wait_ns() - wait_start_ns_;
   innermost = parent_;
-  if (parent_ != nullptr) parent_->child_seconds_ += total;
+  if (parent_ != nullptr) {
+    parent_->child_seconds_ += total;
+    parent_->child_wait_ns_ += waited_ns;
+  }
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mutex);
   OpTime& entry = t.entries[{std::string(name_), phase_}];
@@ -78,6 +85,7 @@ void Scope::close() {
     entry.phase = phase_;
   }
   entry.seconds += total - child_seconds_;
+  entry.wait_seconds += static_cast<double>(waited_ns - child_wait_ns_) * 1e-9;
   ++entry.calls;
 }
 

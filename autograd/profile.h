@@ -9,7 +9,9 @@
 // Disabled, a scope costs one relaxed atomic load and a branch. Enabled, it reads the steady clock
 // twice and takes a mutex once per scope: a few hundred nanoseconds, against ops that run for
 // microseconds to milliseconds. Timing is per calling thread; the kernels' worker threads run inside
-// the caller's scope and are counted as its wall time.
+// the caller's scope and are counted as its wall time. Each entry also keeps the thread time the pool's
+// threads spent waiting at the ends of the op's own fork-joins (tensor/threadpool.h, pool_wait_ns): where
+// a step's work splits unevenly.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -25,7 +27,8 @@ const char* phase_name(Phase phase);
 struct OpTime {
   std::string name;
   Phase phase = Phase::Forward;
-  double seconds = 0;  // self time, summed over calls
+  double seconds = 0;       // self time, summed over calls
+  double wait_seconds = 0;  // pool threads' waits at the ends of the fork-joins in its self time
   int64_t calls = 0;
 };
 
@@ -61,6 +64,7 @@ class Scope {
   Phase phase_ = Phase::Forward;
   std::chrono::steady_clock::time_point start_;
   double child_seconds_ = 0;  // time of the scopes nested inside this one
+  int64_t wait_start_ns_ = 0, child_wait_ns_ = 0;  // pool_wait_ns() at the start; the nested scopes' waits
   Scope* parent_ = nullptr;
 };
 

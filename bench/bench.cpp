@@ -84,9 +84,11 @@ TokenBatch random_batch(Rng& rng, int64_t B, int64_t T, int64_t vocab) {
 Json report_profile(int64_t steps, double mean_step_seconds) {
   const std::vector<profile::OpTime> ops = profile::report();
   const double per_step = 1.0 / static_cast<double>(steps);
-  std::printf("per-op self time over %lld measured steps (ms per step, %% of the mean step of %.2f ms):\n",
-              static_cast<long long>(steps), mean_step_seconds * 1e3);
-  std::printf("  %-30s %-9s %10s %7s %11s\n", "op", "phase", "ms/step", "%step", "calls/step");
+  std::printf(
+      "per-op self time over %lld measured steps (ms per step, %% of the mean step of %.2f ms; wait: the threads'\n"
+      "time at the ends of the op's fork-joins, ms of thread time per step):\n",
+      static_cast<long long>(steps), mean_step_seconds * 1e3);
+  std::printf("  %-30s %-9s %10s %7s %11s %10s\n", "op", "phase", "ms/step", "%step", "calls/step", "wait ms");
   Json rows = Json::array();
   double profiled = 0;
   for (const profile::OpTime& op : ops) {
@@ -94,13 +96,15 @@ Json report_profile(int64_t steps, double mean_step_seconds) {
     const double percent = 100.0 * op.seconds * per_step / mean_step_seconds;
     const double calls = static_cast<double>(op.calls) * per_step;
     profiled += op.seconds * per_step;
-    std::printf("  %-30s %-9s %10.3f %6.1f%% %11.1f\n", op.name.c_str(), profile::phase_name(op.phase), ms, percent,
-                calls);
+    const double wait_ms = op.wait_seconds * per_step * 1e3;
+    std::printf("  %-30s %-9s %10.3f %6.1f%% %11.1f %10.3f\n", op.name.c_str(), profile::phase_name(op.phase), ms,
+                percent, calls, wait_ms);
     rows.push_back({{"op", op.name},
                     {"phase", profile::phase_name(op.phase)},
                     {"ms_per_step", round_to(ms, 4)},
                     {"percent", round_to(percent, 2)},
-                    {"calls_per_step", calls}});
+                    {"calls_per_step", calls},
+                    {"wait_ms_per_step", round_to(wait_ms, 4)}});
   }
   const double outside = mean_step_seconds - profiled;
   std::printf("  %-30s %-9s %10.3f %6.1f%%\n", "(outside every scope)", "", outside * 1e3,

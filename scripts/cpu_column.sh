@@ -151,12 +151,14 @@ print(line + " |")
 per_op = sorted(((o["op"], o["phase"]) for o in two if o["op"] != "(outside every scope)"),
                 key=lambda key: -next(o["ms_per_step"] for o in two if (o["op"], o["phase"]) == key))[:10]
 print()
-print("moe-m per op, ms per step on 2 threads (1 thread), two-thread efficiency:")
+print("moe-m per op, ms per step on 2 threads (1 thread), two-thread efficiency, and the threads' waits at the")
+print("ends of the op's fork-joins on 2 threads (ms of thread time per step):")
 print()
-print("| op | phase | 2 threads | 1 thread | efficiency |")
-print("|---|---|---|---|---|")
+print("| op | phase | 2 threads | 1 thread | efficiency | waits |")
+print("|---|---|---|---|---|---|")
 for op, phase in per_op:
-    t2 = next(o["ms_per_step"] for o in two if (o["op"], o["phase"]) == (op, phase))
+    row2 = next(o for o in two if (o["op"], o["phase"]) == (op, phase))
+    t2 = row2["ms_per_step"]
     t1 = next((o["ms_per_step"] for o in one if (o["op"], o["phase"]) == (op, phase)), float("nan"))
-    print(f"| {op} | {phase} | {t2:.1f} | {t1:.1f} | {t1 / (2 * t2):.2f} |")
+    print(f"| {op} | {phase} | {t2:.1f} | {t1:.1f} | {t1 / (2 * t2):.2f} | {row2.get('wait_ms_per_step', float('nan')):.1f} |")
 EOF

@@ -7,6 +7,7 @@
 
 #include "autograd/profile.h"
 #include "model/ling.h"
+#include "tensor/threadpool.h"
 
 namespace lt {
 namespace {
@@ -51,6 +52,32 @@ TEST(Profile, RecordsForwardAndBackwardOfEachOp) {
   EXPECT_NE(find(ops, "grouped_matmul", profile::Phase::Forward), nullptr);
   EXPECT_NE(find(ops, "normhead_cross_entropy", profile::Phase::Backward), nullptr);
   for (size_t i = 1; i < ops.size(); ++i) EXPECT_GE(ops[i - 1].seconds, ops[i].seconds) << "sorted by time";
+}
+
+// The threads' waits at the end of a fork-join go to the scope that forked it, not to the scopes around it.
+TEST(Profile, ForkJoinWaitsGoToTheirOwnScope) {
+  const int original_threads = num_threads();
+  set_num_threads(2);
+  {
+    ProfilerOn on;
+    {
+      LT_PROFILE_SCOPE("outer");
+      LT_PROFILE_SCOPE("uneven");
+      // Two slabs, the worker's 20 ms longer: the caller waits at least that long for it.
+      parallel_for_slabs(2, 1, [](int64_t begin, int64_t) {
+        if (begin == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      });
+    }
+    const std::vector<profile::OpTime> ops = profile::report();
+    const profile::OpTime* outer = find(ops, "outer", profile::Phase::Forward);
+    const profile::OpTime* uneven = find(ops, "uneven", profile::Phase::Forward);
+    ASSERT_NE(outer, nullptr);
+    ASSERT_NE(uneven, nullptr);
+    EXPECT_GE(uneven->wait_seconds, 0.020);
+    EXPECT_LT(uneven->wait_seconds, 10.0);
+    EXPECT_EQ(outer->wait_seconds, 0.0) << "the nested scope's wait is not the outer one's";
+  }
+  set_num_threads(original_threads);
 }
 
 TEST(Profile, DisabledRecordsNothing) {
