@@ -85,15 +85,13 @@ bool Flags::on_off(const std::string& name) const {
 }
 
 std::string help_text(const std::string& usage, const std::vector<FlagSpec>& specs) {
+  // One line per flag: --name=DEFAULT (as it would be typed), then its help in a column.
+  constexpr size_t kHelpColumn = 30;
   std::string text = usage + "\nflags:\n";
   for (const FlagSpec& spec : specs) {
-    std::string name = "  --" + spec.name;
-    if (spec.kind == FlagSpec::Repeatable) name += " (repeatable)";
-    text += name;
-    text += name.size() < 28 ? std::string(28 - name.size(), ' ') : "\n" + std::string(28, ' ');
-    text += spec.help;
-    if (!spec.default_value.empty()) text += " (default: " + spec.default_value + ")";
-    text += "\n";
+    std::string flag = "  --" + spec.name + (spec.default_value.empty() ? "" : "=" + spec.default_value);
+    if (spec.kind == FlagSpec::Repeatable) flag += " ...";
+    text += flag + std::string(flag.size() < kHelpColumn ? kHelpColumn - flag.size() : 1, ' ') + spec.help + "\n";
   }
   return text;
 }
@@ -114,7 +112,7 @@ FlagsAndPositionals split_positionals(const std::vector<std::string>& args) {
 }
 
 FlagSpec threads_flag() {
-  return {"threads", "0", "worker threads (0: one per core this process may use, shared with the other ranks on this machine)"};
+  return {"threads", "0", "threads (0: one per core this process may use, shared with the ranks on this machine)"};
 }
 
 void apply_threads(const Flags& flags) {

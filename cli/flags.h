@@ -47,7 +47,7 @@ class Flags {
   std::set<std::string> set_;
 };
 
-// The help text of a command: its usage, then one line per flag with its default.
+// The help text of a command: its usage, then each flag as --name=DEFAULT with its help.
 std::string help_text(const std::string& usage, const std::vector<FlagSpec>& specs);
 bool is_help_flag(const std::string& arg);  // --help or -h
 

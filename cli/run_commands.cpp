@@ -49,7 +49,7 @@ Json stage_from_flags(const Flags& flags, StageKind kind) {
   return stage;
 }
 
-const char* kRoundEndNote = "; under --dist aedit a point inside a sync round is done at that round's end";
+const char* kRoundEndNote = "; under --dist aedit one inside a sync round is done at the round's end";
 
 // The run's own flags (not the stage's), with each command's defaults.
 std::vector<FlagSpec> run_flags(StageKind kind) {
@@ -67,9 +67,9 @@ std::vector<FlagSpec> run_flags(StageKind kind) {
        "output folder: checkpoint/, metrics.jsonl (a resume: next to its checkpoint)"},
       threads_flag(),
       {"resume", "", "a checkpoint to continue from (it keeps its recipe; stage flags change the resumed stage)"},
-      {"eval-every", pretrain ? "200" : "50", std::string("held-out figures every N steps (0: at the end only)") + kRoundEndNote},
+      {"eval-every", pretrain ? "200" : "50", std::string("held-out figures every N steps (0: at the end)") + kRoundEndNote},
       {"eval-tokens", "65536", "held-out tokens per periodic evaluation (0: all)"},
-      {"ckpt-every", pretrain ? "200" : "100", std::string("a checkpoint every N steps (0: at the end only)") + kRoundEndNote},
+      {"ckpt-every", pretrain ? "200" : "100", std::string("a checkpoint every N steps (0: at the end)") + kRoundEndNote},
       {"metrics", "", "the metrics file (default: OUT/metrics.jsonl)"},
       {"sample-prompt", pretrain ? "The " : "", "the prompt of the sample at the end (empty: no sample)"},
       {"sample-tokens", "200", "tokens of that sample"},

@@ -126,16 +126,16 @@ expect_error "recipe with an unknown key" "recipe.json: stage 0: unknown key 'bo
 # Every command's --help (and -h): its flags with their defaults and help, on stdout, exit 0; the
 # top-level help stays.
 "$bin" pretrain --help >help.txt 2>err.txt || fail "pretrain --help exited non-zero: $(cat err.txt)"
-grep -q -- '--warmup-steps .*linear learning-rate warmup steps (default: 30)' help.txt || fail "pretrain --help: no --warmup-steps: $(head -20 help.txt)"
-grep -q -- '--eval-every .*under --dist aedit .*round' help.txt || fail "pretrain --help: --eval-every does not say what aedit does"
-grep -q -- '--ckpt-every .*under --dist aedit .*round' help.txt || fail "pretrain --help: --ckpt-every does not say what aedit does"
+grep -q -- '^  --warmup-steps=30 .*linear learning-rate warmup steps$' help.txt || fail "pretrain --help: no --warmup-steps: $(head -20 help.txt)"
+grep -q -- '^  --eval-every=200 .*under --dist aedit .* at the round.s end' help.txt || fail "pretrain --help: --eval-every does not say what aedit does"
+grep -q -- '^  --ckpt-every=200 .*under --dist aedit .* at the round.s end' help.txt || fail "pretrain --help: --ckpt-every does not say what aedit does"
 grep -q -- '--spike-threshold' help.txt && grep -q -- '--outer-lr' help.txt || fail "pretrain --help: no spike guard or EDiT flags"
 grep -q -- '--beta' help.txt && fail "pretrain --help lists dpo's --beta"
 "$bin" sft -h >help.txt 2>err.txt || fail "sft -h exited non-zero: $(cat err.txt)"
-grep -q -- '--seq .*(default: 512)' help.txt && grep -q -- '--epochs .*(default: 2' help.txt ||
+grep -q -- '^  --seq=512 ' help.txt && grep -q -- '^  --epochs=2' help.txt && grep -q -- '^  --eval-every=50 ' help.txt ||
   fail "sft -h: not sft's defaults: $(grep -- '--seq\|--epochs' help.txt)"
 "$bin" dpo --help >help.txt || fail "dpo --help"
-grep -q -- '--seq .*(default: 1024)' help.txt && grep -q -- '--beta .*(default: 0.1)' help.txt || fail "dpo --help: not dpo's defaults"
+grep -q -- '^  --seq=1024 ' help.txt && grep -q -- '^  --beta=0.1 ' help.txt || fail "dpo --help: not dpo's defaults"
 for cmd in version gradcheck params bench eval sample score eval-tools shards tokenizer chat-template tool-data inspect report; do
   "$bin" $cmd --help >help.txt 2>err.txt || fail "$cmd --help exited non-zero: $(cat err.txt)"
   grep -q -- "^  --" help.txt || fail "$cmd --help lists no flag: $(cat help.txt)"

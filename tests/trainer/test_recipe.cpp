@@ -63,8 +63,9 @@ TEST(StageSettings, KindIsParsedOnceAndNamed) {
 // Checkpoints hold their recipe: a pre-training stage writes the keys it wrote before post-training
 // existed, and the model's own loss weights stay out until a stage sets them.
 TEST(StageSettings, APretrainingStageWritesTheKeysItAlwaysWrote) {
+  const Json pretrain = stage_to_json(StageSettings{});
   std::set<std::string> keys;
-  for (const auto& [key, value] : stage_to_json(StageSettings{}).items()) keys.insert(key);
+  for (const auto& [key, value] : pretrain.items()) keys.insert(key);
   EXPECT_EQ(keys, (std::set<std::string>{"name", "steps", "batch", "seq", "accum", "rope_theta", "data", "val",
                                          "lr_schedule", "lr", "min_lr", "warmup_steps", "halve_at",
                                          "batch_warmup_start", "batch_warmup_steps", "clip", "weight_decay"}));
