@@ -1,6 +1,7 @@
 #include "trainer/stage_settings.h"
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "tensor/error.h"
@@ -103,6 +104,9 @@ std::string stage_value_text(const StageSettings& stage, const std::string& key)
   const Json value = all_keys_json(stage).at(key);
   if (value.is_string()) return value.get<std::string>();
   if (value.is_number_float() && value.get<double>() < 0) return "";  // kUnsetBelowZero
+  // A whole number as one ("2", not JSON's "2.0"); others in JSON's shortest form ("0.001").
+  if (value.is_number_float() && value.get<double>() == std::floor(value.get<double>()) && value.get<double>() < 1e15)
+    return std::to_string(static_cast<long long>(value.get<double>()));
   return value.dump();
 }
 

@@ -105,7 +105,7 @@ const std::vector<StageKey>& stage_keys();
 
 // The stage the `sft` and `dpo` commands start from (for pretrain: StageSettings{}).
 StageSettings stage_defaults(StageKind kind);
-// Every key of the stage as JSON text for help ("" where unset: aux_loss_coef -1).
+// One key's value as help shows it: "512", "0.001", "cosine"; "" where unset (aux_loss_coef -1).
 std::string stage_value_text(const StageSettings& stage, const std::string& key);
 
 // An upper bound on the tokens a stage consumes: its steps times the most sequences a step may take
