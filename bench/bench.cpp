@@ -18,6 +18,7 @@
 #include "data/bpe_tokenizer.h"
 #include "data/bpe_trainer.h"
 #include "data/corpus.h"
+#include "io/format_text.h"
 #include "tensor/derive_seed.h"
 #include "model/ling.h"
 #include "tensor/allocator.h"
@@ -296,8 +297,9 @@ Json run_step_bench(const StepBenchOptions& o) {
   for (int64_t i = 0; i < total_steps; ++i) batches.push_back({random_batch(data_rng, B, T, config.vocab_size)});
 
   if (device.is_cpu())
-    std::printf("%s: batch %lld x seq %lld, %d threads (%s), %s matmuls, %lld warm-up + %lld measured steps\n",
-                config.name.c_str(), static_cast<long long>(B), static_cast<long long>(T), threads, device_name.c_str(),
+    std::printf("%s: batch %lld x seq %lld, %s (%s), %s matmuls, %lld warm-up + %lld measured steps\n",
+                config.name.c_str(), static_cast<long long>(B), static_cast<long long>(T),
+                count_of(threads, "thread").c_str(), device_name.c_str(),
                 bf16 ? "bf16" : "f32", static_cast<long long>(o.warmup), static_cast<long long>(o.steps));
   else
     std::printf("%s: batch %lld x seq %lld on %s (%s), %s matmuls, %lld warm-up + %lld measured steps\n",
@@ -349,13 +351,14 @@ Json run_step_bench(const StepBenchOptions& o) {
               median(backward_s) * 1e3, median(optimizer_s) * 1e3);
   if (device.is_cpu() && bf16)
     std::printf(
-        "%.0f tokens/s, %.1f GFLOP/s at %.2f MFLOP/token; bf16 peak (%s) %.1f GFLOP/s on %d threads: "
+        "%.0f tokens/s, %.1f GFLOP/s at %.2f MFLOP/token; bf16 peak (%s) %.1f GFLOP/s on %s: "
         "MFU %.1f%% (f32 FMA peak %.1f GFLOP/s: %.1f%%)\n",
-        tokens_per_s, gflops, flops.per_token / 1e6, bf16_peak.target, peak_gflops, threads, 100.0 * mfu,
+        tokens_per_s, gflops, flops.per_token / 1e6, bf16_peak.target, peak_gflops, count_of(threads, "thread").c_str(),
+        100.0 * mfu,
         fma_peak_gflops, 100.0 * gflops / fma_peak_gflops);
   else if (device.is_cpu())
-    std::printf("%.0f tokens/s, %.1f GFLOP/s at %.2f MFLOP/token; FMA peak %.1f GFLOP/s on %d threads: MFU %.1f%%\n",
-                tokens_per_s, gflops, flops.per_token / 1e6, peak_gflops, threads, 100.0 * mfu);
+    std::printf("%.0f tokens/s, %.1f GFLOP/s at %.2f MFLOP/token; FMA peak %.1f GFLOP/s on %s: MFU %.1f%%\n",
+                tokens_per_s, gflops, flops.per_token / 1e6, peak_gflops, count_of(threads, "thread").c_str(), 100.0 * mfu);
   else if (peak_gflops > 0)
     std::printf("%.0f tokens/s, %.1f GFLOP/s at %.2f MFLOP/token; bf16 peak %.0f TFLOP/s: MFU %.1f%% (f32 peak %.1f "
                 "TFLOP/s: %.1f%%)\n",
@@ -518,7 +521,7 @@ Json run_all(BenchPart part, int threads, int64_t steps, int64_t warmup, bool pr
          "--warmup", std::to_string(warmup), "--profile", profile ? "1" : "0"});
     configs.push_back(parse_json(last_line(output), "the last line of `lingtrain bench --config " + name + "`"));
   }
-  std::printf("\ntraining steps (each config in its own process, %d threads):\n", threads);
+  std::printf("\ntraining steps (each config in its own process, %s):\n", count_of(threads, "thread").c_str());
   std::printf("  %-11s %8s %10s %9s %8s %6s %12s %11s\n", "config", "tokens/s", "step ms", "GFLOP/s", "peak", "MFU",
               "peak RSS MiB", "sys allocs");
   for (const Json& c : configs)

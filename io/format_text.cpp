@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <string>
 
 namespace lt {
 
@@ -16,6 +17,10 @@ std::string format_text(const char* format, ...) {
   va_end(again);
   va_end(args);
   return text;
+}
+
+std::string count_of(long long count, const char* noun) {
+  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
 }
 
 }  // namespace lt

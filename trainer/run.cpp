@@ -264,12 +264,11 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   // run with nothing made), and stages sized in epochs get their steps from it.
   if (options.resume.empty())
     for (StageSettings& stage : recipe.stages) {
-      if (stage.kind == "pretrain") continue;
+      if (stage.kind == StageKind::Pretrain) continue;
       const int64_t rows = packed_train_rows(stage, *run_tokenizer.tokenizer);
       if (stage.steps > 0) continue;
       const double rows_per_step = static_cast<double>(stage.batch * stage.accum * world->size());
       stage.steps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(stage.epochs * static_cast<double>(rows) / rows_per_step)));
-      stage.schedule.total_steps = stage.steps;
     }
 
   TrainerSettings settings;
@@ -475,7 +474,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
     // caches DPO's reference log-probs); the others read what it made once it is complete.
     const uint64_t sampler_seed = stage_sampler_seed(recipe.seed, state.stage);
     auto prepare = [&]() {
-      if (stage.kind == "pretrain") {
+      if (stage.kind == StageKind::Pretrain) {
         data = stage_data(stage, options, run_tokenizer, config.vocab_size, data);
         batches = window_batches(data.train, data.val, B, T, sampler_seed, world->rank(), world->size(),
                                  data.train_path + " (" + std::to_string(data.train.numel()) + " tokens)");
@@ -504,24 +503,24 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
     if (state.step == 0 && options.resume.empty()) save();
     // A post-training stage starts from a trained model: its held-out figures before the first step are
     // the "before" of the stage (for DPO, at the reference: rewards 0).
-    if (lead && stage.kind != "pretrain" && state.stage_step == 0 && options.eval_every > 0) {
+    if (lead && stage.kind != StageKind::Pretrain && state.stage_step == 0 && options.eval_every > 0) {
       Json record = {{"step", state.step}, {"stage", stage.name}};
       add_heldout(record, options.eval_tokens);
       if (record.contains("val_loss")) {
         metrics.write(record);
         progress.event(format_text("step %lld: held-out loss %.4f before %s", static_cast<long long>(state.step),
-                               record["val_loss"].get<double>(), stage.kind.c_str()));
+                               record["val_loss"].get<double>(), stage_kind_name(stage.kind)));
       }
     }
     TrainerSettings& s = trainer.settings();
-    s.schedule = stage.schedule;
+    s.schedule = stage.schedule();
     s.stage_total_tokens = stage.total_tokens() * world->size();
     s.clip = stage.clip;
     trainer.optimizer().settings().weight_decay = stage.weight_decay;
     if (state.step == first_step || recipe.stages.size() > 1)
       progress.event(format_text("%s%s: %.2fM parameters (%.2fM active per token); %s data %s; %d threads%s",
                              recipe.stages.size() > 1 ? ("stage " + stage.name + ", model ").c_str() : "model ",
-                             config.name.c_str(), counts.total / 1e6, counts.active / 1e6, stage.kind.c_str(),
+                             config.name.c_str(), counts.total / 1e6, counts.active / 1e6, stage_kind_name(stage.kind),
                              batches->description().c_str(), num_threads(),
                              kernels::matmul_precision() == kernels::MatmulPrecision::BF16Inputs ? "; bf16 matmuls"
                                                                                                  : ""));
@@ -753,9 +752,9 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   const double val = heldout.value("val_loss", NAN);
   if (!std::isnan(val))
     std::fprintf(out, "\nheld-out loss (all of %s): %.4f\n",
-                 last_stage.kind == "pretrain" ? data.val_path.c_str() : last_stage.val.c_str(), val);
+                 last_stage.kind == StageKind::Pretrain ? data.val_path.c_str() : last_stage.val.c_str(), val);
   double unigram = NAN;
-  if (last_stage.kind == "pretrain" && data.val.defined())
+  if (last_stage.kind == StageKind::Pretrain && data.val.defined())
     unigram = unigram_entropy_nats(read_token_shard(data.val_path), config.vocab_size);
   std::fprintf(out, "\ncheckpoint written to %s\n", checkpoint_dir.c_str());
   Json summary = {{"steps", state.step},

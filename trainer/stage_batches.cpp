@@ -50,20 +50,26 @@ struct PackedData {
   ChatDataset data;  // the sequences themselves are dropped once packed
 };
 
-PackedData pack_file(const std::string& kind, const std::string& path, const Tokenizer& tokenizer, int64_t T) {
+// The file's use: the data a stage trains on, or its held-out data.
+enum class FileRole { Train, HeldOut };
+
+PackedData pack_file(StageKind kind, FileRole role, const std::string& path, const Tokenizer& tokenizer, int64_t T) {
   PackedData packed;
-  packed.data = kind == "sft" ? load_conversations(path, tokenizer, T + 1) : load_preference_pairs(path, tokenizer, T + 1);
-  LT_CHECK(packed.data.examples() > 0, path, ": no ", kind == "sft" ? "conversation" : "pair", " to train on (",
+  const bool sft = kind == StageKind::Sft;
+  packed.data = sft ? load_conversations(path, tokenizer, T + 1) : load_preference_pairs(path, tokenizer, T + 1);
+  LT_CHECK(packed.data.examples() > 0, path, ": no ", sft ? "conversation" : "pair",
+           role == FileRole::Train ? " to train on (" : " to evaluate on (",
            packed.data.records, " records, ", packed.data.too_long, " longer than --seq ", T, " + 1, ",
            packed.data.identical, " with identical chosen and rejected)");
-  packed.rows = pack_sequences(packed.data.sequences, T, tokenizer.eos_id(), kind == "sft" ? 1 : 2);
+  packed.rows = pack_sequences(packed.data.sequences, T, tokenizer.eos_id(), sft ? 1 : 2);
   packed.data.sequences.clear();
   packed.data.sequences.shrink_to_fit();
   return packed;
 }
 
-std::string describe(const std::string& kind, const std::string& path, const PackedData& packed, int64_t T) {
-  std::string text = path + " (" + std::to_string(packed.data.examples()) + (kind == "sft" ? " conversations" : " pairs") +
+std::string describe(StageKind kind, const std::string& path, const PackedData& packed, int64_t T) {
+  std::string text = path + " (" + std::to_string(packed.data.examples()) +
+                     (kind == StageKind::Sft ? " conversations" : " pairs") +
                      " in " + std::to_string(packed.rows.size()) + " rows of " + std::to_string(T);
   if (packed.data.too_long > 0) text += "; " + std::to_string(packed.data.too_long) + " longer than seq + 1 skipped";
   if (packed.data.identical > 0)
@@ -164,14 +170,14 @@ std::unique_ptr<StageBatches> window_batches(Tensor train, Tensor val, int64_t B
 }
 
 std::unique_ptr<StageBatches> post_training_batches(const StageSettings& stage, const PostTrainingInputs& inputs) {
-  LT_CHECK(stage.kind == "sft" || stage.kind == "dpo", "stage '", stage.name, "' is not a post-training stage");
+  LT_CHECK(stage.kind != StageKind::Pretrain, "stage '", stage.name, "' is not a post-training stage");
   const Tokenizer& tokenizer = *inputs.tokenizer;
-  PackedData train = pack_file(stage.kind, stage.data, tokenizer, stage.seq);
+  PackedData train = pack_file(stage.kind, FileRole::Train, stage.data, tokenizer, stage.seq);
   PackedData val;
-  if (!stage.val.empty()) val = pack_file(stage.kind, stage.val, tokenizer, stage.seq);
+  if (!stage.val.empty()) val = pack_file(stage.kind, FileRole::HeldOut, stage.val, tokenizer, stage.seq);
   std::string text = describe(stage.kind, stage.data, train, stage.seq);
   if (!stage.val.empty()) text += ", held-out " + describe(stage.kind, stage.val, val, stage.seq);
-  if (stage.kind == "sft") {
+  if (stage.kind == StageKind::Sft) {
     auto batches = std::make_unique<ConversationBatches>(std::move(train), std::move(val.rows), stage.batch, inputs.seed,
                                                          inputs.rank, inputs.world_size);
     batches->set_description(text);
@@ -188,8 +194,8 @@ std::unique_ptr<StageBatches> post_training_batches(const StageSettings& stage, 
 }
 
 int64_t packed_train_rows(const StageSettings& stage, const Tokenizer& tokenizer) {
-  if (!stage.val.empty()) pack_file(stage.kind, stage.val, tokenizer, stage.seq);
-  return static_cast<int64_t>(pack_file(stage.kind, stage.data, tokenizer, stage.seq).rows.size());
+  if (!stage.val.empty()) pack_file(stage.kind, FileRole::HeldOut, stage.val, tokenizer, stage.seq);
+  return static_cast<int64_t>(pack_file(stage.kind, FileRole::Train, stage.data, tokenizer, stage.seq).rows.size());
 }
 
 }  // namespace lt

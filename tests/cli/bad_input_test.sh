@@ -115,12 +115,34 @@ expect_error "sample zero tokens" "flag --tokens must be > 0" "$bin" sample --ck
 expect_error "params unknown model" "unknown model 'nosuch'" "$bin" params --model nosuch
 expect_error "bench unknown config" "nosuch" "$bin" bench --config nosuch --steps 1
 expect_error "gradcheck unknown op" "nosuch" "$bin" gradcheck --op nosuch
+expect_error "gradcheck unknown op lists the ops" "no op named 'nosuch'; the ops: [a-z_0-9]*, [a-z_0-9]*" "$bin" gradcheck --op nosuch
 expect_error "unknown command" "unknown command 'frobnicate'" "$bin" frobnicate
 expect_error "unknown CPU target" "LINGTRAIN_CPU_TARGET=AVX9 is not a CPU target of this build (" \
   env LINGTRAIN_CPU_TARGET=AVX9 "$bin" pretrain "${run[@]}" --out x25
 [ ! -e x25 ] || fail "a run with an unknown CPU target wrote its output folder"
 printf '{"stages": [{"steps": 2, "bogus": 1}]}' >recipe.json
 expect_error "recipe with an unknown key" "recipe.json: stage 0: unknown key 'bogus'" "$bin" pretrain --recipe recipe.json --out x19 --threads 1
+
+# Every command's --help (and -h): its flags with their defaults and help, on stdout, exit 0; the
+# top-level help stays.
+"$bin" pretrain --help >help.txt 2>err.txt || fail "pretrain --help exited non-zero: $(cat err.txt)"
+grep -q -- '^  --warmup-steps=30 .*linear learning-rate warmup steps$' help.txt || fail "pretrain --help: no --warmup-steps: $(head -20 help.txt)"
+grep -q -- '^  --eval-every=200 .*under --dist aedit .* at the round.s end' help.txt || fail "pretrain --help: --eval-every does not say what aedit does"
+grep -q -- '^  --ckpt-every=200 .*under --dist aedit .* at the round.s end' help.txt || fail "pretrain --help: --ckpt-every does not say what aedit does"
+grep -q -- '--spike-threshold' help.txt && grep -q -- '--outer-lr' help.txt || fail "pretrain --help: no spike guard or EDiT flags"
+grep -q -- '--beta' help.txt && fail "pretrain --help lists dpo's --beta"
+"$bin" sft -h >help.txt 2>err.txt || fail "sft -h exited non-zero: $(cat err.txt)"
+grep -q -- '^  --seq=512 ' help.txt && grep -q -- '^  --epochs=2' help.txt && grep -q -- '^  --eval-every=50 ' help.txt ||
+  fail "sft -h: not sft's defaults: $(grep -- '--seq\|--epochs' help.txt)"
+"$bin" dpo --help >help.txt || fail "dpo --help"
+grep -q -- '^  --seq=1024 ' help.txt && grep -q -- '^  --beta=0.1 ' help.txt || fail "dpo --help: not dpo's defaults"
+for cmd in version gradcheck params bench eval sample score eval-tools shards tokenizer chat-template tool-data inspect report; do
+  "$bin" $cmd --help >help.txt 2>err.txt || fail "$cmd --help exited non-zero: $(cat err.txt)"
+  grep -q -- "^  --" help.txt || fail "$cmd --help lists no flag: $(cat help.txt)"
+done
+"$bin" tokenizer train -h >help.txt && grep -q -- '--vocab' help.txt || fail "tokenizer train -h"
+"$bin" --help >help.txt && grep -q '^usage: lingtrain <command>' help.txt || fail "lingtrain --help"
+expect_error "an unknown flag next to --help is still named" "unknown flag --bogus" "$bin" pretrain --bogus 1
 
 # Resumes that would silently change the run.
 "$bin" pretrain "${run[@]}" --steps 4 --stop-at 2 --out part >/dev/null 2>&1 || fail "a stopped run"

@@ -6,6 +6,7 @@ source "$(dirname "$0")/common.sh"
 
 "$bin" bench --config moe-s --threads 1 --steps 1 --warmup 1 --profile 1 >"$work/out.txt" 2>"$work/err.txt" ||
   fail "bench exited non-zero: $(cat "$work/err.txt")"
+grep -q '1 thread (' "$work/out.txt" && ! grep -q '1 threads' "$work/out.txt" || fail "not '1 thread': $(head -3 "$work/out.txt")"
 last=$(tail -n 1 "$work/out.txt")
 # A JSON object on one line, checked with the key names as quoted strings (no JSON tool needed).
 case "$last" in

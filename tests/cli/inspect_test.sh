@@ -55,6 +55,8 @@ printf '{"a": 1, "b": [2, 3]}\n%.0s' $(seq 30) >records.txt
 grep -q '"domains":\["words","json"\]' mine.jsonl || fail "--domain: not the two named domains"
 grep -q '"domain_tokens":\[500,500\]' mine.jsonl || fail "--domain-tokens 500: the domains are not cut to 500 tokens"
 grep -q '"max_mutual_information_bits":1.0' mine.jsonl || fail "--domain: two equal domains give a maximum of 1 bit"
+"$bin" inspect --ckpt late/checkpoint --domain words=words.txt --domain-tokens 200 >one.txt 2>err.txt || fail "one --domain: $(cat err.txt)"
+grep -q '^routing of 1 domain (' one.txt || fail "one --domain: not '1 domain': $(head -1 one.txt)"
 
 "$bin" report --run late --domain-tokens 256 >report.txt 2>err.txt || fail "report: $(cat err.txt)"
 [ -s late/report.html ] || fail "report: no late/report.html"

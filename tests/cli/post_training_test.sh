@@ -48,6 +48,21 @@ done
 head -2 "$conversations" >two.jsonl
 "$bin" score --ckpt run/checkpoint --data two.jsonl --threads 1 >score.out || fail "score"
 [ "$(grep -c '^{"logp":-[0-9.e+-]*,"tokens":[1-9][0-9]*}$' score.out)" = 2 ] || fail "score: $(cat score.out)"
+# A record longer than the model (or --seq) is skipped and counted, as sft's packing does; the lines stay
+# one per record.
+long=$(printf 'x%.0s' $(seq 1 3000))
+{ head -1 "$conversations"; echo "{\"prompt\": \"long\", \"completion\": \"$long\"}"; } >long.jsonl
+"$bin" score --ckpt run/checkpoint --data long.jsonl --threads 1 >score.out 2>score.err ||
+  fail "score, a record longer than the model: $(cat score.err)"
+[ "$(grep -c '^{"logp":-[0-9.e+-]*,"tokens":[1-9][0-9]*}$' score.out)" = 1 ] &&
+  [ "$(grep -c '^{"length":[0-9]*,"skipped":"longer than --seq [0-9]* + 1"}$' score.out)" = 1 ] ||
+  fail "score, a record longer than the model: $(head -c 300 score.out)"
+grep -q '^long.jsonl: 1 of 2 records longer than --seq [0-9]* + 1 skipped$' score.err || fail "score: no skip count: $(cat score.err)"
+"$bin" score --ckpt run/checkpoint --data two.jsonl --seq 4 --threads 1 >score.out 2>score.err || fail "score --seq 4"
+[ "$(grep -c '"skipped":"longer than --seq 4 + 1"' score.out)" = 2 ] && grep -q '2 of 2 records' score.err ||
+  fail "score --seq 4: $(cat score.out score.err)"
+expect_error "score, --seq beyond the model" "flag --seq 100000 exceeds max_position_embeddings" \
+  "$bin" score --ckpt run/checkpoint --data two.jsonl --seq 100000
 printf '{"prompt": "a", "completion": "b"}\n{"messages": [{"role": "wizard", "content": "x"}]}\n' >bad.jsonl
 expect_error "chat-template, unknown role" "bad.jsonl:2: messages\[0\]: unknown role 'wizard'" \
   "$bin" chat-template --data bad.jsonl
@@ -65,6 +80,10 @@ skipped=$(grep -o '"skipped_without_tool":[0-9]*' tools.out | cut -d: -f2)
 for key in tool_call_exact_match format_validity final_answer_accuracy expected_calls; do
   grep -q "\"$key\":" tools.out || fail "eval-tools: no $key in $(cat tools.out)"
 done
+
+mkdir -p nograph && cp td/sft_val.jsonl nograph/
+expect_error "eval-tools without its graph" "no knowledge graph at nograph/knowledge_graph.json .*pass --graph" \
+  "$bin" eval-tools --ckpt run/checkpoint --data nograph/sft_val.jsonl --threads 1
 
 # SFT from the BPE checkpoint: held-out loss before and during, the tokenizer carried on, and a run
 # stopped and resumed equal to a straight one byte for byte.
@@ -101,6 +120,8 @@ awk -v m="$margin" 'BEGIN { exit !(m != "" && m < 1e-6 && m > -1e-6) }' ||
 printf '{"prompt": "p", "chosen": "same", "rejected": "same"}\n' >identical.jsonl
 expect_error "dpo, only identical pairs" "identical.jsonl: no pair to train on (1 records, 0 longer .* 1 with identical" \
   "$bin" dpo --ckpt sft/checkpoint --data identical.jsonl --steps 1 --out refused
+expect_error "dpo, a held-out file of identical pairs" "identical.jsonl: no pair to evaluate on (1 records" \
+  "$bin" dpo --ckpt sft/checkpoint --data td/dpo_train.jsonl --val identical.jsonl --steps 1 --out refused
 expect_error "sft, every conversation longer than --seq" "no conversation to train on (40 records, 40 longer than --seq 16" \
   "$bin" sft --ckpt sft/checkpoint --data td/sft_train.jsonl --seq 16 --steps 1 --out refused
 expect_error "sft, malformed line" "bad.jsonl:2: messages\[0\]: unknown role 'wizard'" \

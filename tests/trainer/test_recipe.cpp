@@ -3,6 +3,8 @@
 // trip with the model's buffers.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "model/ling.h"
 #include "trainer/recipe.h"
 #include "trainer/train_state.h"
@@ -25,8 +27,8 @@ TEST(Recipe, DefaultsAndRoundTrip) {
   ASSERT_EQ(r.stages.size(), 1u);
   EXPECT_EQ(r.model, "tiny");
   EXPECT_EQ(r.stages[0].steps, 1500);
-  EXPECT_EQ(r.stages[0].schedule.kind, "cosine");
-  EXPECT_EQ(r.stages[0].schedule.total_steps, 1500);
+  EXPECT_EQ(r.stages[0].schedule().kind, "cosine");
+  EXPECT_EQ(r.stages[0].schedule().total_steps, 1500);
   EXPECT_EQ(Recipe::from_json(r.to_json(), "again").to_json(), r.to_json());
 }
 
@@ -36,8 +38,8 @@ TEST(Recipe, TinyRecipeSwitchesThetaAndContext) {
   EXPECT_EQ(r.stages[0].rope_theta, 10000);
   EXPECT_EQ(r.stages[1].rope_theta, 600000);
   EXPECT_GT(r.stages[1].seq, r.stages[0].seq);
-  EXPECT_EQ(r.stages[0].schedule.kind, "wsd");
-  EXPECT_EQ(r.stages[2].schedule.kind, "inverse_sqrt");
+  EXPECT_EQ(r.stages[0].schedule().kind, "wsd");
+  EXPECT_EQ(r.stages[2].schedule().kind, "inverse_sqrt");
   EXPECT_LE(r.stages[1].seq, preset_config(r.model).max_position_embeddings);
 }
 
@@ -49,6 +51,80 @@ TEST(Recipe, ErrorsNameTheKey) {
   EXPECT_NE(error_of(Json{{"stages", Json::array({Json::object()})}, {"sed", 1}}).find("sed"), std::string::npos);
   const std::string where = error_of(Json{{"stages", Json::array({Json::object(), {{"batch", 0}}})}});
   EXPECT_NE(where.find("stage 1"), std::string::npos) << where;
+}
+
+TEST(StageSettings, KindIsParsedOnceAndNamed) {
+  for (StageKind kind : {StageKind::Pretrain, StageKind::Sft, StageKind::Dpo})
+    EXPECT_EQ(parse_stage_kind(stage_kind_name(kind), "r.json"), kind);
+  test::expect_error([] { parse_stage_kind("rlhf", "r.json: stage 0"); },
+                     {"r.json: stage 0: kind must be pretrain, sft or dpo, got 'rlhf'"});
+}
+
+// Checkpoints hold their recipe: a pre-training stage writes the keys it wrote before post-training
+// existed, and the model's own loss weights stay out until a stage sets them.
+TEST(StageSettings, APretrainingStageWritesTheKeysItAlwaysWrote) {
+  const Json pretrain = stage_to_json(StageSettings{});
+  std::set<std::string> keys;
+  for (const auto& [key, value] : pretrain.items()) keys.insert(key);
+  EXPECT_EQ(keys, (std::set<std::string>{"name", "steps", "batch", "seq", "accum", "rope_theta", "data", "val",
+                                         "lr_schedule", "lr", "min_lr", "warmup_steps", "halve_at",
+                                         "batch_warmup_start", "batch_warmup_steps", "clip", "weight_decay"}));
+  StageSettings weighted;
+  weighted.aux_loss_coef = 0.01;
+  const Json json = stage_to_json(weighted);
+  EXPECT_EQ(json.at("aux_loss_coef").get<double>(), 0.01);
+  EXPECT_FALSE(json.contains("z_loss_coef"));
+}
+
+TEST(StageSettings, PostTrainingStagesWriteTheirKeysAndReadBack) {
+  StageSettings sft = stage_defaults(StageKind::Sft);
+  sft.data = "c.jsonl";
+  const Json sft_json = stage_to_json(sft);
+  EXPECT_EQ(sft_json.at("kind"), "sft");
+  EXPECT_EQ(sft_json.at("epochs").get<double>(), 2.0);
+  EXPECT_FALSE(sft_json.contains("beta") || sft_json.contains("reference"));
+  EXPECT_EQ(stage_to_json(stage_from_json(JsonObject(sft_json, "s"), "s")), sft_json);
+  StageSettings dpo = stage_defaults(StageKind::Dpo);
+  dpo.data = "p.jsonl";
+  dpo.reference = "ckpt";
+  const Json dpo_json = stage_to_json(dpo);
+  for (const char* key : {"kind", "epochs", "beta", "rpo_alpha", "reference"}) EXPECT_TRUE(dpo_json.contains(key)) << key;
+  EXPECT_EQ(stage_to_json(stage_from_json(JsonObject(dpo_json, "d"), "d")), dpo_json);
+}
+
+TEST(StageSettings, EachCommandStartsFromItsKindsDefaults) {
+  const StageSettings pretrain = stage_defaults(StageKind::Pretrain), sft = stage_defaults(StageKind::Sft),
+                      dpo = stage_defaults(StageKind::Dpo);
+  EXPECT_EQ(stage_to_json(pretrain), stage_to_json(StageSettings{}));
+  EXPECT_EQ(sft.kind, StageKind::Sft);
+  EXPECT_EQ(sft.name, "sft");
+  EXPECT_EQ(sft.seq, 512);
+  EXPECT_EQ(sft.batch, 8);
+  EXPECT_EQ(sft.lr, 1e-3);
+  EXPECT_EQ(sft.min_lr, 1e-4);
+  EXPECT_EQ(sft.warmup_steps, 10);
+  EXPECT_EQ(sft.weight_decay, 0.0);
+  EXPECT_EQ(sft.epochs, 2.0);
+  EXPECT_EQ(sft.steps, 0);
+  EXPECT_EQ(dpo.kind, StageKind::Dpo);
+  EXPECT_EQ(dpo.seq, 1024);
+  EXPECT_EQ(dpo.batch, 4);
+  EXPECT_EQ(dpo.lr, 2e-4);
+  EXPECT_EQ(dpo.min_lr, 2e-5);
+  EXPECT_EQ(dpo.warmup_steps, 5);
+  EXPECT_EQ(dpo.epochs, 1.0);
+  EXPECT_EQ(dpo.beta, 0.1);
+  EXPECT_EQ(dpo.rpo_alpha, 0.05);
+}
+
+TEST(StageSettings, TheTableNamesEachKeyOnce) {
+  std::set<std::string> keys, fixed;
+  for (const StageKey& k : stage_keys()) {
+    EXPECT_TRUE(keys.insert(k.key).second) << k.key;
+    EXPECT_NE(std::string(k.help), "") << k.key;
+    if (k.has(kFixedMidStage)) fixed.insert(k.key);
+  }
+  EXPECT_EQ(fixed, (std::set<std::string>{"accum", "batch", "seq"}));
 }
 
 // Caught by UBSan under tests/fuzz/fuzz_trainer_json: sizes whose products overflow int64 (undefined behaviour in

@@ -1,0 +1,345 @@
+// pretrain, sft and dpo: one run of the trainer (trainer/run.h) over a recipe. The stage flags come from
+// the table of stage settings (trainer/stage_settings.h); sft and dpo build a one-stage recipe of their
+// kind that starts from --ckpt. Also the run's own flags: distribution (EDiT, A-EDiT), the spike guard,
+// and the test-only --inject and --straggle.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "tensor/error.h"
+#include "trainer/recipe.h"
+#include "trainer/run.h"
+
+namespace lt::cli {
+namespace {
+
+std::string flag_of(std::string key) {
+  std::replace(key.begin(), key.end(), '_', '-');
+  return key;
+}
+
+// The stage settings of a command of `kind`, as flags ("--warmup-steps" for "warmup_steps") with the
+// defaults that command starts from. Without --recipe they make a one-stage recipe; with --resume they
+// change the stage being resumed (e.g. --steps to train on).
+std::vector<FlagSpec> stage_flags(StageKind kind) {
+  const StageSettings defaults = stage_defaults(kind);
+  std::vector<FlagSpec> specs;
+  for (const StageKey& k : stage_keys())
+    if (k.has(kFlag) && k.applies_to(kind)) specs.push_back({flag_of(k.key), stage_value_text(defaults, k.key), k.help});
+  return specs;
+}
+
+// The stage keys set on the command line, typed as the recipe reads them.
+Json stage_from_flags(const Flags& flags, StageKind kind) {
+  Json stage = Json::object();
+  for (const StageKey& k : stage_keys()) {
+    const std::string flag = flag_of(k.key);
+    if (!k.has(kFlag) || !k.applies_to(kind) || !flags.was_set(flag)) continue;
+    if (k.type == StageKey::Type::Integer) stage[k.key] = flags.integer(flag);
+    else if (k.type == StageKey::Type::Number) stage[k.key] = flags.number(flag);
+    else stage[k.key] = flags.str(flag);  // text: the recipe reads and checks it
+  }
+  return stage;
+}
+
+const char* kRoundEndNote = "; under --dist aedit one inside a sync round is done at the round's end";
+
+// The run's own flags (not the stage's), with each command's defaults.
+std::vector<FlagSpec> run_flags(StageKind kind) {
+  const bool pretrain = kind == StageKind::Pretrain;
+  std::vector<FlagSpec> specs;
+  if (pretrain)
+    specs = {{"recipe", "", "tiny or a recipe JSON file: its stages in order (no stage flags then)"},
+             {"model", "tiny", "a preset name (tiny, small, moe-s, ...) or a config.json"},
+             {"routing-warmup", "50", "stochastic routing warmup steps, counted over the whole run"}};
+  else
+    specs = {{"ckpt", "", std::string("the checkpoint ") + stage_kind_name(kind) + " starts from (required)"}};
+  const std::vector<FlagSpec> common = {
+      {"seed", "1", "weights, routing and data-order seed"},
+      {"out", pretrain ? "out/tiny" : std::string("out/") + stage_kind_name(kind),
+       "output folder: checkpoint/, metrics.jsonl (a resume: next to its checkpoint)"},
+      threads_flag(),
+      {"resume", "", "a checkpoint to continue from (it keeps its recipe; stage flags change the resumed stage)"},
+      {"eval-every", pretrain ? "200" : "50", std::string("held-out figures every N steps (0: at the end)") + kRoundEndNote},
+      {"eval-tokens", "65536", "held-out tokens per periodic evaluation (0: all)"},
+      {"ckpt-every", pretrain ? "200" : "100", std::string("a checkpoint every N steps (0: at the end)") + kRoundEndNote},
+      {"metrics", "", "the metrics file (default: OUT/metrics.jsonl)"},
+      {"sample-prompt", pretrain ? "The " : "", "the prompt of the sample at the end (empty: no sample)"},
+      {"sample-tokens", "200", "tokens of that sample"},
+      {"time-limit", "0", "seconds after which the run stops with a checkpoint (0: none)"},
+      {"stop-at", "0", "the global step after which the run stops with a checkpoint (0: run to the end)"},
+      {"dist", "dp", "under mpirun: dp (gradients averaged every step), edit (local SGD, layer-wise sync) or aedit "
+                     "(edit, synced by time)"},
+      {"straggle", "", "RANK:FACTOR: that rank's steps take FACTOR times as long (to measure uneven hardware)"},
+      {"tokenizer", "", "a byte-level BPE tokenizer.json (kept in checkpoints; default: the byte tokenizer)"},
+      {"device", "cpu", "cpu, cuda or cuda:N (under mpirun one GPU per rank, --dist dp)"},
+      {"dtype", "f32", "f32 or bf16 (matmuls take bf16 operands with f32 accumulation on a GPU or a CPU with "
+                       "AVX512_BF16; weights and checkpoints stay f32)"},
+      {"save-dtype", "f32", "f32 or bf16: the checkpoints' weights"}};
+  specs.insert(specs.end(), common.begin(), common.end());
+  return specs;
+}
+
+// The EDiT / A-EDiT flags (dist/edit.h) with the reference implementation's defaults.
+const std::vector<FlagSpec>& edit_flags() {
+  static const std::vector<FlagSpec> specs = {
+      {"shard-group", "1", "edit, aedit: ranks per replica (ZeRO-2 shards)"},
+      {"local-sgd-warmup", "0", "edit, aedit: steps with gradients averaged across replicas before local steps"},
+      {"sync-interval", "1", "edit: a sync every N steps"},
+      {"sync-seconds", "600", "aedit: a sync when this many seconds have passed since the last"},
+      {"min-total-steps", "100", "aedit: ... unless the replicas took fewer steps together since the last"},
+      {"step-weight", "off", "aedit: on mixes each replica's share of the steps into its weight"},
+      {"step-weight-ratio", "0.5", "aedit: weight = (1 - r) norm weight + r step weight"},
+      {"weight-by-norm", "off", "edit, aedit: on weighs the replicas by softmax(-norm / T) (else equally)"},
+      {"weight-temperature", "1", "edit, aedit: T of that softmax"},
+      {"skip-anomaly", "off", "edit, aedit: on drops outlying pseudo-gradients (EWMA detector per layer)"},
+      {"ewma-alpha", "0.02", "edit, aedit: that detector's EWMA weight"},
+      {"ewma-warmup", "120", "edit, aedit: syncs before that detector judges"},
+      {"ewma-threshold", "3", "edit, aedit: that detector's z threshold"},
+      {"clip-pseudo-grad", "0", "edit, aedit: the pseudo-gradient norm clip (0: none)"},
+      {"outer-optimizer", "average", "edit, aedit: average (anchor -= pseudo-gradient) or sgd"},
+      {"outer-lr", "0.7", "outer sgd: learning rate"},
+      {"outer-momentum", "0.8", "outer sgd: momentum"},
+      {"outer-nesterov", "on", "outer sgd: Nesterov momentum, on or off"}};
+  return specs;
+}
+
+// The spike guard's flags (optim/spike_guard.h) with its defaults, and the faults tests inject.
+const std::vector<FlagSpec>& spike_flags() {
+  static const std::vector<FlagSpec> specs = {
+      {"spike-guard", "on", "on or off: the loss-spike guard and NaN recovery (docs/reliability.md)"},
+      {"spike-threshold", "6", "the z-score of the loss or gradient norm that counts as a spike"},
+      {"spike-warmup", "50", "steps before the detectors judge"},
+      {"spike-alpha", "0.02", "the detectors' EWMA weight"},
+      {"spike-retries", "3", "retries of a spiking step on other data"},
+      {"spike-lr-cut", "0.5", "the factor the lr is cut by after --spike-cut-after spikes"},
+      {"spike-cut-after", "2", "spikes that cut the lr"},
+      {"spike-cooldown", "200", "steps the cut lr lasts"},
+      {"nan-reload-after", "3", "non-finite steps in a row that reload the last checkpoint"},
+      {"max-reloads", "3", "reloads before the run stops"},
+      {"inject", "", "tests: spike@STEP:FACTOR or nan@STEP[:COUNT], comma-separated"}};
+  return specs;
+}
+
+// --straggle RANK:FACTOR
+void parse_straggle(const std::string& value, RunOptions& options) {
+  const size_t colon = value.find(':');
+  char* end = nullptr;
+  const long rank = colon == std::string::npos ? -1 : std::strtol(value.c_str(), &end, 10);
+  const bool rank_ok = colon != std::string::npos && end == value.c_str() + colon && rank >= 0;
+  const double factor = rank_ok ? std::strtod(value.c_str() + colon + 1, &end) : 0;
+  if (!rank_ok || *end != '\0' || !(factor >= 1)) fail("flag --straggle needs RANK:FACTOR with FACTOR >= 1, got '", value, "'");
+  options.straggle_rank = static_cast<int>(rank);
+  options.straggle_factor = factor;
+}
+
+EditSettings edit_from_flags(const Flags& flags, const std::string& dist) {
+  if (dist == "dp")
+    for (const FlagSpec& spec : edit_flags())
+      if (flags.was_set(spec.name)) fail("flag --", spec.name, " belongs to --dist edit or aedit");
+  if (dist != "aedit")
+    for (const char* flag : {"sync-seconds", "min-total-steps", "step-weight", "step-weight-ratio"})
+      if (flags.was_set(flag)) fail("flag --", flag, " belongs to --dist aedit (time-based sync)");
+  if (dist == "aedit" && flags.was_set("sync-interval")) fail("flag --sync-interval belongs to --dist edit; aedit syncs by time (--sync-seconds)");
+  EditSettings e;
+  e.shard_group = static_cast<int>(flags.positive("shard-group"));
+  e.local_sgd_warmup = flags.integer("local-sgd-warmup");
+  e.sync_interval = flags.positive("sync-interval");
+  e.sync_seconds = flags.number("sync-seconds");
+  if (!(e.sync_seconds > 0)) fail("flag --sync-seconds must be > 0, got ", e.sync_seconds);
+  e.min_total_steps = flags.integer("min-total-steps");
+  e.step_weight = flags.on_off("step-weight");
+  e.step_weight_ratio = flags.number("step-weight-ratio");
+  e.weight_by_norm = flags.on_off("weight-by-norm");
+  e.temperature = flags.number("weight-temperature");
+  e.skip_anomaly = flags.on_off("skip-anomaly");
+  e.detector.alpha = flags.number("ewma-alpha");
+  e.detector.warmup_steps = flags.integer("ewma-warmup");
+  e.detector.threshold = flags.number("ewma-threshold");
+  e.clip_pseudo_grad = flags.number("clip-pseudo-grad");
+  const std::string outer = flags.str("outer-optimizer");
+  if (outer != "average" && outer != "sgd") fail("flag --outer-optimizer needs average or sgd, got '", outer, "'");
+  e.outer_sgd = outer == "sgd";
+  if (!e.outer_sgd)
+    for (const char* flag : {"outer-lr", "outer-momentum", "outer-nesterov"})
+      if (flags.was_set(flag)) fail("flag --", flag, " belongs to --outer-optimizer sgd");
+  e.outer.lr = flags.number("outer-lr");
+  e.outer.momentum = flags.number("outer-momentum");
+  e.outer.nesterov = flags.on_off("outer-nesterov");
+  if (!(e.outer.lr > 0) || e.outer.momentum < 0 || e.outer.momentum >= 1)
+    fail("the outer optimizer needs --outer-lr > 0 and 0 <= --outer-momentum < 1");
+  return e;
+}
+
+SpikeGuardSettings spike_guard_from_flags(const Flags& flags) {
+  SpikeGuardSettings g;
+  g.enabled = flags.on_off("spike-guard");
+  g.detector.threshold = flags.number("spike-threshold");
+  g.detector.warmup_steps = flags.integer("spike-warmup");
+  g.detector.alpha = flags.number("spike-alpha");
+  g.max_retries = flags.integer("spike-retries");
+  g.lr_cut = flags.number("spike-lr-cut");
+  g.spikes_to_cut = flags.integer("spike-cut-after");
+  g.cooldown_steps = flags.integer("spike-cooldown");
+  g.bad_steps_to_reload = flags.integer("nan-reload-after");
+  g.max_reloads = flags.integer("max-reloads");
+  g.validate();
+  return g;
+}
+
+// --inject spike@STEP:FACTOR | nan@STEP[:COUNT], comma-separated (for tests of the guard).
+std::vector<Injection> injections_from_flag(const std::string& value) {
+  std::vector<Injection> out;
+  std::stringstream list(value);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    Injection injection;
+    const size_t at = item.find('@'), colon = item.find(':');
+    injection.kind = item.substr(0, at);
+    char* end = nullptr;
+    const std::string step = at == std::string::npos ? "" : item.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1);
+    injection.step = std::strtoll(step.c_str(), &end, 10);
+    bool ok = (injection.kind == "spike" || injection.kind == "nan") && !step.empty() && *end == '\0' && injection.step >= 0;
+    const std::string argument = colon == std::string::npos ? "" : item.substr(colon + 1);
+    if (injection.kind == "spike") {
+      injection.factor = std::strtod(argument.c_str(), &end);
+      ok = ok && !argument.empty() && *end == '\0' && std::isfinite(injection.factor);
+    } else if (!argument.empty()) {
+      injection.count = std::strtoll(argument.c_str(), &end, 10);
+      ok = ok && *end == '\0' && injection.count >= 1;
+    }
+    if (!ok) fail("flag --inject needs spike@STEP:FACTOR or nan@STEP[:COUNT], got '", item, "'");
+    out.push_back(injection);
+  }
+  return out;
+}
+
+// --resume: the checkpoint keeps its recipe, so the flags that make one are refused; the stage flags
+// given change the resumed stage. The run writes next to the checkpoint unless told otherwise, never
+// into the default folder (which may hold another run).
+void apply_resume(const Flags& flags, const Json& stage, RunOptions& options) {
+  for (const char* fixed : {"recipe", "model", "seed", "routing-warmup", "ckpt", "epochs", "beta", "rpo-alpha"})
+    if (flags.was_set(fixed)) fail("flag --", fixed, " cannot change when resuming (the checkpoint keeps its recipe)");
+  options.stage_overrides = stage;
+  if (!flags.was_set("out")) {
+    const std::filesystem::path checkpoint = std::filesystem::path(options.resume).lexically_normal();
+    options.out_dir = (checkpoint.has_filename() ? checkpoint : checkpoint.parent_path()).parent_path().string();
+    if (options.out_dir.empty()) options.out_dir = ".";
+  }
+}
+
+// sft and dpo: a one-stage recipe of their kind from --ckpt, sized by --steps or --epochs.
+Recipe post_training_recipe(const Flags& flags, const Json& stage, StageKind kind) {
+  const char* name = stage_kind_name(kind);
+  if (flags.str("ckpt").empty()) fail("flag --ckpt is required: the checkpoint ", name, " starts from");
+  if (!flags.was_set("data"))
+    fail("flag --data is required: a JSONL file of ", kind == StageKind::Sft ? "conversations" : "preference pairs");
+  Json full = stage_to_json(stage_defaults(kind));
+  for (const auto& [key, value] : stage.items()) full[key] = value;
+  if (!flags.was_set("steps")) {
+    if (!(full.at("epochs").get<double>() > 0)) fail("flag --epochs must be > 0, got ", flags.str("epochs"));
+  } else if (flags.was_set("epochs")) {
+    fail("flags --steps and --epochs both size the run: give one");
+  } else {
+    full["epochs"] = 0;  // the steps are given
+  }
+  if (kind == StageKind::Dpo) full["reference"] = flags.str("ckpt");
+  Recipe recipe = Recipe::from_json({{"model", flags.str("ckpt")}, {"init", flags.str("ckpt")}, {"routing_warmup", 0},
+                                     {"stages", Json::array({full})}},
+                                    "the command line");
+  recipe.seed = static_cast<uint64_t>(flags.integer("seed"));
+  return recipe;
+}
+
+// pretrain: a recipe (--recipe) or a one-stage recipe of the stage flags, with --model, --seed and
+// --routing-warmup.
+Recipe pretrain_recipe(const Flags& flags, const Json& stage) {
+  Recipe recipe;
+  const bool from_file = !flags.str("recipe").empty();
+  if (from_file) {
+    if (!stage.empty()) fail("flag --", stage.begin().key(), " sets a one-stage run: with --recipe, set it in the recipe");
+    recipe = resolve_recipe(flags.str("recipe"));
+  } else {
+    recipe = Recipe::from_json({{"stages", Json::array({stage})}}, "the command line");
+  }
+  if (flags.was_set("model") || !from_file) recipe.model = flags.str("model");
+  if (flags.was_set("seed") || !from_file) recipe.seed = static_cast<uint64_t>(flags.integer("seed"));
+  if (flags.was_set("routing-warmup") || !from_file) recipe.routing_warmup = flags.integer("routing-warmup");
+  if (recipe.routing_warmup < 0) fail("flag --routing-warmup must be >= 0, got ", recipe.routing_warmup);
+  return recipe;
+}
+
+std::string run_usage(StageKind kind) {
+  switch (kind) {
+    case StageKind::Pretrain:
+      return "lingtrain pretrain [flags]: pre-train (default: the embedded corpus, tokenised by the run's tokenizer)\n"
+             "lingtrain pretrain --recipe tiny|R.json [--out DIR]: the stages of a recipe in order (resumable)\n"
+             "mpirun -n N lingtrain pretrain ... [--dist dp|edit|aedit]: several processes";
+    case StageKind::Sft:
+      return "lingtrain sft --ckpt DIR --data train.jsonl [flags]: supervised fine-tuning on TRL-style conversations,\n"
+             "assistant tokens only, packed with document masking (docs/post_training.md)";
+    case StageKind::Dpo:
+      return "lingtrain dpo --ckpt DIR --data pairs.jsonl [flags]: sigmoid DPO against the --ckpt model (log-probs\n"
+             "cached on disk; docs/post_training.md)";
+  }
+  return "";
+}
+
+int run_command(const Args& args, StageKind kind) {
+  const bool post_training = kind != StageKind::Pretrain;
+  std::vector<FlagSpec> specs = run_flags(kind);
+  for (const std::vector<FlagSpec>& more : {stage_flags(kind), edit_flags(), spike_flags()})
+    specs.insert(specs.end(), more.begin(), more.end());
+  const Flags flags(run_usage(kind), specs, args);
+  apply_threads(flags);
+  const Json stage = stage_from_flags(flags, kind);
+  RunOptions options;
+  options.device = parse_device(flags.str("device"));
+  options.matmul_precision = matmul_precision_from_flag(flags.str("dtype"));
+  if (flags.str("save-dtype") != "f32" && flags.str("save-dtype") != "bf16")
+    fail("flag --save-dtype must be f32 or bf16, got '", flags.str("save-dtype"), "'");
+  options.save_dtype = flags.str("save-dtype") == "bf16" ? DType::BF16 : DType::F32;
+  options.resume = flags.str("resume");
+  options.tokenizer = flags.str("tokenizer");
+  options.out_dir = flags.str("out");
+  Recipe recipe;
+  if (!options.resume.empty()) apply_resume(flags, stage, options);
+  else if (post_training) recipe = post_training_recipe(flags, stage, kind);
+  else recipe = pretrain_recipe(flags, stage);
+  options.eval_every = flags.integer("eval-every");
+  options.eval_tokens = flags.integer("eval-tokens");
+  options.ckpt_every = flags.integer("ckpt-every");
+  options.metrics_path = flags.str("metrics");
+  options.sample_prompt = flags.str("sample-prompt");
+  options.sample_tokens = flags.positive("sample-tokens");
+  options.time_limit_seconds = flags.number("time-limit");
+  options.stop_at_step = flags.integer("stop-at");
+  options.dist = flags.str("dist");
+  options.edit = edit_from_flags(flags, options.dist);
+  options.spike_guard = spike_guard_from_flags(flags);
+  if (!flags.str("inject").empty()) options.injections = injections_from_flag(flags.str("inject"));
+  if (!flags.str("straggle").empty()) parse_straggle(flags.str("straggle"), options);
+  Json summary = run_training(recipe, options);
+  if (summary.is_null()) return 0;  // a rank other than 0 of a multi-process run: rank 0 reports
+  if (summary.contains("sample")) {
+    std::printf("sample: %s%s\n", options.sample_prompt.c_str(), summary["sample"].get<std::string>().c_str());
+    summary.erase("sample");
+  }
+  std::printf("%s\n", summary.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int cmd_pretrain(const Args& args) { return run_command(args, StageKind::Pretrain); }
+int cmd_sft(const Args& args) { return run_command(args, StageKind::Sft); }
+int cmd_dpo(const Args& args) { return run_command(args, StageKind::Dpo); }
+
+}  // namespace lt::cli
