@@ -226,13 +226,31 @@ void parse_straggle(const std::string& value, lt::RunOptions& options) {
   options.straggle_factor = factor;
 }
 
-// The EDiT / A-EDiT flags (dist/edit.h) with the reference implementation's defaults.
-const std::map<std::string, std::string> kEditFlags = {
-    {"shard-group", "1"},        {"local-sgd-warmup", "0"},   {"sync-interval", "1"},    {"sync-seconds", "600"},
-    {"min-total-steps", "100"},  {"step-weight", "off"},      {"step-weight-ratio", "0.5"},
-    {"weight-by-norm", "off"},   {"weight-temperature", "1"}, {"skip-anomaly", "off"},   {"ewma-alpha", "0.02"},
-    {"ewma-warmup", "120"},      {"ewma-threshold", "3"},     {"clip-pseudo-grad", "0"}, {"outer-optimizer", "average"},
-    {"outer-lr", "0.7"},         {"outer-momentum", "0.8"},   {"outer-nesterov", "on"}};
+// The EDiT / A-EDiT flags (dist/edit.h) with the reference implementation's defaults, and the key of
+// each in EditSettings::to_json (what a checkpoint records).
+struct EditFlag {
+  const char* default_value;
+  const char* settings_key;
+};
+const std::map<std::string, EditFlag> kEditFlags = {
+    {"shard-group", {"1", "shard_group"}},
+    {"local-sgd-warmup", {"0", "local_sgd_warmup"}},
+    {"sync-interval", {"1", "sync_interval"}},
+    {"sync-seconds", {"600", "sync_seconds"}},
+    {"min-total-steps", {"100", "min_total_steps"}},
+    {"step-weight", {"off", "step_weight"}},
+    {"step-weight-ratio", {"0.5", "step_weight_ratio"}},
+    {"weight-by-norm", {"off", "weight_by_norm"}},
+    {"weight-temperature", {"1", "temperature"}},
+    {"skip-anomaly", {"off", "skip_anomaly"}},
+    {"ewma-alpha", {"0.02", "ewma_alpha"}},
+    {"ewma-warmup", {"120", "ewma_warmup_steps"}},
+    {"ewma-threshold", {"3", "ewma_threshold"}},
+    {"clip-pseudo-grad", {"0", "clip_pseudo_grad"}},
+    {"outer-optimizer", {"average", "outer_optimizer"}},
+    {"outer-lr", {"0.7", "outer_lr"}},
+    {"outer-momentum", {"0.8", "outer_momentum"}},
+    {"outer-nesterov", {"on", "outer_nesterov"}}};
 
 bool on_off(const Flags& flags, const std::string& name) {
   const std::string& v = flags.str(name);
@@ -240,11 +258,13 @@ bool on_off(const Flags& flags, const std::string& name) {
   return v == "on";
 }
 
+// dist: the command line's --dist ("" when a resume leaves it to its checkpoint: the flags are then
+// checked against the checkpoint's settings instead).
 lt::EditSettings edit_from_flags(const Flags& flags, const std::string& dist) {
   if (dist == "dp")
     for (const auto& [flag, value] : kEditFlags)
       if (flags.was_set(flag)) fail("flag --", flag, " belongs to --dist edit or aedit");
-  if (dist != "aedit")
+  if (!dist.empty() && dist != "aedit")
     for (const char* flag : {"sync-seconds", "min-total-steps", "step-weight", "step-weight-ratio"})
       if (flags.was_set(flag)) fail("flag --", flag, " belongs to --dist aedit (time-based sync)");
   if (dist == "aedit" && flags.was_set("sync-interval")) fail("flag --sync-interval belongs to --dist edit; aedit syncs by time (--sync-seconds)");
@@ -337,6 +357,24 @@ Json post_training_stage_defaults(const std::string& kind) {
           {"warmup_steps", 5}, {"lr_schedule", "cosine"}, {"weight_decay", 0.0}};
 }
 
+// A resume runs its checkpoint's recipe: the stage flags given change the resumed stage, and the recipe
+// flags given must name what the checkpoint holds (the run's own command line plus --resume works, as
+// a preemptible job's script gives it).
+void resume_from_flags(const Flags& flags, bool post_training, Json& stage, lt::Recipe& recipe, lt::RunOptions& options) {
+  Json named = Json::object();
+  if (!post_training && flags.was_set("recipe")) {
+    recipe = lt::resolve_recipe(flags.str("recipe"));
+    named["recipe"] = flags.str("recipe");
+  }
+  if (!post_training && flags.was_set("model")) named["model"] = flags.str("model");
+  if (flags.was_set("seed")) named["seed"] = flags.integer("seed");
+  if (!post_training && flags.was_set("routing-warmup")) named["routing_warmup"] = flags.integer("routing-warmup");
+  if (post_training && flags.was_set("ckpt")) named["init"] = flags.str("ckpt");
+  if (post_training && flags.was_set("epochs")) stage["epochs"] = flags.number("epochs");
+  options.named_recipe_keys = named;
+  options.stage_overrides = stage;
+}
+
 // pretrain, sft and dpo: one run of the trainer (trainer/run.h) over a recipe; sft and dpo build a
 // one-stage recipe of their kind that starts from --ckpt.
 int run_command(const std::vector<std::string>& args, const std::string& kind) {
@@ -358,7 +396,7 @@ int run_command(const std::vector<std::string>& args, const std::string& kind) {
     defaults["sample-prompt"] = "";
   }
   for (const std::string& flag : kStageFlags) defaults[flag] = "";
-  defaults.insert(kEditFlags.begin(), kEditFlags.end());
+  for (const auto& [flag, edit_flag] : kEditFlags) defaults[flag] = edit_flag.default_value;
   defaults.insert(kSpikeFlags.begin(), kSpikeFlags.end());
   const Flags flags(args, defaults);
   apply_threads(flags);
@@ -380,9 +418,7 @@ int run_command(const std::vector<std::string>& args, const std::string& kind) {
   }
   lt::Recipe recipe;
   if (!options.resume.empty()) {
-    for (const char* fixed : {"recipe", "model", "seed", "routing-warmup", "ckpt", "epochs", "beta", "rpo-alpha"})
-      if (flags.was_set(fixed)) fail("flag --", fixed, " cannot change when resuming (the checkpoint keeps its recipe)");
-    options.stage_overrides = stage;
+    resume_from_flags(flags, post_training, stage, recipe, options);
   } else if (post_training) {
     if (flags.str("ckpt").empty()) fail("flag --ckpt is required: the checkpoint ", kind, " starts from");
     if (!flags.was_set("data")) fail("flag --data is required: a JSONL file of ", kind == "sft" ? "conversations" : "preference pairs");
@@ -430,8 +466,13 @@ int run_command(const std::vector<std::string>& args, const std::string& kind) {
   options.sample_tokens = flags.positive("sample-tokens");
   options.time_limit_seconds = flags.number("time-limit");
   options.stop_at_step = flags.integer("stop-at");
-  options.dist = flags.str("dist");
-  options.edit = edit_from_flags(flags, options.dist);
+  options.dist = lt::parse_dist_mode(flags.str("dist"));
+  const bool dist_from_checkpoint = !options.resume.empty() && !flags.was_set("dist");
+  options.edit = edit_from_flags(flags, dist_from_checkpoint ? "" : flags.str("dist"));
+  if (flags.was_set("dist")) options.named_dist_settings["mode"] = flags.str("dist");
+  const Json edit_json = options.edit.to_json();
+  for (const auto& [flag, edit_flag] : kEditFlags)
+    if (flags.was_set(flag)) options.named_dist_settings[edit_flag.settings_key] = edit_json.at(edit_flag.settings_key);
   options.spike_guard = spike_guard_from_flags(flags);
   if (!flags.str("inject").empty()) options.injections = injections_from_flag(flags.str("inject"));
   if (!flags.str("straggle").empty()) parse_straggle(flags.str("straggle"), options);
