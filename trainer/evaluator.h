@@ -32,7 +32,8 @@ class Evaluator {
 
  private:
   void add(StageBatches& batches, int64_t limit_tokens, Json& record) {
-    for (const auto& [name, value] : batches.evaluate(model_, limit_tokens).items()) record[name] = value;
+    const Json figures = batches.evaluate(model_, limit_tokens);
+    for (const auto& [name, value] : figures.items()) record[name] = value;
   }
 
   LingForCausalLM& model_;
