@@ -48,6 +48,8 @@ void AEditStrategy::run_rounds(RunControl& run) {
     edit_->sync(0);
     steps_since_sync_ = 0;
   }
+  // The step every rank agrees on as a round starts; within the round each replica's own count runs ahead.
+  int64_t round_first_step = state.step;
   int64_t quota = quota_of_this_replica(), round_steps = 0;
   double round_loss = 0;
   auto round_start = Clock::now();
@@ -89,7 +91,6 @@ void AEditStrategy::run_rounds(RunControl& run) {
       since_sync_total += static_cast<int64_t>(values[static_cast<size_t>(R + m)]);
     }
     done += round_total;
-    const int64_t step_before = state.step;
     // The schedule follows the replicas' mean progress; every rank snaps to it here.
     state.stage_step = done / R;
     state.step = step_at_stage_start + state.stage_step;
@@ -119,7 +120,8 @@ void AEditStrategy::run_rounds(RunControl& run) {
       for (int m = 0; m < R; ++m)
         share[static_cast<size_t>(m)] = static_cast<double>(per_replica[static_cast<size_t>(m)]) / static_cast<double>(round_total);
     }
-    if (run.conclude(step_before, record, shown, time_up)) return;
+    if (run.conclude(round_first_step, record, shown, time_up)) return;
+    round_first_step = state.step;
     quota = quota_of_this_replica();
     round_steps = 0;
     round_loss = 0;

@@ -45,6 +45,7 @@ void RunControl::begin_stage() {
   sink_.finish();  // preparing a stage may print (skipped records, reference log-probs)
   batches_ = setup_.stage_batches(s.stage);
   if (resuming_this_stage) batches_->restore(s.data_cursor);
+  if (const std::string note = setup_.stage_note(s.stage); !note.empty() && !resuming_this_stage) sink_.event(note);
   trainer_.set_objective(faults_.wrap(batches_->objective()));
   // A fresh run starts with a checkpoint of its initial state (once its data has proved readable): the
   // guard always has one to go back to.

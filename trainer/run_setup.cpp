@@ -271,13 +271,16 @@ void RunSetup::size_stages() {
     }
     // A warmup as long as the stage would leave its decay unreached (a 20-step cosine run ending at its
     // peak rate): it becomes a tenth of the stage, and the run says so.
+    std::string note;
     if (stage.schedule.warmup_steps > 0 && stage.schedule.warmup_steps >= stage.steps) {
       const int64_t fitted = stage.steps / 10;
-      std::fprintf(out_, "stage '%s': a warmup of %lld steps is not shorter than its %lld steps; warming up over %lld instead\n",
-                   stage.name.c_str(), static_cast<long long>(stage.schedule.warmup_steps),
-                   static_cast<long long>(stage.steps), static_cast<long long>(fitted));
+      note = format_text("stage '%s': a warmup of %lld steps is not shorter than its %lld steps; %s", stage.name.c_str(),
+                         static_cast<long long>(stage.schedule.warmup_steps), static_cast<long long>(stage.steps),
+                         fitted > 0 ? format_text("warming up over %lld instead", static_cast<long long>(fitted)).c_str()
+                                    : "no warmup instead");
       stage.schedule.warmup_steps = fitted;
     }
+    stage_notes_.push_back(note);
   }
 }
 
@@ -319,6 +322,10 @@ std::unique_ptr<StageBatches> RunSetup::stage_batches(int64_t stage_index) {
   world_->barrier();
   if (!lead()) prepare();
   return batches;
+}
+
+std::string RunSetup::stage_note(int64_t stage) const {
+  return static_cast<size_t>(stage) < stage_notes_.size() ? stage_notes_[static_cast<size_t>(stage)] : std::string();
 }
 
 std::string RunSetup::heldout_path(int64_t stage) const {

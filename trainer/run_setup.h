@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
@@ -55,6 +56,8 @@ class RunSetup {
   // the embedded corpus when missing, and caches DPO's reference log-probs); the others read what it
   // made once it is complete. Collective.
   std::unique_ptr<StageBatches> stage_batches(int64_t stage);
+  // What the run changed in stage `stage`'s settings and says as the stage begins ("" when nothing).
+  std::string stage_note(int64_t stage) const;
   // The held-out file of stage `stage` as the last stage_batches made it ("" without one).
   std::string heldout_path(int64_t stage) const;
 
@@ -86,6 +89,7 @@ class RunSetup {
   RunTokenizer tokenizer_;
   // The last pre-training stage's token arrays, kept while consecutive stages name the same files.
   std::string train_path_, val_path_;
+  std::vector<std::string> stage_notes_;
   Tensor train_tokens_, val_tokens_;
 };
 
