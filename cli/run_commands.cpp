@@ -66,7 +66,8 @@ std::vector<FlagSpec> run_flags(StageKind kind) {
       {"out", pretrain ? "out/tiny" : std::string("out/") + stage_kind_name(kind),
        "output folder: checkpoint/, metrics.jsonl (a resume: next to its checkpoint)"},
       threads_flag(),
-      {"resume", "", "a checkpoint to continue from (it keeps its recipe; stage flags change the resumed stage)"},
+      {"resume", "", "a checkpoint to continue from, with its recipe and --dist settings; stage flags change the "
+                      "resumed stage, other flags may name the run's own values again (a change is refused)"},
       {"eval-every", pretrain ? "200" : "50", std::string("held-out figures every N steps (0: at the end)") + kRoundEndNote},
       {"eval-tokens", "65536", "held-out tokens per periodic evaluation (0: all)"},
       {"ckpt-every", pretrain ? "200" : "100", std::string("a checkpoint every N steps (0: at the end)") + kRoundEndNote},
@@ -76,7 +77,7 @@ std::vector<FlagSpec> run_flags(StageKind kind) {
       {"time-limit", "0", "seconds after which the run stops with a checkpoint (0: none)"},
       {"stop-at", "0", "the global step after which the run stops with a checkpoint (0: run to the end)"},
       {"dist", "dp", "under mpirun: dp (gradients averaged every step), edit (local SGD, layer-wise sync) or aedit "
-                     "(edit, synced by time)"},
+                     "(edit, synced by time); a resume keeps its checkpoint's"},
       {"straggle", "", "RANK:FACTOR: that rank's steps take FACTOR times as long (to measure uneven hardware)"},
       {"tokenizer", "", "a byte-level BPE tokenizer.json (kept in checkpoints; default: the byte tokenizer)"},
       {"device", "cpu", "cpu, cuda or cuda:N (under mpirun one GPU per rank, --dist dp)"},
@@ -140,11 +141,13 @@ void parse_straggle(const std::string& value, RunOptions& options) {
   options.straggle_factor = factor;
 }
 
+// dist: the command line's --dist, or "" when a resume leaves it to its checkpoint (the run then checks
+// the EDiT flags given against the checkpoint's settings).
 EditSettings edit_from_flags(const Flags& flags, const std::string& dist) {
   if (dist == "dp")
     for (const FlagSpec& spec : edit_flags())
       if (flags.was_set(spec.name)) fail("flag --", spec.name, " belongs to --dist edit or aedit");
-  if (dist != "aedit")
+  if (!dist.empty() && dist != "aedit")
     for (const char* flag : {"sync-seconds", "min-total-steps", "step-weight", "step-weight-ratio"})
       if (flags.was_set(flag)) fail("flag --", flag, " belongs to --dist aedit (time-based sync)");
   if (dist == "aedit" && flags.was_set("sync-interval")) fail("flag --sync-interval belongs to --dist edit; aedit syncs by time (--sync-seconds)");
@@ -221,12 +224,37 @@ std::vector<Injection> injections_from_flag(const std::string& value) {
   return out;
 }
 
-// --resume: the checkpoint keeps its recipe, so the flags that make one are refused; the stage flags
-// given change the resumed stage. The run writes next to the checkpoint unless told otherwise, never
-// into the default folder (which may hold another run).
-void apply_resume(const Flags& flags, const Json& stage, RunOptions& options) {
-  for (const char* fixed : {"recipe", "model", "seed", "routing-warmup", "ckpt", "epochs", "beta", "rpo-alpha"})
-    if (flags.was_set(fixed)) fail("flag --", fixed, " cannot change when resuming (the checkpoint keeps its recipe)");
+// The EDiT settings the command line named, by their EditSettings::to_json keys (the flag's name with
+// underscores, but for two), with the values `edit` parsed from them.
+Json named_edit_settings(const Flags& flags, const EditSettings& edit) {
+  const Json values = edit.to_json();
+  Json named = Json::object();
+  for (const FlagSpec& spec : edit_flags()) {
+    if (!flags.was_set(spec.name)) continue;
+    std::string key = spec.name == "weight-temperature" ? "temperature"
+                      : spec.name == "ewma-warmup"      ? "ewma_warmup_steps"
+                                                        : spec.name;
+    std::replace(key.begin(), key.end(), '-', '_');
+    named[key] = values.at(key);
+  }
+  return named;
+}
+
+// --resume: the run continues its checkpoint's recipe. The stage flags given change the resumed stage;
+// the recipe flags given must name what the checkpoint holds, which the run checks (a preemptible
+// job's script gives the run's own command line plus --resume). The run writes next to the checkpoint
+// unless told otherwise, never into the default folder (which may hold another run).
+void apply_resume(const Flags& flags, const Json& stage, Recipe& recipe, RunOptions& options) {
+  Json named = Json::object();
+  if (flags.was_set("recipe")) {
+    recipe = resolve_recipe(flags.str("recipe"));
+    named["recipe"] = flags.str("recipe");
+  }
+  if (flags.was_set("model")) named["model"] = flags.str("model");
+  if (flags.was_set("seed")) named["seed"] = flags.integer("seed");
+  if (flags.was_set("routing-warmup")) named["routing_warmup"] = flags.integer("routing-warmup");
+  if (flags.was_set("ckpt")) named["init"] = flags.str("ckpt");
+  options.named_recipe_keys = named;
   options.stage_overrides = stage;
   if (!flags.was_set("out")) {
     const std::filesystem::path checkpoint = std::filesystem::path(options.resume).lexically_normal();
@@ -310,7 +338,7 @@ int run_command(const Args& args, StageKind kind) {
   options.tokenizer = flags.str("tokenizer");
   options.out_dir = flags.str("out");
   Recipe recipe;
-  if (!options.resume.empty()) apply_resume(flags, stage, options);
+  if (!options.resume.empty()) apply_resume(flags, stage, recipe, options);
   else if (post_training) recipe = post_training_recipe(flags, stage, kind);
   else recipe = pretrain_recipe(flags, stage);
   options.eval_every = flags.integer("eval-every");
@@ -321,8 +349,11 @@ int run_command(const Args& args, StageKind kind) {
   options.sample_tokens = flags.positive("sample-tokens");
   options.time_limit_seconds = flags.number("time-limit");
   options.stop_at_step = flags.integer("stop-at");
-  options.dist = flags.str("dist");
-  options.edit = edit_from_flags(flags, options.dist);
+  options.dist = parse_dist_mode(flags.str("dist"));
+  const bool dist_from_checkpoint = !options.resume.empty() && !flags.was_set("dist");
+  options.edit = edit_from_flags(flags, dist_from_checkpoint ? "" : flags.str("dist"));
+  options.named_dist_settings = named_edit_settings(flags, options.edit);
+  if (flags.was_set("dist")) options.named_dist_settings["mode"] = flags.str("dist");
   options.spike_guard = spike_guard_from_flags(flags);
   if (!flags.str("inject").empty()) options.injections = injections_from_flag(flags.str("inject"));
   if (!flags.str("straggle").empty()) parse_straggle(flags.str("straggle"), options);

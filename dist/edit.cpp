@@ -31,6 +31,35 @@ Json EditSettings::to_json() const {
               {"outer_nesterov", outer.nesterov}};
 }
 
+EditSettings EditSettings::from_json(const Json& json, const std::string& source) {
+  const JsonObject o(json, source);
+  EditSettings e;
+  e.shard_group = o.get<int>("shard_group", e.shard_group);
+  e.local_sgd_warmup = o.get<int64_t>("local_sgd_warmup", e.local_sgd_warmup);
+  e.sync_interval = o.get<int64_t>("sync_interval", e.sync_interval);
+  e.time_based = o.get<bool>("time_based", e.time_based);
+  e.sync_seconds = o.get<double>("sync_seconds", e.sync_seconds);
+  e.min_total_steps = o.get<int64_t>("min_total_steps", e.min_total_steps);
+  e.step_weight = o.get<bool>("step_weight", e.step_weight);
+  e.step_weight_ratio = o.get<double>("step_weight_ratio", e.step_weight_ratio);
+  e.weight_by_norm = o.get<bool>("weight_by_norm", e.weight_by_norm);
+  e.temperature = o.get<double>("temperature", e.temperature);
+  e.skip_anomaly = o.get<bool>("skip_anomaly", e.skip_anomaly);
+  e.detector.alpha = o.get<double>("ewma_alpha", e.detector.alpha);
+  e.detector.warmup_steps = o.get<int64_t>("ewma_warmup_steps", e.detector.warmup_steps);
+  e.detector.threshold = o.get<double>("ewma_threshold", e.detector.threshold);
+  e.clip_pseudo_grad = o.get<double>("clip_pseudo_grad", e.clip_pseudo_grad);
+  const std::string outer = o.get<std::string>("outer_optimizer", "average");
+  LT_CHECK(outer == "average" || outer == "sgd", source, ": outer_optimizer must be average or sgd, got '", outer, "'");
+  e.outer_sgd = outer == "sgd";
+  e.outer.lr = o.get<double>("outer_lr", e.outer.lr);
+  e.outer.momentum = o.get<double>("outer_momentum", e.outer.momentum);
+  e.outer.nesterov = o.get<bool>("outer_nesterov", e.outer.nesterov);
+  LT_CHECK(e.shard_group >= 1 && e.sync_interval >= 1 && e.sync_seconds > 0, source,
+           ": shard_group and sync_interval must be >= 1, sync_seconds > 0");
+  return e;
+}
+
 EditMesh EditMesh::build(Communicator& world, int shard_group_size) {
   LT_CHECK(shard_group_size >= 1 && world.size() % shard_group_size == 0, "--shard-group ", shard_group_size,
            " must divide the number of ranks (", world.size(), ")");

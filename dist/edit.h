@@ -54,6 +54,8 @@ struct EditSettings {
   OuterSgd outer;
 
   Json to_json() const;
+  // The settings to_json wrote (a checkpoint's); errors name `source`.
+  static EditSettings from_json(const Json& json, const std::string& source);
 };
 
 // The mesh of one process: its replica (row) and shard (column), and the two groups.

@@ -9,7 +9,9 @@
 namespace lt {
 
 namespace {
-// The lines of the log at `path` that hold a whole record of a step up to `step`, in order.
+// The lines of the log at `path` that hold a whole record of a step up to `step`, in order. A record
+// with "heldout": "end" holds the figures at the end of the run that wrote it: the resumed run goes on
+// past that end and writes its own.
 std::string records_through(const std::string& path, int64_t step) {
   std::ifstream in(path);
   std::string kept, line;
@@ -22,7 +24,7 @@ std::string records_through(const std::string& path, int64_t step) {
       continue;
     }
     if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
-        record["step"].get<int64_t>() <= step)
+        record["step"].get<int64_t>() <= step && record.value("heldout", Json()) != "end")
       kept += line + "\n";
   }
   return kept;

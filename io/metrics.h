@@ -13,7 +13,8 @@ class MetricsLog {
  public:
   // Opens `path` for appending (a resumed run continues the same file); empty path = no log. With
   // keep_through_step >= 0 (a resume), the records of later steps (the ones the run is about to redo)
-  // and a torn last line (a run killed mid-write, a full disk) are dropped first, atomically.
+  // and a torn last line (a run killed mid-write, a full disk) are dropped first, atomically, and so is
+  // the record of the held-out figures at the end of the run resumed ("heldout": "end").
   explicit MetricsLog(const std::string& path, int64_t keep_through_step = -1);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;

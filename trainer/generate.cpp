@@ -67,6 +67,12 @@ std::vector<uint32_t> generate(LingForCausalLM& model, const std::vector<uint32_
   return out;
 }
 
+int64_t sample_prompt_tokens(const Tokenizer& tokenizer, const std::string& prompt) {
+  std::vector<uint32_t> ids;
+  append_document_tokens(ids, prompt, tokenizer);
+  return static_cast<int64_t>(ids.size());
+}
+
 std::string sample_text(LingForCausalLM& model, const Tokenizer& tokenizer, const std::string& prompt,
                         const SamplingSettings& settings) {
   std::vector<uint32_t> ids;

@@ -25,6 +25,9 @@ struct SamplingSettings {
 std::vector<uint32_t> generate(LingForCausalLM& model, const std::vector<uint32_t>& prompt,
                                const SamplingSettings& settings, int64_t sample_vocab);
 
+// How many tokens `prompt` takes in sample_text (the end-of-text token first).
+int64_t sample_prompt_tokens(const Tokenizer& tokenizer, const std::string& prompt);
+
 // The prompt as a training document starts (end-of-text first), then the continuation, decoded.
 std::string sample_text(LingForCausalLM& model, const Tokenizer& tokenizer, const std::string& prompt,
                         const SamplingSettings& settings);

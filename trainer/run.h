@@ -3,6 +3,17 @@
 // held-out figures over the whole held-out data and a sample. Pre-training, SFT and DPO are stages of
 // different kinds (trainer/stage_batches.h) run by this one loop, with the same spike guard, --dist,
 // checkpoints and metrics.
+//
+// The run is a few parts with one job each, handed what they need from above:
+//   run_setup.h      the recipe (a resume's own), the world of processes, the device, the tokenizer,
+//                    the model and each stage's data
+//   strategy.h       how the ranks train together (data parallel, EDiT, A-EDiT): the shape of the loop
+//   run_control.h    one guarded step, and the decisions after a step or round (held-out figures,
+//                    metrics, checkpoint, stop), written once for every strategy
+//   checkpointer.h   save and restore, every rank's state included
+//   evaluator.h      the held-out figures
+//   metrics_sink.h   metrics.jsonl, the progress line and its events
+//   fault_injection.h  the test-only faults of --inject
 #pragma once
 #include <cstdio>
 #include <string>
@@ -12,18 +23,17 @@
 #include "io/json.h"
 #include "optim/spike_guard.h"
 #include "tensor/kernel_types.h"
+#include "trainer/fault_injection.h"
 #include "trainer/recipe.h"
 
 namespace lt {
 
-// A test-only fault (--inject): at step `step`, the loss of the first `count` attempts is multiplied by
-// `factor` ("spike"; its gradients with it) or made NaN ("nan").
-struct Injection {
-  std::string kind;
-  int64_t step = 0;
-  double factor = 1;
-  int64_t count = 1;
-};
+// How the processes of an mpirun train together (dist/edit.h): data parallel averages the gradients
+// every step; EDiT is local SGD with layer-wise syncs every sync_interval steps; A-EDiT syncs by time.
+enum class DistMode { DataParallel, Edit, AEdit };
+// "dp", "edit", "aedit"; anything else fails naming the valid ones.
+DistMode parse_dist_mode(const std::string& name);
+const char* dist_mode_name(DistMode mode);
 
 struct RunOptions {
   std::string out_dir = "out/tiny";  // checkpoint/, metrics.jsonl and, for the embedded corpus, data/
@@ -36,11 +46,19 @@ struct RunOptions {
   // stay f32.
   kernels::MatmulPrecision matmul_precision = kernels::MatmulPrecision::F32;
   DType save_dtype = DType::F32;  // --save-dtype bf16: the checkpoints' weights in bf16 (smaller exports)
-  std::string resume;                // a checkpoint to continue from (it brings its recipe)
+  std::string resume;                // a checkpoint to continue from (it brings its recipe and settings)
   // A byte-level BPE tokenizer.json ("": the byte tokenizer). It tokenises the embedded corpus when no
   // data is given and the sample, and is copied into every checkpoint; a resumed run keeps its own.
   std::string tokenizer;
   Json stage_overrides = Json::object();  // stage keys that replace the resumed stage's (e.g. more steps)
+  // What the command line named that a resumed run keeps from its checkpoint: recipe keys ("model",
+  // "seed", "routing_warmup", "init", or "recipe" for a whole recipe) with their values. A named value
+  // equal to the checkpoint's is accepted; one that differs is refused, naming both.
+  Json named_recipe_keys = Json::object();
+  // The distribution settings the command line named: "mode" for --dist, and EDiT's flags by their
+  // EditSettings::to_json keys. A resumed run continues with its checkpoint's settings; a named one
+  // that differs from them is refused, naming both values.
+  Json named_dist_settings = Json::object();
   int64_t eval_every = 200;          // held-out loss every N steps (0: only at the end)
   int64_t eval_tokens = 65536;       // over the first N held-out tokens (0: all)
   int64_t ckpt_every = 200;          // a checkpoint every N steps (0: only at the end)
@@ -50,7 +68,7 @@ struct RunOptions {
   double time_limit_seconds = 0;     // stop (with a checkpoint) once exceeded; 0: none
   int64_t stop_at_step = 0;          // stop (with a checkpoint) after this global step; 0: run to the end
   std::FILE* progress = stderr;      // the live progress lines (rank 0's only)
-  std::string dist = "dp";           // under mpirun: dp (data parallel), edit or aedit (dist/edit.h)
+  DistMode dist = DistMode::DataParallel;  // under mpirun
   EditSettings edit;                 // edit / aedit: the mesh, the sync and its penalties
   SpikeGuardSettings spike_guard;    // loss spikes and non-finite steps (optim/spike_guard.h)
   std::vector<Injection> injections;

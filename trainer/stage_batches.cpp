@@ -90,7 +90,8 @@ class ConversationBatches : public StageBatches {
     NoGradGuard no_grad;
     const size_t n = rows_within(val_, limit_tokens);
     double sum = 0;
-    int64_t labelled = 0;
+    int64_t labelled = 0, conversations = 0;
+    for (size_t row = 0; row < n; ++row) conversations += val_[row].sequences;
     for (size_t first = 0; first < n; first += static_cast<size_t>(B_)) {
       const TokenBatch b = stack_rows(val_, row_range(first, std::min(n - first, static_cast<size_t>(B_))));
       MoEContext context;
@@ -98,7 +99,7 @@ class ConversationBatches : public StageBatches {
       sum += model.loss(b.inputs, b.targets, context, b.doc_start).lm.value().item() * static_cast<double>(b.loss_units);
       labelled += b.loss_units;
     }
-    return {{"val_loss", labelled > 0 ? sum / static_cast<double>(labelled) : 0.0}};
+    return {{"val_loss", labelled > 0 ? sum / static_cast<double>(labelled) : 0.0}, {"val_conversations", conversations}};
   }
   void set_description(std::string text) { description_ = std::move(text); }
 

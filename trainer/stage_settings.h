@@ -36,6 +36,7 @@ enum StageKeyTraits : unsigned {
   kFixedMidStage = 2,  // cannot change when resuming in the middle of a stage (the data cursor counts
                        // windows of the saved shape)
   kUnsetBelowZero = 4, // < 0 means "the model's own": written to JSON only when >= 0
+  kFixedOnResume = 8,  // cannot change when resuming at all: what the stage is, how its steps were sized
 };
 
 // X(type, key, default, sft default, dpo default, kinds, traits, help)
@@ -44,10 +45,10 @@ enum StageKeyTraits : unsigned {
 // conversations in bytes, a short warmup and a cosine decay to a tenth, steps sized by --epochs).
 #define LT_STAGE_SETTINGS(X)                                                                                       \
   X(std::string, name, "pretrain", "sft", "dpo", kAnyKind, 0, "the stage's name in progress lines and metrics")    \
-  X(StageKind, kind, StageKind::Pretrain, StageKind::Sft, StageKind::Dpo, kPostTraining, 0,                       \
+  X(StageKind, kind, StageKind::Pretrain, StageKind::Sft, StageKind::Dpo, kPostTraining, kFixedOnResume,          \
     "pretrain, sft or dpo (a pretrain stage's JSON leaves it out)")                                               \
   X(int64_t, steps, 1500, 0, 0, kAnyKind, kFlag, "optimiser steps of the stage (sft, dpo: 0 sizes them by --epochs)") \
-  X(double, epochs, 0, 2, 1, kPostTraining, kFlag, "passes over the data the steps are sized for (0: --steps given)") \
+  X(double, epochs, 0, 2, 1, kPostTraining, kFlag | kFixedOnResume, "passes over the data the steps are sized for (0: --steps given)") \
   X(int64_t, batch, 16, 8, 4, kAnyKind, kFlag | kFixedMidStage, "sequences per micro-batch")                     \
   X(int64_t, seq, 128, 512, 1024, kAnyKind, kFlag | kFixedMidStage, "tokens per sequence")                       \
   X(int64_t, accum, 1, 1, 1, kAnyKind, kFlag | kFixedMidStage, "micro-batches per step (gradient accumulation)") \
@@ -69,10 +70,10 @@ enum StageKeyTraits : unsigned {
     "MoE load-balance loss weight during the stage (default: the model's)")                                      \
   X(double, z_loss_coef, -1, -1, -1, kAnyKind, kFlag | kUnsetBelowZero,                                           \
     "router z-loss weight during the stage (default: the model's)")                                              \
-  X(double, beta, 0.1, 0.1, 0.1, kDpoOnly, kFlag, "the DPO temperature")                                          \
-  X(double, rpo_alpha, 0.05, 0.05, 0.05, kDpoOnly, kFlag,                                                         \
+  X(double, beta, 0.1, 0.1, 0.1, kDpoOnly, kFlag | kFixedOnResume, "the DPO temperature")                                          \
+  X(double, rpo_alpha, 0.05, 0.05, 0.05, kDpoOnly, kFlag | kFixedOnResume,                                 \
     "the weight of the NLL term on the chosen response (Ling's 0.05)")                                           \
-  X(std::string, reference, "", "", "", kDpoOnly, 0, "the reference checkpoint (the dpo command's --ckpt)")
+  X(std::string, reference, "", "", "", kDpoOnly, kFixedOnResume, "the reference checkpoint (the dpo command's --ckpt)")
 
 struct StageSettings {
 #define LT_STAGE_FIELD(type, key, default_value, sft_default, dpo_default, kinds, traits, help) \

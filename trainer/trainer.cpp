@@ -38,14 +38,11 @@ double Trainer::next_lr() const {
                                static_cast<double>(state_.stage_tokens) / std::max(settings_.stage_total_tokens, 1.0));
 }
 
-StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
-  LT_CHECK(!micro_batches.empty(), "Trainer::step needs at least one micro-batch");
-  const Clock::time_point start = Clock::now();
-  StepStats stats;
-  stats.lr = next_lr();
-  stats.micro_batches = static_cast<int64_t>(micro_batches.size());
-  const double m = static_cast<double>(micro_batches.size());
-  // Each micro-batch's share of the step's loss: equal, or by its loss units when every one has them.
+namespace {
+
+// Each micro-batch's share of the step's loss: equal, or by its loss units when every one has them
+// (then returns true).
+bool micro_batch_weights(const std::vector<TokenBatch>& micro_batches, std::vector<double>& weights) {
   bool weighted = true;
   int64_t units = 0;
   for (const TokenBatch& batch : micro_batches) {
@@ -53,10 +50,44 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     units += std::max<int64_t>(batch.loss_units, 0);
   }
   weighted = weighted && units > 0;
-  std::vector<double> weights(micro_batches.size(), 1.0 / m);
+  weights.assign(micro_batches.size(), 1.0 / static_cast<double>(micro_batches.size()));
   if (weighted)
     for (size_t i = 0; i < micro_batches.size(); ++i)
       weights[i] = static_cast<double>(micro_batches[i].loss_units) / static_cast<double>(units);
+  return weighted;
+}
+
+// One micro-batch's routing figures into the step's, per MoE layer: the loads added, the entropies
+// averaged over the m micro-batches, the largest router logit kept.
+void add_routing(const std::vector<ExpertStats>& layers, const LingConfig& config, double m,
+                 std::vector<LayerRouting>& step_layers) {
+  if (step_layers.empty()) {
+    step_layers.resize(layers.size());
+    const std::vector<int64_t> indices = config.moe_layer_indices();
+    for (size_t i = 0; i < layers.size(); ++i) step_layers[i].layer = indices[i];
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    LayerRouting& out = step_layers[i];
+    // Counts are exact integers in the logits' dtype (moe/router.h).
+    const std::vector<int64_t> load = layers[i].tokens_per_expert.to(DType::I64).to_vector<int64_t>();
+    if (out.tokens_per_expert.empty()) out.tokens_per_expert.assign(load.size(), 0);
+    for (size_t e = 0; e < load.size(); ++e) out.tokens_per_expert[e] += load[e];
+    out.routing_entropy += layers[i].routing_entropy.item() / m;
+    out.max_logit = std::max(out.max_logit, layers[i].max_logit.item());
+  }
+}
+
+}  // namespace
+
+StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
+  LT_CHECK(!micro_batches.empty(), "Trainer::step needs at least one micro-batch");
+  const Clock::time_point start = Clock::now();
+  StepStats stats;
+  stats.lr = next_lr();
+  stats.micro_batches = static_cast<int64_t>(micro_batches.size());
+  const double m = static_cast<double>(micro_batches.size());
+  std::vector<double> weights;
+  const bool weighted = micro_batch_weights(micro_batches, weights);
 
   // The losses stay on the device until the step is done: no host round trip between micro-batches.
   std::vector<Tensor> totals, lms, aux, balance, z;
@@ -119,22 +150,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     stats.balance_loss /= m;
     stats.z_loss /= m;
   }
-  for (const std::vector<ExpertStats>& layers : routing) {
-    if (stats.moe_layers.empty()) {
-      stats.moe_layers.resize(layers.size());
-      const std::vector<int64_t> indices = model_.config().moe_layer_indices();
-      for (size_t i = 0; i < layers.size(); ++i) stats.moe_layers[i].layer = indices[i];
-    }
-    for (size_t i = 0; i < layers.size(); ++i) {
-      LayerRouting& out = stats.moe_layers[i];
-      // Counts are exact integers in the logits' dtype (moe/router.h).
-      const std::vector<int64_t> load = layers[i].tokens_per_expert.to(DType::I64).to_vector<int64_t>();
-      if (out.tokens_per_expert.empty()) out.tokens_per_expert.assign(load.size(), 0);
-      for (size_t e = 0; e < load.size(); ++e) out.tokens_per_expert[e] += load[e];
-      out.routing_entropy += layers[i].routing_entropy.item() / m;
-      out.max_logit = std::max(out.max_logit, layers[i].max_logit.item());
-    }
-  }
+  for (const std::vector<ExpertStats>& layers : routing) add_routing(layers, model_.config(), m, stats.moe_layers);
 
   stats.step = state_.step + 1;
   stats.decision = hooks_.before_update ? hooks_.before_update(stats) : UpdateDecision::Apply;

@@ -28,6 +28,8 @@ for mesh in "2 2" "4 2" "4 1"; do
 done
 
 # Resume bit for bit with every knob that keeps state: the anchor, the outer momentum, the detectors.
+# The 2-rank run resumes with its own flags again; the 4-rank one with a bare --resume, which takes the
+# distribution settings (--dist, --shard-group, the knobs) from its checkpoint.
 knobs=(--dist edit --sync-interval 2 --outer-optimizer sgd --skip-anomaly on --ewma-warmup 1 --weight-by-norm on
   --clip-pseudo-grad 1)
 for mesh in "2 1" "4 2"; do
@@ -36,8 +38,9 @@ for mesh in "2 1" "4 2"; do
     --out full$1 >/dev/null 2>&1 || fail "edit $1 full run"
   mpiexec -n $1 "$bin" pretrain "${common[@]}" "${knobs[@]}" --routing-warmup 4 --steps 8 --shard-group $2 \
     --out part$1 --stop-at 3 >/dev/null 2>&1 || fail "edit $1 stopped run"
+  if [ $1 = 2 ]; then resume_flags=("${knobs[@]}" --shard-group $2); else resume_flags=(); fi
   mpiexec -n $1 "$bin" pretrain --resume part$1/checkpoint --out part$1 --threads 1 --sample-prompt "" --eval-every 0 \
-    --ckpt-every 0 "${knobs[@]}" --shard-group $2 >/dev/null 2>resume$1.err || fail "edit $1 resume: $(head -1 resume$1.err)"
+    --ckpt-every 0 "${resume_flags[@]}" >/dev/null 2>resume$1.err || fail "edit $1 resume: $(head -1 resume$1.err)"
   for f in model.safetensors $(cd full$1/checkpoint && echo edit/*); do
     cmp -s full$1/checkpoint/$f part$1/checkpoint/$f || fail "edit $1 ranks: resumed $f differs"
   done
@@ -50,7 +53,14 @@ done
 # end by the timer: in one long round the first quotas (half the budget each) would cap the fast
 # replica, and the split would measure the machine's speed rather than the replicas' pace.
 mpiexec -n 2 "$bin" pretrain "${common[@]}" --steps 60 --dist aedit --sync-seconds 0.1 --min-total-steps 4 \
-  --straggle 1:3 --out aedit >aedit.txt 2>aedit.err || fail "aedit: $(tail -1 aedit.err)"
+  --straggle 1:3 --eval-every 7 --out aedit >aedit.txt 2>aedit.err || fail "aedit: $(tail -1 aedit.err)"
+# Every --eval-every point a round passed (but the run's last step) has its held-out loss at that
+# round's end; the end of the run has one more, over all of the held-out data.
+awk -F'"step":' 'NF > 1 && !/"heldout"/ { split($2, s, /[,}]/); step = s[1] + 0;
+                   if (int(step / 7) > int(prev / 7) && step < 60) want++; if (/"val_loss"/) got++; prev = step }
+                 END { exit !(want > 0 && got == want) }' aedit/metrics.jsonl ||
+  fail "aedit: the eval points passed inside rounds lack their held-out loss"
+[ "$(grep -c '"heldout":"end"' aedit/metrics.jsonl)" = 1 ] || fail "aedit: no end-of-run held-out record"
 grep -q '"tokens":3840,' aedit.txt || fail "aedit: the summary does not count 60 x 2 x 32 tokens: $(cat aedit.txt)"
 awk -F'"replica_steps":\\[' 'NF > 1 { split($2, s, /[],]/); a += s[1]; b += s[2] } END { exit !(a > 1.5 * b && a + b == 120) }' \
   aedit/metrics.jsonl || fail "aedit: the fast replica did not take most of the 120 steps: $(grep -o 'replica_steps[^]]*' aedit/metrics.jsonl | tr '\n' ' ')"
@@ -62,7 +72,9 @@ mpiexec -n 2 "$bin" pretrain "${common[@]}" --dist edit --shard-group 3 --out sg
   fail "a shard group that does not divide the ranks accepted"
 grep -q "must divide the number of ranks (2)" sg.err || fail "shard group 3 of 2 ranks: no clear line ($(head -1 sg.err))"
 expect_error "edit checkpoint resumed as dp" "resume it with that --dist" "$bin" pretrain --resume full2/checkpoint --out x \
-  --threads 1 --steps 9
+  --threads 1 --steps 9 --dist dp
+expect_error "edit resume with another knob" "EDiT setting 'sync_interval' cannot change when resuming: the checkpoint's is 2, the command line's 3" \
+  "$bin" pretrain --resume full2/checkpoint --out x --threads 1 --dist edit --sync-interval 3
 expect_error "edit checkpoint on another world" "same number of ranks" "$bin" pretrain --resume full2/checkpoint --out y \
   --threads 1 --dist edit --steps 9
 

@@ -1,0 +1,46 @@
+// Saving and restoring a run (trainer/checkpoint.h has the folder's format): the weights, the
+// optimiser, the training state, the recipe and the run's settings, the spike guard, and, where the
+// ranks hold different states (EDiT's shards), every rank's own: each rank's share travels to rank 0,
+// which writes them all into the one folder, and each rank reads its own back.
+#pragma once
+#include <string>
+
+#include "io/safetensors.h"
+#include "optim/spike_guard.h"
+#include "trainer/run_setup.h"
+#include "trainer/trainer.h"
+
+namespace lt {
+
+// A rank's own part of a checkpoint, for a distribution strategy whose ranks differ.
+class RankState {
+ public:
+  virtual ~RankState() = default;
+  // The tensors (on any device) and the figures this rank alone holds.
+  virtual NamedTensors own_tensors() const = 0;
+  virtual Json own_json() const = 0;
+  // Takes them back from this rank's file and its figures (which name the file in errors).
+  virtual void load_own(const SafetensorsFile& file, const JsonObject& own) = 0;
+};
+
+class Checkpointer {
+ public:
+  // rank_state: null when every rank holds the same state (rank 0's optimiser is everyone's).
+  Checkpointer(RunSetup& setup, Trainer& trainer, SpikeGuard& guard, RankState* rank_state);
+
+  // Writes <out>/checkpoint; `seq_len` is the current stage's. Collective when the ranks differ.
+  void save(int64_t seq_len);
+  // Reads `dir` into the run: to resume (the guard's state too), and to go back after diverged steps
+  // (reloading: the guard keeps its count of reloads and its cuts).
+  void restore(const std::string& dir, bool reloading);
+  const std::string& dir() const { return dir_; }
+
+ private:
+  RunSetup& setup_;
+  Trainer& trainer_;
+  SpikeGuard& guard_;
+  RankState* rank_state_;
+  std::string dir_;
+};
+
+}  // namespace lt

@@ -1,0 +1,31 @@
+#include "trainer/fault_injection.h"
+
+#include <cmath>
+
+#include "autograd/ops.h"
+
+namespace lt {
+
+Objective FaultInjector::wrap(Objective objective) {
+  if (injections_.empty()) return objective;
+  return [this, objective = std::move(objective)](LingForCausalLM& model, const TokenBatch& batch, MoEContext& context) {
+    LossBreakdown loss = objective(model, batch, context);
+    for (const Injection& injection : injections_)
+      if (injection.step == context.step && attempts_[injection.step] < injection.count) {
+        const double factor = injection.kind == "nan" ? NAN : injection.factor;
+        loss.total = scale(loss.total, factor);
+        loss.lm = scale(loss.lm, factor);
+      }
+    return loss;
+  };
+}
+
+void FaultInjector::attempt_judged(int64_t step) {
+  for (const Injection& injection : injections_)
+    if (injection.step == step) {
+      ++attempts_[step];
+      return;
+    }
+}
+
+}  // namespace lt

@@ -1,0 +1,96 @@
+// What a run is made of before its first step, each decided once and handed down to the run's parts:
+// the recipe (a resumed run's is its checkpoint's, with the command line's stage changes), the
+// distribution settings, the world of processes and the device, the matmul precision, the tokenizer,
+// the model, and each stage's data.
+#pragma once
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "dist/communicator.h"
+#include "model/ling.h"
+#include "tensor/kernels.h"
+#include "trainer/run.h"
+#include "trainer/stage_batches.h"
+
+namespace lt {
+
+// The run's tokenizer: its tokenizer.json text ("" for the byte tokenizer) and the tokenizer itself.
+struct RunTokenizer {
+  std::string json_text;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+class RunSetup {
+ public:
+  RunSetup(const Recipe& requested, const RunOptions& options);
+  ~RunSetup();
+  RunSetup(const RunSetup&) = delete;
+  RunSetup& operator=(const RunSetup&) = delete;
+
+  const RunOptions& options() const { return options_; }
+  const Recipe& recipe() const { return recipe_; }
+  bool resuming() const { return !options_.resume.empty(); }
+  // The distribution settings in force: the command line's, or a resumed checkpoint's.
+  DistMode dist() const { return dist_; }
+  const EditSettings& edit() const { return edit_; }
+  // What a checkpoint records of them.
+  Json dist_json() const;
+
+  // Tensors on GPUs travel through NCCL, host data (the agreement between ranks, statistics, EDiT's
+  // tables) through MPI; this is the one the model's tensors use.
+  Communicator& world() const { return *world_; }
+  bool lead() const { return world_->rank() == 0; }
+  Device device() const { return device_; }
+  // Rank 0's progress stream; on the other ranks, one that discards.
+  std::FILE* out() const { return out_; }
+
+  LingForCausalLM& model() const { return *model_; }
+  const RunTokenizer& tokenizer() const { return tokenizer_; }
+  std::string checkpoint_dir() const { return options_.out_dir + "/checkpoint"; }
+
+  // The batches of recipe stage `stage` on this rank. Rank 0 prepares the data first (it generates
+  // the embedded corpus when missing, and caches DPO's reference log-probs); the others read what it
+  // made once it is complete. Collective.
+  std::unique_ptr<StageBatches> stage_batches(int64_t stage);
+  // What the run changed in stage `stage`'s settings and says as the stage begins ("" when nothing).
+  std::string stage_note(int64_t stage) const;
+  // The held-out file of stage `stage` as the last stage_batches made it ("" without one).
+  std::string heldout_path(int64_t stage) const;
+
+ private:
+  void resume_recipe(const Recipe& requested);
+  void resume_dist_settings();
+  void open_world();
+  void make_model_and_tokenizer();
+  void size_stages();
+
+  const RunOptions& options_;
+  Recipe recipe_;
+  Json saved_state_;  // the resumed checkpoint's trainer_state.json
+  DistMode dist_ = DistMode::DataParallel;
+  EditSettings edit_;
+  std::unique_ptr<Communicator> host_world_, gpu_world_;
+  Communicator* world_ = nullptr;
+  Device device_;
+  // The run's matmul precision for its whole length, the process's previous one back after it.
+  struct MatmulPrecisionScope {
+    kernels::MatmulPrecision previous = kernels::matmul_precision();
+    explicit MatmulPrecisionScope(kernels::MatmulPrecision p) { kernels::set_matmul_precision(p); }
+    ~MatmulPrecisionScope() { kernels::set_matmul_precision(previous); }
+  };
+  std::optional<MatmulPrecisionScope> precision_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> discard_{nullptr, &std::fclose};
+  std::FILE* out_ = nullptr;
+  std::unique_ptr<LingForCausalLM> model_;
+  RunTokenizer tokenizer_;
+  // The last pre-training stage's token arrays, kept while consecutive stages name the same files.
+  std::string train_path_, val_path_;
+  std::vector<std::string> stage_notes_;
+  Tensor train_tokens_, val_tokens_;
+};
+
+}  // namespace lt
