@@ -258,8 +258,8 @@ void apply_resume(const Flags& flags, const Json& stage, Recipe& recipe, RunOpti
   options.stage_overrides = stage;
   if (!flags.was_set("out")) {
     const std::filesystem::path checkpoint = std::filesystem::path(options.resume).lexically_normal();
-    options.out_dir = (checkpoint.has_filename() ? checkpoint : checkpoint.parent_path()).parent_path().string();
-    if (options.out_dir.empty()) options.out_dir = ".";
+    const std::filesystem::path folder = (checkpoint.has_filename() ? checkpoint : checkpoint.parent_path()).parent_path();
+    options.out_dir = (folder.empty() ? std::filesystem::path(".") : folder).string();
   }
 }
 
