@@ -38,8 +38,9 @@ for f in model.safetensors optimizer.safetensors; do
   cmp -s whole/checkpoint/$f killed/checkpoint/$f || fail "after $killed kills and $resumed resumes: $f differs"
 done
 # The metrics log holds each step once: a resume drops the records its checkpoint does not cover (and a
-# line torn by the kill) before it redoes those steps.
-steps=$(grep -o '"step":[0-9]*' killed/metrics.jsonl | cut -d: -f2)
+# line torn by the kill, and the end-of-run record of a run it continues) before it redoes those steps.
+steps=$(grep -v '"heldout":"end"' killed/metrics.jsonl | grep -o '"step":[0-9]*' | cut -d: -f2)
+[ "$(grep -c '"heldout":"end"' killed/metrics.jsonl)" = 1 ] || fail "metrics log: not one end-of-run record"
 [ "$(echo "$steps" | sort -n | uniq | wc -l)" = 400 ] && [ "$(echo "$steps" | wc -l)" = 400 ] ||
   fail "metrics log: $(echo "$steps" | wc -l) records for $(echo "$steps" | sort -n | uniq | wc -l) distinct steps, want 400 and 400"
 [ "$(grep -vc '^{.*}$' killed/metrics.jsonl)" = 0 ] || fail "metrics log: a malformed line"
