@@ -131,6 +131,9 @@ int cmd_inspect(const Args& args) {
              other_dir, ": its tokenizer differs from ", ckpt, "'s, so the same text is other tokens");
     LingForCausalLM other(other_config, 0);
     load_checkpoint_weights(other_dir, other);
+    // A checkpoint of a shorter context (the one a post-training run extended) is routed in the same
+    // windows, as that run's first step saw it.
+    if (window > other.config().max_position_embeddings) other.extend_context(window);
     const RoutingTrace other_trace = trace_routing(other, tokens, window);
     for (size_t l = 0; l < trace.layers.size(); ++l)
       top1_changed.push_back(top1_changed_fraction(trace.layers[l], other_trace.layers[l]));

@@ -10,6 +10,22 @@
 
 namespace lt {
 
+DistMode parse_dist_mode(const std::string& name) {
+  if (name == "dp") return DistMode::DataParallel;
+  if (name == "edit") return DistMode::Edit;
+  if (name == "aedit") return DistMode::AEdit;
+  fail("unknown --dist '", name, "' (dp, edit, aedit)");
+}
+
+const char* dist_mode_name(DistMode mode) {
+  switch (mode) {
+    case DistMode::DataParallel: return "dp";
+    case DistMode::Edit: return "edit";
+    case DistMode::AEdit: return "aedit";
+  }
+  return "dp";
+}
+
 namespace {
 
 // The sample at the end of a run, within the model's positions (the prompt's included); none, with a
