@@ -144,7 +144,8 @@ bool covers_all_heldout(const Json& r) {
 }
 
 // The last held-out value of `key` and where it was measured, with its value before training when the
-// run measured one at step 0 (a post-training stage's "before"); empty when no record has it.
+// run measured one at step 0 (a post-training stage's "before"); empty when no record has it. A run
+// shorter than its evaluation period measured nothing after step 0, which the text says.
 std::string heldout_figure(const std::vector<Json>& records, const char* key,
                            const std::function<std::string(double)>& show) {
   const Json *before = nullptr, *last = nullptr;
@@ -154,9 +155,11 @@ std::string heldout_figure(const std::vector<Json>& records, const char* key,
       last = &r;
     }
   if (last == nullptr) return "";
-  std::string text = show((*last)[key].get<double>()) + format_text(" at step %.0f", last->value("step", 0.0));
+  std::string text = show((*last)[key].get<double>());
+  if (last == before) return text + " before training (step 0), none logged after it";
+  text += format_text(" at step %.0f", last->value("step", 0.0));
   if (covers_all_heldout(*last)) text += ", over all the held-out data";
-  if (before != nullptr && before != last) text += " (" + show((*before)[key].get<double>()) + " before training)";
+  if (before != nullptr) text += " (" + show((*before)[key].get<double>()) + " before training)";
   return text;
 }
 
@@ -303,7 +306,7 @@ std::string summary_table(const ReportData& d, const LossMeaning& objective) {
   for (const auto& [name, value] : heldout)
     if (!value.empty()) add(name, value);
   if (std::isfinite(d.unigram_entropy))
-    add("unigram entropy of the held-out data", format_text("%.4f nats/token", d.unigram_entropy));
+    add("unigram entropy of the held-out data", format_text("%.4f nats per token", d.unigram_entropy));
   std::string html = "<table class=\"summary\">";
   for (const auto& [name, value] : rows)
     html += "<tr><th>" + html_escape(name) + "</th><td>" + html_escape(value) + "</td></tr>";
@@ -349,10 +352,12 @@ std::string specialisation_section(const ReportData& d) {
   }
   html += "</table>";
   if (baseline)
-    html +=
-        "<p class=\"note\">A random router already separates domains somewhat (their characters differ): "
-        "compare each layer with its value " +
-        html_escape(d.starting_point) + " to see what training added.</p>";
+    html += recipe_of(d).contains("init")
+                ? "<p class=\"note\">The run started from trained weights: compare each layer with its value " +
+                      html_escape(d.starting_point) + " to see what this run changed.</p>"
+                : "<p class=\"note\">A random router already separates domains somewhat (their characters differ): "
+                  "compare each layer with its value " +
+                      html_escape(d.starting_point) + " to see what training added.</p>";
   html += "<div class=\"grid\">";
   for (const LayerSpecialisation& s : d.specialisation) {
     const int64_t D = static_cast<int64_t>(s.domains.size()), E = s.num_experts;

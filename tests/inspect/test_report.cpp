@@ -171,6 +171,9 @@ TEST(Report, SftRunNamesItsLossAndNoRoutingWarmup) {
   EXPECT_EQ(count(html, "routing warmup keeps"), 0u);
   EXPECT_NE(html.find("(this run had no routing warmup)"), std::string::npos);
   EXPECT_EQ(count(html, "Reward accuracy"), 0u);  // no DPO figures
+  // Its starting weights are a trained checkpoint, not a random router.
+  EXPECT_NE(html.find("The run started from trained weights"), std::string::npos);
+  EXPECT_EQ(count(html, "A random router"), 0u);
 }
 
 // A DPO run of 20 steps with held-out figures before training (step 0), at step 10 and, as the trainer
@@ -240,6 +243,14 @@ TEST(Report, TakesTheLastHeldOutFigureWithoutAnEndRecord) {
   EXPECT_EQ(summary_row(html, "last held-out loss"),
             "<tr><th>last held-out loss</th><td>6.0000 nats at step 10 (7.5000 nats before training)</td></tr>");
   EXPECT_EQ(count(html, "all the held-out data"), 0u);
+
+  // A run shorter than its evaluation period: only the figures before training, said as such.
+  ReportData short_run = made_up_dpo_run(false);
+  short_run.records.erase(short_run.records.begin() + 11);
+  const std::string page = training_report_html(short_run);
+  EXPECT_EQ(summary_row(page, "held-out reward accuracy"),
+            "<tr><th>held-out reward accuracy</th><td>0.0% of pairs before training (step 0), none logged after "
+            "it</td></tr>");
 }
 
 TEST(Report, CallsNoSinglePointSmoothed) {
@@ -273,6 +284,7 @@ TEST(SvgChart, LineChartDrawsSeriesLevelsAndLogScale) {
   chart.levels = {{1.7, "level", "#777"}};
   const std::string svg = svg_line_chart(chart);
   EXPECT_EQ(count(svg, "<path"), 2u);         // a's line and b's, joining its points
+  EXPECT_EQ(count(svg, "stroke-dasharray=\"5 3\""), 1u);  // b's: it was measured only at its points
   EXPECT_EQ(count(svg, "<circle"), 2u + 1u);  // b's points and its legend swatch
   EXPECT_NE(svg.find(">training step<"), std::string::npos);
   EXPECT_NE(svg.find(">level<"), std::string::npos);
