@@ -43,7 +43,9 @@ ChartSeries smoothed(const ChartSeries& raw) {
   ChartSeries s = raw;
   const int64_t n = static_cast<int64_t>(raw.y.size());
   const int64_t half = smoothing_half_window(n);
-  s.name = format_text("train loss (moving average of %lld steps)", static_cast<long long>(2 * half + 1));
+  // The widest window a point of this run gets (a short run's is narrower than the nominal one).
+  const int64_t widest = 2 * std::min(half, (n - 1) / 2) + 1;
+  s.name = format_text("train loss (moving average of %lld steps)", static_cast<long long>(widest));
   s.style = ChartSeries::Style::Line;
   for (int64_t i = 0; i < n; ++i) {
     // The window narrows at the ends so that it stays centred (the first step is its own average).

@@ -268,6 +268,9 @@ TEST(Report, CallsNoSinglePointSmoothed) {
   const std::string page = training_report_html(twenty);
   EXPECT_EQ(count(page, "smoothed"), 0u);
   EXPECT_NE(page.find(">train loss (moving average of 5 steps)<"), std::string::npos);
+  // 4 steps: no point has more than 3 in its centred window.
+  EXPECT_NE(training_report_html(made_up_run(8, 4)).find(">train loss (moving average of 3 steps)<"),
+            std::string::npos);
   double mean = 0;
   for (int step = 16; step <= 20; ++step) mean += 5.0 / std::sqrt(step) / 5;
   EXPECT_EQ(summary_row(page, "final train loss (mean of the last 5 steps)"),
