@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -33,14 +34,19 @@ ChartSeries series_of(const std::vector<Json>& records, const char* key, const s
   return s;
 }
 
-// A centred moving average over about 2% of the run's steps (at least 5): the trend of a noisy training
-// loss, without the lag a trailing average has where the loss falls fast.
-ChartSeries smoothed(const ChartSeries& raw, const std::string& name) {
+// The loss curve's smoothing: a centred moving average over 2 half + 1 steps, about 2% of the run's
+// steps (at least 5): the trend of a noisy training loss, without the lag a trailing average has where
+// the loss falls fast.
+int64_t smoothing_half_window(int64_t steps) { return std::max<int64_t>(2, steps / 100); }
+
+ChartSeries smoothed(const ChartSeries& raw) {
   ChartSeries s = raw;
-  s.name = name;
-  s.style = ChartSeries::Style::Line;
   const int64_t n = static_cast<int64_t>(raw.y.size());
-  const int64_t half = std::max<int64_t>(2, n / 100);
+  const int64_t half = smoothing_half_window(n);
+  // The widest window a point of this run gets (a short run's is narrower than the nominal one).
+  const int64_t widest = 2 * std::min(half, (n - 1) / 2) + 1;
+  s.name = format_text("train loss (moving average of %lld steps)", static_cast<long long>(widest));
+  s.style = ChartSeries::Style::Line;
   for (int64_t i = 0; i < n; ++i) {
     // The window narrows at the ends so that it stays centred (the first step is its own average).
     const int64_t h = std::min({half, i, n - 1 - i});
@@ -54,6 +60,109 @@ ChartSeries smoothed(const ChartSeries& raw, const std::string& name) {
     s.y[static_cast<size_t>(i)] = count > 0 ? sum / static_cast<double>(count) : NAN;
   }
   return s;
+}
+
+// The train loss where the run ended: the mean of its last steps over the smoothing's window (there the
+// centred average has narrowed to the last step alone).
+struct FinalLoss {
+  double value = NAN;
+  int64_t steps = 0;  // finite values averaged
+};
+FinalLoss final_train_loss(const ChartSeries& raw) {
+  const int64_t n = static_cast<int64_t>(raw.y.size());
+  const int64_t window = std::min(n, 2 * smoothing_half_window(n) + 1);
+  FinalLoss last;
+  double sum = 0;
+  for (int64_t i = n - window; i < n; ++i)
+    if (std::isfinite(raw.y[static_cast<size_t>(i)])) {
+      sum += raw.y[static_cast<size_t>(i)];
+      ++last.steps;
+    }
+  if (last.steps > 0) last.value = sum / static_cast<double>(last.steps);
+  return last;
+}
+
+// The run's recipe as its checkpoint records it (trainer_state.json), or an empty object.
+Json recipe_of(const ReportData& d) {
+  if (d.trainer_state.is_object() && d.trainer_state.contains("recipe") && d.trainer_state["recipe"].is_object())
+    return d.trainer_state["recipe"];
+  return Json::object();
+}
+
+// What a run's training and held-out losses are.
+struct LossMeaning {
+  std::string name;        // a few words
+  std::string definition;  // what is averaged over what
+  std::string unit;
+};
+LossMeaning stage_loss(const Json& stage) {
+  const std::string kind =
+      stage.is_object() && stage.contains("kind") && stage["kind"].is_string() ? stage["kind"].get<std::string>() : "";
+  if (kind == "sft")
+    return {"the assistant tokens' cross-entropy",
+            "the mean cross-entropy of the assistant's tokens (each reply and its end token; the prompt, system and "
+            "tool turns are context, not targets)",
+            "nats per token"};
+  if (kind == "dpo")
+    return {"the DPO loss with its NLL term",
+            format_text("the DPO loss: sigmoid DPO, \u2212log \u03c3(\u03b2 \u00d7 (the chosen response's log-ratio to "
+                        "the reference model \u2212 the rejected one's)) with \u03b2 = %g, averaged over pairs, plus "
+                        "rpo_alpha = %g times the mean negative log-likelihood of the chosen responses' tokens (RPO)",
+                        stage.value("beta", 0.1), stage.value("rpo_alpha", 0.0)),
+            "nats"};
+  return {"next-token cross-entropy", "the mean next-token cross-entropy", "nats per token"};
+}
+// The loss of each kind of stage in the recipe (no recipe, or stages without a kind: pre-training).
+LossMeaning run_loss(const ReportData& d) {
+  const Json stages = recipe_of(d).value("stages", Json::array());
+  std::vector<std::pair<std::string, LossMeaning>> distinct;  // the first stage of each definition, by name
+  for (const Json& stage : stages) {
+    const LossMeaning m = stage_loss(stage);
+    if (std::none_of(distinct.begin(), distinct.end(),
+                     [&](const auto& seen) { return seen.second.definition == m.definition; }))
+      distinct.emplace_back(stage.is_object() ? stage.value("name", std::string("?")) : "?", m);
+  }
+  if (distinct.empty()) return stage_loss(Json());
+  if (distinct.size() == 1) return distinct[0].second;
+  LossMeaning mixed{"each stage's own loss", "", distinct[0].second.unit};
+  for (const auto& [name, m] : distinct) {
+    mixed.definition += (mixed.definition.empty() ? "" : "; ") + ("in stage '" + name + "' " + m.definition);
+    if (m.unit != mixed.unit) mixed.unit = "nats";
+  }
+  return mixed;
+}
+
+// Whether a record carries held-out figures: a held-out loss or any held-out metric (eval_...). The
+// periodic ones cover the first --eval-tokens of the held-out data; the run's end writes one more record,
+// marked "heldout": "end", over all of it.
+bool has_heldout(const Json& r) {
+  if (has_number(r, "val_loss")) return true;
+  for (const auto& [key, value] : r.items())
+    if (key.rfind("eval_", 0) == 0 && value.is_number()) return true;
+  return false;
+}
+bool covers_all_heldout(const Json& r) {
+  return r.contains("heldout") && r["heldout"].is_string() && r["heldout"].get<std::string>() == "end";
+}
+
+// The last held-out value of `key` and where it was measured, with its value before training when the
+// run measured one at step 0 (a post-training stage's "before"); empty when no record has it. A run
+// shorter than its evaluation period measured nothing after step 0, which the text says.
+std::string heldout_figure(const std::vector<Json>& records, const char* key,
+                           const std::function<std::string(double)>& show) {
+  const Json *before = nullptr, *last = nullptr;
+  for (const Json& r : records)
+    if (has_number(r, key)) {
+      if (before == nullptr && r.value("step", -1.0) == 0) before = &r;
+      last = &r;
+    }
+  if (last == nullptr) return "";
+  std::string text = show((*last)[key].get<double>());
+  if (last == before) return text + " before training (step 0), none logged after it";
+  text += format_text(" at step %.0f", last->value("step", 0.0));
+  if (covers_all_heldout(*last)) text += ", over all the held-out data";
+  if (before != nullptr) text += " (" + show((*before)[key].get<double>()) + " before training)";
+  return text;
 }
 
 // The spike guard's actions and the stage changes, as marks across the charts.
@@ -81,14 +190,15 @@ std::vector<ChartMark> stage_events(const std::vector<Json>& records) {
   return events;
 }
 
-// A chart over the run's training steps.
+// A chart over the run's training steps. A series the run never logged is left out of its legend.
 LineChart step_chart(const std::string& title, const std::string& y_label, std::vector<ChartSeries> series,
                      bool log_y = false) {
   LineChart chart;
   chart.title = title;
   chart.x_label = "training step";
   chart.y_label = y_label;
-  chart.series = std::move(series);
+  for (ChartSeries& s : series)
+    if (!s.x.empty()) chart.series.push_back(std::move(s));
   chart.log_y = log_y;
   return chart;
 }
@@ -161,7 +271,7 @@ std::string load_heatmap(int64_t layer, const LayerHistory& h) {
                 "1/E of the token assignments; red: more (overloaded); blue: less (dark blue: starved).");
 }
 
-std::string summary_table(const ReportData& d) {
+std::string summary_table(const ReportData& d, const LossMeaning& objective) {
   std::vector<std::pair<std::string, std::string>> rows;
   auto add = [&](const std::string& name, const std::string& value) { rows.emplace_back(name, value); };
   const LingConfig config = config_from_json(d.config, d.run_dir + "/checkpoint/config.json");
@@ -173,21 +283,32 @@ std::string summary_table(const ReportData& d) {
                         std::to_string(config.num_hidden_layers) + ", " + std::to_string(config.num_experts) +
                         " routed experts, top-" + std::to_string(config.num_experts_per_tok) + ", " +
                         std::to_string(config.num_shared_experts) + " shared");
-  double steps = NAN, tokens = NAN, elapsed = NAN, val = NAN;
+  double steps = NAN, tokens = NAN, elapsed = NAN;
   for (const Json& r : d.records) {
     if (has_number(r, "step")) steps = r["step"].get<double>();
     if (has_number(r, "tokens")) tokens = r["tokens"].get<double>();
     if (has_number(r, "elapsed_s")) elapsed = r["elapsed_s"].get<double>();
-    if (has_number(r, "val_loss")) val = r["val_loss"].get<double>();
   }
-  const ChartSeries loss = smoothed(series_of(d.records, "lm_loss", "", ""), "");
+  const std::string& unit = objective.unit;
+  const FinalLoss loss = final_train_loss(series_of(d.records, "lm_loss", "", ""));
   if (std::isfinite(steps)) add("steps", format_text("%.0f", steps));
   if (std::isfinite(tokens)) add("tokens seen", format_text("%.3gM", tokens / 1e6));
   if (std::isfinite(elapsed)) add("training time", format_text("%.0f s", elapsed));
-  if (!loss.y.empty()) add("final train loss (smoothed)", format_text("%.4f nats/token", loss.y.back()));
-  if (std::isfinite(val)) add("last held-out loss", format_text("%.4f nats/token", val));
+  if (loss.steps > 0)
+    add(loss.steps == 1 ? "final train loss (last step)"
+                        : "final train loss (mean of the last " + std::to_string(loss.steps) + " steps)",
+        format_text("%.4f ", loss.value) + unit);
+  const std::vector<std::pair<std::string, std::string>> heldout = {
+      {"last held-out loss",
+       heldout_figure(d.records, "val_loss", [&](double v) { return format_text("%.4f ", v) + unit; })},
+      {"held-out reward accuracy", heldout_figure(d.records, "eval_rewards/accuracies",
+                                                  [](double v) { return format_text("%.1f%% of pairs", 100 * v); })},
+      {"held-out reward margin (chosen \u2212 rejected)",
+       heldout_figure(d.records, "eval_rewards/margins", [](double v) { return format_text("%.4f nats", v); })}};
+  for (const auto& [name, value] : heldout)
+    if (!value.empty()) add(name, value);
   if (std::isfinite(d.unigram_entropy))
-    add("unigram entropy of the held-out data", format_text("%.4f nats/token", d.unigram_entropy));
+    add("unigram entropy of the held-out data", format_text("%.4f nats per token", d.unigram_entropy));
   std::string html = "<table class=\"summary\">";
   for (const auto& [name, value] : rows)
     html += "<tr><th>" + html_escape(name) + "</th><td>" + html_escape(value) + "</td></tr>";
@@ -233,10 +354,12 @@ std::string specialisation_section(const ReportData& d) {
   }
   html += "</table>";
   if (baseline)
-    html +=
-        "<p class=\"note\">A random router already separates domains somewhat (their characters differ): "
-        "compare each layer with its value " +
-        html_escape(d.starting_point) + " to see what training added.</p>";
+    html += recipe_of(d).contains("init")
+                ? "<p class=\"note\">The run started from trained weights: compare each layer with its value " +
+                      html_escape(d.starting_point) + " to see what this run changed.</p>"
+                : "<p class=\"note\">A random router already separates domains somewhat (their characters differ): "
+                  "compare each layer with its value " +
+                      html_escape(d.starting_point) + " to see what training added.</p>";
   html += "<div class=\"grid\">";
   for (const LayerSpecialisation& s : d.specialisation) {
     const int64_t D = static_cast<int64_t>(s.domains.size()), E = s.num_experts;
@@ -369,34 +492,70 @@ std::string training_report_html(const ReportData& d) {
     html += "<a href=\"#" + report_section_ids()[i] + "\">" + html_escape(titles[i]) + "</a>";
   html += "</nav>\n";
 
+  const LossMeaning objective = run_loss(d);
   html += section("summary", titles[0],
-                  "What was trained and where it ended. Losses are the mean next-token cross-entropy in nats per "
-                  "token (lower is better).",
-                  summary_table(d));
+                  "What was trained and where it ended. The loss is " + html_escape(objective.definition) + ", in " +
+                      objective.unit + " (lower is better).",
+                  summary_table(d, objective));
 
-  const ChartSeries raw = series_of(records, "lm_loss", "train loss (per step)", "#0072B2", ChartSeries::Style::Faint);
-  LineChart loss = step_chart("Loss", "loss (nats per token)",
-                              {raw, smoothed(raw, "train loss (smoothed)"),
-                               series_of(records, "val_loss", "held-out loss", "#D55E00", ChartSeries::Style::Points)});
+  // The held-out records split by what they cover: the periodic ones a part of the held-out data, the
+  // run's end record all of it.
+  std::vector<Json> periodic, at_end;
+  for (const Json& r : records)
+    if (has_heldout(r)) (covers_all_heldout(r) ? at_end : periodic).push_back(r);
+  ChartSeries raw = series_of(records, "lm_loss", "train loss (per step)", "#0072B2", ChartSeries::Style::Faint);
+  // Up to two steps every point's centred window is the point itself: nothing to smooth.
+  const bool smooth = raw.y.size() >= 3;
+  if (!smooth) raw.style = ChartSeries::Style::Line;
+  std::vector<ChartSeries> loss_series = {raw};
+  if (smooth) loss_series.push_back(smoothed(raw));
+  loss_series.push_back(series_of(periodic, "val_loss", "held-out loss", "#D55E00", ChartSeries::Style::Points));
+  if (!at_end.empty())
+    loss_series.push_back(series_of(at_end, "val_loss", "held-out loss at the end, all the held-out data", "#CC79A7",
+                                    ChartSeries::Style::Points));
+  LineChart loss = step_chart("Loss", "loss (" + objective.unit + ")", loss_series);
   if (std::isfinite(d.unigram_entropy))
     loss.levels.push_back({d.unigram_entropy, "unigram entropy (a model blind to context)", "#009E73"});
   loss.events = events;
   loss.width = 1120;
   loss.height = 340;
   std::string loss_body = figure("Train and held-out loss", svg_line_chart(loss),
-                                 "The faint line is each step's batch, the solid one its moving average. Held-out "
-                                 "loss is measured on data the model never trains on: when it stops following the "
-                                 "train loss down, the model is memorising. Red dotted lines mark spikes, grey ones "
-                                 "stage changes.");
-  if (std::any_of(records.begin(), records.end(), [](const Json& r) { return has_number(r, "rewards/accuracies"); })) {
-    const LineChart rewards = step_chart("DPO rewards", "reward (beta x log-ratio, nats)",
-                                         {series_of(records, "rewards/chosen", "chosen", "#009E73"),
-                                          series_of(records, "rewards/rejected", "rejected", "#D55E00"),
-                                          series_of(records, "rewards/margins", "margin", "#0072B2")});
-    loss_body += figure("DPO rewards", svg_line_chart(rewards),
-                        "The implicit rewards of the chosen and rejected responses against the reference model.");
+                                 std::string(smooth ? "The faint line is each step's batch, the solid one its moving "
+                                                      "average. "
+                                                    : "The line is each step's batch. ") +
+                                     "Held-out loss is measured on data the model never trains on: when it stops "
+                                     "following the train loss down, the model is memorising. Red dotted lines mark "
+                                     "spikes, grey ones stage changes.");
+  if (std::any_of(records.begin(), records.end(), [](const Json& r) {
+        return has_number(r, "rewards/accuracies") || has_number(r, "eval_rewards/accuracies");
+      })) {
+    const LineChart rewards =
+        step_chart("DPO rewards", "reward (\u03b2 \u00d7 log-ratio, nats)",
+                   {series_of(records, "rewards/chosen", "chosen", "#009E73"),
+                    series_of(records, "rewards/rejected", "rejected", "#D55E00"),
+                    series_of(records, "rewards/margins", "margin", "#0072B2"),
+                    series_of(records, "eval_rewards/chosen", "held-out chosen", "#009E73", ChartSeries::Style::Points),
+                    series_of(records, "eval_rewards/rejected", "held-out rejected", "#D55E00",
+                              ChartSeries::Style::Points),
+                    series_of(records, "eval_rewards/margins", "held-out margin", "#0072B2",
+                              ChartSeries::Style::Points)});
+    LineChart accuracy = step_chart("Reward accuracy", "share of pairs, chosen above rejected",
+                                    {series_of(records, "rewards/accuracies", "train batch", "#0072B2"),
+                                     series_of(records, "eval_rewards/accuracies", "held-out", "#D55E00",
+                                               ChartSeries::Style::Points)});
+    accuracy.levels.push_back({1.0, "every pair ranked right", "#009E73"});
+    loss_body += "<div class=\"grid\">" +
+                 figure("DPO rewards", svg_line_chart(rewards),
+                        "The implicit rewards of the chosen and rejected responses against the reference model "
+                        "(lines: each step's batch; points: the held-out pairs). At the start the policy is the "
+                        "reference and every reward is 0.") +
+                 figure("Reward accuracy", svg_line_chart(accuracy),
+                        "How often the chosen response's reward is above the rejected one's (a tie, as at the "
+                        "start, counts as wrong).") +
+                 "</div>";
   }
-  html += section("loss", titles[1], "The objective the run minimised, and how well it generalises.", loss_body);
+  html += section("loss", titles[1],
+                  "The objective the run minimised, " + objective.name + ", and how well it generalises.", loss_body);
 
   LineChart lr =
       step_chart("Learning rate", "learning rate", {series_of(records, "lr", "AdamW learning rate", "#0072B2")});
@@ -407,11 +566,9 @@ std::string training_report_html(const ReportData& d) {
 
   LineChart gn = step_chart("Gradient norm", "global L2 norm (log scale)",
                             {series_of(records, "grad_norm", "gradient norm before clipping", "#0072B2")}, true);
-  if (d.trainer_state.is_object() && d.trainer_state.contains("recipe")) {
-    const Json& stages = d.trainer_state["recipe"].value("stages", Json::array());
-    if (!stages.empty() && stages[0].is_object() && stages[0].value("clip", 0.0) > 0)
-      gn.levels.push_back({stages[0].value("clip", 0.0), "clipping threshold", "#D55E00"});
-  }
+  const Json stages = recipe_of(d).value("stages", Json::array());
+  if (!stages.empty() && stages[0].is_object() && stages[0].value("clip", 0.0) > 0)
+    gn.levels.push_back({stages[0].value("clip", 0.0), "clipping threshold", "#D55E00"});
   gn.events = spikes;
   html += section("gradient-norm", titles[3],
                   "Large early, then settling. Above the threshold, the update is scaled down to it (clipping).",
@@ -427,7 +584,7 @@ std::string training_report_html(const ReportData& d) {
                  {series_of(records, "z_loss", "mean logsumexp(router logits)\u00b2, summed", "#D55E00")}, true);
   html +=
       section("auxiliary-losses", titles[4],
-              "The two MoE losses added to the language-model loss (weights aux_loss_coef and z_loss_coef in "
+              "The two MoE losses added to the training loss (weights aux_loss_coef and z_loss_coef in "
               "config.json): load balance pushes each expert towards a fair share of the tokens, the z-loss "
               "keeps the router's logits small so its softmax stays numerically tame.",
               "<div class=\"grid\">" +
@@ -458,11 +615,19 @@ std::string training_report_html(const ReportData& d) {
                         "costs time, not quality.") +
                  "</div>";
   }
-  html += section("expert-load", titles[6],
-                  "How the token assignments of each MoE layer spread over its experts as training goes on. Early "
-                  "on, stochastic routing warmup keeps the load even; the balance loss keeps it from collapsing onto "
-                  "a few experts later.",
-                  load_body);
+  // The routing warmup is the recipe's (a post-training recipe has none): unknown without one.
+  const Json recipe = recipe_of(d);
+  const bool warmup_known = recipe.contains("routing_warmup") && recipe["routing_warmup"].is_number_integer();
+  const int64_t routing_warmup = warmup_known ? recipe["routing_warmup"].get<int64_t>() : 0;
+  std::string load_intro = "How the token assignments of each MoE layer spread over its experts as training goes on. ";
+  if (routing_warmup > 0)
+    load_intro += "For the first " + std::to_string(routing_warmup) +
+                  " steps, stochastic routing warmup keeps the load even; the balance loss keeps it from collapsing "
+                  "onto a few experts later.";
+  else
+    load_intro += std::string("The balance loss keeps it from collapsing onto a few experts") +
+                  (warmup_known ? " (this run had no routing warmup)." : ".");
+  html += section("expert-load", titles[6], load_intro, load_body);
 
   LineChart entropy = step_chart("Routing entropy", "mean router entropy (nats)", {});
   size_t i = 0;
@@ -562,6 +727,9 @@ ReportData load_report_data(const std::string& run_dir, const std::vector<Domain
   if (!init.empty() && std::filesystem::exists(init)) {
     LingForCausalLM start(load_checkpoint_config(init), 0);
     load_checkpoint_weights(init, start);
+    // A run with rows longer than its starting model's context extended it before its first step (RoPE has
+    // no table of positions); the starting weights route in the same windows as the final ones.
+    start.extend_context(window);
     d.starting_specialisation = expert_specialisation(start, texts, window);
     d.starting_point = "before the run (" + init + ")";
   } else if (init.empty() && recipe.contains("seed")) {

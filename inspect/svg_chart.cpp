@@ -266,9 +266,13 @@ std::string svg_line_chart(const LineChart& chart) {
       std::string path;
       for (size_t i = 0; i < xs.size(); ++i) path += (i == 0 ? "M" : " L") + num(px(xs[i])) + "," + num(py(ys[i]));
       const bool faint = s.style == ChartSeries::Style::Faint;
+      // Points joined by a dashed line: measured only where the points are, and told apart from a line
+      // of every step in the same colour.
+      const bool dashed = s.style == ChartSeries::Style::Points;
       svg += "<path d=\"" + path + "\" fill=\"none\" stroke=\"" + s.colour + "\" stroke-width=\"" +
-             (faint ? "1" : "2") + "\"" + (faint ? " stroke-opacity=\"0.3\"" : "") +
-             " stroke-linejoin=\"round\"><title>" + html_escape(s.name) + "</title></path>";
+             (faint ? "1" : dashed ? "1.5" : "2") + "\"" + (faint ? " stroke-opacity=\"0.3\"" : "") +
+             (dashed ? " stroke-dasharray=\"5 3\"" : "") + " stroke-linejoin=\"round\"><title>" +
+             html_escape(s.name) + "</title></path>";
     }
   return svg + "</svg>";
 }

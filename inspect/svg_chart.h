@@ -21,7 +21,7 @@ struct ChartSeries {
     Line,
     Faint,
     Points
-  } style = Style::Line;  // Faint: thin and light, raw values behind a smoothed line
+  } style = Style::Line;  // Faint: thin and light, raw values behind a smoothed line; Points: dots, joined dashed
 };
 
 // A level or a moment drawn across the chart: a horizontal reference value, or a vertical event.

@@ -64,6 +64,31 @@ grep -q '^routing of 1 domain (' one.txt || fail "one --domain: not '1 domain': 
   fail "report --out --domain"
 grep -q '2 domains given with --domain' elsewhere.html || fail "report --domain: not measured on the given domains"
 
+# Post-training runs at seq 512 on the 256-position tiny model (the stage extends the context, so the
+# run's starting weights route in a longer window than their config allows): each report names its own
+# loss, describes no routing warmup, and DPO's shows its held-out rewards.
+"$bin" tool-data --out td --sft 40 --dpo 10 --copy 40 >/dev/null || fail "tool-data"
+post=(--seq 512 --batch 2 --steps 2 --eval-every 1 --threads 1)
+"$bin" sft --ckpt late/checkpoint --data td/sft_train.jsonl --val td/sft_val.jsonl "${post[@]}" --out sft >/dev/null 2>sft.err ||
+  fail "sft: $(tail -1 sft.err)"
+"$bin" dpo --ckpt sft/checkpoint --data td/dpo_train.jsonl --val td/dpo_val.jsonl --beta 0.5 --rpo-alpha 10 "${post[@]}" \
+  --out dpo >/dev/null 2>dpo.err || fail "dpo: $(tail -1 dpo.err)"
+"$bin" report --run sft --domain-tokens 256 >/dev/null 2>err.txt || fail "report of an sft run at seq 512: $(cat err.txt)"
+"$bin" report --run dpo --domain-tokens 256 >/dev/null 2>err.txt || fail "report of a dpo run at seq 512: $(cat err.txt)"
+for kind in sft dpo; do
+  grep -q 'next-token' $kind/report.html && fail "report of the $kind run: its loss is called next-token cross-entropy"
+  grep -q 'routing warmup keeps' $kind/report.html && fail "report of the $kind run: a routing warmup it did not have"
+  grep -q 'smoothed' $kind/report.html && fail "report of the $kind run: a 2-step run's loss called smoothed"
+  grep -q '<th>before the run ([^)]*/checkpoint)</th>' $kind/report.html ||
+    fail "report of the $kind run: no specialisation of the starting checkpoint"
+done
+grep -q "The loss is the mean cross-entropy of the assistant's tokens" sft/report.html || fail "report of the sft run: not its loss"
+grep -q 'The loss is the DPO loss: sigmoid DPO' dpo/report.html || fail "report of the dpo run: not its loss"
+grep -q 'rpo_alpha = 10 times' dpo/report.html || fail "report of the dpo run: not its rpo_alpha"
+grep -q '<th>held-out reward accuracy</th><td>[0-9.]*% of pairs at step [12].*before training)</td>' dpo/report.html ||
+  fail "report of the dpo run: no held-out reward accuracy"
+grep -q '>Reward accuracy<' dpo/report.html || fail "report of the dpo run: no reward accuracy chart"
+
 expect_error "inspect without a checkpoint" "inspect needs --ckpt" "$bin" inspect --text hi
 expect_error "inspect without text" "one of --text TEXT, --data" "$bin" inspect --ckpt late/checkpoint
 expect_error "inspect with text and data" "one of --text TEXT, --data" "$bin" inspect --ckpt late/checkpoint --text a --data late/data/val.bin

@@ -7,6 +7,7 @@
 
 #include "inspect/report.h"
 #include "inspect/svg_chart.h"
+#include "io/format_text.h"
 #include "model/config.h"
 
 namespace lt {
@@ -132,6 +133,151 @@ TEST(Report, SaysSoWhenNothingHappened) {
   EXPECT_NE(html.find("the spike guard never acted"), std::string::npos);
 }
 
+// The summary table's row `name`, as its HTML.
+std::string summary_row(const std::string& html, const std::string& name) {
+  const size_t at = html.find("<tr><th>" + name + "</th><td>");
+  if (at == std::string::npos) return "";
+  return html.substr(at, html.find("</tr>", at) + 5 - at);
+}
+
+// `run` turned into a post-training run of `kind` ("sft" or "dpo"), as its checkpoint records it.
+void make_post_training(ReportData& run, const std::string& kind) {
+  Json stage = {{"name", kind}, {"kind", kind}, {"clip", 1.0}, {"epochs", 1}};
+  if (kind == "dpo") {
+    stage["beta"] = 0.5;
+    stage["rpo_alpha"] = 10.0;
+  }
+  run.trainer_state = {{"recipe", {{"model", "tiny"}, {"seed", 1}, {"routing_warmup", 0}, {"init", "sft/checkpoint"},
+                                   {"stages", Json::array({stage})}}}};
+  run.unigram_entropy = NAN;  // no embedded corpus in a post-training run
+}
+
+TEST(Report, NamesThePreTrainingLossAndItsRoutingWarmup) {
+  ReportData d = made_up_run(8, 40);
+  d.trainer_state["recipe"]["routing_warmup"] = 50;
+  const std::string html = training_report_html(d);
+  EXPECT_NE(html.find("The loss is the mean next-token cross-entropy, in nats per token"), std::string::npos);
+  EXPECT_NE(html.find("For the first 50 steps, stochastic routing warmup keeps the load even"), std::string::npos);
+}
+
+TEST(Report, SftRunNamesItsLossAndNoRoutingWarmup) {
+  ReportData d = made_up_run(8, 40);
+  make_post_training(d, "sft");
+  const std::string html = training_report_html(d);
+  expect_a_whole_page(html);
+  EXPECT_NE(html.find("The loss is the mean cross-entropy of the assistant's tokens"), std::string::npos)
+      << html.substr(html.find("<section id=\"summary\">"), 400);
+  EXPECT_EQ(count(html, "next-token"), 0u);
+  EXPECT_EQ(count(html, "routing warmup keeps"), 0u);
+  EXPECT_NE(html.find("(this run had no routing warmup)"), std::string::npos);
+  EXPECT_EQ(count(html, "Reward accuracy"), 0u);  // no DPO figures
+  // Its starting weights are a trained checkpoint, not a random router.
+  EXPECT_NE(html.find("The run started from trained weights"), std::string::npos);
+  EXPECT_EQ(count(html, "A random router"), 0u);
+}
+
+// A DPO run of 20 steps with held-out figures before training (step 0), at step 10 and, as the trainer
+// writes at the end of a run, over all the held-out data at step 20.
+ReportData made_up_dpo_run(bool with_end_record) {
+  ReportData d = made_up_run(8, 20);
+  make_post_training(d, "dpo");
+  auto heldout = [](int64_t step, double loss, double accuracy, double margin) {
+    return Json{{"step", step},           {"val_loss", loss},
+                {"eval_rewards/chosen", margin / 2}, {"eval_rewards/rejected", -margin / 2},
+                {"eval_rewards/accuracies", accuracy}, {"eval_rewards/margins", margin},
+                {"eval_dpo_loss", loss / 2}};
+  };
+  for (Json& r : d.records) {
+    r.erase("val_loss");
+    const double step = r["step"].get<double>();
+    r["rewards/chosen"] = 0.01 * step;
+    r["rewards/rejected"] = -0.02 * step;
+    r["rewards/margins"] = 0.03 * step;
+    r["rewards/accuracies"] = std::min(1.0, 0.05 * step);
+  }
+  Json before = heldout(0, 7.5, 0.0, 0.0);
+  before["stage"] = "dpo";
+  d.records.insert(d.records.begin(), before);
+  d.records.insert(d.records.begin() + 11, heldout(10, 6.0, 0.625, 0.75));  // after step 10's record
+  if (with_end_record) {
+    Json end = heldout(20, 5.25, 0.875, 1.5);
+    end["heldout"] = "end";
+    d.records.push_back(end);
+  }
+  return d;
+}
+
+TEST(Report, DpoRunNamesItsLossAndShowsHeldOutRewardsFromTheEnd) {
+  const ReportData d = made_up_dpo_run(true);
+  const std::string html = training_report_html(d);
+  expect_a_whole_page(html);
+  EXPECT_EQ(count(html, "next-token"), 0u);
+  EXPECT_NE(html.find("The loss is the DPO loss: sigmoid DPO"), std::string::npos);
+  EXPECT_NE(html.find("\u03b2 = 0.5"), std::string::npos);
+  EXPECT_NE(html.find("rpo_alpha = 10 times the mean negative log-likelihood of the chosen responses"),
+            std::string::npos);
+  EXPECT_NE(html.find(">loss (nats)<"), std::string::npos);  // the loss chart's axis: not per token
+  // The summary takes the end record (over all the held-out data), with the figures before training.
+  EXPECT_EQ(summary_row(html, "last held-out loss"),
+            "<tr><th>last held-out loss</th><td>5.2500 nats at step 20, over all the held-out data (7.5000 nats "
+            "before training)</td></tr>");
+  EXPECT_EQ(summary_row(html, "held-out reward accuracy"),
+            "<tr><th>held-out reward accuracy</th><td>87.5% of pairs at step 20, over all the held-out data (0.0% of "
+            "pairs before training)</td></tr>");
+  EXPECT_NE(summary_row(html, "held-out reward margin (chosen \u2212 rejected)").find("1.5000 nats at step 20"),
+            std::string::npos);
+  // The end record is its own series on the loss chart; the rewards and their accuracy are drawn, the
+  // held-out ones as points.
+  EXPECT_NE(html.find(">held-out loss at the end, all the held-out data<"), std::string::npos);
+  EXPECT_NE(html.find("held-out loss at step 10: 6<"), std::string::npos);
+  EXPECT_NE(html.find("held-out margin at step 20: 1.5<"), std::string::npos);
+  EXPECT_NE(html.find("held-out at step 20: 0.875<"), std::string::npos);
+  EXPECT_NE(html.find("held-out chosen at step 10: 0.375<"), std::string::npos);
+  EXPECT_EQ(count(html, "Reward accuracy"), 2u);  // the caption and the SVG's label
+}
+
+TEST(Report, TakesTheLastHeldOutFigureWithoutAnEndRecord) {
+  const ReportData d = made_up_dpo_run(false);
+  const std::string html = training_report_html(d);
+  expect_a_whole_page(html);
+  EXPECT_EQ(summary_row(html, "last held-out loss"),
+            "<tr><th>last held-out loss</th><td>6.0000 nats at step 10 (7.5000 nats before training)</td></tr>");
+  EXPECT_EQ(count(html, "all the held-out data"), 0u);
+
+  // A run shorter than its evaluation period: only the figures before training, said as such.
+  ReportData short_run = made_up_dpo_run(false);
+  short_run.records.erase(short_run.records.begin() + 11);
+  const std::string page = training_report_html(short_run);
+  EXPECT_EQ(summary_row(page, "held-out reward accuracy"),
+            "<tr><th>held-out reward accuracy</th><td>0.0% of pairs before training (step 0), none logged after "
+            "it</td></tr>");
+}
+
+TEST(Report, CallsNoSinglePointSmoothed) {
+  ReportData one = made_up_run(8, 1);
+  const std::string html = training_report_html(one);
+  expect_a_whole_page(html);
+  EXPECT_EQ(count(html, "smoothed"), 0u);
+  EXPECT_EQ(count(html, "moving average"), 0u);
+  EXPECT_EQ(summary_row(html, "final train loss (last step)"),
+            "<tr><th>final train loss (last step)</th><td>5.0000 nats per token</td></tr>");
+
+  // 20 steps: a 5-step window; the final figure is the mean of the last 5 steps, not the last step alone
+  // (where the centred average has narrowed to one point).
+  const ReportData twenty = made_up_run(8, 20);
+  const std::string page = training_report_html(twenty);
+  EXPECT_EQ(count(page, "smoothed"), 0u);
+  EXPECT_NE(page.find(">train loss (moving average of 5 steps)<"), std::string::npos);
+  // 4 steps: no point has more than 3 in its centred window.
+  EXPECT_NE(training_report_html(made_up_run(8, 4)).find(">train loss (moving average of 3 steps)<"),
+            std::string::npos);
+  double mean = 0;
+  for (int step = 16; step <= 20; ++step) mean += 5.0 / std::sqrt(step) / 5;
+  EXPECT_EQ(summary_row(page, "final train loss (mean of the last 5 steps)"),
+            "<tr><th>final train loss (mean of the last 5 steps)</th><td>" + format_text("%.4f", mean) +
+                " nats per token</td></tr>");
+}
+
 TEST(SvgChart, LineChartDrawsSeriesLevelsAndLogScale) {
   LineChart chart;
   chart.title = "t";
@@ -141,6 +287,7 @@ TEST(SvgChart, LineChartDrawsSeriesLevelsAndLogScale) {
   chart.levels = {{1.7, "level", "#777"}};
   const std::string svg = svg_line_chart(chart);
   EXPECT_EQ(count(svg, "<path"), 2u);         // a's line and b's, joining its points
+  EXPECT_EQ(count(svg, "stroke-dasharray=\"5 3\""), 1u);  // b's: it was measured only at its points
   EXPECT_EQ(count(svg, "<circle"), 2u + 1u);  // b's points and its legend swatch
   EXPECT_NE(svg.find(">training step<"), std::string::npos);
   EXPECT_NE(svg.find(">level<"), std::string::npos);
