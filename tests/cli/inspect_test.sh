@@ -88,6 +88,10 @@ grep -q 'rpo_alpha = 10 times' dpo/report.html || fail "report of the dpo run: n
 grep -q '<th>held-out reward accuracy</th><td>[0-9.]*% of pairs at step [12].*before training)</td>' dpo/report.html ||
   fail "report of the dpo run: no held-out reward accuracy"
 grep -q '>Reward accuracy<' dpo/report.html || fail "report of the dpo run: no reward accuracy chart"
+# The extended checkpoint against the one it started from, routed in the same 512-token windows.
+"$bin" inspect --ckpt sft/checkpoint --vs late/checkpoint --text "hello there" >vs.txt 2>err.txt ||
+  fail "inspect --vs a shorter-context checkpoint: $(cat err.txt)"
+grep -q "top-1 changed" vs.txt || fail "inspect --vs a shorter-context checkpoint: no top-1 changes"
 
 expect_error "inspect without a checkpoint" "inspect needs --ckpt" "$bin" inspect --text hi
 expect_error "inspect without text" "one of --text TEXT, --data" "$bin" inspect --ckpt late/checkpoint
