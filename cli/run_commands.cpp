@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -141,16 +142,16 @@ void parse_straggle(const std::string& value, RunOptions& options) {
   options.straggle_factor = factor;
 }
 
-// dist: the command line's --dist, or "" when a resume leaves it to its checkpoint (the run then checks
-// the EDiT flags given against the checkpoint's settings).
-EditSettings edit_from_flags(const Flags& flags, const std::string& dist) {
-  if (dist == "dp")
+// dist: the command line's --dist, or none when a resume leaves it to its checkpoint (the run then
+// checks the EDiT flags given against the checkpoint's settings).
+EditSettings edit_from_flags(const Flags& flags, std::optional<DistMode> dist) {
+  if (dist == DistMode::DataParallel)
     for (const FlagSpec& spec : edit_flags())
       if (flags.was_set(spec.name)) fail("flag --", spec.name, " belongs to --dist edit or aedit");
-  if (!dist.empty() && dist != "aedit")
+  if (dist && dist != DistMode::AEdit)
     for (const char* flag : {"sync-seconds", "min-total-steps", "step-weight", "step-weight-ratio"})
       if (flags.was_set(flag)) fail("flag --", flag, " belongs to --dist aedit (time-based sync)");
-  if (dist == "aedit" && flags.was_set("sync-interval")) fail("flag --sync-interval belongs to --dist edit; aedit syncs by time (--sync-seconds)");
+  if (dist == DistMode::AEdit && flags.was_set("sync-interval")) fail("flag --sync-interval belongs to --dist edit; aedit syncs by time (--sync-seconds)");
   EditSettings e;
   e.shard_group = static_cast<int>(flags.positive("shard-group"));
   e.local_sgd_warmup = flags.integer("local-sgd-warmup");
@@ -205,13 +206,14 @@ std::vector<Injection> injections_from_flag(const std::string& value) {
   while (std::getline(list, item, ',')) {
     Injection injection;
     const size_t at = item.find('@'), colon = item.find(':');
-    injection.kind = item.substr(0, at);
+    const std::string kind = item.substr(0, at);
+    injection.kind = kind == "nan" ? Injection::Kind::Nan : Injection::Kind::Spike;
     char* end = nullptr;
     const std::string step = at == std::string::npos ? "" : item.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1);
     injection.step = std::strtoll(step.c_str(), &end, 10);
-    bool ok = (injection.kind == "spike" || injection.kind == "nan") && !step.empty() && *end == '\0' && injection.step >= 0;
+    bool ok = (kind == "spike" || kind == "nan") && !step.empty() && *end == '\0' && injection.step >= 0;
     const std::string argument = colon == std::string::npos ? "" : item.substr(colon + 1);
-    if (injection.kind == "spike") {
+    if (injection.kind == Injection::Kind::Spike) {
       injection.factor = std::strtod(argument.c_str(), &end);
       ok = ok && !argument.empty() && *end == '\0' && std::isfinite(injection.factor);
     } else if (!argument.empty()) {
@@ -351,7 +353,7 @@ int run_command(const Args& args, StageKind kind) {
   options.stop_at_step = flags.integer("stop-at");
   options.dist = parse_dist_mode(flags.str("dist"));
   const bool dist_from_checkpoint = !options.resume.empty() && !flags.was_set("dist");
-  options.edit = edit_from_flags(flags, dist_from_checkpoint ? "" : flags.str("dist"));
+  options.edit = edit_from_flags(flags, dist_from_checkpoint ? std::nullopt : std::optional(options.dist));
   options.named_dist_settings = named_edit_settings(flags, options.edit);
   if (flags.was_set("dist")) options.named_dist_settings["mode"] = flags.str("dist");
   options.spike_guard = spike_guard_from_flags(flags);

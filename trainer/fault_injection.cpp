@@ -12,7 +12,7 @@ Objective FaultInjector::wrap(Objective objective) {
     LossBreakdown loss = objective(model, batch, context);
     for (const Injection& injection : injections_)
       if (injection.step == context.step && attempts_[injection.step] < injection.count) {
-        const double factor = injection.kind == "nan" ? NAN : injection.factor;
+        const double factor = injection.kind == Injection::Kind::Nan ? NAN : injection.factor;
         loss.total = scale(loss.total, factor);
         loss.lm = scale(loss.lm, factor);
       }

@@ -4,17 +4,17 @@
 #pragma once
 #include <cstdint>
 #include <map>
-#include <string>
 #include <vector>
 
 #include "trainer/trainer.h"
 
 namespace lt {
 
-// At step `step`, the loss of the first `count` attempts is multiplied by `factor` ("spike"; its
-// gradients with it) or made NaN ("nan").
+// At step `step`, the loss of the first `count` attempts is multiplied by `factor` (Spike; its gradients
+// with it) or made NaN (Nan).
 struct Injection {
-  std::string kind;
+  enum class Kind { Spike, Nan };
+  Kind kind = Kind::Spike;
   int64_t step = 0;
   double factor = 1;
   int64_t count = 1;

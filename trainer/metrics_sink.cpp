@@ -49,6 +49,8 @@ void MetricsSink::show(const Json& record, double loss, double lr, double grad_n
     progress_.set_heldout_loss(record["val_loss"].get<double>());
     std::string line = format_text("step %lld: held-out loss %.4f", static_cast<long long>(step),
                                    record["val_loss"].get<double>());
+    if (record.contains("val_conversations"))
+      line += " (" + count_of(record["val_conversations"].get<int64_t>(), "conversation") + ")";
     if (record.contains("eval_rewards/accuracies"))
       line += format_text(", rewards/accuracies %.3f, rewards/margins %.3f",
                           record["eval_rewards/accuracies"].get<double>(), record["eval_rewards/margins"].get<double>());

@@ -5,6 +5,7 @@
 
 #include "data/corpus.h"
 #include "data/shard.h"
+#include "io/format_text.h"
 #include "trainer/generate.h"
 #include "trainer/strategy.h"
 
@@ -67,7 +68,7 @@ Json summarise(RunControl& run, double train_seconds, double comm_bytes_per_step
   if (!std::isnan(val)) {
     std::string covered = val_path;
     if (heldout.contains("val_conversations"))
-      covered += ", " + std::to_string(heldout["val_conversations"].get<int64_t>()) + " conversations";
+      covered += ", " + count_of(heldout["val_conversations"].get<int64_t>(), "conversation");
     std::fprintf(setup.out(), "\nheld-out loss (all of %s): %.4f\n", covered.c_str(), val);
   }
   double unigram = NAN;
