@@ -21,10 +21,14 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The tests also need a browser: the training report is checked in headless Chromium. Where it cannot
-# be installed, that one test says so and is skipped.
+# be installed, that one test says so and is skipped. They end with `make fuzz` for TEST_FUZZ_SECONDS a
+# harness: every layer compiled once more by clang (a clang-only compile error fails the tests, as GCC
+# alone would not show it), and each reader of untrusted files run on its seed corpus under ASan + UBSan.
+TEST_FUZZ_SECONDS ?= 5
 test: build
 	@scripts/setup.sh --test || echo "setup: Chromium could not be installed; the report page test will be skipped"
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
 
 gradcheck: build
 	$(BUILD)/lingtrain gradcheck
@@ -77,16 +81,17 @@ dpo: build
 	@echo "held-out tool use, after DPO: $$(cat $(TOOLS)/tool_use_dpo.json)"
 
 # libFuzzer on the readers of untrusted files (tests/fuzz/), under ASan and UBSan, in its own clang build
-# (build-fuzz/). Each harness runs FUZZ_SECONDS on a scratch copy of its seed corpus, so the repository's
-# corpus stays as committed; a crash leaves its input as build-fuzz/crash-* and stops `make fuzz`.
-# Not part of `make test`. `make fuzz FUZZ_SECONDS=600` for the long run.
+# (build-fuzz/), which compiles every layer's library, not only those the harnesses link. Each harness
+# runs FUZZ_SECONDS on a scratch copy of its seed corpus, so the repository's corpus stays as committed;
+# a crash leaves its input as build-fuzz/crash-* and stops `make fuzz`. `make test` ends with a short run
+# (TEST_FUZZ_SECONDS); `make fuzz FUZZ_SECONDS=600` for the long one.
 FUZZ_BUILD    ?= build-fuzz
 FUZZ_SECONDS  ?= 60
 FUZZ_HARNESSES := safetensors shard config trainer_json tokenizer chat
 fuzz:
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" -DLINGTRAIN_CUDA=OFF -DLINGTRAIN_FUZZ=ON
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_HARNESSES))
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
 	@set -e; for harness in $(FUZZ_HARNESSES); do \
 	  corpus=$(FUZZ_BUILD)/corpus/$$harness; rm -rf $$corpus; mkdir -p $$corpus; \
 	  cp tests/fuzz/corpus/$$harness/* $$corpus/; \

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages lingtrain needs, skipping apt entirely when they are all present.
 # Called by `make` before configuring; safe to run any number of times.
-# With --test, also what only the tests need: headless Chromium (the report page test) and a font.
+# With --test, also what only the tests need: headless Chromium (the report page test) and a font, and
+# clang (libFuzzer and the sanitizers' runtimes come with it) for the fuzz harnesses `make test` ends with.
 set -euo pipefail
 
 # MPICH rather than Open MPI: its mpiexec runs as root and oversubscribes cores with no extra flags.
 packages=(g++ cmake ninja-build make libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev nlohmann-json3-dev
           libpcre2-dev mpich libmpich-dev)
 if [ "${1:-}" = "--test" ]; then
-  packages+=(chromium fonts-dejavu-core)
+  packages+=(chromium fonts-dejavu-core clang)
 elif [ $# -gt 0 ]; then
   echo "setup: unknown argument '$1' (only --test)" >&2
   exit 2

@@ -5,11 +5,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "tensor/device_runtime.h"
 #include "tensor/error.h"
-
-#ifdef LINGTRAIN_CUDA
-#include "tensor/cuda/cuda_runtime.h"
-#endif
 
 namespace lt {
 
@@ -109,11 +106,8 @@ CachingAllocator& allocator_for(Device device) {
   // Leaked on purpose: tensors held in other statics may be released after this would be destroyed.
   static CachingAllocator* host = new CachingAllocator(host_alloc, host_free);
   if (device.is_cpu()) return *host;
-#ifdef LINGTRAIN_CUDA
-  return cuda::device_allocator(device.index);
-#else
+  if constexpr (kCudaBackend) return cuda::device_allocator(device.index);
   fail("this build has no CUDA backend (nvcc was not found when it was configured)");
-#endif
 }
 
 }  // namespace lt

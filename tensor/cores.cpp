@@ -48,7 +48,10 @@ std::vector<Cgroup> read_cgroups() {
   while (std::getline(file, line)) {
     const size_t first = line.find(':'), second = line.find(':', first + 1);
     if (first == std::string::npos || second == std::string::npos) continue;
-    Cgroup cgroup{"," + line.substr(first + 1, second - first - 1) + ",", line.substr(second + 1)};
+    // Appended in place: `"," + line.substr(...)` inlines a prepend whose memcpy GCC 12 cannot bound
+    // (a false -Wrestrict), and the temporaries were not needed anyway.
+    Cgroup cgroup{",", line.substr(second + 1)};
+    cgroup.controllers.append(line, first + 1, second - first - 1).push_back(',');
     if (cgroup.path == "/") cgroup.path.clear();
     cgroups.push_back(cgroup);
   }

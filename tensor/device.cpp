@@ -2,21 +2,17 @@
 
 #include <cstdlib>
 
+#include "tensor/device_runtime.h"
 #include "tensor/error.h"
-
-#ifdef LINGTRAIN_CUDA
-#include "tensor/cuda/cuda_runtime.h"
-#endif
 
 namespace lt {
 
-#ifdef LINGTRAIN_CUDA
-bool cuda_compiled() { return true; }
-int cuda_device_count() { return cuda::device_count(); }
-#else
-bool cuda_compiled() { return false; }
-int cuda_device_count() { return 0; }
-#endif
+bool cuda_compiled() { return kCudaBackend; }
+
+int cuda_device_count() {
+  if constexpr (kCudaBackend) return cuda::device_count();
+  return 0;
+}
 
 Device parse_device(const std::string& text) {
   if (text == "cpu") return Device::cpu();
@@ -39,11 +35,8 @@ Device parse_device(const std::string& text) {
 
 std::string cuda_device_description(int index) {
   LT_CHECK(index >= 0 && index < cuda_device_count(), "cuda:", index, " is not a usable CUDA device");
-#ifdef LINGTRAIN_CUDA
-  return cuda::device_description(index);
-#else
+  if constexpr (kCudaBackend) return cuda::device_description(index);
   return {};
-#endif
 }
 
 std::string cuda_device_list() {

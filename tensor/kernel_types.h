@@ -8,6 +8,12 @@
 
 namespace lt::kernels {
 
+// The entries of dpo_loss's stats [kDpoStats] (tensor/kernels.def): sums over the pairs (and tokens).
+enum DpoStat {
+  kDpoRewardChosen, kDpoRewardRejected, kDpoCorrect, kDpoMargin, kDpoLogpChosen, kDpoLogpRejected,
+  kDpoLoss, kDpoNllSum, kDpoNllTokens, kDpoPairs, kDpoStats
+};
+
 // The binary elementwise ops: one kernel per backend, parameterised by the op.
 enum class BinaryOp { Add, Sub, Mul };
 

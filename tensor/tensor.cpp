@@ -4,12 +4,8 @@
 #include <sstream>
 
 #include "tensor/allocator.h"
+#include "tensor/device_runtime.h"
 #include "tensor/random.h"
-
-#ifdef LINGTRAIN_CUDA
-#include "tensor/cuda/cuda_runtime.h"
-#include "tensor/cuda/kernels.h"
-#endif
 
 namespace lt {
 
@@ -190,11 +186,8 @@ void Tensor::copy_from(const Tensor& src) {
     std::memcpy(raw_data(), src.raw_data(), nbytes());
     return;
   }
-#ifdef LINGTRAIN_CUDA
-  cuda::copy_bytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
-#else
+  if constexpr (kCudaBackend) return cuda::copy_bytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
   fail("copy_from: CUDA tensors in a build without CUDA");
-#endif
 }
 
 template <class T>
@@ -215,12 +208,8 @@ double Tensor::item() const {
 
 void Tensor::fill_(double value) {
   if (!is_cpu()) {
-#ifdef LINGTRAIN_CUDA
-    cuda::fill(*this, value);
-    return;
-#else
+    if constexpr (kCudaBackend) return cuda::fill(*this, value);
     fail("fill_: CUDA tensors in a build without CUDA");
-#endif
   }
   const int64_t n = numel();
   if (value == 0.0) {

@@ -8,6 +8,7 @@
 #include "tensor/error.h"
 
 #if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -25,8 +26,18 @@ namespace {
 constexpr int kArchReqXcompPerm = 0x1023;
 constexpr int kXfeatureXtileData = 18;
 
+// CPUID read directly: clang 14's __builtin_cpu_supports knows no "amx-tile" or "amx-bf16" (GCC's does).
+// Leaf 1 ECX bit 27 (OSXSAVE: XGETBV may run), leaf 7 EDX bits 24 (AMX-TILE) and 22 (AMX-BF16).
+bool cpu_reports_amx_bf16() {
+  unsigned int eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) return false;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  const unsigned int amx_tile_and_bf16 = (1u << 24) | (1u << 22);
+  return (edx & amx_tile_and_bf16) == amx_tile_and_bf16;
+}
+
 bool ask_for_tiles() {
-  if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return false;
+  if (!cpu_reports_amx_bf16()) return false;
   // XCR0 bits 17 and 18 (the tile configuration and data): the OS manages the tile state.
   uint32_t eax, edx;
   __asm__("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));

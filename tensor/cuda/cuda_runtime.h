@@ -1,9 +1,9 @@
 // The CUDA runtime as the rest of lingtrain sees it: device discovery, one caching allocator and one
 // cuBLAS handle per device, synchronous copies, and the checks that turn a CUDA or cuBLAS status into
-// one lt::Error line.
+// one lt::Error line. The part the core calls (device discovery, allocators, copies) is declared in the
+// core, in tensor/device_runtime.h; this header adds what the backend's kernels and the layers above use.
 //
-// Only compiled when LINGTRAIN_CUDA is defined. Device and CachingAllocator are only declared here, so
-// the allocator and the device query can include this header without the tensor headers.
+// Only compiled when LINGTRAIN_CUDA is defined.
 //
 // Every kernel, copy and cuBLAS call runs on the legacy default stream of its device, so they execute
 // in the order they were issued without explicit synchronisation.
@@ -11,29 +11,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include <cstddef>
-#include <string>
-
-namespace lt {
-struct Device;
-class CachingAllocator;
-}  // namespace lt
+#include "tensor/device_runtime.h"
 
 namespace lt::cuda {
-
-// Number of usable GPUs, queried once. 0 when cudaGetDeviceCount fails (error 35 without a driver)
-// as well as when it reports none.
-int device_count();
-
-// "NVIDIA H100 80GB HBM3, 79.1 GiB, compute capability 9.0": what `lingtrain --version` lists.
-std::string device_description(int index);
-
-// The caching allocator of device `index` (cudaMalloc / cudaFree). An index that is not a usable
-// device is an lt::Error, so creating a CUDA tensor on a machine without a GPU fails cleanly.
-CachingAllocator& device_allocator(int index);
-
-// Copies `bytes` between host and device or between devices; returns once the copy is complete.
-void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 
 // The cuBLAS handle of device `index`, created on first use.
 cublasHandle_t cublas_handle(int index);

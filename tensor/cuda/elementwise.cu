@@ -1,5 +1,5 @@
 // Elementwise CUDA kernels: add, sub, mul with broadcasting, axpby (scale and axpy) with the factor
-// given or read from the device, sum_to (the backward of broadcasting), fill, and f32 -> bf16 rounding.
+// given or read from the device, sum_to (the backward of broadcasting), fill, and f32 <-> bf16 conversion.
 //
 // Each is a grid-stride loop: a grid sized to the data up to a cap, where every thread walks the
 // range in steps of the whole grid. One thread owns each output element and nothing is reduced, so
@@ -225,6 +225,11 @@ void widen_bf16(const Tensor& x, Tensor& y) {
   LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, widen_bf16_kernel)(static_cast<const uint16_t*>(x.raw_data()),
                                                                     y.data<float>(), n);
   LT_CUDA_CHECK(cudaGetLastError());
+}
+
+void convert(const Tensor& x, Tensor& y) {
+  if (x.dtype() == DType::F32) return round_to_bf16(x, y);
+  widen_bf16(x, y);
 }
 
 void fill(Tensor& t, double value) {

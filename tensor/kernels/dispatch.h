@@ -7,19 +7,14 @@
 
 #include "tensor/cpu/kernels.h"
 #include "tensor/cuda/kernels.h"
+#include "tensor/device_runtime.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/kernels.h"
 
+// A front door calls lt::cuda only inside `if constexpr (kCudaBackend)` (tensor/device_runtime.h): without
+// the backend that call is a discarded statement, which needs no definition to link, and no CUDA tensor
+// can exist to reach it.
 namespace lt::kernels {
-
-// Whether this build has the CUDA backend. A front door calls lt::cuda only inside
-// `if constexpr (kCudaBackend)`: without the backend that call is a discarded statement, which needs no
-// definition to link, and no CUDA tensor can exist to reach it.
-#ifdef LINGTRAIN_CUDA
-inline constexpr bool kCudaBackend = true;
-#else
-inline constexpr bool kCudaBackend = false;
-#endif
 
 inline void check_float(const Tensor& t, const char* op, const char* what) {
   LT_CHECK(t.defined(), op, ": ", what, " is undefined");

@@ -81,7 +81,7 @@ void convert(const Tensor& x, Tensor& y) {
   LT_CHECK(x.shape() == y.shape() && x.device() == y.device(), "convert: ", y.str(), " cannot hold ", x.str());
   if (x.numel() == 0) return;
   if constexpr (kCudaBackend) {
-    if (!x.is_cpu()) return x.dtype() == DType::F32 ? cuda::round_to_bf16(x, y) : cuda::widen_bf16(x, y);
+    if (!x.is_cpu()) return cuda::convert(x, y);
   }
   cpu::convert(x, y);
 }

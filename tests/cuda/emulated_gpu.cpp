@@ -8,8 +8,9 @@
 // What it cannot show: speed, a host read of device memory (here it works; on a GPU it crashes), the
 // memory model of real hardware, and cuBLAS, whose GEMMs are stood in for by the CPU's.
 //
-// The linker takes lt::cuda's runtime functions and kernels from this object, so it pulls none of the
-// real backend's objects out of lt_tensor (a symbol defined twice would fail the link, not pass).
+// The linker takes lt::cuda's runtime functions (those the core declares in tensor/device_runtime.h) and
+// kernels from this object, so it pulls none of the real backend's objects out of lt_tensor (a symbol
+// defined twice would fail the link, not pass).
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -17,6 +18,7 @@
 #include "tensor/allocator.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/device.h"
+#include "tensor/device_runtime.h"
 
 // tensor/cuda/cuda_runtime.h's DeviceGuard, token for token: that header brings the CUDA toolkit's own
 // runtime types, which the emulation replaces, so the class is declared here again.

@@ -1,0 +1,50 @@
+// What the core (Tensor, its storage and allocators, the device queries) needs of a GPU, declared here,
+// below the backends, so that the core never includes one: the CUDA backend defines these functions
+// (tensor/cuda/cuda_runtime.cpp, and fill in tensor/cuda/elementwise.cu), and in
+// lingtrain_emulated_gpu_tests the emulated GPU does (tests/cuda/emulated_gpu.cpp).
+//
+// Linked, not registered at start-up: the core's calls are what pull the backend's runtime object out of
+// the static library, so no registration object can be left behind by the linker, and the emulated GPU
+// stands in for the real one by defining the same functions first. The core calls them only inside
+// `if constexpr (kCudaBackend)`: a build without the backend needs no definition (a discarded statement
+// uses nothing), and no CUDA tensor can exist there to reach them.
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "tensor/device.h"
+
+namespace lt {
+
+class CachingAllocator;
+class Tensor;
+
+// Whether this build has the CUDA backend (nvcc was found when it was configured).
+#ifdef LINGTRAIN_CUDA
+inline constexpr bool kCudaBackend = true;
+#else
+inline constexpr bool kCudaBackend = false;
+#endif
+
+}  // namespace lt
+
+namespace lt::cuda {
+
+// Number of usable GPUs, queried once. 0 when cudaGetDeviceCount fails (error 35 without a driver)
+// as well as when it reports none.
+int device_count();
+
+// "NVIDIA H100 80GB HBM3, 79.1 GiB, compute capability 9.0": what `lingtrain --version` lists.
+std::string device_description(int index);
+
+// The caching allocator of device `index` (cudaMalloc / cudaFree). An index that is not a usable
+// device is an lt::Error, so creating a CUDA tensor on a machine without a GPU fails cleanly.
+CachingAllocator& device_allocator(int index);
+
+// Copies `bytes` between host and device or between devices; returns once the copy is complete.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+
+// Every element of t (on a GPU) = value converted to t's dtype (any dtype; bf16 rounds to nearest even).
+void fill(Tensor& t, double value);
+
+}  // namespace lt::cuda
