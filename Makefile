@@ -21,14 +21,14 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The tests also need a browser: the training report is checked in headless Chromium. Where it cannot
-# be installed, that one test says so and is skipped. They end with `make fuzz` for TEST_FUZZ_SECONDS a
+# be installed, that one test says so and is skipped. They start with `make fuzz` for TEST_FUZZ_SECONDS a
 # harness: every layer compiled once more by clang (a clang-only compile error fails the tests, as GCC
 # alone would not show it), and each reader of untrusted files run on its seed corpus under ASan + UBSan.
 TEST_FUZZ_SECONDS ?= 5
 test: build
 	@scripts/setup.sh --test || echo "setup: Chromium could not be installed; the report page test will be skipped"
-	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 gradcheck: build
 	$(BUILD)/lingtrain gradcheck
