@@ -20,13 +20,7 @@ using kernels::GroupedProduct;
 using kernels::GroupedWeightGrad;
 using kernels::MatmulPrecision;
 
-#define LT_KERNEL(name, parameters) void name parameters;
-#define LT_FRONT_DOOR(name, parameters)
-#define LT_BACKEND_KERNEL(name, parameters) void name parameters;
-#include "tensor/kernels.def"
-#undef LT_KERNEL
-#undef LT_FRONT_DOOR
-#undef LT_BACKEND_KERNEL
+#include "tensor/backend_kernels.inc"
 
 // ---- matrix multiply (gemm.cc) -------------------------------------------------------------------
 // BF16Inputs multiplies f32 in bf16 (rounded operands, f32 sums) where bf16_matmul_available(), else as

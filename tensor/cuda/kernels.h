@@ -32,13 +32,7 @@ using kernels::IndexRange;
 using kernels::MatmulPrecision;
 using kernels::OutOfRange;
 
-#define LT_KERNEL(name, parameters) void name parameters;
-#define LT_FRONT_DOOR(name, parameters)
-#define LT_BACKEND_KERNEL(name, parameters) void name parameters;
-#include "tensor/kernels.def"
-#undef LT_KERNEL
-#undef LT_FRONT_DOOR
-#undef LT_BACKEND_KERNEL
+#include "tensor/backend_kernels.inc"
 
 // What only the CUDA backend has. fill, which Tensor::fill_ calls, is declared below the backends, in
 // tensor/device_runtime.h.
