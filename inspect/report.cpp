@@ -228,8 +228,8 @@ std::map<int64_t, LayerHistory> layer_histories(const std::vector<Json>& records
       LayerHistory& h = layers[l.value("layer", int64_t{0})];
       h.steps.push_back(r["step"].get<double>());
       h.loads.push_back(l["tokens_per_expert"].get<std::vector<int64_t>>());
-      h.entropy.push_back(l.value("routing_entropy", NAN));
-      h.max_over_mean.push_back(l.value("max_over_mean", NAN));
+      h.entropy.push_back(l.value("routing_entropy", std::nan("")));
+      h.max_over_mean.push_back(l.value("max_over_mean", std::nan("")));
     }
   }
   return layers;

@@ -17,7 +17,7 @@ ProgressFigures progress_figures(const Json& record, double loss, double lr, dou
   f.loss = loss;
   f.lr = lr;
   f.grad_norm = grad_norm;
-  f.tokens_per_s = record.value("tokens_per_s", NAN);
+  f.tokens_per_s = record.value("tokens_per_s", std::nan(""));
   if (record.contains("moe_layers"))
     for (const Json& layer : record["moe_layers"]) {
       const double imbalance = layer.value("max_over_mean", 0.0);

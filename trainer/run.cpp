@@ -1,6 +1,7 @@
 #include "trainer/run.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "data/corpus.h"
@@ -63,7 +64,7 @@ Json summarise(RunControl& run, double train_seconds, double comm_bytes_per_step
     record["heldout"] = "end";
     run.sink().write(record);
   }
-  const double val = heldout.value("val_loss", NAN);
+  const double val = heldout.value("val_loss", std::nan(""));
   const std::string val_path = setup.heldout_path(state.stage);
   if (!std::isnan(val)) {
     std::string covered = val_path;

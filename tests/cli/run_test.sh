@@ -21,6 +21,10 @@ cmp -s whole/checkpoint/model.safetensors own/checkpoint/model.safetensors || fa
 tail -1 own/metrics.jsonl | grep -q '"heldout":"end".*"step":6\|"step":6.*"heldout":"end"' ||
   fail "the log's last record is not the end-of-run held-out figures: $(tail -1 own/metrics.jsonl)"
 grep -q '"val_loss"' <(tail -1 own/metrics.jsonl) || fail "the end-of-run record has no val_loss"
+# The summary's held-out loss is that record's, to the last digit (a double, not rounded to a float).
+"$bin" pretrain "${common[@]}" --steps 2 --out two >two.txt 2>/dev/null || fail "two-step run"
+[ "$(tail -1 two.txt | grep -o '"val_loss":[^,}]*')" = "$(tail -1 two/metrics.jsonl | grep -o '"val_loss":[^,}]*')" ] ||
+  fail "the summary's val_loss is not the end-of-run record's: $(tail -1 two.txt | grep -o '"val_loss":[^,}]*')"
 
 # A real change is refused, naming the checkpoint's value and the command line's.
 expect_error "resume with another model" 'flag --model cannot change when resuming: the checkpoint.s is "tiny", the command line.s "small"' \
