@@ -83,12 +83,13 @@ dpo: build
 # libFuzzer on the readers of untrusted files (tests/fuzz/), under ASan and UBSan, in its own clang build
 # (build-fuzz/), which compiles every layer's library, not only those the harnesses link. Each harness
 # runs FUZZ_SECONDS on a scratch copy of its seed corpus, so the repository's corpus stays as committed;
-# a crash leaves its input as build-fuzz/crash-* and stops `make fuzz`. `make test` ends with a short run
-# (TEST_FUZZ_SECONDS); `make fuzz FUZZ_SECONDS=600` for the long one.
+# a crash leaves its input as build-fuzz/crash-* and stops `make fuzz`. `make test` starts with a short
+# run (TEST_FUZZ_SECONDS); `make fuzz FUZZ_SECONDS=600` for the long one.
 FUZZ_BUILD    ?= build-fuzz
 FUZZ_SECONDS  ?= 60
 FUZZ_HARNESSES := safetensors shard config trainer_json tokenizer chat
 fuzz:
+	@scripts/setup.sh --fuzz
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" -DLINGTRAIN_CUDA=OFF -DLINGTRAIN_FUZZ=ON
 	cmake --build $(FUZZ_BUILD) -j $(JOBS)

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Installs the Debian packages lingtrain needs, skipping apt entirely when they are all present.
 # Called by `make` before configuring; safe to run any number of times.
-# With --test, also what only the tests need: headless Chromium (the report page test) and a font, and
-# clang (libFuzzer and the sanitizers' runtimes come with it) for the fuzz harnesses `make test` ends with.
+# With --test, also what only the tests need: headless Chromium (the report page test) and a font. With
+# --fuzz, clang (libFuzzer and the sanitizers' runtimes come with it) for the fuzz build `make test` starts
+# with.
 set -euo pipefail
 
 # MPICH rather than Open MPI: its mpiexec runs as root and oversubscribes cores with no extra flags.
 packages=(g++ cmake ninja-build make libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev nlohmann-json3-dev
           libpcre2-dev mpich libmpich-dev)
 if [ "${1:-}" = "--test" ]; then
-  packages+=(chromium fonts-dejavu-core clang)
+  packages+=(chromium fonts-dejavu-core)
+elif [ "${1:-}" = "--fuzz" ]; then
+  packages+=(clang)
 elif [ $# -gt 0 ]; then
-  echo "setup: unknown argument '$1' (only --test)" >&2
+  echo "setup: unknown argument '$1' (--test or --fuzz)" >&2
   exit 2
 fi
 

@@ -39,8 +39,7 @@ const std::string& fresh_or_kept(const std::string& path, int64_t resumed_step) 
 
 MetricsSink::MetricsSink(std::FILE* out, bool lead, const std::string& path, int64_t resumed_step,
                          int64_t total_steps, int64_t first_step)
-    : out_(out),
-      log_(fresh_or_kept(path, resumed_step), resumed_step),
+    : log_(fresh_or_kept(path, resumed_step), resumed_step),
       progress_(out, lead && is_terminal(out), lead ? terminal_columns(out) : 0, total_steps, first_step) {}
 
 void MetricsSink::show(const Json& record, double loss, double lr, double grad_norm, double elapsed) {

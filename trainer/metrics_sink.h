@@ -25,10 +25,8 @@ class MetricsSink {
   void event(const std::string& line) { progress_.event(line); }
   // Leaves the in-place progress line, before other output.
   void finish() { progress_.finish(); }
-  std::FILE* out() const { return out_; }
 
  private:
-  std::FILE* out_;
   MetricsLog log_;
   ProgressLine progress_;
 };

@@ -62,10 +62,8 @@ class RunControl {
 
   double elapsed() const;
   TrainState& state() { return trainer_.state(); }
-  int64_t total_steps() const { return total_steps_; }
   int64_t first_step() const { return first_step_; }
   RunSetup& setup() { return setup_; }
-  Trainer& trainer() { return trainer_; }
   Checkpointer& checkpointer() { return checkpointer_; }
   MetricsSink& sink() { return sink_; }
   Evaluator& evaluator() { return evaluator_; }

@@ -19,41 +19,6 @@ namespace lt {
 
 namespace {
 
-// The first place two JSON values differ, as "key.key[i]" (empty: `a` itself), or nothing when equal.
-std::optional<std::string> first_difference(const Json& a, const Json& b, const std::string& path = "") {
-  if (a == b) return std::nullopt;
-  if (a.is_object() && b.is_object()) {
-    for (const auto& [key, value] : a.items())
-      if (const auto d = first_difference(value, b.value(key, Json()), path.empty() ? key : path + "." + key)) return d;
-    for (const auto& [key, value] : b.items())
-      if (!a.contains(key)) return path.empty() ? key : path + "." + key;
-  }
-  if (a.is_array() && b.is_array() && a.size() == b.size())
-    for (size_t i = 0; i < a.size(); ++i)
-      if (const auto d = first_difference(a[i], b[i], path + "[" + std::to_string(i) + "]")) return d;
-  return path;
-}
-
-// The value at a path first_difference returned (null where there is none).
-Json value_at(const Json& json, const std::string& path) {
-  Json at = json;
-  size_t i = 0;
-  while (i < path.size()) {
-    if (path[i] == '.') ++i;
-    if (path[i] == '[') {
-      const size_t close = path.find(']', i);
-      const size_t index = std::stoul(path.substr(i + 1, close - i - 1));
-      at = at.is_array() && index < at.size() ? at[index] : Json();
-      i = close + 1;
-      continue;
-    }
-    const size_t end = std::min(path.find('.', i), path.find('[', i));
-    at = at.is_object() ? at.value(path.substr(i, end - i), Json()) : Json();
-    i = std::min(end, path.size());
-  }
-  return at;
-}
-
 // What makes a recipe the same recipe when a resume names it again: its model, seed, routing warmup
 // and its stages' names and kinds. Their sizes and rates are not: a resume may change the resumed
 // stage's, and the run itself may have fitted them (epochs to steps, a warmup to its stage).
@@ -153,9 +118,13 @@ void RunSetup::resume_recipe(const Recipe& requested) {
   for (const auto& [key, value] : options_.named_recipe_keys.items()) {
     if (key == "recipe") {
       const Json saved = recipe_identity(recipe_json), given = recipe_identity(requested.to_json());
-      if (const auto at = first_difference(saved, given))
-        fail("flag --recipe ", value.get<std::string>(), " is not the checkpoint's recipe: its ", *at, " is ",
-             value_at(given, *at).dump(), ", the checkpoint's ", value_at(saved, *at).dump());
+      const Json patch = Json::diff(saved, given);  // JSON Patch: the first operation names the first difference
+      if (!patch.empty()) {
+        const Json::json_pointer at(patch[0].at("path").get<std::string>());
+        auto at_in = [&](const Json& json) { return json.contains(at) ? json.at(at).dump() : std::string("nothing"); };
+        fail("flag --recipe ", value.get<std::string>(), " is not the checkpoint's recipe: its ", at.to_string(), " is ",
+             at_in(given), ", the checkpoint's ", at_in(saved));
+      }
       continue;
     }
     const Json saved = recipe_json.value(key, Json());

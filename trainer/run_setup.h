@@ -44,7 +44,6 @@ class RunSetup {
   // tables) through MPI; this is the one the model's tensors use.
   Communicator& world() const { return *world_; }
   bool lead() const { return world_->rank() == 0; }
-  Device device() const { return device_; }
   // Rank 0's progress stream; on the other ranks, one that discards.
   std::FILE* out() const { return out_; }
 
