@@ -22,6 +22,7 @@
 #include "tensor/derive_seed.h"
 #include "model/ling.h"
 #include "tensor/allocator.h"
+#include "tensor/device_counters.h"
 #include "tensor/kernels.h"
 #include "tensor/threadpool.h"
 #include "trainer/trainer.h"
@@ -116,6 +117,35 @@ Json report_profile(int64_t steps, double mean_step_seconds) {
                   {"percent", round_to(100.0 * outside / mean_step_seconds, 2)},
                   {"calls_per_step", 0}});
   return rows;
+}
+
+// What the device was asked per measured step (tensor/device_counters.h), with the allocator's part:
+// printed for a GPU run, and returned as JSON.
+Json report_device_counters(const DeviceCounters& c, const AllocatorStats& start, const AllocatorStats& end,
+                            int64_t steps, bool print) {
+  const double n = static_cast<double>(steps);
+  auto per_step = [n](uint64_t count) { return round_to(static_cast<double>(count) / n, 1); };
+  const uint64_t allocations = end.allocations - start.allocations;
+  const uint64_t driver_allocations = end.system_allocs - start.system_allocs;
+  if (print)
+    std::printf(
+      "per step on the device: %.0f launches, %.1f host syncs, %.1f copies to the host (%.1f KiB), %.1f from it "
+      "(%.1f KiB), %.1f within it; %.0f cuBLAS calls (%.2f GFLOP); %.0f allocations, %.1f from the driver\n",
+      per_step(c.launches), per_step(c.host_syncs), per_step(c.d2h_copies), per_step(c.d2h_bytes) / 1024,
+      per_step(c.h2d_copies), per_step(c.h2d_bytes) / 1024, per_step(c.d2d_copies), per_step(c.blas_calls),
+      per_step(c.blas_flops) / 1e9, per_step(allocations), per_step(driver_allocations));
+  return {{"launches", per_step(c.launches)},
+          {"host_syncs", per_step(c.host_syncs)},
+          {"d2h_copies", per_step(c.d2h_copies)},
+          {"d2h_bytes", per_step(c.d2h_bytes)},
+          {"h2d_copies", per_step(c.h2d_copies)},
+          {"h2d_bytes", per_step(c.h2d_bytes)},
+          {"d2d_copies", per_step(c.d2d_copies)},
+          {"d2d_bytes", per_step(c.d2d_bytes)},
+          {"blas_calls", per_step(c.blas_calls)},
+          {"blas_gflop", round_to(static_cast<double>(c.blas_flops) / n / 1e9, 4)},
+          {"allocations", per_step(allocations)},
+          {"driver_allocations", per_step(driver_allocations)}};
 }
 
 // ---- GEMM shapes --------------------------------------------------------------------------------
@@ -310,12 +340,14 @@ Json run_step_bench(const StepBenchOptions& o) {
 
   CachingAllocator& allocator = allocator_for(device);
   AllocatorStats at_measure_start;
+  DeviceCounters counters_at_measure_start;
   int64_t pool_wait_at_measure_start = 0;
   std::vector<double> step_s, forward_s, backward_s, optimizer_s;
   double loss_first = 0, loss_last = 0;
   for (int64_t i = 0; i < total_steps; ++i) {
     if (i == o.warmup) {
       at_measure_start = allocator.stats();
+      counters_at_measure_start = device_counters();
       pool_wait_at_measure_start = pool_wait_ns();
       if (o.profile) {
         profile::reset();
@@ -333,6 +365,7 @@ Json run_step_bench(const StepBenchOptions& o) {
   }
   profile::disable();
   const AllocatorStats at_end = allocator.stats();
+  const DeviceCounters counters = device_counters() - counters_at_measure_start;
   const double pool_wait_ms =
       static_cast<double>(pool_wait_ns() - pool_wait_at_measure_start) / 1e6 / static_cast<double>(o.steps);
 
@@ -417,6 +450,9 @@ Json run_step_bench(const StepBenchOptions& o) {
                  {"step_transient_peak_mb", round_to(mib(peak_in_use - held), 2)},
                  {"loss_first", round_to(loss_first, 4)},
                  {"loss_last", round_to(loss_last, 4)}};
+  // Per step, with its unit in each name (calls, bytes, GFLOP). Zero on the CPU, reported there too so
+  // that every bench line has the same fields.
+  result["device_per_step"] = report_device_counters(counters, at_measure_start, at_end, o.steps, !device.is_cpu());
   if (o.profile) {
     double total = 0;
     for (double s : step_s) total += s;

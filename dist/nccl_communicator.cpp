@@ -163,6 +163,7 @@ class Nccl : public Communicator {
     const cuda::DeviceGuard guard(device_.index);
     char* token = scratch(sizeof(uint32_t));
     check_nccl(ncclAllReduce(token, token, 1, ncclUint32, ncclSum, comm_, kStream), "ncclAllReduce");
+    device_count::host_sync();
     LT_CUDA_CHECK(cudaStreamSynchronize(kStream));
   }
 

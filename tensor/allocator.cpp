@@ -45,6 +45,7 @@ void* CachingAllocator::allocate(size_t bytes) {
     ++stats_.system_allocs;
     stats_.bytes_reserved += cls;
   }
+  ++stats_.allocations;
   stats_.bytes_in_use += cls;
   if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
   return ptr;

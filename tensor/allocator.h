@@ -15,7 +15,8 @@
 namespace lt {
 
 struct AllocatorStats {
-  uint64_t system_allocs = 0;   // calls into the system allocator since start
+  uint64_t allocations = 0;     // blocks handed out since start, from the cache or the system
+  uint64_t system_allocs = 0;   // calls into the system allocator (the driver, on a GPU) since start
   uint64_t bytes_reserved = 0;  // held from the system (in use + cached)
   uint64_t bytes_in_use = 0;    // handed out to live tensors
   uint64_t peak_bytes_in_use = 0;

@@ -41,8 +41,22 @@ std::string device_description(int index);
 // device is an lt::Error, so creating a CUDA tensor on a machine without a GPU fails cleanly.
 CachingAllocator& device_allocator(int index);
 
-// Copies `bytes` between host and device or between devices; returns once the copy is complete.
+// Copies `bytes` between host and device or between devices. A copy within one device is queued in
+// stream order and returns at once (the kernels after it see its result); every other copy returns once
+// it is complete, the host having waited for the device's queued work (copy_waits_for_device): to the
+// host, because the host reads the result; from the host, because cudaMemcpy from pageable memory
+// drains the stream before it stages the bytes; between devices, because two queues are involved.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+
+}  // namespace lt::cuda
+
+namespace lt {
+// copy_bytes's contract: whether the host waits for the device during the copy (device_counters.h
+// counts those waits).
+inline bool copy_waits_for_device(Device dst, Device src) { return !(dst.is_cuda() && src == dst); }
+}  // namespace lt
+
+namespace lt::cuda {
 
 // Every element of t (on a GPU) = value converted to t's dtype (any dtype; bf16 rounds to nearest even).
 void fill(Tensor& t, double value);

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "tensor/allocator.h"
+#include "tensor/device_counters.h"
 #include "tensor/device_runtime.h"
 #include "tensor/random.h"
 
@@ -186,7 +187,10 @@ void Tensor::copy_from(const Tensor& src) {
     std::memcpy(raw_data(), src.raw_data(), nbytes());
     return;
   }
-  if constexpr (kCudaBackend) return cuda::copy_bytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
+  if constexpr (kCudaBackend) {
+    device_count::copy(device(), src.device(), nbytes());
+    return cuda::copy_bytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
+  }
   fail("copy_from: CUDA tensors in a build without CUDA");
 }
 

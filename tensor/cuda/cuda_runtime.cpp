@@ -1,4 +1,4 @@
-// Device discovery, per-device allocators and cuBLAS handles, copies and error reporting.
+// Device discovery, per-device allocators and cuBLAS handles, and copies (the error reports: cuda_errors.cpp).
 // CMake globs every .cpp under tensor/ into the library, CUDA or not, hence the guard.
 #ifdef LINGTRAIN_CUDA
 #include "tensor/cuda/cuda_runtime.h"
@@ -16,19 +16,6 @@
 #include "tensor/error.h"
 
 namespace lt::cuda {
-
-void fail_cuda(cudaError_t status, const char* call, const char* file, int line) {
-  // A failed call is also recorded as the thread's last error; clear it so that a later, unrelated
-  // cudaGetLastError() check does not report this failure a second time.
-  cudaGetLastError();
-  fail("CUDA error at ", file, ":", line, ": ", call, " failed: ", cudaGetErrorString(status), " (",
-       cudaGetErrorName(status), ")");
-}
-
-void fail_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
-  fail("cuBLAS error at ", file, ":", line, ": ", call, " failed: ", cublasGetStatusString(status), " (",
-       cublasGetStatusName(status), ")");
-}
 
 int device_count() {
   static const int count = [] {
@@ -170,9 +157,8 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   } else if (dst_device.is_cpu()) {
     LT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
   } else {
-    // A device-to-device cudaMemcpy returns before the copy ends; wait, so every copy is synchronous.
-    LT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
-    LT_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    // Queued on the legacy default stream, like the kernels: those issued after it read its result.
+    LT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr));
   }
 }
 

@@ -11,6 +11,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "tensor/device_counters.h"
 #include "tensor/device_runtime.h"
 
 namespace lt::cuda {
@@ -44,9 +45,14 @@ inline void check_cublas(cublasStatus_t status, const char* call, const char* fi
 
 }  // namespace lt::cuda
 
-// LT_CUDA_LAUNCH(grid, block, kernel)(args...) is kernel<<<grid, block>>>(args...); written this way, a
-// launch also compiles as plain C++ for the CPU emulation of the kernels (tensor/cuda/emulation.h).
-#define LT_CUDA_LAUNCH(grid, block, ...) __VA_ARGS__<<<(grid), (block)>>>
+// LT_CUDA_LAUNCH(grid, block, kernel)(args...) is kernel<<<grid, block>>>(args...), counted
+// (tensor/device_counters.h); written this way, a launch also compiles as plain C++ for the CPU
+// emulation of the kernels (tensor/cuda/emulation.h).
+#define LT_CUDA_LAUNCH(grid, block, ...) ::lt::device_count::launch(), __VA_ARGS__<<<(grid), (block)>>>
+
+// Zeroes `bytes` at `data` on the stream, counted as a launch.
+#define LT_CUDA_ZERO_ASYNC(data, bytes) \
+  (::lt::device_count::launch(), LT_CUDA_CHECK(cudaMemsetAsync((data), 0, (bytes), nullptr)))
 
 // LT_CUDA_CHECK(cudaMalloc(&p, n)): throws lt::Error naming the call, file, line and CUDA's message.
 #define LT_CUDA_CHECK(call) ::lt::cuda::check_cuda((call), #call, __FILE__, __LINE__)

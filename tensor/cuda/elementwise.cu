@@ -237,7 +237,7 @@ void fill(Tensor& t, double value) {
   const DeviceGuard guard(t.device().index);
   // Zero is all-zero bytes in every dtype (and -0.0 becomes +0.0, as in the CPU fill_).
   if (value == 0.0) {
-    LT_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), nullptr));
+    LT_CUDA_ZERO_ASYNC(t.raw_data(), t.nbytes());
     return;
   }
   launch_fill(t.raw_data(), t.numel(), dtype_size(t.dtype()), element_bits(t.dtype(), value));

@@ -31,6 +31,7 @@
 #include <memory>
 #include <vector>
 
+#include "tensor/device_counters.h"
 #include "tensor/error.h"
 
 // The kernels' namespace: lt::cuda_emulated beside the real backend (the kernel tests), or lt::cuda itself
@@ -47,9 +48,10 @@
 #define __forceinline__ inline
 #define __shared__ static
 
-// kernel<<<grid, block>>>(args...) as a call the emulator runs.
+// kernel<<<grid, block>>>(args...) as a call the emulator runs, counted as a launch is on a GPU.
 #define LT_CUDA_LAUNCH(grid, block, ...)                                                         \
   [&](auto&&... lt_launch_args) {                                                                \
+    ::lt::device_count::launch();                                                                \
     ::lt::cuda_emulation::run_grid((grid), (block), [&] { __VA_ARGS__(lt_launch_args...); });    \
   }
 
@@ -64,11 +66,8 @@ inline thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 using cudaError_t = int;
 inline constexpr cudaError_t cudaSuccess = 0;
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
-inline cudaError_t cudaMemsetAsync(void* data, int value, size_t bytes, void* /*stream*/) {
-  std::memset(data, value, bytes);
-  return cudaSuccess;
-}
 #define LT_CUDA_CHECK(call) LT_CHECK((call) == cudaSuccess, "emulated CUDA call failed: ", #call)
+#define LT_CUDA_ZERO_ASYNC(data, bytes) (::lt::device_count::launch(), std::memset((data), 0, (bytes)))
 
 namespace lt::cuda_emulation {
 

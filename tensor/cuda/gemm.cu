@@ -41,7 +41,7 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   // No products to sum: c = beta * c. cuBLAS is not asked, and beta == 0 writes zeros without reading
   // c, which may hold garbage (0 * NaN would be NaN).
   if (K == 0) {
-    if (beta == 0.0) LT_CUDA_CHECK(cudaMemsetAsync(c.raw_data(), 0, c.nbytes(), nullptr));
+    if (beta == 0.0) LT_CUDA_ZERO_ASYNC(c.raw_data(), c.nbytes());
     else axpby(beta, c, 0.0, c);
     return;
   }
@@ -61,6 +61,7 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   const int64_t ld_a = trans_a ? M : K;
   const int64_t stride_b = b_shared ? 0 : K * N;  // stride 0: every batch reads the same b
   const cublasHandle_t handle = cublas_handle(device);
+  device_count::blas_call(2 * static_cast<uint64_t>(G * M) * static_cast<uint64_t>(N * K));
   if (precision == MatmulPrecision::BF16Inputs && a.dtype() == DType::F32) {
     // Mixed precision: both operands rounded to bf16 (round to nearest even, as on the host), the
     // products summed in f32 on the tensor cores into the f32 c.

@@ -14,7 +14,7 @@ case "$last" in
   *) fail "last line is not a JSON object: $last" ;;
 esac
 for key in config threads tokens_per_s gflops mfu peak_gflops peak_rss_mb step_ms flops_per_token \
-  system_allocs_in_steady_state param_mb ops; do
+  system_allocs_in_steady_state param_mb ops device_per_step; do
   grep -q "\"$key\":" <<<"$last" || fail "last line lacks \"$key\": $last"
 done
 grep -q '"config":"moe-s"' <<<"$last" || fail "config is not moe-s: $last"

@@ -18,6 +18,7 @@
 #include "tensor/allocator.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/device.h"
+#include "tensor/device_counters.h"
 #include "tensor/device_runtime.h"
 
 // tensor/cuda/cuda_runtime.h's DeviceGuard, token for token: that header brings the CUDA toolkit's own
@@ -89,12 +90,19 @@ void copy_bytes(void* dst, Device, const void* src, Device, size_t bytes) {
 // multiplies exactly and sums in f32, as the tensor cores do.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta,
             MatmulPrecision precision) {
+  // Counted as tensor/cuda/gemm.cu's calls are: one cuBLAS call, or with nothing to sum one kernel.
+  const int64_t K = trans_a ? a.dim(-2) : a.dim(-1);
+  if (K == 0) device_count::launch();
+  else device_count::blas_call(2 * static_cast<uint64_t>(c.numel()) * static_cast<uint64_t>(K));
   if (precision == MatmulPrecision::F32 || a.dtype() != DType::F32)
     return cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta, MatmulPrecision::F32);
   auto rounded = [](const Tensor& x) {
     Tensor x16 = Tensor::empty(x.shape(), DType::BF16, x.device());
     round_to_bf16(x, x16);
-    return x16.to(Device::cpu()).to(DType::F32);
+    // The device's bytes are host bytes: read without a counted copy (cuBLAS reads them on the device).
+    Tensor host16 = Tensor::empty(x.shape(), DType::BF16, Device::cpu());
+    std::memcpy(host16.raw_data(), x16.raw_data(), x16.nbytes());
+    return host16.to(DType::F32);
   };
   cpu::matmul(rounded(a), trans_a, rounded(b), trans_b, c, alpha, beta, MatmulPrecision::F32);
 }

@@ -99,6 +99,7 @@ TEST(CachingAllocator, ReusesFreedBlocksOfTheSameClass) {
     EXPECT_NE(c, b);
     EXPECT_EQ(raw_allocs, 2);
     EXPECT_EQ(alloc.stats().system_allocs, 2u);
+    EXPECT_EQ(alloc.stats().allocations, 3u) << "two from the system, one from the cache";
     EXPECT_EQ(alloc.stats().peak_bytes_in_use, 1024u + 2048u);
     alloc.release(b, 990);
     alloc.release(c, 2000);
