@@ -29,14 +29,20 @@ AdamW::AdamW(FlatParameters& params, AdamWSettings settings, int shard, int shar
   exp_avg_sq_ = Tensor::zeros({owned_.size()}, values.dtype(), values.device());
 }
 
-double AdamW::grad_sum_squares() const {
-  double total = 0;
+Tensor AdamW::grad_sum_squares_parts() const {
   const Tensor& grads = params_.grads();
-  for (const FlatParameters::Run& run : owned_runs(params_, owned_, /*split_by_decay=*/false)) {
-    Tensor sq = Tensor::empty({1}, grads.dtype(), grads.device());
-    kernels::sum_squares(grads.narrow(run.begin, run.end - run.begin), sq);
-    total += sq.item();
+  const std::vector<FlatParameters::Run> runs = owned_runs(params_, owned_, /*split_by_decay=*/false);
+  Tensor parts = Tensor::empty({static_cast<int64_t>(runs.size())}, grads.dtype(), grads.device());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    Tensor part = parts.narrow(static_cast<int64_t>(i), 1);
+    kernels::sum_squares(grads.narrow(runs[i].begin, runs[i].end - runs[i].begin), part);
   }
+  return parts;
+}
+
+double AdamW::sum_of_parts(const Tensor& host_parts) {
+  double total = 0;
+  for (const double part : host_parts.to(DType::F64).to_vector<double>()) total += part;
   return total;
 }
 

@@ -26,9 +26,13 @@ class AdamW {
   // Moments of the layout of `params` (of its shard `shard` of `shards`), which must outlive the optimiser.
   AdamW(FlatParameters& params, AdamWSettings settings, int shard = 0, int shards = 1);
 
-  // Sum of the squared gradients of the owned stretch (parameters without a gradient count as zero), a
-  // deterministic reduction over the flat gradient buffer.
-  double grad_sum_squares() const;
+  // The sum of the squared gradients of the owned stretch (parameters without a gradient count as zero),
+  // a deterministic reduction over the flat gradient buffer, in parts left on the gradients' device (one
+  // per run of the stretch, [R]) so that a step reads them back with its other figures;
+  // sum_of_parts adds a host copy of them up in order.
+  Tensor grad_sum_squares_parts() const;
+  static double sum_of_parts(const Tensor& host_parts);
+  double grad_sum_squares() const { return sum_of_parts(grad_sum_squares_parts().to(Device::cpu())); }
   // Given the gradients' global norm, makes the next step() use them scaled by max_norm / norm when
   // norm > max_norm (the scale rides along in the AdamW kernel: no pass of its own).
   void clip_to(double norm, double max_norm);

@@ -30,7 +30,7 @@ void copy(Device dst, Device src, size_t bytes) {
     add(a.d2d_copies, 1);
     add(a.d2d_bytes, bytes);
   }
-  if (copy_waits_for_device(dst, src)) host_sync();
+  if (copy_waits_for_device(dst, src, bytes)) host_sync();
 }
 }  // namespace device_count
 

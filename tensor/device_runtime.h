@@ -41,19 +41,25 @@ std::string device_description(int index);
 // device is an lt::Error, so creating a CUDA tensor on a machine without a GPU fails cleanly.
 CachingAllocator& device_allocator(int index);
 
-// Copies `bytes` between host and device or between devices. A copy within one device is queued in
-// stream order and returns at once (the kernels after it see its result); every other copy returns once
-// it is complete, the host having waited for the device's queued work (copy_waits_for_device): to the
-// host, because the host reads the result; from the host, because cudaMemcpy from pageable memory
-// drains the stream before it stages the bytes; between devices, because two queues are involved.
+// Copies `bytes` between host and device or between devices. A copy within one device, and one from
+// the host of at most kStagedCopyBytes (staged in pinned memory first), is queued in stream order and
+// returns at once: the kernels after it see its result, and the caller may free `src`. Every other copy
+// returns once it is complete, the host having waited for the device's queued work
+// (copy_waits_for_device): to the host, because the host reads the result; a larger one from the host,
+// because cudaMemcpy from pageable memory drains the stream before it stages the bytes; between
+// devices, because two queues are involved.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+inline constexpr size_t kStagedCopyBytes = size_t{1} << 20;
 
 }  // namespace lt::cuda
 
 namespace lt {
 // copy_bytes's contract: whether the host waits for the device during the copy (device_counters.h
 // counts those waits).
-inline bool copy_waits_for_device(Device dst, Device src) { return !(dst.is_cuda() && src == dst); }
+inline bool copy_waits_for_device(Device dst, Device src, size_t bytes) {
+  if (dst.is_cuda() && src == dst) return false;
+  return !(dst.is_cuda() && src.is_cpu() && bytes <= cuda::kStagedCopyBytes);
+}
 }  // namespace lt
 
 namespace lt::cuda {

@@ -7,7 +7,8 @@
 // Every signature is written once, in tensor/kernels.def, which this header and both backend headers
 // expand into their namespaces.
 //
-// Index operands are range-checked on their own device before a kernel lets them address memory. Outputs
+// Index operands are range-checked on their own device before a kernel lets them address memory (on a
+// GPU, except inside a TrustedDeviceIndices scope). Outputs
 // are passed in, already allocated, so callers decide where memory comes from. Forward and backward of a
 // family sit side by side.
 //
@@ -31,6 +32,24 @@ namespace lt::kernels {
 #undef LT_KERNEL
 #undef LT_FRONT_DOOR
 #undef LT_BACKEND_KERNEL
+
+// While one lives on this thread, the front doors skip the range check of index tensors on a GPU, which
+// waits for the device to read back its answer. For work whose indices are known good: those the
+// project's own kernels produce (the router's expert ids, the dispatch's rows and positions) and host
+// data checked on the host before it was copied (a training step's batch: Trainer::step). Indices on the
+// CPU are always checked; there the check costs no wait.
+class TrustedDeviceIndices {
+ public:
+  TrustedDeviceIndices();
+  ~TrustedDeviceIndices();
+  TrustedDeviceIndices(const TrustedDeviceIndices&) = delete;
+  TrustedDeviceIndices& operator=(const TrustedDeviceIndices&) = delete;
+};
+bool device_indices_trusted();
+
+// The first id of `ids` that `range` does not allow (position -1 when there is none), on the host:
+// for checking host data before it is copied to a device.
+OutOfRange first_out_of_range_on_host(const Tensor& ids, const IndexRange& range);
 
 // The precision of every later matmul (and grouped matmul) of f32 tensors: process-wide, set once per
 // run (--dtype bf16). On the CPU, BF16Inputs takes effect where cpu_has_bf16_matmul() and matmuls of

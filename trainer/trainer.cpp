@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "autograd/ops.h"
 #include "autograd/profile.h"
 #include "moe/stats.h"
 #include "tensor/derive_seed.h"
+#include "tensor/kernels.h"
 
 namespace lt {
 
@@ -57,23 +59,72 @@ bool micro_batch_weights(const std::vector<TokenBatch>& micro_batches, std::vect
   return weighted;
 }
 
+// The ids of a micro-batch made on the host, checked there before they are copied to the model's
+// device: one clear error for bad data, and the kernels on a GPU then trust them (no check that waits
+// for the device). False when they are on a device already: they are checked there, as they are used.
+bool check_batch_ids_on_host(const TokenBatch& batch, int64_t vocab) {
+  const bool on_host = batch.inputs.is_cpu() && batch.targets.is_cpu() &&
+                       (!batch.response.defined() || batch.response.is_cpu());
+  if (!on_host) return false;
+  const kernels::OutOfRange input = kernels::first_out_of_range_on_host(batch.inputs, {vocab});
+  LT_CHECK(input.position < 0, "batch: token id ", input.value, " at position ", input.position,
+           " is outside the vocabulary [0, ", vocab, ")");
+  const kernels::OutOfRange target = kernels::first_out_of_range_on_host(batch.targets, {vocab, true, -100});
+  LT_CHECK(target.position < 0, "batch: target id ", target.value, " at position ", target.position,
+           " is outside the vocabulary [0, ", vocab, ") and not -100");
+  if (batch.response.defined()) {
+    const int64_t responses = batch.reference_logp.defined() ? batch.reference_logp.numel() : 0;
+    const kernels::OutOfRange response = kernels::first_out_of_range_on_host(batch.response, {responses, true, -1});
+    LT_CHECK(response.position < 0, "batch: response id ", response.value, " at position ", response.position,
+             " is outside [-1, ", responses, ")");
+  }
+  return true;
+}
+
+// What a step reads back from the device, gathered so that it is read in one copy (kernels::copy_to_host)
+// at the step's end: per micro-batch its losses, its objective's figures and each MoE layer's routing
+// figures, then the gradients' sum of squares.
+class StepReadback {
+ public:
+  // Adds tensors to read; returns the index of the first.
+  size_t add(std::initializer_list<Tensor> tensors) {
+    const size_t first = device_.size();
+    for (const Tensor& t : tensors) device_.push_back(t);
+    return first;
+  }
+  void read() { kernels::copy_to_host(device_, host_); }
+  const Tensor& host(size_t i) const { return host_[i]; }
+  double value(size_t i) const { return host_[i].item(); }
+
+ private:
+  std::vector<Tensor> device_, host_;
+};
+
+struct MicroBatchFigures {
+  size_t losses = 0;    // total, lm, aux, balance, z
+  std::optional<size_t> stats;  // the objective's figures, when it has them
+  size_t routing = 0;   // per MoE layer: tokens per expert, entropy, max logit
+  size_t moe_layers = 0;
+};
+
 // One micro-batch's routing figures into the step's, per MoE layer: the loads added, the entropies
 // averaged over the m micro-batches, the largest router logit kept.
-void add_routing(const std::vector<ExpertStats>& layers, const LingConfig& config, double m,
+void add_routing(const StepReadback& readback, const MicroBatchFigures& figures, const LingConfig& config, double m,
                  std::vector<LayerRouting>& step_layers) {
   if (step_layers.empty()) {
-    step_layers.resize(layers.size());
+    step_layers.resize(figures.moe_layers);
     const std::vector<int64_t> indices = config.moe_layer_indices();
-    for (size_t i = 0; i < layers.size(); ++i) step_layers[i].layer = indices[i];
+    for (size_t i = 0; i < figures.moe_layers; ++i) step_layers[i].layer = indices[i];
   }
-  for (size_t i = 0; i < layers.size(); ++i) {
+  for (size_t i = 0; i < figures.moe_layers; ++i) {
     LayerRouting& out = step_layers[i];
+    const size_t at = figures.routing + 3 * i;
     // Counts are exact integers in the logits' dtype (moe/router.h).
-    const std::vector<int64_t> load = layers[i].tokens_per_expert.to(DType::I64).to_vector<int64_t>();
+    const std::vector<int64_t> load = readback.host(at).to(DType::I64).to_vector<int64_t>();
     if (out.tokens_per_expert.empty()) out.tokens_per_expert.assign(load.size(), 0);
     for (size_t e = 0; e < load.size(); ++e) out.tokens_per_expert[e] += load[e];
-    out.routing_entropy += layers[i].routing_entropy.item() / m;
-    out.max_logit = std::max(out.max_logit, layers[i].max_logit.item());
+    out.routing_entropy += readback.value(at + 1) / m;
+    out.max_logit = std::max(out.max_logit, readback.value(at + 2));
   }
 }
 
@@ -89,9 +140,10 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   std::vector<double> weights;
   const bool weighted = micro_batch_weights(micro_batches, weights);
 
-  // The losses stay on the device until the step is done: no host round trip between micro-batches.
-  std::vector<Tensor> totals, lms, aux, balance, z;
-  std::vector<std::vector<ExpertStats>> routing;
+  // The losses and figures stay on the device until the step is done: no host round trip between
+  // micro-batches, and one at the end.
+  StepReadback readback;
+  std::vector<MicroBatchFigures> figures;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const TokenBatch& batch = micro_batches[i];
     const Clock::time_point t0 = Clock::now();
@@ -104,20 +156,19 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     context.noise_ranks = settings_.world_size;
     Clock::time_point t1;
     {
+      std::optional<kernels::TrustedDeviceIndices> trusted;
+      if (check_batch_ids_on_host(batch, model_.config().vocab_size)) trusted.emplace();
       const LossBreakdown loss = objective_(model_, batch, context);
       t1 = Clock::now();
       scale(loss.total, weights[i]).backward();
-      totals.push_back(loss.total.value());
-      lms.push_back(loss.lm.value());
-      aux.push_back(loss.aux);
-      balance.push_back(loss.balance);
-      z.push_back(loss.z);
-      if (loss.stats.defined()) {
-        const std::vector<double> sums = loss.stats.to_vector<double>();
-        if (stats.objective_stats.empty()) stats.objective_stats.assign(sums.size(), 0.0);
-        for (size_t k = 0; k < sums.size(); ++k) stats.objective_stats[k] += sums[k];
-      }
-      routing.push_back(std::move(context.stats));
+      MicroBatchFigures f;
+      f.losses = readback.add({loss.total.value(), loss.lm.value(), loss.aux, loss.balance, loss.z});
+      if (loss.stats.defined()) f.stats = readback.add({loss.stats});
+      f.routing = readback.add({});
+      f.moe_layers = context.stats.size();
+      for (const ExpertStats& layer : context.stats)
+        readback.add({layer.tokens_per_expert, layer.routing_entropy, layer.max_logit});
+      figures.push_back(f);
     }  // the graph's last references go here, inside the backward phase
     stats.forward_seconds += seconds_between(t0, t1);
     stats.backward_seconds += seconds_between(t1, Clock::now());
@@ -129,19 +180,27 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   if (hooks_.after_backward) hooks_.after_backward(params_);
   {
     LT_PROFILE_PHASE_SCOPE("grad_norm", profile::Phase::Optimizer);
-    double sum_squares = optimizer_.grad_sum_squares();
+    const size_t grad_parts = readback.add({optimizer_.grad_sum_squares_parts()});
+    readback.read();
+    double sum_squares = AdamW::sum_of_parts(readback.host(grad_parts));
     if (hooks_.complete_grad_sum_squares) sum_squares = hooks_.complete_grad_sum_squares(sum_squares);
     stats.grad_norm = std::sqrt(sum_squares);
     optimizer_.clip_to(stats.grad_norm, settings_.clip);
   }
-  // The step's statistics, read back once; summed in micro-batch order as one running sum would be.
-  for (size_t i = 0; i < totals.size(); ++i) {
+  // The step's statistics, summed in micro-batch order as one running sum would be.
+  for (size_t i = 0; i < figures.size(); ++i) {
     const double w = weighted ? weights[i] : 1.0;
-    stats.loss += w * totals[i].item();
-    stats.lm_loss += w * lms[i].item();
-    stats.aux_loss += w * aux[i].item();
-    stats.balance_loss += w * balance[i].item();
-    stats.z_loss += w * z[i].item();
+    const size_t at = figures[i].losses;
+    stats.loss += w * readback.value(at);
+    stats.lm_loss += w * readback.value(at + 1);
+    stats.aux_loss += w * readback.value(at + 2);
+    stats.balance_loss += w * readback.value(at + 3);
+    stats.z_loss += w * readback.value(at + 4);
+    if (figures[i].stats) {
+      const std::vector<double> sums = readback.host(*figures[i].stats).to_vector<double>();
+      if (stats.objective_stats.empty()) stats.objective_stats.assign(sums.size(), 0.0);
+      for (size_t k = 0; k < sums.size(); ++k) stats.objective_stats[k] += sums[k];
+    }
   }
   if (!weighted) {
     stats.loss /= m;
@@ -150,7 +209,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     stats.balance_loss /= m;
     stats.z_loss /= m;
   }
-  for (const std::vector<ExpertStats>& layers : routing) add_routing(layers, model_.config(), m, stats.moe_layers);
+  for (const MicroBatchFigures& f : figures) add_routing(readback, f, model_.config(), m, stats.moe_layers);
 
   stats.step = state_.step + 1;
   stats.decision = hooks_.before_update ? hooks_.before_update(stats) : UpdateDecision::Apply;

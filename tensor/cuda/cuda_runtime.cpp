@@ -133,6 +133,48 @@ cublasHandle_t cublas_handle(int index) {
   return handles[index];
 }
 
+namespace {
+
+// Host-to-device copies of up to kStagedCopyBytes go through pinned staging slots, so they are queued
+// like kernels (cudaMemcpy from pageable memory would first wait for everything queued: the next
+// step's batch would wait for the last step's AdamW). The bytes are staged before the call returns, so
+// the caller may free `src` at once. A slot is reused once the event recorded after its copy has passed:
+// with kStagingSlots slots that is long done, unless the host runs that far ahead of the device.
+class StagingRing {
+ public:
+  void copy(int device, void* dst, const void* src, size_t bytes) {
+    Slot& slot = slots_[device][next_[device]];
+    next_[device] = (next_[device] + 1) % kStagingSlots;
+    if (slot.host == nullptr) {
+      LT_CUDA_CHECK(cudaMallocHost(&slot.host, kStagedCopyBytes));
+      LT_CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
+    } else {
+      const cudaError_t state = cudaEventQuery(slot.done);
+      if (state == cudaErrorNotReady) {
+        cudaGetLastError();  // "not ready" is an answer, not an error for a later check to report
+        device_count::host_sync();
+        LT_CUDA_CHECK(cudaEventSynchronize(slot.done));
+      } else {
+        LT_CUDA_CHECK(state);
+      }
+    }
+    std::memcpy(slot.host, src, bytes);
+    LT_CUDA_CHECK(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, nullptr));
+    LT_CUDA_CHECK(cudaEventRecord(slot.done, nullptr));
+  }
+
+ private:
+  static constexpr int kStagingSlots = 8;
+  struct Slot {
+    void* host = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+  std::array<std::array<Slot, kStagingSlots>, kMaxDevices> slots_{};
+  std::array<int, kMaxDevices> next_{};
+};
+
+}  // namespace
+
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (bytes == 0) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
@@ -151,7 +193,13 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   const Device active = dst_device.is_cuda() ? dst_device : src_device;
   check_device_index(active.index);
   const DeviceGuard guard(active.index);
-  if (src_device.is_cpu()) {
+  if (src_device.is_cpu() && bytes <= kStagedCopyBytes) {
+    // Leaked on purpose, like the allocators: pinned memory freed after the runtime's teardown fails.
+    static StagingRing* const staging = new StagingRing;
+    static std::mutex mutex;
+    const std::lock_guard<std::mutex> lock(mutex);
+    staging->copy(active.index, dst, src, bytes);
+  } else if (src_device.is_cpu()) {
     // Pageable host memory is staged before this returns, so the caller may free `src` at once.
     LT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
   } else if (dst_device.is_cpu()) {

@@ -15,6 +15,7 @@
 // which compares it with the CPU kernel here.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "tensor/kernel_types.h"
 #include "tensor/tensor.h"
@@ -44,6 +45,11 @@ inline constexpr int64_t kMaxAttentionHeadDim = 128;
 // the one call here that waits for the GPU, which a front door makes before it lets ids address memory
 // (index.cu).
 OutOfRange first_out_of_range(const Tensor& ids, const IndexRange& range);
+
+// packed (a device tensor of at least packed_bytes(sources) bytes) = the bytes of every source, each at
+// the next multiple of 8 bytes (slice.cu): one launch per kPackSources sources.
+void pack_bytes(const std::vector<Tensor>& sources, Tensor& packed);
+inline constexpr int kPackSources = 32;
 
 // The grouped GEMMs over a dispatch's segments, via cuBLAS (gemm.cu); host_offsets is the front door's
 // host copy of the segment offsets.

@@ -72,18 +72,12 @@ inline void check_outputs_apart(const char* op, std::initializer_list<NamedTenso
 
 // The first id of `ids` that `range` does not allow (position -1 when there is none). CPU ids are
 // scanned on the host, few next to the data they address; CUDA ids on their device, which waits for
-// the GPU to read back the answer.
+// the GPU to read back the answer, unless they are trusted (TrustedDeviceIndices, tensor/kernels.h).
 inline OutOfRange first_out_of_range(const Tensor& ids, const IndexRange& range) {
   if constexpr (kCudaBackend) {
-    if (!ids.is_cpu()) return cuda::first_out_of_range(ids, range);
+    if (!ids.is_cpu()) return device_indices_trusted() ? OutOfRange{} : cuda::first_out_of_range(ids, range);
   }
-  OutOfRange bad;
-  LT_INDEX_SWITCH(ids.dtype(), I, {
-    const I* id = ids.data<I>();
-    for (int64_t i = 0; i < ids.numel(); ++i)
-      if (!range.allows(static_cast<int64_t>(id[i]))) return OutOfRange{i, static_cast<int64_t>(id[i])};
-  });
-  return bad;
+  return first_out_of_range_on_host(ids, range);
 }
 
 // Every index in [0, bound), checked before a kernel lets one address memory.

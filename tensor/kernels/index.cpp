@@ -8,6 +8,24 @@
 #include "tensor/kernels/dispatch.h"
 
 namespace lt::kernels {
+
+namespace {
+thread_local int trusted_device_index_scopes = 0;
+}  // namespace
+TrustedDeviceIndices::TrustedDeviceIndices() { ++trusted_device_index_scopes; }
+TrustedDeviceIndices::~TrustedDeviceIndices() { --trusted_device_index_scopes; }
+bool device_indices_trusted() { return trusted_device_index_scopes > 0; }
+
+OutOfRange first_out_of_range_on_host(const Tensor& ids, const IndexRange& range) {
+  LT_CHECK(ids.is_cpu(), "first_out_of_range_on_host: ", ids.str(), " is not on the host");
+  LT_INDEX_SWITCH(ids.dtype(), I, {
+    const I* id = ids.data<I>();
+    for (int64_t i = 0; i < ids.numel(); ++i)
+      if (!range.allows(static_cast<int64_t>(id[i]))) return OutOfRange{i, static_cast<int64_t>(id[i])};
+  });
+  return {};
+}
+
 namespace {
 
 Shape with_last(const Shape& lead, int64_t last) {

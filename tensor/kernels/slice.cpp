@@ -1,4 +1,7 @@
-// The column-slice front doors: copy a block of columns out of a matrix, or add one back in.
+// The column-slice front doors: copy a block of columns out of a matrix, or add one back in; and the
+// host copies of several device tensors in one read.
+#include <cstring>
+
 #include "tensor/kernels/dispatch.h"
 
 namespace lt::kernels {
@@ -31,6 +34,33 @@ void add_to_cols(const Tensor& src, int64_t start, Tensor& dst) {
     if (!src.is_cpu()) return cuda::add_to_cols(src, start, dst);
   }
   cpu::add_to_cols(src, start, dst);
+}
+
+void copy_to_host(const std::vector<Tensor>& sources, std::vector<Tensor>& copies) {
+  const char* op = "copy_to_host";
+  copies.clear();
+  if (sources.empty()) return;
+  int64_t packed_bytes = 0;
+  for (const Tensor& source : sources) {
+    LT_CHECK(source.defined(), op, ": a source is undefined");
+    check_device(source, sources.front(), op, "every source");
+    packed_bytes += (static_cast<int64_t>(source.nbytes()) + 7) / 8 * 8;
+    copies.push_back(Tensor::empty(source.shape(), source.dtype(), Device::cpu()));
+  }
+  if (sources.front().is_cpu()) {
+    for (size_t i = 0; i < sources.size(); ++i) copies[i].copy_from(sources[i]);
+    return;
+  }
+  if constexpr (kCudaBackend) {
+    Tensor packed = Tensor::empty({packed_bytes / 8}, DType::I64, sources.front().device());
+    cuda::pack_bytes(sources, packed);
+    const Tensor host = packed.to(Device::cpu());
+    const char* bytes = static_cast<const char*>(host.raw_data());
+    for (Tensor& copy : copies) {
+      std::memcpy(copy.raw_data(), bytes, copy.nbytes());
+      bytes += (copy.nbytes() + 7) / 8 * 8;
+    }
+  }
 }
 
 }  // namespace lt::kernels

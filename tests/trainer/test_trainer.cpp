@@ -108,6 +108,35 @@ void expect_accumulation_equals_one_batch(const TokenBatch& a, const TokenBatch&
   EXPECT_LT(worst, 1e-5 * largest);
 }
 
+// A batch's ids are checked on the host before any kernel sees them (a GPU then trusts them): one clear
+// error naming the first bad id, and no step taken.
+TEST(Trainer, BadIdsInABatchAreOneClearErrorBeforeTheStep) {
+  LingForCausalLM model(small_config(), 1);
+  Trainer trainer(model, test::constant_lr(1e-2));
+  const int64_t vocab = small_config().vocab_size;
+  const std::vector<float> before = test::values_of(trainer);
+  TokenBatch bad_input = {Tensor::from_vector<int32_t>({1, 3}, {1, static_cast<int32_t>(vocab), 2}),
+                          Tensor::from_vector<int32_t>({1, 3}, {1, 2, 3})};
+  try {
+    trainer.step({bad_input});
+    ADD_FAILURE() << "a token id past the vocabulary was trained on";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "batch: token id " + std::to_string(vocab) + " at position 1 is outside the "
+                                     "vocabulary [0, " + std::to_string(vocab) + ")");
+  }
+  TokenBatch bad_target = {Tensor::from_vector<int32_t>({1, 3}, {1, 2, 3}),
+                           Tensor::from_vector<int32_t>({1, 3}, {-100, -1, 3})};
+  try {
+    trainer.step({bad_target});
+    ADD_FAILURE() << "target -1 was trained on";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "batch: target id -1 at position 1 is outside the vocabulary [0, " +
+                                         std::to_string(vocab) + ") and not -100");
+  }
+  EXPECT_EQ(test::values_of(trainer), before);
+  EXPECT_EQ(trainer.state().step, 0);
+}
+
 TEST(Trainer, AccumulationEqualsOneLargeBatch) {
   Rng rng(3);
   expect_accumulation_equals_one_batch(random_batch(rng, 2, 8), random_batch(rng, 2, 8));
