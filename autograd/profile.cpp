@@ -5,6 +5,7 @@
 #include <mutex>
 #include <utility>
 
+#include "tensor/device_counters.h"
 #include "tensor/threadpool.h"
 
 namespace lt::profile {
@@ -66,16 +67,23 @@ void Scope::open(const char* name, Phase phase) {
   parent_ = innermost;
   innermost = this;
   wait_start_ns_ = pool_wait_ns();
+  const DeviceCounters device = device_counters();
+  launches_start_ = device.launches;
+  host_syncs_start_ = device.host_syncs;
   start_ = std::chrono::steady_clock::now();
 }
 
 void Scope::close() {
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const int64_t waited_ns = pool_wait_ns() - wait_start_ns_;
+  const DeviceCounters device = device_counters();
+  const uint64_t launches = device.launches - launches_start_, host_syncs = device.host_syncs - host_syncs_start_;
   innermost = parent_;
   if (parent_ != nullptr) {
     parent_->child_seconds_ += total;
     parent_->child_wait_ns_ += waited_ns;
+    parent_->child_launches_ += launches;
+    parent_->child_host_syncs_ += host_syncs;
   }
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mutex);
@@ -86,6 +94,8 @@ void Scope::close() {
   }
   entry.seconds += total - child_seconds_;
   entry.wait_seconds += static_cast<double>(waited_ns - child_wait_ns_) * 1e-9;
+  entry.launches += launches - child_launches_;
+  entry.host_syncs += host_syncs - child_host_syncs_;
   ++entry.calls;
 }
 

@@ -11,7 +11,8 @@
 // microseconds to milliseconds. Timing is per calling thread; the kernels' worker threads run inside
 // the caller's scope and are counted as its wall time. Each entry also keeps the thread time the pool's
 // threads spent waiting at the ends of the op's own fork-joins (tensor/threadpool.h, pool_wait_ns): where
-// a step's work splits unevenly.
+// a step's work splits unevenly. And, on a GPU, the kernel launches and host waits the op issued in its
+// self time (tensor/device_counters.h): where a launch-bound step's launches come from.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -30,6 +31,7 @@ struct OpTime {
   double seconds = 0;       // self time, summed over calls
   double wait_seconds = 0;  // pool threads' waits at the ends of the fork-joins in its self time
   int64_t calls = 0;
+  uint64_t launches = 0, host_syncs = 0;  // device work issued in its self time
 };
 
 // The switch is global (all threads); flipping it while a scope is open on some thread is allowed:
@@ -65,6 +67,8 @@ class Scope {
   std::chrono::steady_clock::time_point start_;
   double child_seconds_ = 0;  // time of the scopes nested inside this one
   int64_t wait_start_ns_ = 0, child_wait_ns_ = 0;  // pool_wait_ns() at the start; the nested scopes' waits
+  // The device counters' launches and host syncs at the start, and those of the nested scopes.
+  uint64_t launches_start_ = 0, host_syncs_start_ = 0, child_launches_ = 0, child_host_syncs_ = 0;
   Scope* parent_ = nullptr;
 };
 

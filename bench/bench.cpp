@@ -82,15 +82,17 @@ TokenBatch random_batch(Rng& rng, int64_t B, int64_t T, int64_t vocab) {
   return {Tensor::from_vector<int32_t>({B, T}, inputs), Tensor::from_vector<int32_t>({B, T}, targets)};
 }
 
-// The per-op table of the measured steps, printed and returned as JSON rows.
-Json report_profile(int64_t steps, double mean_step_seconds) {
+// The per-op table of the measured steps, printed and returned as JSON rows; on a GPU with each op's
+// launches and host syncs per step.
+Json report_profile(int64_t steps, double mean_step_seconds, bool on_device) {
   const std::vector<profile::OpTime> ops = profile::report();
   const double per_step = 1.0 / static_cast<double>(steps);
   std::printf(
       "per-op self time over %lld measured steps (ms per step, %% of the mean step of %.2f ms; wait: the threads'\n"
       "time at the ends of the op's fork-joins, ms of thread time per step):\n",
       static_cast<long long>(steps), mean_step_seconds * 1e3);
-  std::printf("  %-30s %-9s %10s %7s %11s %10s\n", "op", "phase", "ms/step", "%step", "calls/step", "wait ms");
+  std::printf("  %-30s %-9s %10s %7s %11s %10s", "op", "phase", "ms/step", "%step", "calls/step", "wait ms");
+  std::printf(on_device ? " %9s %8s\n" : "\n", "launches", "syncs");
   Json rows = Json::array();
   double profiled = 0;
   for (const profile::OpTime& op : ops) {
@@ -99,14 +101,20 @@ Json report_profile(int64_t steps, double mean_step_seconds) {
     const double calls = static_cast<double>(op.calls) * per_step;
     profiled += op.seconds * per_step;
     const double wait_ms = op.wait_seconds * per_step * 1e3;
-    std::printf("  %-30s %-9s %10.3f %6.1f%% %11.1f %10.3f\n", op.name.c_str(), profile::phase_name(op.phase), ms,
+    const double launches = static_cast<double>(op.launches) * per_step;
+    const double host_syncs = static_cast<double>(op.host_syncs) * per_step;
+    std::printf("  %-30s %-9s %10.3f %6.1f%% %11.1f %10.3f", op.name.c_str(), profile::phase_name(op.phase), ms,
                 percent, calls, wait_ms);
+    if (on_device) std::printf(" %9.1f %8.1f", launches, host_syncs);
+    std::printf("\n");
     rows.push_back({{"op", op.name},
                     {"phase", profile::phase_name(op.phase)},
                     {"ms_per_step", round_to(ms, 4)},
                     {"percent", round_to(percent, 2)},
                     {"calls_per_step", calls},
-                    {"wait_ms_per_step", round_to(wait_ms, 4)}});
+                    {"wait_ms_per_step", round_to(wait_ms, 4)},
+                    {"launches_per_step", launches},
+                    {"host_syncs_per_step", host_syncs}});
   }
   const double outside = mean_step_seconds - profiled;
   std::printf("  %-30s %-9s %10.3f %6.1f%%\n", "(outside every scope)", "", outside * 1e3,
@@ -456,7 +464,7 @@ Json run_step_bench(const StepBenchOptions& o) {
   if (o.profile) {
     double total = 0;
     for (double s : step_s) total += s;
-    result["ops"] = report_profile(o.steps, total / static_cast<double>(step_s.size()));
+    result["ops"] = report_profile(o.steps, total / static_cast<double>(step_s.size()), !device.is_cpu());
   }
   std::fflush(stdout);
   return result;
