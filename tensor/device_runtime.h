@@ -1,6 +1,6 @@
 // What the core (Tensor, its storage and allocators, the device queries) needs of a GPU, declared here,
 // below the backends, so that the core never includes one: the CUDA backend defines these functions
-// (tensor/cuda/cuda_runtime.cpp, and fill in tensor/cuda/elementwise.cu), and in
+// (tensor/cuda/cuda_runtime.cpp, and fill and convert_dtype in tensor/cuda/elementwise.cu), and in
 // lingtrain_emulated_gpu_tests the emulated GPU does (tests/cuda/emulated_gpu.cpp).
 //
 // Linked, not registered at start-up: the core's calls are what pull the backend's runtime object out of
@@ -66,5 +66,9 @@ namespace lt::cuda {
 
 // Every element of t (on a GPU) = value converted to t's dtype (any dtype; bf16 rounds to nearest even).
 void fill(Tensor& t, double value);
+
+// y = x's values in y's dtype, both on one GPU of the same shape, converted there as Tensor::to(DType)
+// converts on the host (elementwise.cu).
+void convert_dtype(const Tensor& x, Tensor& y);
 
 }  // namespace lt::cuda

@@ -166,7 +166,13 @@ void store_double(Tensor& t, int64_t i, double v) {
 
 Tensor Tensor::to(DType target) const {
   if (target == dtype_) return *this;
-  if (!is_cpu()) return to(Device::cpu()).to(target).to(device());
+  if (!is_cpu()) {
+    if constexpr (kCudaBackend) {
+      Tensor out = empty(shape_, target, device());
+      cuda::convert_dtype(*this, out);
+      return out;
+    }
+  }
   Tensor out = empty(shape_, target);
   const int64_t n = numel();
   if (dtype_ == DType::F32 && target == DType::BF16) {

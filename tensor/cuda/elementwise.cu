@@ -1,5 +1,6 @@
 // Elementwise CUDA kernels: add, sub, mul with broadcasting, axpby (scale and axpy) with the factor
-// given or read from the device, sum_to (the backward of broadcasting), fill, and f32 <-> bf16 conversion.
+// given or read from the device, sum_to (the backward of broadcasting), fill, f32 <-> bf16 conversion and
+// the conversion between any two dtypes (Tensor::to(DType) of a device tensor).
 //
 // Each is a grid-stride loop: a grid sized to the data up to a cap, where every thread walks the
 // range in steps of the whole grid. One thread owns each output element and nothing is reduced, so
@@ -92,6 +93,58 @@ __global__ void widen_bf16_kernel(const uint16_t* x, float* y, int64_t n) {
 template <class Word>
 __global__ void fill_kernel(Word* data, int64_t n, Word value) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) data[i] = value;
+}
+
+// An element of any dtype as a double, and back, as Tensor::to(DType) converts on the host (through a
+// double; bf16 through f32, rounded to nearest even; integers truncated).
+template <DType D>
+struct Element;
+template <>
+struct Element<DType::F32> {
+  __device__ static double load(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
+  __device__ static void store(void* p, int64_t i, double v) { static_cast<float*>(p)[i] = static_cast<float>(v); }
+};
+template <>
+struct Element<DType::F64> {
+  __device__ static double load(const void* p, int64_t i) { return static_cast<const double*>(p)[i]; }
+  __device__ static void store(void* p, int64_t i, double v) { static_cast<double*>(p)[i] = v; }
+};
+template <>
+struct Element<DType::BF16> {
+  __device__ static double load(const void* p, int64_t i) { return bf16_to_f32(static_cast<const uint16_t*>(p)[i]); }
+  __device__ static void store(void* p, int64_t i, double v) {
+    static_cast<uint16_t*>(p)[i] = f32_to_bf16(static_cast<float>(v));
+  }
+};
+template <>
+struct Element<DType::I32> {
+  __device__ static double load(const void* p, int64_t i) { return static_cast<const int32_t*>(p)[i]; }
+  __device__ static void store(void* p, int64_t i, double v) { static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); }
+};
+template <>
+struct Element<DType::I64> {
+  __device__ static double load(const void* p, int64_t i) {
+    return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+  }
+  __device__ static void store(void* p, int64_t i, double v) { static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); }
+};
+
+template <DType From, DType To>
+__global__ void convert_dtype_kernel(const void* x, void* y, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) Element<To>::store(y, i, Element<From>::load(x, i));
+}
+
+template <DType From>
+void launch_convert_dtype(const Tensor& x, Tensor& y) {
+  const int64_t n = x.numel();
+  void* out = y.raw_data();
+  switch (y.dtype()) {
+    case DType::F32: LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, convert_dtype_kernel<From, DType::F32>)(x.raw_data(), out, n); break;
+    case DType::F64: LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, convert_dtype_kernel<From, DType::F64>)(x.raw_data(), out, n); break;
+    case DType::BF16: LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, convert_dtype_kernel<From, DType::BF16>)(x.raw_data(), out, n); break;
+    case DType::I32: LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, convert_dtype_kernel<From, DType::I32>)(x.raw_data(), out, n); break;
+    case DType::I64: LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, convert_dtype_kernel<From, DType::I64>)(x.raw_data(), out, n); break;
+  }
 }
 
 template <class Word>
@@ -230,6 +283,19 @@ void widen_bf16(const Tensor& x, Tensor& y) {
 void convert(const Tensor& x, Tensor& y) {
   if (x.dtype() == DType::F32) return round_to_bf16(x, y);
   widen_bf16(x, y);
+}
+
+void convert_dtype(const Tensor& x, Tensor& y) {
+  if (x.numel() == 0) return;
+  const DeviceGuard guard(x.device().index);
+  switch (x.dtype()) {
+    case DType::F32: launch_convert_dtype<DType::F32>(x, y); break;
+    case DType::F64: launch_convert_dtype<DType::F64>(x, y); break;
+    case DType::BF16: launch_convert_dtype<DType::BF16>(x, y); break;
+    case DType::I32: launch_convert_dtype<DType::I32>(x, y); break;
+    case DType::I64: launch_convert_dtype<DType::I64>(x, y); break;
+  }
+  LT_CUDA_CHECK(cudaGetLastError());
 }
 
 void fill(Tensor& t, double value) {

@@ -50,6 +50,25 @@ TEST(DeviceCounters, CountLaunchesAndBlasCallsWithTheirFlops) {
   EXPECT_EQ((device_counters() - start).launches, 2u) << "a kernel and a memset";
 }
 
+// A device tensor changes dtype on its device, as the host converts (through a double; bf16 rounded to
+// nearest even; integers truncated), without a trip through the host.
+TEST(DeviceCounters, DtypeConversionsStayOnTheDevice) {
+  const Tensor host = Tensor::from_vector<double>({5}, {1.5, -2.75, 3.0000001, 65536.5, -7.9});
+  const std::vector<DType> dtypes = {DType::F32, DType::F64, DType::BF16, DType::I32, DType::I64};
+  for (DType from : dtypes)
+    for (DType to : dtypes) {
+      const Tensor source = host.to(from);
+      const Tensor on_device = source.to(Device::cuda(0));
+      const DeviceCounters start = device_counters();
+      const Tensor converted = on_device.to(to);
+      const DeviceCounters used = device_counters() - start;
+      EXPECT_EQ(used.d2h_copies + used.h2d_copies, 0u) << dtype_name(from) << " -> " << dtype_name(to);
+      EXPECT_EQ(converted.device(), Device::cuda(0));
+      EXPECT_EQ(converted.to(Device::cpu()).to(DType::F64).to_vector<double>(), source.to(to).to(DType::F64).to_vector<double>())
+          << dtype_name(from) << " -> " << dtype_name(to);
+    }
+}
+
 // The range check of device ids waits for the device to read back its answer, unless the ids are
 // trusted (the router's own, or a batch checked on the host): then nothing waits.
 TEST(DeviceCounters, TrustedDeviceIndicesSkipTheCheckThatWaits) {
