@@ -107,12 +107,15 @@ error_line() {
   echo "${line:-no output}" | tr '\t' ' ' | cut -c1-200
 }
 
+time_left() { echo $((deadline - $(date +%s) - reserve_s)); }
+
 # KIND CONFIG VARIANT CAP_S STEM COMMAND...: runs COMMAND under min(CAP_S, the time left), its stdout
 # in STEM.out and stderr in STEM.err. A bench part is ok only when its output ends with a JSON line.
 run_part() {
   local kind=$1 config=$2 variant=$3 cap=$4 stem=$5
   shift 5
-  local left=$((deadline - $(date +%s) - reserve_s))
+  local left
+  left=$(time_left)
   if ((left < min_part_s)); then
     record "$kind" "$config" "$variant" "skipped: the total budget of ${total_s} s was spent" 0 0 "$stem"
     report
@@ -409,11 +412,12 @@ else
   profile_config=${profile[0]} profile_dtype=${profile[1]}
   profiled=("$lingtrain" bench --config "$profile_config" --device cuda --dtype "$profile_dtype" --steps 1 --warmup 0)
   [ -n "$shape" ] && profiled+=(--batch "${shape%x*}" --seq "${shape#*x}")
+  export_s() { local left; left=$(time_left); echo $((left < 60 ? (left > 5 ? left : 5) : 60)); }  # the report into CSV
   if command -v nsys >/dev/null; then
     if run_part profile "$profile_config" "nsys $profile_dtype" "$part_s" profile nsys profile --trace=cuda --sample=none \
       --cpuctxsw=none --force-overwrite=true --output="$work/profile" "${profiled[@]}"; then
-      for summary in cuda_gpu_kern_sum gpukernsum; do  # the report's name before and after nsys 2023.1
-        timeout 60 nsys stats --report "$summary" --format csv --output - "$work/profile.nsys-rep" \
+      for summary in cuda_gpu_kern_sum gpukernsum; do  # the report's name since nsys 2023.1, and before
+        timeout "$(export_s)" nsys stats --report "$summary" --format csv "$work/profile.nsys-rep" \
           >"$work/profile_kernels.csv" 2>>"$work/profile.err" && break
       done
       cp "$work/profile.nsys-rep" "$out/gpu_check_profile.nsys-rep" &&
@@ -422,7 +426,7 @@ else
   elif [ -n "$ncu" ]; then
     if run_part profile "$profile_config" "ncu $profile_dtype" "$part_s" profile "$ncu" --metrics gpu__time_duration.sum \
       --cache-control none --clock-control none -f -o "$work/profile" "${profiled[@]}"; then
-      timeout 60 "$ncu" --import "$work/profile.ncu-rep" --csv --page raw --print-units base \
+      timeout "$(export_s)" "$ncu" --import "$work/profile.ncu-rep" --csv --page raw --print-units base \
         --print-kernel-base function >"$work/profile_kernels.csv" 2>>"$work/profile.err"
       cp "$work/profile.ncu-rep" "$out/gpu_check_profile.ncu-rep" &&
         printf 'profile_file\tgpu_check_profile.ncu-rep\n' >>"$work/env.tsv"
