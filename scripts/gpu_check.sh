@@ -26,7 +26,7 @@
 #   PEER (../shared/peers/torch_ling.py; "none" skips it), PEER_PYTHON (python3)
 #   PROFILE ("moe-m bf16": config and dtype of the profiled step; "none" skips it)
 #   GPU_TESTS (gtest filter), TOTAL_S (450), PART_S (120), TESTS_S (120)
-#   GIT_COMMIT (the commit to record; else the file --prepare writes beside LINGTRAIN, else git)
+#   GIT_COMMIT (the commit to record; else git's, else the file --prepare writes beside LINGTRAIN)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 # Paths given in the environment are the caller's; the defaults are the repository's.
@@ -184,7 +184,7 @@ def profile_kernels(text, tool):
         return []
     header, *rows = csv.reader(lines[start:])
     def column(*names):
-        return next((i for i, h in enumerate(header) for n in names if h.startswith(n)), None)
+        return next((i for i, h in enumerate(header) for n in names if h.strip().startswith(n)), None)
     kernels = {}
     if tool == "ncu":
         name, time = column("Kernel Name", "Function Name"), column("gpu__time_duration")
@@ -212,7 +212,7 @@ def profile_kernels(text, tool):
                 continue
     all_ms = sum(ms for _, ms in kernels.values()) or 1.0
     ranked = sorted(kernels.items(), key=lambda item: -item[1][1])
-    return [{"kernel": k, "calls": c, "ms": round(ms, 3), "percent": round(100 * ms / all_ms, 1)} for k, (c, ms) in ranked]
+    return [{"kernel": k, "calls": c, "ms": round(ms, 4), "percent": round(100 * ms / all_ms, 1)} for k, (c, ms) in ranked]
 
 result = {
     "gpu": env.get("gpu", ""), "date": env.get("date", ""), "commit": env.get("commit", ""),
@@ -318,12 +318,12 @@ gpu=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --forma
 commit_file=$(commit_file_of "$lingtrain")
 if [ -n "${GIT_COMMIT:-}" ]; then
   commit=$GIT_COMMIT commit_source="GIT_COMMIT"
-elif [ -s "$commit_file" ] && ! [ "$lingtrain" -nt "$commit_file" ]; then
-  commit=$(head -n 1 "$commit_file") commit_source="$commit_file, written by --prepare"
 elif commit=$(git_commit); then
-  commit_source="git in $repo (the source; the binary may be older)"
+  commit_source="git in $repo"
+elif [ -s "$commit_file" ]; then
+  commit=$(head -n 1 "$commit_file") commit_source="$commit_file, written by --prepare"
 else
-  commit=unknown commit_source="no GIT_COMMIT, no $commit_file newer than the binary, no git"
+  commit=unknown commit_source="no GIT_COMMIT, no git, no $commit_file"
 fi
 {
   printf 'gpu\t%s\n' "$gpu"
