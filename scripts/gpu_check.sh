@@ -24,7 +24,8 @@
 #   SHAPE (BxT for every run, e.g. 1x32; default each config's bench shape)
 #   STEPS, WARMUP (measured and warm-up steps; default 10 and 3, ling-lite-4l 3 and 1)
 #   PEER (../shared/peers/torch_ling.py; "none" skips it), PEER_PYTHON (python3)
-#   PROFILE ("moe-m bf16": config and dtype of the profiled step; "none" skips it)
+#   PROFILE ("moe-m bf16": config and dtype of the profiled step; "none" skips it), PROFILE_KERNELS
+#   (4000: ncu times at most so many launches, each alone, so that a slow profiler still ends in time)
 #   GPU_TESTS (gtest filter), TOTAL_S (450), PART_S (120), TESTS_S (120)
 #   GIT_COMMIT (the commit to record; else git's, else the file --prepare writes beside LINGTRAIN)
 set -uo pipefail
@@ -73,6 +74,7 @@ read -r -a dtypes <<<"${DTYPES:-f32 tf32 bf16}"
 shape=${SHAPE:-}
 peer_python=${PEER_PYTHON:-python3}
 read -r -a profile <<<"${PROFILE:-moe-m bf16}"
+profile_kernels=${PROFILE_KERNELS:-4000}
 # The tests of the files that lingtrain_emulated_gpu_tests also builds (tests/cuda/test_cuda.cpp,
 # tests/trainer/test_trainer_gpu.cpp, tests/dist/test_route_by_device.cpp); tests/cli/gpu_check_test.sh
 # checks that this filter still selects all of them.
@@ -80,7 +82,7 @@ gpu_tests=${GPU_TESTS:-CudaBuild.*:CudaCases.*:*CudaMatchesCpu.*:CudaDevice.*:Ro
 total_s=${TOTAL_S:-450}
 part_s=${PART_S:-120}
 tests_s=${TESTS_S:-120}
-for n in total_s part_s tests_s; do [[ ${!n} =~ ^[1-9][0-9]*$ ]] || die "${n^^} must be a positive integer, got '${!n}'"; done
+for n in total_s part_s tests_s profile_kernels; do [[ ${!n} =~ ^[1-9][0-9]*$ ]] || die "${n^^} must be a positive integer, got '${!n}'"; done
 [[ -z $shape || $shape =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || die "SHAPE must be BxT (e.g. 1x32), got '$shape'"
 [ -x "$lingtrain" ] || die "no lingtrain at $lingtrain (build it first: scripts/gpu_check.sh --prepare)"
 [ ${#profile[@]} -eq 2 ] || [ "${profile[*]}" = none ] || die "PROFILE must be 'CONFIG DTYPE' or none, got '${PROFILE:-}'"
@@ -232,8 +234,9 @@ for part in parts:
         result["peer"].append(dict(entry, mode=part["variant"], result=last_json(part["stem"])))
     elif part["kind"] == "profile":
         tool, _, dtype = part["variant"].partition(" ")
+        kernels = profile_kernels(read("profile_kernels.csv"), tool)
         result["profile"] = dict(entry, dtype=dtype, tool=tool, file=env.get("profile_file", ""),
-                                 kernels=profile_kernels(read("profile_kernels.csv"), tool)[:30])
+                                 launches=sum(k["calls"] for k in kernels), kernels=kernels[:30])
 if result["profile"] is None and "profile_note" in env:
     result["profile"] = {"status": env["profile_note"]}
 
@@ -267,8 +270,10 @@ elif tests:
 profile = result["profile"]
 if profile and "tool" in profile:
     top = "; ".join(f"{k['kernel'][:60]} {k['percent']}%" for k in profile["kernels"][:5])
-    lines.append(f"- profile of one step, {profile['config']} {profile['dtype']} under {profile['tool']}: "
-                 f"{profile['status']}; {profile['file'] or 'no report file'}" + (f"; top kernels by GPU time: {top}" if top else ""))
+    cap = f" (ncu stops at {result['options'].get('profile_kernels')})" if profile["tool"] == "ncu" else ""
+    lines.append(f"- profile of one step, {config_cell(profile['config'])} {profile['dtype']} under {profile['tool']}: "
+                 f"{profile['status']}; {profile['file'] or 'no report file'}; {profile['launches']} launches timed{cap}"
+                 + (f"; top kernels by GPU time: {top}" if top else ""))
 elif profile:
     lines.append(f"- profile: {profile['status']}")
 peer_note = env.get("peer_note")
@@ -335,7 +340,8 @@ fi
   printf 'host\t%s, %s CPUs\n' "$(hostname 2>/dev/null || echo unknown)" "$(nproc)"
   printf 'gpu_tests\t%s\n' "$gpu_tests"
   printf 'option.%s\t%s\n' configs "${configs[*]}" dtypes "${dtypes[*]}" shape "$shape" steps "${STEPS:-}" \
-    warmup "${WARMUP:-}" peer "$peer" profile "${profile[*]}" part_s "$part_s" tests_s "$tests_s"
+    warmup "${WARMUP:-}" peer "$peer" profile "${profile[*]}" profile_kernels "$profile_kernels" \
+    part_s "$part_s" tests_s "$tests_s"
 } >"$work/env.tsv"
 report
 
@@ -377,10 +383,9 @@ run_peer() {
     batch=${shape%x*} seq=${shape#*x}
   else
     local stem
-    for stem in $(awk -F'\t' -v c="$config" '$1 == "bench" && $2 == c && $4 == "ok" {print $7}' "$work/parts.tsv"); do
-      read -r batch seq < <(tail -n 1 "$work/$stem.out" | python3 -c 'import json, sys; r = json.load(sys.stdin); print(r["batch"], r["seq"])')
-      break
-    done
+    stem=$(awk -F'\t' -v c="$config" '$1 == "bench" && $2 == c && $4 == "ok" {print $7; exit}' "$work/parts.tsv")
+    [ -n "$stem" ] && read -r batch seq < <(tail -n 1 "$work/$stem.out" |
+      python3 -c 'import json, sys; r = json.load(sys.stdin); print(r["batch"], r["seq"])')
   fi
   case $config in
     moe-s | moe-m) ;;
@@ -425,7 +430,7 @@ else
     fi
   elif [ -n "$ncu" ]; then
     if run_part profile "$profile_config" "ncu $profile_dtype" "$part_s" profile "$ncu" --metrics gpu__time_duration.sum \
-      --cache-control none --clock-control none -f -o "$work/profile" "${profiled[@]}"; then
+      --cache-control none --clock-control none --launch-count "$profile_kernels" -f -o "$work/profile" "${profiled[@]}"; then
       timeout "$(export_s)" "$ncu" --import "$work/profile.ncu-rep" --csv --page raw --print-units base \
         --print-kernel-base function >"$work/profile_kernels.csv" 2>>"$work/profile.err"
       cp "$work/profile.ncu-rep" "$out/gpu_check_profile.ncu-rep" &&
