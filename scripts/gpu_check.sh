@@ -243,7 +243,8 @@ if result["profile"] is None and "profile_note" in env:
 # The table: lingtrain's rows, then the peer's; MFU against the GPU's bf16 peak that lingtrain's bench
 # reads from its table (the peer's FLOPs per token are counted the same way).
 peak_gflops = next((b["result"]["peak_gflops"] for b in result["bench"] if b["result"] and b["result"].get("peak_gflops")), 0)
-eager = {p["config"]: p["result"] for p in result["peer"] if p["mode"] == "eager" and p["result"]}
+eager = {p["config"]: p["result"]["tokens_per_s"] for p in result["peer"]
+         if p["mode"] == "eager" and p["result"] and p["result"].get("tokens_per_s")}
 
 def cell(value, fmt="{:,.0f}"):
     return "–" if value is None else fmt.format(value)
@@ -286,7 +287,7 @@ lines += [f"- {result['elapsed_s']} s of the {total_s} s budget", "",
 for b in result["bench"]:
     r = b["result"] or {}
     d = r.get("device_per_step", {})
-    ratio = r["tokens_per_s"] / eager[b["config"]]["tokens_per_s"] if r and b["config"] in eager else None
+    ratio = r["tokens_per_s"] / eager[b["config"]] if "tokens_per_s" in r and b["config"] in eager else None
     lines.append(f"| lingtrain | {config_cell(b['config'])} | {b['dtype']} | {shape_cell(r)} | "
                  f"{status_cell(b['status'])} | {cell(r.get('tokens_per_s'))} | {cell(r.get('step_ms'), '{:.2f}')} | "
                  f"{cell(100 * r['mfu'] if r.get('mfu') else None, '{:.1f}%')} | {cell(r.get('peak_in_use_mb'))} | "
