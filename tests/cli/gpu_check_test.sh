@@ -51,7 +51,7 @@ for b in r["bench"]:
 peer = {p["mode"]: p for p in r["peer"]}
 check(peer.get("eager", {}).get("status") == "ok" and peer["eager"]["result"]["tokens_per_s"] == 1000.0, f"peer eager: {peer.get('eager')}")
 check(peer.get("compile", {}).get("status", "").startswith("failed: RuntimeError"), f"peer compile: {peer.get('compile')}")
-check("status" in r["profile"], f"profile: {r['profile']}")
+check(isinstance(r["profile"], dict) and "status" in r["profile"], f"profile: {r['profile']}")
 for e in errors:
     print("gpu_check.json:", e)
 sys.exit(1 if errors else 0)
