@@ -61,10 +61,12 @@ __device__ inline bool sorts_before(int64_t row_a, int64_t a, int64_t row_b, int
   return row_a < row_b || (row_a == row_b && a < b);
 }
 
-// Block c sorts positions [c kSortChunk, ...): chunk_rows_N holds each chunk's output rows in sorted
-// order, chunk_rank_N each position's rank within its chunk.
+// Block c sorts positions [c kSortChunk, ...): chunk_rows_N and chunk_order_N hold each chunk's output
+// rows and positions in sorted order, chunk_rank_N each position's rank within its chunk. With one chunk,
+// that is the whole sort.
 template <class I>
-__global__ void sort_chunks_kernel(const I* idx_N, int64_t n, int64_t* chunk_rows_N, int64_t* chunk_rank_N) {
+__global__ void sort_chunks_kernel(const I* idx_N, int64_t n, int64_t* chunk_rows_N, int64_t* chunk_order_N,
+                                   int64_t* chunk_rank_N) {
   __shared__ int64_t rows[kSortChunk];
   const int64_t chunks = (n + kSortChunk - 1) / kSortChunk, t = threadIdx.x;
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
@@ -75,6 +77,7 @@ __global__ void sort_chunks_kernel(const I* idx_N, int64_t n, int64_t* chunk_row
       int64_t rank = 0;
       for (int64_t u = 0; u < size; ++u) rank += sorts_before(rows[u], u, rows[t], t) ? 1 : 0;
       chunk_rows_N[begin + rank] = rows[t];
+      chunk_order_N[begin + rank] = begin + t;
       chunk_rank_N[begin + t] = rank;
     }
     __syncthreads();  // every thread has read the tile before the next chunk writes it
@@ -176,16 +179,22 @@ void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& out) {
   const int64_t n = idx.numel(), cols = out.dim(1);
   if (n * cols == 0) return;
   const DeviceGuard guard(src.device().index);
-  // One buffer from the caching allocator: each chunk's sorted rows, the ranks in the chunks, the order
-  // of the source rows, and their output rows in that order.
-  Tensor sort_4N = Tensor::empty({4, n}, DType::I64, src.device());
-  int64_t* chunk_rows = sort_4N.data<int64_t>();
-  int64_t *chunk_rank = chunk_rows + n, *order = chunk_rows + 2 * n, *sorted_rows = chunk_rows + 3 * n;
+  // One buffer from the caching allocator: each chunk's sorted rows and positions, the ranks in the
+  // chunks, then the order of the source rows and their output rows in that order.
+  const int64_t chunks = (n + kSortChunk - 1) / kSortChunk;
+  Tensor sort_5N = Tensor::empty({5, n}, DType::I64, src.device());
+  int64_t* chunk_rows = sort_5N.data<int64_t>();
+  int64_t *chunk_order = chunk_rows + n, *chunk_rank = chunk_rows + 2 * n;
+  int64_t *order = chunk_order, *sorted_rows = chunk_rows;
   LT_INDEX_SWITCH(idx.dtype(), I, {
-    LT_CUDA_LAUNCH(row_blocks((n + kSortChunk - 1) / kSortChunk), kSortChunk, sort_chunks_kernel<I>)(
-        idx.data<I>(), n, chunk_rows, chunk_rank);
-    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, place_sorted_kernel<I>)(idx.data<I>(), chunk_rows, chunk_rank, n,
-                                                                           order, sorted_rows);
+    LT_CUDA_LAUNCH(row_blocks(chunks), kSortChunk, sort_chunks_kernel<I>)(idx.data<I>(), n, chunk_rows, chunk_order,
+                                                                         chunk_rank);
+    if (chunks > 1) {
+      order = chunk_rows + 3 * n;
+      sorted_rows = chunk_rows + 4 * n;
+      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, place_sorted_kernel<I>)(idx.data<I>(), chunk_rows, chunk_rank, n,
+                                                                             order, sorted_rows);
+    }
   });
   LT_FLOAT_SWITCH(src.dtype(), T, {
     LT_CUDA_LAUNCH(row_blocks(n), kThreadsPerBlock, add_segments_kernel<T>)(src.data<T>(), order, sorted_rows, n,
