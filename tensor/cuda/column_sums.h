@@ -24,7 +24,6 @@
 namespace lt::LT_CUDA_NAMESPACE {
 
 inline constexpr int kColumnTile = 128;  // columns per block of the first pass
-inline constexpr int64_t kMaxChunkBlocks = 65535;  // the grid's y limit; more chunks loop
 
 template <class Acc, bool kFinish, class Accumulate, class Finish>
 __global__ void column_chunk_sums_kernel(int64_t rows, int64_t cols, Accumulate accumulate, Finish finish,
@@ -62,7 +61,7 @@ void column_sums(int64_t rows, int64_t cols, Accumulate accumulate, Finish finis
         rows, cols, accumulate, finish, static_cast<Acc*>(nullptr));
   } else {
     Tensor partial_KC = Tensor::empty({chunks, cols}, dtype_of<Acc>(), device);
-    const dim3 grid(tiles, static_cast<unsigned>(std::min(chunks, kMaxChunkBlocks)));
+    const dim3 grid(tiles, static_cast<unsigned>(std::min(chunks, kMaxGridY)));
     LT_CUDA_LAUNCH(grid, kColumnTile, column_chunk_sums_kernel<Acc, false, Accumulate, Finish>)(
         rows, cols, accumulate, finish, partial_KC.data<Acc>());
     LT_CUDA_LAUNCH(blocks_for(cols), kThreadsPerBlock, column_chunk_totals_kernel<Acc, Finish>)(

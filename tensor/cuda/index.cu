@@ -6,10 +6,11 @@
 // The source rows are put in a stable order by output row (a comparison sort: each block of kSortChunk
 // positions ranks its own, then each position adds, chunk by chunk, how many of the other chunks'
 // positions come before it, found by binary search), and one block per output row adds its segment to
-// it in source order, its threads over the columns. So every output element receives its contributions
+// it in source order, its threads over a tile of columns. So every output element receives its contributions
 // in row order, exactly as on the CPU, with the parallelism of rows times columns and no dependence on
 // the size of the output table. scatter_add_cols gives each thread one row, which only touches its own
 // output row.
+#include <algorithm>
 #include <cstdint>
 
 #ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
@@ -111,8 +112,9 @@ __global__ void place_sorted_kernel(const I* idx_N, const int64_t* chunk_rows_N,
   }
 }
 
-// The block at the start of each segment of equal rows adds the segment's source rows to that output
-// row, in source order; the other blocks have nothing to do.
+// The blocks at the start of each segment of equal rows (one per tile of columns, so that a frequent
+// row's long segment is shared out) add the segment's source rows to that output row, in source order;
+// the other blocks have nothing to do.
 template <class T>
 __global__ void add_segments_kernel(const T* src, const int64_t* order_N, const int64_t* sorted_rows_N, int64_t n,
                                     int64_t cols, T* out) {
@@ -121,7 +123,8 @@ __global__ void add_segments_kernel(const T* src, const int64_t* order_N, const 
     if (k > 0 && sorted_rows_N[k - 1] == row) continue;
     int64_t end = k + 1;
     while (end < n && sorted_rows_N[end] == row) ++end;
-    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < cols;
+         j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
       T total = out[row * cols + j];
       for (int64_t s = k; s < end; ++s) total += src[order_N[s] * cols + j];
       out[row * cols + j] = total;
@@ -197,8 +200,10 @@ void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& out) {
     }
   });
   LT_FLOAT_SWITCH(src.dtype(), T, {
-    LT_CUDA_LAUNCH(row_blocks(n), kThreadsPerBlock, add_segments_kernel<T>)(src.data<T>(), order, sorted_rows, n,
-                                                                           cols, out.data<T>());
+    const dim3 grid(static_cast<unsigned>(row_blocks(n)),
+                    static_cast<unsigned>(std::min<int64_t>((cols + kThreadsPerBlock - 1) / kThreadsPerBlock, kMaxGridY)));
+    LT_CUDA_LAUNCH(grid, kThreadsPerBlock, add_segments_kernel<T>)(src.data<T>(), order, sorted_rows, n, cols,
+                                                                  out.data<T>());
   });
   LT_CUDA_CHECK(cudaGetLastError());
 }
