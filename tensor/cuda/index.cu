@@ -200,8 +200,8 @@ void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& out) {
     }
   });
   LT_FLOAT_SWITCH(src.dtype(), T, {
-    const dim3 grid(static_cast<unsigned>(row_blocks(n)),
-                    static_cast<unsigned>(std::min<int64_t>((cols + kThreadsPerBlock - 1) / kThreadsPerBlock, kMaxGridY)));
+    const int64_t tiles = std::min<int64_t>((cols + kThreadsPerBlock - 1) / kThreadsPerBlock, kMaxGridY);
+    const dim3 grid(static_cast<unsigned>(row_blocks(n)), static_cast<unsigned>(tiles));
     LT_CUDA_LAUNCH(grid, kThreadsPerBlock, add_segments_kernel<T>)(src.data<T>(), order, sorted_rows, n, cols,
                                                                   out.data<T>());
   });

@@ -61,7 +61,9 @@ struct AddWeightGradTerm {
   const T* rstd_N;
   const T* dy_NC;
   int64_t C;
-  __device__ T operator()(T sum, int64_t n, int64_t j) const { return sum + dy_NC[n * C + j] * (x_NC[n * C + j] * rstd_N[n]); }
+  __device__ T operator()(T sum, int64_t n, int64_t j) const {
+    return sum + dy_NC[n * C + j] * (x_NC[n * C + j] * rstd_N[n]);
+  }
 };
 
 template <class T>

@@ -659,7 +659,8 @@ TEST(CudaEmulation, ScatterAddRowsAsSortedSegmentsMatchesTheCpuKernel) {
         std::vector<int64_t> ids(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = i % 3 == 0 ? 7 : (i * 13 + i / 5) % 41;
         const Tensor idx = Tensor::from_vector({n}, ids).to(id_dtype);
-        const Tensor src = test::random_tensor({n, cols}, 121, dtype), acc0 = test::random_tensor({rows, cols}, 122, dtype);
+        const Tensor src = test::random_tensor({n, cols}, 121, dtype);
+        const Tensor acc0 = test::random_tensor({rows, cols}, 122, dtype);
         Tensor acc = acc0.clone(), acc_e = acc0.clone(), acc_again = acc0.clone();
         kernels::scatter_add_rows(src, idx, acc);
         cuda_emulated::scatter_add_rows(src, idx, acc_e);
