@@ -602,9 +602,8 @@ TEST(CudaEmulation, ColumnSlicesAndNormHeadScalesMatchTheCpuKernels) {
 
 // Past one chunk of 64 rows (64 and 65 on either side of the first boundary, a partial last chunk, 6
 // chunks) and one tile of 128 columns (a partial last tile): sum_to and the column norms bit for bit
-// with the CPU, which adds in the same chunked order; dw to rounding (the CPU's chunks are its thread
-// pool's), on fewer rows (each dx row is a block of emulated threads). Each kernel run twice gives the
-// same bits.
+// with the CPU, which adds in the same chunked order; dw to rounding (the CPU cuts its own chunks there),
+// on fewer rows (each dx row is a block of emulated threads). Each kernel run twice gives the same bits.
 TEST(CudaEmulation, ColumnSumsOverSeveralChunksAndTilesMatchTheCpuKernels) {
   using Shapes = std::vector<std::pair<int64_t, int64_t>>;
   for (DType dtype : {DType::F32, DType::F64}) {
