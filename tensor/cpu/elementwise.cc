@@ -1,8 +1,11 @@
 // Elementwise kernels: add, sub, mul with broadcasting over leading dims, scale, axpy, sum_to.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "tensor/cpu/elementwise.cc"
+#include <algorithm>
+
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "tensor/column_sum_chunks.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
@@ -80,7 +83,8 @@ void AxpbyKernel(DType dtype, double alpha, const void* x, double beta, void* y,
 }
 
 // out[j] = sum over rows r of x[r, j], x [rows, inner]. Parallel over columns; each column is summed
-// in row order, so the result does not depend on the thread count at all.
+// in the chunked row order of tensor/column_sum_chunks.h, which the CUDA kernel shares, so the result
+// does not depend on the thread count at all and the GPU's has the same bits.
 template <class T>
 void SumRowsT(const T* x, T* out, int64_t rows, int64_t inner) {
   parallel_for(inner, 256, [&](int64_t begin, int64_t end) {
@@ -88,14 +92,24 @@ void SumRowsT(const T* x, T* out, int64_t rows, int64_t inner) {
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
     int64_t j = begin;
     for (; j + lanes <= end; j += lanes) {
-      auto acc = hn::Zero(d);
-      for (int64_t r = 0; r < rows; ++r) acc = hn::Add(acc, hn::LoadU(d, x + r * inner + j));
-      hn::StoreU(acc, d, out + j);
+      auto total = hn::Zero(d);
+      for (int64_t r0 = 0; r0 < rows; r0 += kColumnSumChunkRows) {
+        const int64_t r1 = std::min(rows, r0 + kColumnSumChunkRows);
+        auto chunk = hn::Zero(d);
+        for (int64_t r = r0; r < r1; ++r) chunk = hn::Add(chunk, hn::LoadU(d, x + r * inner + j));
+        total = hn::Add(total, chunk);
+      }
+      hn::StoreU(total, d, out + j);
     }
     for (; j < end; ++j) {
-      T acc = 0;
-      for (int64_t r = 0; r < rows; ++r) acc += x[r * inner + j];
-      out[j] = acc;
+      T total = 0;
+      for (int64_t r0 = 0; r0 < rows; r0 += kColumnSumChunkRows) {
+        const int64_t r1 = std::min(rows, r0 + kColumnSumChunkRows);
+        T chunk = 0;
+        for (int64_t r = r0; r < r1; ++r) chunk += x[r * inner + j];
+        total += chunk;
+      }
+      out[j] = total;
     }
   });
 }

@@ -4,7 +4,8 @@
 //
 // Each is a grid-stride loop: a grid sized to the data up to a cap, where every thread walks the
 // range in steps of the whole grid. One thread owns each output element and nothing is reduced, so
-// results are deterministic and need no atomics. Memory bound: the arithmetic is not the cost.
+// results are deterministic and need no atomics. Memory bound: the arithmetic is not the cost. sum_to
+// is the exception, a sum over rows: column_sums (tensor/cuda/column_sums.h), in the CPU kernel's order.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +13,7 @@
 #ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
 #include "tensor/cuda/cuda_runtime.h"
 #endif
+#include "tensor/cuda/column_sums.h"
 #include "tensor/cuda/device_math.h"
 #include "tensor/cuda/grid.h"
 #include "tensor/cuda/kernels.h"
@@ -72,15 +74,19 @@ __global__ void axpby_by_kernel(const T* s, double factor, const T* x, T beta, T
     y[i] = kReadY ? fused_multiply_add(alpha, x[i], beta * y[i]) : alpha * x[i];
 }
 
-// out[j] = the sum over rows of x[r, j]: one thread per column, rows in order, as on the CPU.
+// out[j] = the sum over rows of x[r, j], in T.
 template <class T>
-__global__ void sum_rows_kernel(const T* x, T* out, int64_t rows, int64_t inner) {
-  for (int64_t j = first_index(); j < inner; j += grid_stride()) {
-    T total = 0;
-    for (int64_t r = 0; r < rows; ++r) total += x[r * inner + j];
-    out[j] = total;
-  }
-}
+struct AddRowElement {
+  const T* x;
+  int64_t inner;
+  __device__ T operator()(T sum, int64_t r, int64_t j) const { return sum + x[r * inner + j]; }
+};
+
+template <class T>
+struct WriteColumnSum {
+  T* out;
+  __device__ void operator()(int64_t j, T total) const { out[j] = total; }
+};
 
 __global__ void round_to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = f32_to_bf16(x[i]);
@@ -255,11 +261,9 @@ void sum_to(const Tensor& x, Tensor& out) {
   const int64_t inner = out.numel();
   if (inner == 0) return;
   const DeviceGuard guard(x.device().index);
-  LT_FLOAT_SWITCH(x.dtype(), T, {
-    LT_CUDA_LAUNCH(blocks_for(inner), kThreadsPerBlock, sum_rows_kernel<T>)(
-        x.data<T>(), out.data<T>(), x.numel() / inner, inner);
-  });
-  LT_CUDA_CHECK(cudaGetLastError());
+  LT_FLOAT_SWITCH(x.dtype(), T,
+                  column_sums<T>(x.numel() / inner, inner, AddRowElement<T>{x.data<T>(), inner},
+                                 WriteColumnSum<T>{out.data<T>()}, x.device()));
 }
 
 void round_to_bf16(const Tensor& x, Tensor& y) {

@@ -11,6 +11,8 @@ namespace lt::LT_CUDA_NAMESPACE {
 inline constexpr int kThreadsPerBlock = 256;
 // Enough blocks to fill the largest GPUs many times over; beyond this, threads loop instead.
 inline constexpr int64_t kMaxBlocks = 8192;
+// The most blocks a grid's y dimension takes (CUDA's limit); beyond this, blocks loop.
+inline constexpr int64_t kMaxGridY = 65535;
 
 inline int blocks_for(int64_t n) {
   return static_cast<int>(std::min<int64_t>((n + kThreadsPerBlock - 1) / kThreadsPerBlock, kMaxBlocks));

@@ -2,11 +2,15 @@
 // (embedding lookup and its backward, MoE dispatch), top-k per row, and per-row column gather /
 // scatter-add, with the CPU kernels' results (tensor/cpu/index.cc).
 //
-// Determinism without atomics: scatter_add_rows gives each thread one column and walks the source rows
-// in order, so every output element receives its contributions in row order, exactly as on the CPU;
-// scatter_add_cols gives each thread one row, which only touches its own output row. The price is
-// parallelism over columns only in scatter_add_rows (the embedding backward): its rows are a serial
-// loop per thread.
+// Determinism without atomics: scatter_add_rows (the embedding backward) is a sorted segment reduction.
+// The source rows are put in a stable order by output row (a comparison sort: each block of kSortChunk
+// positions ranks its own, then each position adds, chunk by chunk, how many of the other chunks'
+// positions come before it, found by binary search), and one block per output row adds its segment to
+// it in source order, its threads over a tile of columns. So every output element receives its contributions
+// in row order, exactly as on the CPU, with the parallelism of rows times columns and no dependence on
+// the size of the output table. scatter_add_cols gives each thread one row, which only touches its own
+// output row.
+#include <algorithm>
 #include <cstdint>
 
 #ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
@@ -50,10 +54,82 @@ __global__ void gather_rows_kernel(const T* table, const I* idx, T* out, int64_t
     out[i] = table[static_cast<int64_t>(idx[i / cols]) * cols + i % cols];
 }
 
-template <class T, class I>
-__global__ void scatter_add_rows_kernel(const T* src, const I* idx, T* out, int64_t n, int64_t cols) {
-  for (int64_t c = first_index(); c < cols; c += grid_stride())
-    for (int64_t r = 0; r < n; ++r) out[static_cast<int64_t>(idx[r]) * cols + c] += src[r * cols + c];
+// The positions of scatter_add_rows' sort, ranked a block at a time: one thread per position.
+constexpr int64_t kSortChunk = kThreadsPerBlock;
+
+// Whether source position (row_a, a) comes before (row_b, b): by output row, then by position.
+__device__ inline bool sorts_before(int64_t row_a, int64_t a, int64_t row_b, int64_t b) {
+  return row_a < row_b || (row_a == row_b && a < b);
+}
+
+// Block c sorts positions [c kSortChunk, ...): chunk_rows_N and chunk_order_N hold each chunk's output
+// rows and positions in sorted order, chunk_rank_N each position's rank within its chunk. With one chunk,
+// that is the whole sort.
+template <class I>
+__global__ void sort_chunks_kernel(const I* idx_N, int64_t n, int64_t* chunk_rows_N, int64_t* chunk_order_N,
+                                   int64_t* chunk_rank_N) {
+  __shared__ int64_t rows[kSortChunk];
+  const int64_t chunks = (n + kSortChunk - 1) / kSortChunk, t = threadIdx.x;
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const int64_t begin = c * kSortChunk, size = n - begin < kSortChunk ? n - begin : kSortChunk;
+    if (t < size) rows[t] = static_cast<int64_t>(idx_N[begin + t]);
+    __syncthreads();
+    if (t < size) {
+      int64_t rank = 0;
+      for (int64_t u = 0; u < size; ++u) rank += sorts_before(rows[u], u, rows[t], t) ? 1 : 0;
+      chunk_rows_N[begin + rank] = rows[t];
+      chunk_order_N[begin + rank] = begin + t;
+      chunk_rank_N[begin + t] = rank;
+    }
+    __syncthreads();  // every thread has read the tile before the next chunk writes it
+  }
+}
+
+// Position i's rank in the whole sort: its rank in its chunk plus, for every other chunk, the count of
+// that chunk's positions that come before it (an earlier chunk's equal rows do, a later chunk's do not).
+template <class I>
+__global__ void place_sorted_kernel(const I* idx_N, const int64_t* chunk_rows_N, const int64_t* chunk_rank_N,
+                                    int64_t n, int64_t* order_N, int64_t* sorted_rows_N) {
+  const int64_t chunks = (n + kSortChunk - 1) / kSortChunk;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const int64_t row = static_cast<int64_t>(idx_N[i]), own = i / kSortChunk;
+    int64_t rank = chunk_rank_N[i];
+    for (int64_t c = 0; c < chunks; ++c) {
+      if (c == own) continue;
+      const int64_t* sorted = chunk_rows_N + c * kSortChunk;
+      int64_t lo = 0, hi = n - c * kSortChunk < kSortChunk ? n - c * kSortChunk : kSortChunk;
+      while (lo < hi) {
+        const int64_t mid = (lo + hi) / 2;
+        if (sorted[mid] < row || (c < own && sorted[mid] == row))
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      rank += lo;
+    }
+    order_N[rank] = i;
+    sorted_rows_N[rank] = row;
+  }
+}
+
+// The blocks at the start of each segment of equal rows (one per tile of columns, so that a frequent
+// row's long segment is shared out) add the segment's source rows to that output row, in source order;
+// the other blocks have nothing to do.
+template <class T>
+__global__ void add_segments_kernel(const T* src, const int64_t* order_N, const int64_t* sorted_rows_N, int64_t n,
+                                    int64_t cols, T* out) {
+  for (int64_t k = blockIdx.x; k < n; k += gridDim.x) {
+    const int64_t row = sorted_rows_N[k];
+    if (k > 0 && sorted_rows_N[k - 1] == row) continue;
+    int64_t end = k + 1;
+    while (end < n && sorted_rows_N[end] == row) ++end;
+    for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < cols;
+         j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+      T total = out[row * cols + j];
+      for (int64_t s = k; s < end; ++s) total += src[order_N[s] * cols + j];
+      out[row * cols + j] = total;
+    }
+  }
 }
 
 template <class T>
@@ -106,10 +182,29 @@ void scatter_add_rows(const Tensor& src, const Tensor& idx, Tensor& out) {
   const int64_t n = idx.numel(), cols = out.dim(1);
   if (n * cols == 0) return;
   const DeviceGuard guard(src.device().index);
-  LT_FLOAT_SWITCH(src.dtype(), T, LT_INDEX_SWITCH(idx.dtype(), I, {
-                    LT_CUDA_LAUNCH(blocks_for(cols), kThreadsPerBlock, scatter_add_rows_kernel<T, I>)(
-                        src.data<T>(), idx.data<I>(), out.data<T>(), n, cols);
-                  }));
+  // One buffer from the caching allocator: each chunk's sorted rows and positions, the ranks in the
+  // chunks, then the order of the source rows and their output rows in that order.
+  const int64_t chunks = (n + kSortChunk - 1) / kSortChunk;
+  Tensor sort_5N = Tensor::empty({5, n}, DType::I64, src.device());
+  int64_t* chunk_rows = sort_5N.data<int64_t>();
+  int64_t *chunk_order = chunk_rows + n, *chunk_rank = chunk_rows + 2 * n;
+  int64_t *order = chunk_order, *sorted_rows = chunk_rows;
+  LT_INDEX_SWITCH(idx.dtype(), I, {
+    LT_CUDA_LAUNCH(row_blocks(chunks), kSortChunk, sort_chunks_kernel<I>)(idx.data<I>(), n, chunk_rows, chunk_order,
+                                                                         chunk_rank);
+    if (chunks > 1) {
+      order = chunk_rows + 3 * n;
+      sorted_rows = chunk_rows + 4 * n;
+      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, place_sorted_kernel<I>)(idx.data<I>(), chunk_rows, chunk_rank, n,
+                                                                             order, sorted_rows);
+    }
+  });
+  LT_FLOAT_SWITCH(src.dtype(), T, {
+    const int64_t tiles = std::min<int64_t>((cols + kThreadsPerBlock - 1) / kThreadsPerBlock, kMaxGridY);
+    const dim3 grid(static_cast<unsigned>(row_blocks(n)), static_cast<unsigned>(tiles));
+    LT_CUDA_LAUNCH(grid, kThreadsPerBlock, add_segments_kernel<T>)(src.data<T>(), order, sorted_rows, n, cols,
+                                                                  out.data<T>());
+  });
   LT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -3,15 +3,16 @@
 // x * rstd is formed before the weight multiplies it.
 //
 // One block per row (a grid-stride loop over rows): its threads stride over the row's columns, then
-// add their partial sums with block_sum (tensor/cuda/block_reduce.h). dw, a sum over all rows, is one
-// thread per column adding the rows in order. Nothing uses atomics, so every output has the same bits
-// run after run.
+// add their partial sums with block_sum (tensor/cuda/block_reduce.h). dw, a sum over all rows, is
+// column_sums (tensor/cuda/column_sums.h): chunks of rows summed in T, then the chunks in order. Nothing
+// uses atomics, so every output has the same bits run after run.
 #include <cstdint>
 
 #ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
 #include "tensor/cuda/cuda_runtime.h"
 #endif
 #include "tensor/cuda/block_reduce.h"
+#include "tensor/cuda/column_sums.h"
 #include "tensor/cuda/grid.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/dtype_switch.h"
@@ -53,15 +54,23 @@ __global__ void rmsnorm_dx_kernel(const T* x_NC, const T* w_C, const T* rstd_N, 
   }
 }
 
-// dw += sum over rows of dy (x rstd): one thread per column, rows in order.
+// dw += sum over rows of dy (x rstd), summed in T as the CPU kernel sums it.
 template <class T>
-__global__ void rmsnorm_dw_kernel(const T* x_NC, const T* rstd_N, const T* dy_NC, T* dw_C, int64_t N, int64_t C) {
-  for (int64_t j = first_index(); j < C; j += grid_stride()) {
-    T total = 0;
-    for (int64_t n = 0; n < N; ++n) total += dy_NC[n * C + j] * (x_NC[n * C + j] * rstd_N[n]);
-    dw_C[j] += total;
+struct AddWeightGradTerm {
+  const T* x_NC;
+  const T* rstd_N;
+  const T* dy_NC;
+  int64_t C;
+  __device__ T operator()(T sum, int64_t n, int64_t j) const {
+    return sum + dy_NC[n * C + j] * (x_NC[n * C + j] * rstd_N[n]);
   }
-}
+};
+
+template <class T>
+struct AddToWeightGrad {
+  T* dw_C;
+  __device__ void operator()(int64_t j, T total) const { dw_C[j] += total; }
+};
 
 }  // namespace
 
@@ -83,8 +92,8 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
   LT_FLOAT_SWITCH(x.dtype(), T, {
     LT_CUDA_LAUNCH(row_blocks(N), kRowThreads, rmsnorm_dx_kernel<T>)
     (x.data<T>(), w.data<T>(), rstd.data<T>(), dy.data<T>(), dx.data<T>(), N, C, add_to_dx);
-    LT_CUDA_LAUNCH(blocks_for(C), kThreadsPerBlock, rmsnorm_dw_kernel<T>)(x.data<T>(), rstd.data<T>(), dy.data<T>(),
-                                                                          dw.data<T>(), N, C);
+    column_sums<T>(N, C, AddWeightGradTerm<T>{x.data<T>(), rstd.data<T>(), dy.data<T>(), C},
+                   AddToWeightGrad<T>{dw.data<T>()}, x.device());
   });
   LT_CUDA_CHECK(cudaGetLastError());
 }

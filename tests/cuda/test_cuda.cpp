@@ -381,6 +381,24 @@ OpCase index_case(DType dtype, DType id_dtype) {
           }};
 }
 
+// The column sums past one chunk of 64 rows and one tile of 128 columns (partial last ones), and the
+// scatter-add of rows past one sort chunk of 256 source rows, with a row named by every third source row
+// and rows named by none: the CPU's order of additions, so bit for bit.
+OpCase column_sums_case(DType dtype, DType id_dtype) {
+  return {"column sums sorted scatter_add_rows", std::string(dtype_name(dtype)) + " " + dtype_name(id_dtype), 0.0,
+          [dtype, id_dtype](Device device) {
+            const Tensor x = input({330, 293}, 42, dtype, device);
+            Tensor sums = Tensor::full({293}, kNaN, dtype, device), inv_norm = Tensor::full({293}, kNaN, dtype, device);
+            kernels::sum_to(x, sums);
+            kernels::column_inv_norm(x, 1e-6, inv_norm);
+            const Tensor idx = ids_on(
+                {600}, [](int64_t i) { return i % 3 == 0 ? 7 : (i * 13 + i / 5) % 41; }, id_dtype, device);
+            Tensor acc = input({50, 293}, 43, dtype, device);
+            kernels::scatter_add_rows(input({600, 293}, 44, dtype, device), idx, acc);
+            return Outputs{{"sum_to", sums}, {"column_inv_norm", inv_norm}, {"scatter_add_rows", acc}};
+          }};
+}
+
 // Column slices in and out of a matrix, and NormHead's inverse column norms: bit for bit.
 OpCase slice_case(DType dtype) {
   return {"copy_cols add_to_cols column_inv_norm", dtype_name(dtype), 0.0, [dtype](Device device) {
@@ -702,6 +720,7 @@ std::vector<OpCase> cuda_cases() {
     for (const DType id_dtype : {DType::I32, DType::I64}) {
       cases.push_back(cross_entropy_case(dtype, id_dtype, f32 ? 1e-5 : 1e-13));
       cases.push_back(index_case(dtype, id_dtype));
+      cases.push_back(column_sums_case(dtype, id_dtype));
     }
     cases.push_back(slice_case(dtype));
     // The device's cos, sin and pow (f64: within 2 ulp, glibc's within 1) make the f64 tables differ in
@@ -857,6 +876,29 @@ TEST_F(CudaDevice, OutOfRangeIdsAreOneClearErrorFromTheDevice) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "cross_entropy: target id 11 (row 2) is outside the vocabulary [0, 10)");
   }
+}
+
+// No atomics in the column sums (RMSNorm's dw among them, which the table compares only to rounding)
+// or the scatter-add: two runs on the device give the same bits.
+TEST_F(CudaDevice, ColumnSumsAndTheScatterAddRepeatBitForBit) {
+  const int64_t rows = 130, cols = 300, sources = 520;
+  const Tensor x = random_tensor({rows, cols}, 51).to(gpu()), dy = random_tensor({rows, cols}, 52).to(gpu());
+  const Tensor w = random_tensor({cols}, 53).to(gpu()), src = random_tensor({sources, cols}, 54).to(gpu());
+  Tensor y = Tensor::empty({rows, cols}, DType::F32, gpu()), rstd = Tensor::empty({rows}, DType::F32, gpu());
+  kernels::rmsnorm(x, w, 1e-6, y, rstd);
+  const Tensor idx = Tensor::zeros({sources}, DType::I64, gpu());  // one segment across three sort chunks
+  auto run = [&] {
+    Tensor dx = Tensor::empty({rows, cols}, DType::F32, gpu()), dw = Tensor::zeros({cols}, DType::F32, gpu());
+    kernels::rmsnorm_backward(x, w, rstd, dy, dx, dw);
+    Tensor sums = Tensor::empty({cols}, DType::F32, gpu()), inv_norm = Tensor::empty({cols}, DType::F32, gpu());
+    kernels::sum_to(x, sums);
+    kernels::column_inv_norm(x, 1e-6, inv_norm);
+    Tensor acc = Tensor::zeros({3, cols}, DType::F32, gpu());
+    kernels::scatter_add_rows(src, idx, acc);
+    return std::vector<Tensor>{dw, sums, inv_norm, acc};
+  };
+  const std::vector<Tensor> first = run(), second = run();
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(host_bytes(first[i]), host_bytes(second[i])) << "output " << i;
 }
 
 TEST_F(CudaDevice, CachingAllocatorReusesDeviceBlocks) {

@@ -598,6 +598,79 @@ TEST(CudaEmulation, ColumnSlicesAndNormHeadScalesMatchTheCpuKernels) {
     }
 }
 
+// ---- column_sums.h (sum_to, RMSNorm's dw, NormHead's norms) and the sorted scatter-add ----------------
+
+// Past one chunk of 64 rows (64 and 65 on either side of the first boundary, a partial last chunk, 6
+// chunks) and one tile of 128 columns (a partial last tile): sum_to and the column norms bit for bit
+// with the CPU, which adds in the same chunked order; dw to rounding (the CPU cuts its own chunks there),
+// on fewer rows (each dx row is a block of emulated threads). Each kernel run twice gives the same bits.
+TEST(CudaEmulation, ColumnSumsOverSeveralChunksAndTilesMatchTheCpuKernels) {
+  using Shapes = std::vector<std::pair<int64_t, int64_t>>;
+  for (DType dtype : {DType::F32, DType::F64}) {
+    for (const auto& [rows, cols] : Shapes{{64, 1}, {65, 129}, {197, 293}, {330, 3}}) {
+      const std::string where = std::string(dtype_name(dtype)) + " [" + std::to_string(rows) + ", " +
+                                std::to_string(cols) + "]";
+      const Tensor x = test::random_tensor({rows, cols}, 111, dtype);
+      Tensor sums = Tensor::empty({cols}, dtype), sums_e = Tensor::full({cols}, NAN, dtype);
+      Tensor sums_again = Tensor::full({cols}, NAN, dtype);
+      kernels::sum_to(x, sums);
+      cuda_emulated::sum_to(x, sums_e);
+      cuda_emulated::sum_to(x, sums_again);
+      expect_same_bits(sums_e, sums, "sum_to " + where);
+      expect_same_bits(sums_again, sums_e, "sum_to twice " + where);
+
+      Tensor inv = Tensor::empty({cols}, dtype), inv_e = Tensor::full({cols}, NAN, dtype);
+      Tensor inv_again = Tensor::full({cols}, NAN, dtype);
+      kernels::column_inv_norm(x, 1e-6, inv);
+      cuda_emulated::column_inv_norm(x, 1e-6, inv_e);
+      cuda_emulated::column_inv_norm(x, 1e-6, inv_again);
+      expect_same_bits(inv_e, inv, "column_inv_norm " + where);
+      expect_same_bits(inv_again, inv_e, "column_inv_norm twice " + where);
+    }
+    for (const auto& [rows, cols] : Shapes{{65, 129}, {197, 3}}) {
+      const double tolerance = dtype == DType::F32 ? 1e-5 : 1e-13;
+      const std::string where = std::string(dtype_name(dtype)) + " [" + std::to_string(rows) + ", " +
+                                std::to_string(cols) + "]";
+      const Tensor x = test::random_tensor({rows, cols}, 111, dtype), w = test::random_tensor({cols}, 112, dtype);
+      const Tensor dy = test::random_tensor({rows, cols}, 113, dtype), dw0 = test::random_tensor({cols}, 114, dtype);
+      Tensor y = Tensor::empty({rows, cols}, dtype), rstd = Tensor::empty({rows}, dtype);
+      kernels::rmsnorm(x, w, 1e-6, y, rstd);
+      Tensor dx = Tensor::empty({rows, cols}, dtype), dx_e = dx.clone(), dx_again = dx.clone();
+      Tensor dw = dw0.clone(), dw_e = dw0.clone(), dw_again = dw0.clone();
+      kernels::rmsnorm_backward(x, w, rstd, dy, dx, dw);
+      cuda_emulated::rmsnorm_backward(x, w, rstd, dy, dx_e, dw_e, false);
+      cuda_emulated::rmsnorm_backward(x, w, rstd, dy, dx_again, dw_again, false);
+      test::expect_close(values(dw_e), values(dw), tolerance, tolerance, "rmsnorm dw " + where);
+      expect_same_bits(dw_again, dw_e, "rmsnorm dw twice " + where);
+    }
+  }
+}
+
+// Source rows across several sort chunks of 256 (one short of a chunk, one past it, three with a partial
+// last one), a row that takes every third source row, rows no source row names, ids not sorted, and
+// rows wider than the segment block's 256 threads: bit for bit with the CPU, which adds each output
+// row's contributions in source order, as the segments do. Run twice, the same bits.
+TEST(CudaEmulation, ScatterAddRowsAsSortedSegmentsMatchesTheCpuKernel) {
+  for (DType dtype : {DType::F32, DType::F64})
+    for (DType id_dtype : {DType::I32, DType::I64})
+      for (const auto& [n, cols] : std::vector<std::pair<int64_t, int64_t>>{{255, 3}, {257, 300}, {520, 1}}) {
+        const int64_t rows = 50;  // ids reach rows 0..40 only: 41..49 receive nothing
+        std::vector<int64_t> ids(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = i % 3 == 0 ? 7 : (i * 13 + i / 5) % 41;
+        const Tensor idx = Tensor::from_vector({n}, ids).to(id_dtype);
+        const Tensor src = test::random_tensor({n, cols}, 121, dtype);
+        const Tensor acc0 = test::random_tensor({rows, cols}, 122, dtype);
+        Tensor acc = acc0.clone(), acc_e = acc0.clone(), acc_again = acc0.clone();
+        kernels::scatter_add_rows(src, idx, acc);
+        cuda_emulated::scatter_add_rows(src, idx, acc_e);
+        cuda_emulated::scatter_add_rows(src, idx, acc_again);
+        const std::string where = std::string(dtype_name(dtype)) + " " + dtype_name(id_dtype) + " n " +
+                                  std::to_string(n) + " cols " + std::to_string(cols);
+        expect_same_bits(acc_e, acc, "scatter_add_rows " + where);
+        expect_same_bits(acc_again, acc_e, "scatter_add_rows twice " + where);
+      }
+}
+
 // ---- rope.cu -------------------------------------------------------------------------------------
 
 // Head dims whose half is and is not a multiple of the CPU vector width (its scalar tail rounds the
