@@ -8,6 +8,7 @@
 #include "autograd/ops.h"
 #include "autograd/profile.h"
 #include "moe/stats.h"
+#include "tensor/bf16_shadow.h"
 #include "tensor/derive_seed.h"
 #include "tensor/kernels.h"
 
@@ -144,6 +145,15 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   // micro-batches, and one at the end.
   StepReadback readback;
   std::vector<MicroBatchFigures> figures;
+  // Mixed precision on a GPU: the weights rounded to bf16 once per step, for every matmul of its forward
+  // and backward (tensor/bf16_shadow.h); the update comes after the scope.
+  std::optional<Bf16Shadow> bf16_weights;
+  if (kernels::matmul_precision() == kernels::MatmulPrecision::BF16Inputs && !params_.values().is_cpu()) {
+    if (!values_bf16_.defined())
+      values_bf16_ = Tensor::empty(params_.values().shape(), DType::BF16, params_.values().device());
+    kernels::convert(params_.values(), values_bf16_);
+    bf16_weights.emplace(params_.values(), values_bf16_);
+  }
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const TokenBatch& batch = micro_batches[i];
     const Clock::time_point t0 = Clock::now();
@@ -176,6 +186,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     stats.sequences += batch.inputs.dim(0);
   }
 
+  bf16_weights.reset();
   const Clock::time_point t2 = Clock::now();
   if (hooks_.after_backward) hooks_.after_backward(params_);
   {

@@ -109,6 +109,7 @@ class Trainer {
   Objective objective_;
   FlatParameters params_;
   AdamW optimizer_;
+  Tensor values_bf16_;  // the values rounded to bf16 for a step's matmuls (--dtype bf16 on a GPU)
   StepHooks hooks_;
   TrainState state_;
 };

@@ -14,6 +14,7 @@
 #include "tensor/cuda/cuda_runtime.h"
 #endif
 #include "tensor/cuda/column_sums.h"
+#include "tensor/bf16_shadow.h"
 #include "tensor/cuda/device_math.h"
 #include "tensor/cuda/grid.h"
 #include "tensor/cuda/kernels.h"
@@ -282,6 +283,14 @@ void widen_bf16(const Tensor& x, Tensor& y) {
   LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, widen_bf16_kernel)(static_cast<const uint16_t*>(x.raw_data()),
                                                                     y.data<float>(), n);
   LT_CUDA_CHECK(cudaGetLastError());
+}
+
+Tensor bf16_operand(const Tensor& x) {
+  Tensor x16 = bf16_shadow_of(x);
+  if (x16.defined()) return x16;
+  x16 = Tensor::empty(x.shape(), DType::BF16, x.device());
+  round_to_bf16(x, x16);
+  return x16;
 }
 
 void convert(const Tensor& x, Tensor& y) {

@@ -63,11 +63,9 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   const cublasHandle_t handle = cublas_handle(device);
   device_count::blas_call(2 * static_cast<uint64_t>(G * M) * static_cast<uint64_t>(N * K));
   if (precision == MatmulPrecision::BF16Inputs && a.dtype() == DType::F32) {
-    // Mixed precision: both operands rounded to bf16 (round to nearest even, as on the host), the
-    // products summed in f32 on the tensor cores into the f32 c.
-    Tensor a16 = Tensor::empty(a.shape(), DType::BF16, a.device()), b16 = Tensor::empty(b.shape(), DType::BF16, b.device());
-    round_to_bf16(a, a16);
-    round_to_bf16(b, b16);
+    // Mixed precision: both operands rounded to bf16 (round to nearest even, as on the host; a weight
+    // once per step), the products summed in f32 on the tensor cores into the f32 c.
+    const Tensor a16 = bf16_operand(a), b16 = bf16_operand(b);
     const float alpha32 = static_cast<float>(alpha), beta32 = static_cast<float>(beta);
     LT_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(handle, op_b, op_a, N, rows, K, &alpha32, b16.raw_data(), CUDA_R_16BF,
                                                   ld_b, stride_b, a16.raw_data(), CUDA_R_16BF, ld_a, M * K, &beta32,

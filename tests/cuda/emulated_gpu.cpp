@@ -85,9 +85,9 @@ void copy_bytes(void* dst, Device, const void* src, Device, size_t bytes) {
   if (bytes > 0) std::memmove(dst, src, bytes);
 }
 
-// cuBLAS's part: the CPU GEMM on the same (host) memory. Mixed precision rounds copies of the operands
-// to bf16 values first (round_to_bf16, the kernel a real run uses, and back), which an f32 GEMM then
-// multiplies exactly and sums in f32, as the tensor cores do.
+// cuBLAS's part: the CPU GEMM on the same (host) memory. Mixed precision takes the bf16 operands a real
+// run takes (bf16_operand: a weight's copy, else round_to_bf16), widened back to f32, which an f32 GEMM
+// then multiplies exactly and sums in f32, as the tensor cores do.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta,
             MatmulPrecision precision) {
   // Counted as tensor/cuda/gemm.cu's calls are: one cuBLAS call, or with nothing to sum one kernel.
@@ -97,8 +97,7 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   if (precision == MatmulPrecision::F32 || a.dtype() != DType::F32)
     return cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta, MatmulPrecision::F32);
   auto rounded = [](const Tensor& x) {
-    Tensor x16 = Tensor::empty(x.shape(), DType::BF16, x.device());
-    round_to_bf16(x, x16);
+    const Tensor x16 = bf16_operand(x);
     // The device's bytes are host bytes: read without a counted copy (cuBLAS reads them on the device).
     Tensor host16 = Tensor::empty(x.shape(), DType::BF16, Device::cpu());
     std::memcpy(host16.raw_data(), x16.raw_data(), x16.nbytes());
