@@ -51,8 +51,16 @@ struct ColumnNormalizeNode : Node {
 };
 
 // Rows of h per chunk of logits: [256, V] floats at a time instead of [N, V], and enough rows that the
-// chunk's GEMM into the head's gradient (K = rows) runs near full speed.
+// chunk's GEMM into the head's gradient (K = rows) runs near full speed. On a GPU, where each chunk's
+// handful of launches costs more than its arithmetic at small V, chunks of up to 128 MiB of logits
+// (moe-m's 2,048 tokens in one chunk; Ling-Lite's 126k vocabulary in chunks of 265 rows).
 constexpr int64_t kHeadRowsPerChunk = 256;
+constexpr int64_t kGpuHeadChunkBytes = int64_t{128} << 20;
+int64_t head_rows_per_chunk(const Tensor& w_VH) {
+  if (w_VH.is_cpu()) return kHeadRowsPerChunk;
+  const int64_t row_bytes = w_VH.dim(0) * static_cast<int64_t>(dtype_size(w_VH.dtype()));
+  return std::max(kHeadRowsPerChunk, kGpuHeadChunkBytes / std::max<int64_t>(row_bytes, 1));
+}
 
 // One pass of the rows of h [N, H] through the head W [V, H] against targets [N], chunk by chunk. Of the
 // outputs below it computes those that are defined.
@@ -99,7 +107,7 @@ void run_head_pass(const HeadPass& p) {
   Tensor dhead = p.dhead_VH;
   // No rows: no GEMM below overwrites the head's gradient, which is zero.
   if (N == 0 && dhead.defined()) dhead.zero_();
-  const int64_t chunk = std::min(N, kHeadRowsPerChunk);
+  const int64_t chunk = std::min(N, head_rows_per_chunk(w));
   Tensor logits = Tensor::empty({chunk, V}, w.dtype(), w.device());
   Tensor scaled_h = p.norm == HeadNorm::None ? Tensor() : Tensor::empty({chunk, H}, h.dtype(), h.device());
   for (int64_t start = 0; start < N; start += chunk) {
