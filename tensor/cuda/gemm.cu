@@ -111,18 +111,28 @@ bool grouped_gemm(const GroupedGemm& g, MatmulPrecision precision) {
   // second, each with its own transpose flag and its stored row length as leading dimension. One group per
   // problem: the experts' row counts differ.
   const auto problems = static_cast<int64_t>(g.m.size());
-  const std::vector<cublasOperation_t> op_b(problems, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
-  const std::vector<cublasOperation_t> op_a(problems, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
-  const std::vector<int64_t> ld_b(problems, g.b.dim(-1)), ld_a(problems, g.a.dim(-1)), ld_c(problems, g.c.dim(-1));
+  std::vector<cublasOperation_t> op_a, op_b;
+  std::vector<int64_t> ld_a, ld_b, ld_c;
+  std::vector<double> beta;
+  for (int64_t j = 0; j < problems; ++j) {
+    const GroupedGemm::Part& part = g.part_of(j);
+    op_a.push_back(part.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+    op_b.push_back(part.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
+    ld_a.push_back(part.a.dim(-1));
+    ld_b.push_back(part.b.dim(-1));
+    ld_c.push_back(part.c.dim(-1));
+    beta.push_back(part.beta);
+  }
   const std::vector<int64_t> group_size(problems, 1);
   const int64_t* pointers = g.pointers.data<int64_t>();
   const int64_t stride = g.pointers.dim(1);
   const auto a_j = reinterpret_cast<const void* const*>(pointers);
   const auto b_j = reinterpret_cast<const void* const*>(pointers + stride);
   const auto c_j = reinterpret_cast<void* const*>(pointers + 2 * stride);
-  const cublasHandle_t handle = cublas_handle(g.c.device().index);
-  if (g.a.dtype() == DType::F64) {
-    const std::vector<double> alpha(problems, 1.0), beta(problems, g.beta);
+  const GroupedGemm::Part& first = g.parts.front();
+  const cublasHandle_t handle = cublas_handle(first.c.device().index);
+  if (first.a.dtype() == DType::F64) {
+    const std::vector<double> alpha(problems, 1.0);
     LT_CUBLAS_CHECK(cublasDgemmGroupedBatched_64(
         handle, op_b.data(), op_a.data(), g.n.data(), g.m.data(), g.k.data(), alpha.data(),
         reinterpret_cast<const double* const*>(b_j), ld_b.data(), reinterpret_cast<const double* const*>(a_j),
@@ -130,15 +140,15 @@ bool grouped_gemm(const GroupedGemm& g, MatmulPrecision precision) {
     device_count::blas_call(g.flops());
     return true;
   }
-  const std::vector<float> alpha(problems, 1.0f), beta(problems, static_cast<float>(g.beta));
-  const bool bf16 = g.a.dtype() == DType::BF16;
+  const std::vector<float> alpha32(problems, 1.0f), beta32(beta.begin(), beta.end());
+  const bool bf16 = first.a.dtype() == DType::BF16;
   const cudaDataType_t operand_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   // TF32 on the tensor cores only where every matrix is aligned for them; otherwise exact f32.
   const cublasComputeType_t compute =
       precision == MatmulPrecision::TF32 && !bf16 && g.aligned16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const cublasStatus_t status = cublasGemmGroupedBatchedEx_64(
-      handle, op_b.data(), op_a.data(), g.n.data(), g.m.data(), g.k.data(), alpha.data(), b_j, operand_type,
-      ld_b.data(), a_j, operand_type, ld_a.data(), beta.data(), c_j, CUDA_R_32F, ld_c.data(), problems,
+      handle, op_b.data(), op_a.data(), g.n.data(), g.m.data(), g.k.data(), alpha32.data(), b_j, operand_type,
+      ld_b.data(), a_j, operand_type, ld_a.data(), beta32.data(), c_j, CUDA_R_32F, ld_c.data(), problems,
       group_size.data(), compute);
   if (bf16 && (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)) {
     grouped_bf16_refused.store(true, std::memory_order_relaxed);

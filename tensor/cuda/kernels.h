@@ -29,6 +29,8 @@ namespace lt::LT_CUDA_NAMESPACE {
 
 using kernels::AdamWStep;
 using kernels::BinaryOp;
+using kernels::GroupedProduct;
+using kernels::GroupedWeightGrad;
 using kernels::IndexRange;
 using kernels::MatmulPrecision;
 using kernels::OutOfRange;
@@ -46,27 +48,35 @@ inline constexpr int64_t kMaxAttentionHeadDim = 128;
 // (index.cu).
 OutOfRange first_out_of_range(const Tensor& ids, const IndexRange& range);
 
-// The grouped GEMMs over a dispatch's segments (grouped_matmul.h): one grouped_gemm over the experts
-// with rows. offsets are on the device, host_offsets is their host copy (the front door's, or a
-// DispatchPlan's), from which the problems' sizes come.
-void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets, const Tensor& host_offsets,
-                    Tensor& out, double beta, MatmulPrecision precision);
-void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets, const Tensor& host_offsets,
-                         Tensor& dw, double beta, MatmulPrecision precision);
+// The grouped GEMMs over a dispatch's segments (grouped_matmul.h), the operands already gathered (no
+// a_rows or b_rows): one grouped_gemm over the experts with rows per product, or per pair of products
+// independent of each other. offsets are on the device, host_offsets is their host copy (the front
+// door's, or a DispatchPlan's), from which the problems' sizes come.
+void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& offsets, const Tensor& host_offsets,
+                     MatmulPrecision precision);
+void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Tensor& offsets,
+                          const Tensor& host_offsets, MatmulPrecision precision);
 
-// One grouped GEMM: problem j is the row-major c_j [m_j, n_j] = op(a_j) op(b_j) + beta c_j, where a_j,
-// b_j and c_j are whole rows of the (row-major, contiguous) operands a, b and c, which start at the
-// addresses in pointers (i64 [3, E >= problems] on the device: a_j's, b_j's, c_j's in column j) and
-// keep the operands' row lengths. a and b are f32, f64, or bf16 (rounded copies: products summed in f32) with c f32.
+// One grouped GEMM of one or more parts: problem j of part p is the row-major c_j [m_j, n_j] = op(a_j)
+// op(b_j) + beta c_j, where a_j, b_j and c_j are whole rows of the part's (row-major, contiguous)
+// operands a, b and c, start at the addresses in pointers (i64 [3, stride >= problems] on the device:
+// a_j's, b_j's, c_j's in column j) and keep the operands' row lengths. Part p's problems are
+// [p P, (p + 1) P), P = problems_per_part(). a and b are f32, f64, or bf16 (rounded copies: products
+// summed in f32) with c f32; every part has the same dtypes.
 struct GroupedGemm {
-  Tensor a, b, c;
-  bool trans_a, trans_b;
-  double beta;
+  struct Part {
+    Tensor a, b, c;
+    bool trans_a, trans_b;
+    double beta;
+  };
+  std::vector<Part> parts;
   std::vector<int64_t> m, n, k;  // per problem
   Tensor pointers;
   // Every address is 16-byte aligned, as cuBLAS's tensor-core kernels for arrays of pointers need.
   bool aligned16;
 
+  int64_t problems_per_part() const { return static_cast<int64_t>(m.size() / parts.size()); }
+  const Part& part_of(int64_t j) const { return parts[static_cast<size_t>(j / problems_per_part())]; }
   // 2 m n k summed over the problems, as the device counters count a BLAS call's work.
   uint64_t flops() const {
     uint64_t sum = 0;

@@ -189,11 +189,10 @@ void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& 
   if constexpr (kCudaBackend) {
     if (!products.front().a.is_cpu()) {
       GatheredCopies copies;
-      for (const GroupedProduct& p : products) {
-        Tensor out = p.out;
-        cuda::grouped_matmul(copies.of(p.a, p.a_rows), p.w, p.trans_w, offsets, host, out, p.beta, matmul_precision());
-      }
-      return;
+      std::vector<GroupedProduct> gathered;
+      for (const GroupedProduct& p : products)
+        gathered.push_back({copies.of(p.a, p.a_rows), p.w, p.trans_w, p.out, p.beta});
+      return cuda::grouped_matmuls(gathered, offsets, host, matmul_precision());
     }
   }
   cpu::grouped_matmuls(products, offsets, matmul_precision());
@@ -224,12 +223,10 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
   if constexpr (kCudaBackend) {
     if (!grads.front().a.is_cpu()) {
       GatheredCopies copies;
-      for (const GroupedWeightGrad& g : grads) {
-        Tensor dw = g.dw;
-        cuda::grouped_weight_grad(copies.of(g.a, g.a_rows), copies.of(g.b, g.b_rows), offsets, host, dw, g.beta,
-                                  matmul_precision());
-      }
-      return;
+      std::vector<GroupedWeightGrad> gathered;
+      for (const GroupedWeightGrad& g : grads)
+        gathered.push_back({copies.of(g.a, g.a_rows), copies.of(g.b, g.b_rows), g.dw, g.beta});
+      return cuda::grouped_weight_grads(gathered, offsets, host, matmul_precision());
     }
   }
   cpu::grouped_weight_grads(grads, offsets, matmul_precision());

@@ -140,12 +140,13 @@ bool grouped_gemm(const GroupedGemm& g, MatmulPrecision) {
   const int64_t* pointers = g.pointers.data<int64_t>();
   const int64_t stride = g.pointers.dim(1);
   for (int64_t j = 0; j < problems; ++j) {
-    const Tensor a = rows_at(g.a, pointers[j], g.trans_a ? g.k[j] : g.m[j]);
-    const Tensor b = rows_at(g.b, pointers[stride + j], g.trans_b ? g.n[j] : g.k[j]);
-    Tensor c = rows_at(g.c, pointers[2 * stride + j], g.m[j]);
-    LT_CHECK(c.dim(1) == g.n[j] && (g.trans_a ? a.dim(1) == g.m[j] : a.dim(1) == g.k[j]),
+    const GroupedGemm::Part& part = g.part_of(j);
+    const Tensor a = rows_at(part.a, pointers[j], part.trans_a ? g.k[j] : g.m[j]);
+    const Tensor b = rows_at(part.b, pointers[stride + j], part.trans_b ? g.n[j] : g.k[j]);
+    Tensor c = rows_at(part.c, pointers[2 * stride + j], g.m[j]);
+    LT_CHECK(c.dim(1) == g.n[j] && a.dim(1) == (part.trans_a ? g.m[j] : g.k[j]),
              "emulated grouped GEMM: problem ", j, " does not fit its operands");
-    cpu::matmul(multiplied(a), g.trans_a, multiplied(b), g.trans_b, c, 1.0, g.beta, MatmulPrecision::F32);
+    cpu::matmul(multiplied(a), part.trans_a, multiplied(b), part.trans_b, c, 1.0, part.beta, MatmulPrecision::F32);
   }
   return true;
 }

@@ -671,7 +671,8 @@ OpCase bf16_matmul_case(const GemmShape& s, bool trans_a, bool trans_b) {
 
 // The grouped GEMMs, one grouped call each on the GPU, on segments of every kind: empty experts first,
 // last and between (a written weight gradient's are zeroed over NaN), one row, uneven lengths; written
-// and added, through the offsets' host copy as a DispatchPlan passes it. Under bf16 inputs the CPU run
+// and added, two products in one call (transposed and not), through the offsets' host copy as a
+// DispatchPlan passes it. Under bf16 inputs the CPU run
 // rounds the operands itself (bf16_matmul_case); K = 16 keeps every bf16 row 16-byte aligned (one
 // grouped call), K = 13 does not (expert by expert). TF32 is plain f32 off the GPU: on one, its
 // tolerance is TF32's (10 mantissa bits).
@@ -697,7 +698,7 @@ OpCase grouped_case(DType dtype, kernels::MatmulPrecision precision, int64_t K, 
             Tensor dw = Tensor::full({E, K, N}, kNaN, dtype, device), dw_added = input({E, K, N}, 86, dtype, device);
             kernels::set_matmul_precision(precision);
             kernels::grouped_matmuls(
-                {{a, w, true, out, 0.0}, {a, w, true, out_added, 1.0}, {a, w_plain, false, out_plain, 0.0}}, offsets,
+                {{a, w, true, out, 0.0}, {a, w_plain, false, out_plain, 0.0}, {a, w, true, out_added, 1.0}}, offsets,
                 host_offsets);
             kernels::grouped_weight_grads({{a, g, dw, 0.0}, {a, g, dw_added, 1.0}}, offsets, host_offsets);
             kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
