@@ -338,11 +338,12 @@ Json run_step_bench(const StepBenchOptions& o) {
     std::printf("%s: batch %lld x seq %lld, %s (%s), %s matmuls, %lld warm-up + %lld measured steps\n",
                 config.name.c_str(), static_cast<long long>(B), static_cast<long long>(T),
                 count_of(threads, "thread").c_str(), device_name.c_str(),
-                bf16 ? "bf16" : "f32", static_cast<long long>(o.warmup), static_cast<long long>(o.steps));
+                kernels::matmul_precision_name(o.matmul_precision), static_cast<long long>(o.warmup),
+                static_cast<long long>(o.steps));
   else
     std::printf("%s: batch %lld x seq %lld on %s (%s), %s matmuls, %lld warm-up + %lld measured steps\n",
                 config.name.c_str(), static_cast<long long>(B), static_cast<long long>(T), device.str().c_str(),
-                device_name.c_str(), bf16 ? "bf16" : "f32", static_cast<long long>(o.warmup),
+                device_name.c_str(), kernels::matmul_precision_name(o.matmul_precision), static_cast<long long>(o.warmup),
                 static_cast<long long>(o.steps));
   std::fflush(stdout);
 
@@ -431,7 +432,7 @@ Json run_step_bench(const StepBenchOptions& o) {
                  {"cpu_l2_kib", cpu_l2_cache_bytes() >> 10},
                  {"device", device.str()},
                  {"device_name", device_name},
-                 {"matmul_dtype", bf16 ? "bf16" : "f32"},
+                 {"matmul_dtype", kernels::matmul_precision_name(o.matmul_precision)},
                  {"step_ms", round_to(step * 1e3, 3)},
                  {"step_ms_min", round_to(*std::min_element(step_s.begin(), step_s.end()) * 1e3, 3)},
                  {"step_ms_max", round_to(*std::max_element(step_s.begin(), step_s.end()) * 1e3, 3)},

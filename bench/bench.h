@@ -29,7 +29,7 @@ struct StepBenchOptions {
   uint64_t seed = 1;
   bool profile = false;  // per-op breakdown of the measured steps (autograd/profile.h)
   std::string device = "cpu";  // --device: cpu, cuda or cuda:N (tensor/device.h)
-  kernels::MatmulPrecision matmul_precision = kernels::MatmulPrecision::F32;  // --dtype bf16: GPU only
+  kernels::MatmulPrecision matmul_precision = kernels::MatmulPrecision::F32;  // --dtype bf16 or tf32
 };
 
 // The dense peaks of a GPU, by its name (the vendor's datasheet figures, TFLOP/s): bf16 on the tensor

@@ -124,7 +124,8 @@ void apply_threads(const Flags& flags) {
 kernels::MatmulPrecision matmul_precision_from_flag(const std::string& dtype) {
   if (dtype == "f32") return kernels::MatmulPrecision::F32;
   if (dtype == "bf16") return kernels::MatmulPrecision::BF16Inputs;
-  fail("flag --dtype must be f32 or bf16, got '", dtype, "'");
+  if (dtype == "tf32") return kernels::MatmulPrecision::TF32;
+  fail("flag --dtype must be f32, bf16 or tf32, got '", dtype, "'");
 }
 
 }  // namespace lt::cli

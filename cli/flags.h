@@ -62,8 +62,9 @@ FlagSpec threads_flag();
 // --threads 0 (the default): one thread per core this process may use, shared with the other processes
 // an MPI launcher started on this machine.
 void apply_threads(const Flags& flags);
-// --dtype: f32, or bf16 (mixed precision: the matmuls take bf16 operands on a GPU or a CPU with
-// AVX512_BF16, everything else f32).
+// --dtype: f32, bf16 (mixed precision: the matmuls take bf16 operands on a GPU or a CPU with
+// AVX512_BF16, everything else f32), or tf32 (a GPU mode: f32 matmuls on the tensor cores as TF32;
+// plain f32 on a CPU).
 kernels::MatmulPrecision matmul_precision_from_flag(const std::string& dtype);
 
 }  // namespace lt::cli

@@ -82,8 +82,9 @@ std::vector<FlagSpec> run_flags(StageKind kind) {
       {"straggle", "", "RANK:FACTOR: that rank's steps take FACTOR times as long (to measure uneven hardware)"},
       {"tokenizer", "", "a byte-level BPE tokenizer.json (kept in checkpoints; default: the byte tokenizer)"},
       {"device", "cpu", "cpu, cuda or cuda:N (under mpirun one GPU per rank, --dist dp)"},
-      {"dtype", "f32", "f32 or bf16 (matmuls take bf16 operands with f32 accumulation on a GPU or a CPU with "
-                       "AVX512_BF16; weights and checkpoints stay f32)"},
+      {"dtype", "f32", "f32, bf16 or tf32 (bf16: matmuls take bf16 operands with f32 accumulation on a GPU or a "
+                       "CPU with AVX512_BF16; tf32: f32 matmuls on a GPU's tensor cores as TF32, plain f32 on a CPU; "
+                       "weights and checkpoints stay f32)"},
       {"save-dtype", "f32", "f32 or bf16: the checkpoints' weights"}};
   specs.insert(specs.end(), common.begin(), common.end());
   return specs;

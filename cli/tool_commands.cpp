@@ -108,7 +108,8 @@ int cmd_bench(const Args& args) {
        {"profile", "0", "1: time per op"},
        {"part", "all", "without --config: kernels, steps or all"},
        {"device", "cpu", "with --config: cpu, cuda or cuda:N"},
-       {"dtype", "f32", "with --config: f32 or bf16 (on a GPU, or a CPU with AVX512_BF16)"}},
+       {"dtype", "f32", "with --config: f32, bf16 (on a GPU, or a CPU with AVX512_BF16) or tf32 (a GPU mode: "
+                        "plain f32 on a CPU)"}},
       args);
   apply_threads(flags);
   const int64_t steps = flags.positive("steps"), warmup = flags.integer("warmup");

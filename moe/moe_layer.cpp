@@ -43,12 +43,12 @@ Variable MoEBlock::forward(const Variable& x_BTH, MoEContext& context) {
   const Routing routing =
       route(x_NH, *gate_weight_EH_, router, *router_warmup_, context.rng ? *context.rng : no_rng);
   context.aux_losses.push_back(routing.aux_loss);
-  context.stats.push_back(expert_stats(routing));
   if (context.routing_trace != nullptr)
     context.routing_trace->push_back({routing.expert_ids.to(Device::cpu()), routing.weights.value().to(Device::cpu()),
                                       routing.probs.to(Device::cpu()), routing.lse.to(Device::cpu())});
 
   const DispatchPlan plan = plan_dispatch(routing.expert_ids, settings_.num_experts);
+  context.stats.push_back(expert_stats(routing, plan));
   Variable out_NH = moe_experts(x_NH, routing.weights, plan, *gate_proj_EIH_, *up_proj_EIH_, *down_proj_EHI_);
   // The shared experts' down projection adds the routed experts' sum as it writes its result.
   if (shared_experts_ != nullptr) out_NH = shared_experts_->forward(x_NH, out_NH);

@@ -9,23 +9,25 @@ namespace {
 
 // The grouped GEMMs of the routed experts (kernels::grouped_matmuls, grouped_weight_grads) over the
 // plan's segments, counted by the profiler under `phase` (they run in both directions). The gate and up
-// projections go together, expert by expert, so that the operand they share stays in cache.
-void expert_matmuls(profile::Phase phase, const std::vector<kernels::GroupedProduct>& products, const Tensor& offsets) {
+// projections go together, expert by expert, so that the operand they share stays in cache. Each
+// reads the segment bounds from the plan's host copy of the offsets: no wait for the device.
+void expert_matmuls(profile::Phase phase, const std::vector<kernels::GroupedProduct>& products,
+                    const DispatchPlan& plan) {
   LT_PROFILE_PHASE_SCOPE("grouped_matmul", phase);
-  kernels::grouped_matmuls(products, offsets);
+  kernels::grouped_matmuls(products, plan.offsets, plan.host_offsets);
 }
 
 // Expert weight gradients, each into its target (the stacked weight's gradient buffer when it has one).
-void expert_weight_grads(const std::vector<kernels::GroupedWeightGrad>& grads, const Tensor& offsets) {
+void expert_weight_grads(const std::vector<kernels::GroupedWeightGrad>& grads, const DispatchPlan& plan) {
   LT_PROFILE_PHASE_SCOPE("grouped_matmul", profile::Phase::Backward);
-  kernels::grouped_weight_grads(grads, offsets);
+  kernels::grouped_weight_grads(grads, plan.offsets, plan.host_offsets);
 }
 
 struct MoEExpertsNode : Node {
   SavedTensor saved_x_NH;
   SavedTensor saved_gate_MI, saved_up_MI;  // the SwiGLU's pre-activations
   Tensor w_NK, gate_EIH, up_EIH, down_EHI;
-  Tensor token_of, position_of, offsets;
+  DispatchPlan plan;
   const char* name() const override { return "moe_experts"; }
 
   // The rows of x and of the incoming gradient in expert order (row m is token token_of[m]'s) are never
@@ -42,11 +44,11 @@ struct MoEExpertsNode : Node {
     GradTarget ddown;
     {
       Tensor wh_MI = Tensor::empty_like(gate_MI);
-      expert_matmuls(profile::Phase::Backward, {{g_NH, down_EHI, false, dgate_MI, 0.0, token_of}}, offsets);
-      kernels::swiglu_combine_backward(w_NK, position_of, gate_MI, up_MI, dgate_MI, wh_MI, dup_MI, dw);
+      expert_matmuls(profile::Phase::Backward, {{g_NH, down_EHI, false, dgate_MI, 0.0, plan.token_of}}, plan);
+      kernels::swiglu_combine_backward(w_NK, plan.position_of, gate_MI, up_MI, dgate_MI, wh_MI, dup_MI, dw);
       if (needs_grad(4)) {
         ddown = grad_target(4, down_EHI);
-        expert_weight_grads({{g_NH, wh_MI, ddown.tensor, ddown.beta, token_of}}, offsets);
+        expert_weight_grads({{g_NH, wh_MI, ddown.tensor, ddown.beta, plan.token_of}}, plan);
       }
     }
     GradTarget dgate, dup;
@@ -55,25 +57,25 @@ struct MoEExpertsNode : Node {
       std::vector<kernels::GroupedWeightGrad> grads;
       if (needs_grad(2)) {
         dgate = grad_target(2, gate_EIH);
-        grads.push_back({dgate_MI, x_NH, dgate.tensor, dgate.beta, {}, token_of});
+        grads.push_back({dgate_MI, x_NH, dgate.tensor, dgate.beta, {}, plan.token_of});
       }
       if (needs_grad(3)) {
         dup = grad_target(3, up_EIH);
-        grads.push_back({dup_MI, x_NH, dup.tensor, dup.beta, {}, token_of});
+        grads.push_back({dup_MI, x_NH, dup.tensor, dup.beta, {}, plan.token_of});
       }
-      expert_weight_grads(grads, offsets);
+      expert_weight_grads(grads, plan);
     }
     Tensor dx;
     if (needs_grad(0)) {
       // dx_M = dgate W_gate + dup W_up per expert, then summed back to the tokens.
       Tensor dx_MH = Tensor::empty({M, gate_EIH.dim(2)}, g_NH.dtype(), g_NH.device());
       expert_matmuls(profile::Phase::Backward,
-                     {{dgate_MI, gate_EIH, false, dx_MH, 0.0}, {dup_MI, up_EIH, false, dx_MH, 1.0}}, offsets);
+                     {{dgate_MI, gate_EIH, false, dx_MH, 0.0}, {dup_MI, up_EIH, false, dx_MH, 1.0}}, plan);
       // Each token's k rows summed in slot order, written once: the combine at unit weights (a
       // scatter-add would zero dx first and then read and write each token's row k times), added to x's
       // gradient where its other uses (the shared expert, the router) have begun it.
       GradTarget dx_target = grad_target(0, g_NH);
-      kernels::combine_rows(dx_MH, Tensor::full(w_NK.shape(), 1.0, w_NK.dtype(), w_NK.device()), position_of,
+      kernels::combine_rows(dx_MH, Tensor::full(w_NK.shape(), 1.0, w_NK.dtype(), w_NK.device()), plan.position_of,
                             dx_target.tensor, dx_target.beta);
       dx = dx_target.returned();
     }
@@ -102,14 +104,13 @@ Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchP
   const int64_t M = w.numel();
   Tensor gate_MI = Tensor::empty({M, I}, x.dtype(), x.device()), up_MI = Tensor::empty_like(gate_MI);
   expert_matmuls(profile::Phase::Forward,
-                 {{x, gate, true, gate_MI, 0.0, plan.token_of}, {x, up, true, up_MI, 0.0, plan.token_of}},
-                 plan.offsets);
+                 {{x, gate, true, gate_MI, 0.0, plan.token_of}, {x, up, true, up_MI, 0.0, plan.token_of}}, plan);
   Tensor out = Tensor::empty_like(x);
   {
     Tensor h_MI = Tensor::empty_like(gate_MI);
     kernels::swiglu(gate_MI, up_MI, h_MI);
     Tensor y_MH = Tensor::empty({M, H}, x.dtype(), x.device());
-    expert_matmuls(profile::Phase::Forward, {{h_MI, down, true, y_MH, 0.0}}, plan.offsets);
+    expert_matmuls(profile::Phase::Forward, {{h_MI, down, true, y_MH, 0.0}}, plan);
     kernels::combine_rows(y_MH, w, plan.position_of, out);
   }
   auto node = std::make_shared<MoEExpertsNode>();
@@ -121,9 +122,7 @@ Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchP
     node->down_EHI = down;
     node->saved_gate_MI = SavedTensor::activation(gate_MI);
     node->saved_up_MI = SavedTensor::activation(up_MI);
-    node->token_of = plan.token_of;
-    node->position_of = plan.position_of;
-    node->offsets = plan.offsets;
+    node->plan = plan;
   }
   return make_result(out, node, {x_NH, w_NK, gate_EIH, up_EIH, down_EHI});
 }

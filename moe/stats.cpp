@@ -36,4 +36,14 @@ ExpertStats expert_stats(const Routing& routing) {
   return s;
 }
 
+ExpertStats expert_stats(const Routing& routing, const DispatchPlan& plan) {
+  ExpertStats s = expert_stats(routing);
+  const int64_t E = plan.host_offsets.numel() - 1;
+  const int64_t* offsets = plan.host_offsets.data<int64_t>();
+  s.tokens_per_expert = Tensor::empty({E}, DType::I64);
+  int64_t* load = s.tokens_per_expert.data<int64_t>();
+  for (int64_t e = 0; e < E; ++e) load[e] = offsets[e + 1] - offsets[e];
+  return s;
+}
+
 }  // namespace lt

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "moe/dispatch.h"
 #include "moe/router.h"
 
 namespace lt {
@@ -18,9 +19,10 @@ struct LoadSummary {
 LoadSummary summarize_load(const std::vector<int64_t>& tokens_per_expert);
 
 // On the routing's device, so that collecting them costs the step no wait; the trainer reads them when
-// it logs.
+// it logs. The load is already on the host where a dispatch plan gave it.
 struct ExpertStats {
-  Tensor tokens_per_expert;  // [E] assignments per expert (sum = N k): the routing's counts_E
+  Tensor tokens_per_expert;  // [E] assignments per expert (sum = N k): the routing's counts_E, or i64 on
+                             // the CPU from a plan's host offsets
   Tensor routing_entropy;    // f64 [1]: mean over tokens of -sum_e p log p (nats; max log E)
   Tensor balance;            // f64 [1]: unscaled load-balance loss (1 at perfect balance)
   Tensor z;                  // f64 [1]: unscaled z-loss
@@ -28,5 +30,8 @@ struct ExpertStats {
 };
 
 ExpertStats expert_stats(const Routing& routing);
+// The same, with the load taken from the plan of that routing's dispatch (its host offsets, already
+// copied once for the grouped GEMMs): the step reads no more of the device for it.
+ExpertStats expert_stats(const Routing& routing, const DispatchPlan& plan);
 
 }  // namespace lt

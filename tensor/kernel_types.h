@@ -17,11 +17,17 @@ enum DpoStat {
 // The binary elementwise ops: one kernel per backend, parameterised by the op.
 enum class BinaryOp { Add, Sub, Mul };
 
-// The precision of matmuls of f32 tensors (kernels::set_matmul_precision): exact f32, or mixed
+// The precision of matmuls of f32 tensors (kernels::set_matmul_precision): exact f32; mixed
 // precision, the operands rounded to bf16 as they enter the tensor cores (GPU) or the bf16 packing of
-// the GEMM (CPUs with AVX512_BF16) and the products summed in f32 into an f32 result. Everything else (master weights, optimiser state, norms, softmax
-// statistics, losses) stays f32 either way.
-enum class MatmulPrecision { F32, BF16Inputs };
+// the GEMM (CPUs with AVX512_BF16) and the products summed in f32 into an f32 result; or TF32, a GPU
+// mode: cuBLAS may round the f32 operands to TF32 (10 mantissa bits) on the tensor cores and sum in f32
+// (CUBLAS_COMPUTE_32F_FAST_TF32), while the CPU and the emulated GPU multiply in plain f32. Everything
+// else (master weights, optimiser state, norms, softmax statistics, losses) stays f32 either way.
+enum class MatmulPrecision { F32, BF16Inputs, TF32 };
+// Its name as --dtype spells it: f32, bf16 or tf32.
+inline const char* matmul_precision_name(MatmulPrecision precision) {
+  return precision == MatmulPrecision::BF16Inputs ? "bf16" : precision == MatmulPrecision::TF32 ? "tf32" : "f32";
+}
 
 // One product of kernels::grouped_matmuls: for each expert e with rows R_e, out[R_e] = a[R_e] w[e]^T
 // (trans_w) or a[R_e] w[e], plus beta out[R_e].

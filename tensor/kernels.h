@@ -52,8 +52,8 @@ bool device_indices_trusted();
 OutOfRange first_out_of_range_on_host(const Tensor& ids, const IndexRange& range);
 
 // The precision of every later matmul (and grouped matmul) of f32 tensors: process-wide, set once per
-// run (--dtype bf16). On the CPU, BF16Inputs takes effect where cpu_has_bf16_matmul() and matmuls of
-// more than 12 rows (the rest stay f32); f64 is always exact.
+// run (--dtype bf16, --dtype tf32). On the CPU, BF16Inputs takes effect where cpu_has_bf16_matmul() and
+// matmuls of more than 12 rows (the rest stay f32), and TF32 is plain f32; f64 is always exact.
 void set_matmul_precision(MatmulPrecision precision);
 MatmulPrecision matmul_precision();
 // True when this CPU has a bf16 GEMM (AVX512_BF16: Zen 4, Sapphire Rapids and later).

@@ -68,11 +68,15 @@ void RunControl::begin_stage() {
   trainer_.optimizer().settings().weight_decay = stage.weight_decay;
   if (s.step == first_step_ || recipe.stages.size() > 1) {
     const ParameterCount counts = count_parameters(model.config());
+    const kernels::MatmulPrecision matmuls = kernels::matmul_precision();
+    const std::string precision = matmuls == kernels::MatmulPrecision::F32
+                                      ? ""
+                                      : format_text("; %s matmuls", kernels::matmul_precision_name(matmuls));
     sink_.event(format_text("%s%s: %.2fM parameters (%.2fM active per token); %s data %s; %s%s",
                             recipe.stages.size() > 1 ? ("stage " + stage.name + ", model ").c_str() : "model ",
                             model.config().name.c_str(), counts.total / 1e6, counts.active / 1e6, stage_kind_name(stage.kind),
                             batches_->description().c_str(), count_of(num_threads(), "thread").c_str(),
-                            kernels::matmul_precision() == kernels::MatmulPrecision::BF16Inputs ? "; bf16 matmuls" : ""));
+                            precision.c_str()));
   }
 }
 

@@ -93,16 +93,19 @@ RunSetup::RunSetup(const Recipe& requested, const RunOptions& options) : options
   open_world();
   LT_CHECK(options_.straggle_rank < world_->size(), "--straggle: rank ", options_.straggle_rank, " is outside the ",
            world_->size(), " ranks");
-  // --dtype bf16 on a CPU without a bf16 GEMM (no AVX512_BF16) keeps f32, and says so below.
+  // --dtype bf16 on a CPU without a bf16 GEMM (no AVX512_BF16), and --dtype tf32 (a GPU mode) on any CPU,
+  // keep f32, and say so below.
   const bool bf16_stays_f32 = options_.matmul_precision == kernels::MatmulPrecision::BF16Inputs && device_.is_cpu() &&
                               !kernels::cpu_has_bf16_matmul();
-  precision_.emplace(bf16_stays_f32 ? kernels::MatmulPrecision::F32 : options_.matmul_precision);
+  const bool tf32_stays_f32 = options_.matmul_precision == kernels::MatmulPrecision::TF32 && device_.is_cpu();
+  precision_.emplace(bf16_stays_f32 || tf32_stays_f32 ? kernels::MatmulPrecision::F32 : options_.matmul_precision);
   check_same_run_on_every_rank(*world_, recipe_.to_json().dump() + options_.out_dir + options_.resume +
                                             dist_json().dump() + options_.spike_guard.to_json().dump() +
                                             options_.tokenizer);
   if (!lead()) discard_.reset(std::fopen("/dev/null", "w"));
   out_ = lead() ? options_.progress : discard_.get();
   if (bf16_stays_f32) std::fprintf(out_, "--dtype bf16: this CPU has no AVX512_BF16, so the matmuls stay f32\n");
+  if (tf32_stays_f32) std::fprintf(out_, "--dtype tf32: TF32 is a GPU mode, so the matmuls on the CPU stay f32\n");
   make_model_and_tokenizer();
   if (!resuming()) size_stages();
 }

@@ -1,5 +1,9 @@
 // Matrix multiply on the GPU through cuBLAS: c = alpha * op(a) @ op(b) + beta * c, plain or batched,
-// in one strided-batched call. Host code only; nvcc compiles it with the CUDA backend.
+// in one strided-batched call; and the experts' grouped GEMMs, one grouped-batched call each (with the
+// small kernel of grouped_matmul.h that writes their addresses). nvcc compiles it with the CUDA backend.
+#include <atomic>
+#include <vector>
+
 #include "tensor/cuda/cuda_runtime.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/dtype_switch.h"
@@ -73,6 +77,15 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
                                                   CUBLAS_GEMM_DEFAULT));
     return;
   }
+  if (precision == MatmulPrecision::TF32 && a.dtype() == DType::F32) {
+    // The f32 operands enter the tensor cores as TF32 (cuBLAS rounds them), the products summed in f32.
+    const float alpha32 = static_cast<float>(alpha), beta32 = static_cast<float>(beta);
+    LT_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(handle, op_b, op_a, N, rows, K, &alpha32, b.raw_data(), CUDA_R_32F,
+                                                  ld_b, stride_b, a.raw_data(), CUDA_R_32F, ld_a, M * K, &beta32,
+                                                  c.raw_data(), CUDA_R_32F, N, M * N, batches,
+                                                  CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   LT_FLOAT_SWITCH(a.dtype(), T,
                   LT_CUBLAS_CHECK(gemm_strided_batched(handle, op_b, op_a, N, rows, K, T(alpha), b.data<T>(), ld_b,
                                                        stride_b, a.data<T>(), ld_a, M * K, T(beta), c.data<T>(), N,
@@ -81,6 +94,70 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
 
 }  // namespace lt::cuda
 
-// The grouped GEMMs, one matmul per expert segment. The segment bounds come from the front door's host
-// copy of the offsets (read once per call, not once per expert), since cuBLAS takes its sizes on the host.
+namespace lt::cuda {
+namespace {
+
+// Set once this process's cuBLAS has refused bf16 inputs with an f32 result in a grouped call.
+std::atomic<bool> grouped_bf16_refused{false};
+
+}  // namespace
+
+bool grouped_gemm_takes_bf16() { return !grouped_bf16_refused.load(std::memory_order_relaxed); }
+
+bool grouped_gemm(const GroupedGemm& g, MatmulPrecision precision) {
+  // Column-major, as matmul above: problem j's c_j^T = op(b_j)^T op(a_j)^T, so b comes first and a
+  // second, each with its own transpose flag and its stored row length as leading dimension. One group per
+  // problem: the experts' row counts differ.
+  const auto problems = static_cast<int64_t>(g.m.size());
+  std::vector<cublasOperation_t> op_a, op_b;
+  std::vector<int64_t> ld_a, ld_b, ld_c;
+  std::vector<double> beta;
+  for (int64_t j = 0; j < problems; ++j) {
+    const GroupedGemm::Part& part = g.part_of(j);
+    op_a.push_back(part.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+    op_b.push_back(part.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
+    ld_a.push_back(part.a.dim(-1));
+    ld_b.push_back(part.b.dim(-1));
+    ld_c.push_back(part.c.dim(-1));
+    beta.push_back(part.beta);
+  }
+  const std::vector<int64_t> group_size(problems, 1);
+  const int64_t* pointers = g.pointers.data<int64_t>();
+  const int64_t stride = g.pointers.dim(1);
+  const auto a_j = reinterpret_cast<const void* const*>(pointers);
+  const auto b_j = reinterpret_cast<const void* const*>(pointers + stride);
+  const auto c_j = reinterpret_cast<void* const*>(pointers + 2 * stride);
+  const GroupedGemm::Part& first = g.parts.front();
+  const cublasHandle_t handle = cublas_handle(first.c.device().index);
+  if (first.a.dtype() == DType::F64) {
+    const std::vector<double> alpha(problems, 1.0);
+    LT_CUBLAS_CHECK(cublasDgemmGroupedBatched_64(
+        handle, op_b.data(), op_a.data(), g.n.data(), g.m.data(), g.k.data(), alpha.data(),
+        reinterpret_cast<const double* const*>(b_j), ld_b.data(), reinterpret_cast<const double* const*>(a_j),
+        ld_a.data(), beta.data(), reinterpret_cast<double* const*>(c_j), ld_c.data(), problems, group_size.data()));
+    device_count::blas_call(g.flops());
+    return true;
+  }
+  const std::vector<float> alpha32(problems, 1.0f), beta32(beta.begin(), beta.end());
+  const bool bf16 = first.a.dtype() == DType::BF16;
+  const cudaDataType_t operand_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  // TF32 on the tensor cores only where every matrix is aligned for them; otherwise exact f32.
+  const cublasComputeType_t compute =
+      precision == MatmulPrecision::TF32 && !bf16 && g.aligned16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cublasStatus_t status = cublasGemmGroupedBatchedEx_64(
+      handle, op_b.data(), op_a.data(), g.n.data(), g.m.data(), g.k.data(), alpha32.data(), b_j, operand_type,
+      ld_b.data(), a_j, operand_type, ld_a.data(), beta32.data(), c_j, CUDA_R_32F, ld_c.data(), problems,
+      group_size.data(), compute);
+  if (bf16 && (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)) {
+    grouped_bf16_refused.store(true, std::memory_order_relaxed);
+    return false;
+  }
+  LT_CUBLAS_CHECK(status);
+  device_count::blas_call(g.flops());
+  return true;
+}
+
+}  // namespace lt::cuda
+
+// The grouped GEMMs over the experts, each one grouped_gemm above.
 #include "tensor/cuda/grouped_matmul.h"  // IWYU pragma: keep

@@ -29,6 +29,8 @@ namespace lt::LT_CUDA_NAMESPACE {
 
 using kernels::AdamWStep;
 using kernels::BinaryOp;
+using kernels::GroupedProduct;
+using kernels::GroupedWeightGrad;
 using kernels::IndexRange;
 using kernels::MatmulPrecision;
 using kernels::OutOfRange;
@@ -51,16 +53,54 @@ OutOfRange first_out_of_range(const Tensor& ids, const IndexRange& range);
 void pack_bytes(const std::vector<Tensor>& sources, Tensor& packed);
 inline constexpr int kPackSources = 32;
 
-// The grouped GEMMs over a dispatch's segments, via cuBLAS (gemm.cu); host_offsets is the front door's
-// host copy of the segment offsets.
-void grouped_matmul(const Tensor& a, const Tensor& w, bool trans_w, const Tensor& host_offsets, Tensor& out,
-                    double beta, MatmulPrecision precision);
-void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& host_offsets, Tensor& dw, double beta,
-                         MatmulPrecision precision);
+// The grouped GEMMs over a dispatch's segments (grouped_matmul.h), the operands already gathered (no
+// a_rows or b_rows): one grouped_gemm over the experts with rows per product, or per pair of products
+// independent of each other. offsets are on the device, host_offsets is their host copy (the front
+// door's, or a DispatchPlan's), from which the problems' sizes come.
+void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& offsets, const Tensor& host_offsets,
+                     MatmulPrecision precision);
+void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Tensor& offsets,
+                          const Tensor& host_offsets, MatmulPrecision precision);
+
+// One grouped GEMM of one or more parts: problem j of part p is the row-major c_j [m_j, n_j] = op(a_j)
+// op(b_j) + beta c_j, where a_j, b_j and c_j are whole rows of the part's (row-major, contiguous)
+// operands a, b and c, start at the addresses in pointers (i64 [3, stride >= problems] on the device:
+// a_j's, b_j's, c_j's in column j) and keep the operands' row lengths. Part p's problems are
+// [p P, (p + 1) P), P = problems_per_part(). a and b are f32, f64, or bf16 (rounded copies: products
+// summed in f32) with c f32; every part has the same dtypes.
+struct GroupedGemm {
+  struct Part {
+    Tensor a, b, c;
+    bool trans_a, trans_b;
+    double beta;
+  };
+  std::vector<Part> parts;
+  std::vector<int64_t> m, n, k;  // per problem
+  Tensor pointers;
+  // Every address is 16-byte aligned, as cuBLAS's tensor-core kernels for arrays of pointers need.
+  bool aligned16;
+
+  int64_t problems_per_part() const { return static_cast<int64_t>(m.size() / parts.size()); }
+  const Part& part_of(int64_t j) const { return parts[static_cast<size_t>(j / problems_per_part())]; }
+  // 2 m n k summed over the problems, as the device counters count a BLAS call's work.
+  uint64_t flops() const {
+    uint64_t sum = 0;
+    for (size_t j = 0; j < m.size(); ++j)
+      sum += 2 * static_cast<uint64_t>(m[j]) * static_cast<uint64_t>(n[j]) * static_cast<uint64_t>(k[j]);
+    return sum;
+  }
+};
+// The grouped GEMM in one call (gemm.cu: cuBLAS's grouped-batched GEMM, one group per problem since the
+// experts' row counts differ; TF32 precision multiplies aligned f32 operands on the tensor cores).
+// Returns false, having queued nothing, where this cuBLAS refuses bf16 inputs with an f32 result
+// (the combination is not in every version's list for the grouped call); grouped_gemm_takes_bf16()
+// then says false, and the caller multiplies expert by expert.
+bool grouped_gemm(const GroupedGemm& g, MatmulPrecision precision);
+bool grouped_gemm_takes_bf16();
 
 // c = alpha * op(a) @ op(b) + beta * c with the contract of kernels::matmul, f32 or f64, via cuBLAS;
 // with BF16Inputs, f32 operands are rounded to bf16 (round_to_bf16) and multiplied on the tensor cores
-// with f32 accumulation.
+// with f32 accumulation; with TF32, f32 operands go to the tensor cores as TF32 (f32 sums).
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta,
             MatmulPrecision precision);
 

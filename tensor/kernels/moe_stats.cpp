@@ -24,20 +24,26 @@ void check_expert_ids(const Tensor& ids, int64_t N, int64_t E, const char* op) {
   LT_CHECK(bad.position < 0, op, ": expert id ", bad.value, " outside [0, ", E, ")");
 }
 
-// The expert segments of a dispatch: offsets i64 [E + 1], non-decreasing from 0 to `rows`, returned
-// as a host copy (the same tensor on the CPU): the grouped GEMMs loop over the segments on the host,
-// and cuBLAS takes its sizes there.
-Tensor checked_segment_offsets(const Tensor& offsets, const Tensor& a, int64_t E, int64_t rows, const char* op) {
-  LT_CHECK(offsets.defined() && offsets.dtype() == DType::I64, op, ": offsets must be i64, got ",
-           offsets.defined() ? offsets.str() : "undefined");
-  check_shape(offsets, {E + 1}, op, "offsets");
+// The offsets of a dispatch on the host: host_offsets where the caller has them (then nothing waits for
+// the device), else a copy of offsets (the same tensor on the CPU). cuBLAS takes its group sizes there.
+Tensor host_segment_offsets(const Tensor& offsets, const Tensor& host_offsets, const Tensor& a, const char* op) {
+  LT_CHECK(offsets.defined() && offsets.dtype() == DType::I64 && offsets.ndim() == 1, op,
+           ": offsets must be i64 [E + 1], got ", offsets.defined() ? offsets.str() : "undefined");
   check_device(offsets, a, op, "offsets");
-  const Tensor host = offsets.to(Device::cpu());
-  const int64_t* off = host.data<int64_t>();
+  if (!host_offsets.defined()) return offsets.to(Device::cpu());
+  LT_CHECK(host_offsets.is_cpu() && host_offsets.dtype() == DType::I64 && host_offsets.shape() == offsets.shape(), op,
+           ": host_offsets must be the offsets' i64 ", shape_str(offsets.shape()), " copy on the CPU, got ",
+           host_offsets.str());
+  return host_offsets;
+}
+
+// The expert segments of a dispatch, on their host copy: E + 1 offsets, non-decreasing from 0 to `rows`.
+void check_segments(const Tensor& host_offsets, int64_t E, int64_t rows, const char* op) {
+  check_shape(host_offsets, {E + 1}, op, "offsets");
+  const int64_t* off = host_offsets.data<int64_t>();
   LT_CHECK(off[0] == 0 && off[E] == rows, op, ": offsets span [", off[0], ", ", off[E], "), expected [0, ", rows, ")");
   for (int64_t e = 0; e < E; ++e)
     LT_CHECK(off[e] <= off[e + 1], op, ": offsets decrease at expert ", e, " (", off[e], " > ", off[e + 1], ")");
-  return host;
 }
 
 }  // namespace
@@ -164,10 +170,10 @@ class GatheredCopies {
 
 }  // namespace
 
-void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& offsets) {
+void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& offsets, const Tensor& host_offsets) {
   const char* op = "grouped_matmul";
   LT_CHECK(!products.empty(), op, ": no products");
-  Tensor host_offsets;
+  const Tensor host = host_segment_offsets(offsets, host_offsets, products.front().a, op);
   for (const auto& [a, w, trans_w, out, beta, a_rows] : products) {
     check_float(a, op, "a");
     check_like(w, a, op, "w");
@@ -178,16 +184,15 @@ void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& 
                  out.dim(1) == w.dim(trans_w ? 1 : 2),
              op, ": a ", a.str(), (a_rows.defined() ? " (gathered)" : ""), ", w ", w.str(),
              (trans_w ? " (transposed)" : ""), " and out ", out.str(), " do not fit");
-    host_offsets = checked_segment_offsets(offsets, a, w.dim(0), M, op);
+    check_segments(host, w.dim(0), M, op);
   }
   if constexpr (kCudaBackend) {
     if (!products.front().a.is_cpu()) {
       GatheredCopies copies;
-      for (const GroupedProduct& p : products) {
-        Tensor out = p.out;
-        cuda::grouped_matmul(copies.of(p.a, p.a_rows), p.w, p.trans_w, host_offsets, out, p.beta, matmul_precision());
-      }
-      return;
+      std::vector<GroupedProduct> gathered;
+      for (const GroupedProduct& p : products)
+        gathered.push_back({copies.of(p.a, p.a_rows), p.w, p.trans_w, p.out, p.beta});
+      return cuda::grouped_matmuls(gathered, offsets, host, matmul_precision());
     }
   }
   cpu::grouped_matmuls(products, offsets, matmul_precision());
@@ -197,10 +202,11 @@ void grouped_weight_grad(const Tensor& a, const Tensor& b, const Tensor& offsets
   grouped_weight_grads({{a, b, dw, beta}}, offsets);
 }
 
-void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Tensor& offsets) {
+void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Tensor& offsets,
+                          const Tensor& host_offsets) {
   const char* op = "grouped_weight_grad";
   LT_CHECK(!grads.empty(), op, ": no gradients");
-  Tensor host_offsets;
+  const Tensor host = host_segment_offsets(offsets, host_offsets, grads.front().a, op);
   for (const auto& [a, b, dw, beta, a_rows, b_rows] : grads) {
     check_float(a, op, "a");
     check_like(b, a, op, "b");
@@ -212,17 +218,15 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
              op, ": a ", a.str(), (a_rows.defined() ? " (gathered)" : ""), ", b ", b.str(),
              (b_rows.defined() ? " (gathered)" : ""), " and dw ", dw.str(), " do not fit ([M, P], [M, Q], [E, P, Q])");
     LT_CHECK(beta == 0 || beta == 1, op, ": beta must be 0 or 1, got ", beta);
-    host_offsets = checked_segment_offsets(offsets, a, dw.dim(0), M, op);
+    check_segments(host, dw.dim(0), M, op);
   }
   if constexpr (kCudaBackend) {
     if (!grads.front().a.is_cpu()) {
       GatheredCopies copies;
-      for (const GroupedWeightGrad& g : grads) {
-        Tensor dw = g.dw;
-        cuda::grouped_weight_grad(copies.of(g.a, g.a_rows), copies.of(g.b, g.b_rows), host_offsets, dw, g.beta,
-                                  matmul_precision());
-      }
-      return;
+      std::vector<GroupedWeightGrad> gathered;
+      for (const GroupedWeightGrad& g : grads)
+        gathered.push_back({copies.of(g.a, g.a_rows), copies.of(g.b, g.b_rows), g.dw, g.beta});
+      return cuda::grouped_weight_grads(gathered, offsets, host, matmul_precision());
     }
   }
   cpu::grouped_weight_grads(grads, offsets, matmul_precision());

@@ -39,26 +39,29 @@ void add_to_cols(const Tensor& src, int64_t start, Tensor& dst) {
 void copy_to_host(const std::vector<Tensor>& sources, std::vector<Tensor>& copies) {
   const char* op = "copy_to_host";
   copies.clear();
-  if (sources.empty()) return;
+  std::vector<Tensor> on_device;
   int64_t packed_bytes = 0;
   for (const Tensor& source : sources) {
     LT_CHECK(source.defined(), op, ": a source is undefined");
-    check_device(source, sources.front(), op, "every source");
-    packed_bytes += (static_cast<int64_t>(source.nbytes()) + 7) / 8 * 8;
     copies.push_back(Tensor::empty(source.shape(), source.dtype(), Device::cpu()));
+    if (source.is_cpu()) {
+      copies.back().copy_from(source);
+      continue;
+    }
+    if (!on_device.empty()) check_device(source, on_device.front(), op, "every source off the host");
+    on_device.push_back(source);
+    packed_bytes += (static_cast<int64_t>(source.nbytes()) + 7) / 8 * 8;
   }
-  if (sources.front().is_cpu()) {
-    for (size_t i = 0; i < sources.size(); ++i) copies[i].copy_from(sources[i]);
-    return;
-  }
+  if (on_device.empty()) return;
   if constexpr (kCudaBackend) {
-    Tensor packed = Tensor::empty({packed_bytes / 8}, DType::I64, sources.front().device());
-    cuda::pack_bytes(sources, packed);
+    Tensor packed = Tensor::empty({packed_bytes / 8}, DType::I64, on_device.front().device());
+    cuda::pack_bytes(on_device, packed);
     const Tensor host = packed.to(Device::cpu());
     const char* bytes = static_cast<const char*>(host.raw_data());
-    for (Tensor& copy : copies) {
-      std::memcpy(copy.raw_data(), bytes, copy.nbytes());
-      bytes += (copy.nbytes() + 7) / 8 * 8;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      if (sources[i].is_cpu()) continue;
+      std::memcpy(copies[i].raw_data(), bytes, copies[i].nbytes());
+      bytes += (copies[i].nbytes() + 7) / 8 * 8;
     }
   }
 }

@@ -99,7 +99,7 @@ expect_error "unknown schedule" "unknown lr schedule 'bogus'" "$bin" pretrain "$
 expect_error "unknown dist" "unknown --dist 'bogus'" "$bin" pretrain "${run[@]}" --dist bogus --out x15
 expect_error "negative threads" "flag --threads must be >= 0" "$bin" pretrain "${run[@]}" --threads -1
 expect_error "unknown device" "device 'tpu' is not cpu, cuda or cuda:N" "$bin" pretrain "${run[@]}" --device tpu --out x20
-expect_error "unknown dtype" "flag --dtype must be f32 or bf16, got 'f16'" "$bin" pretrain "${run[@]}" --dtype f16 --out x22
+expect_error "unknown dtype" "flag --dtype must be f32, bf16 or tf32, got 'f16'" "$bin" pretrain "${run[@]}" --dtype f16 --out x22
 expect_error "unknown save dtype" "flag --save-dtype must be f32 or bf16, got 'f16'" "$bin" pretrain "${run[@]}" --save-dtype f16 --out x24
 # --device cuda where no GPU can take it: the reason, in one line (a machine with a GPU trains instead).
 case "$("$bin" --version)" in

@@ -85,27 +85,70 @@ void copy_bytes(void* dst, Device, const void* src, Device, size_t bytes) {
   if (bytes > 0) std::memmove(dst, src, bytes);
 }
 
+namespace {
+
+// An operand as the CPU GEMM multiplies it: f32 and f64 as they are (the device's bytes are host bytes),
+// bf16 widened (exactly) from a host copy read without a counted copy, as cuBLAS reads it on the device.
+Tensor multiplied(const Tensor& x) {
+  if (x.dtype() != DType::BF16) return x;
+  Tensor host16 = Tensor::empty(x.shape(), DType::BF16, Device::cpu());
+  std::memcpy(host16.raw_data(), x.raw_data(), x.nbytes());
+  return host16.to(DType::F32);
+}
+
+// The rows [.., `rows`) of operand x (row-major, contiguous) that start at `address`.
+Tensor rows_at(const Tensor& x, int64_t address, int64_t rows) {
+  const int64_t cols = x.dim(-1), row_bytes = cols * static_cast<int64_t>(dtype_size(x.dtype()));
+  const int64_t offset = address - static_cast<int64_t>(reinterpret_cast<intptr_t>(x.raw_data()));
+  const int64_t total_rows = x.numel() / cols;
+  LT_CHECK(offset >= 0 && offset % row_bytes == 0 && offset / row_bytes + rows <= total_rows,
+           "emulated grouped GEMM: an address ", offset, " bytes into an operand of ", total_rows, " rows of ",
+           row_bytes, " bytes, for ", rows, " rows");
+  return x.reshape({total_rows, cols}).narrow(offset / row_bytes, rows);
+}
+
+}  // namespace
+
 // cuBLAS's part: the CPU GEMM on the same (host) memory. Mixed precision takes the bf16 operands a real
 // run takes (bf16_operand: a weight's copy, else round_to_bf16), widened back to f32, which an f32 GEMM
-// then multiplies exactly and sums in f32, as the tensor cores do.
+// then multiplies exactly and sums in f32, as the tensor cores do. TF32 is a mode of the GPU's tensor
+// cores: here it multiplies in plain f32.
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta,
             MatmulPrecision precision) {
   // Counted as tensor/cuda/gemm.cu's calls are: one cuBLAS call, or with nothing to sum one kernel.
   const int64_t K = trans_a ? a.dim(-2) : a.dim(-1);
   if (K == 0) device_count::launch();
   else device_count::blas_call(2 * static_cast<uint64_t>(c.numel()) * static_cast<uint64_t>(K));
-  if (precision == MatmulPrecision::F32 || a.dtype() != DType::F32)
+  if (precision != MatmulPrecision::BF16Inputs || a.dtype() != DType::F32)
     return cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta, MatmulPrecision::F32);
   auto rounded = [](const Tensor& x) {
-    const Tensor x16 = bf16_operand(x);
-    // The device's bytes are host bytes: read without a counted copy (cuBLAS reads them on the device).
-    Tensor host16 = Tensor::empty(x.shape(), DType::BF16, Device::cpu());
-    std::memcpy(host16.raw_data(), x16.raw_data(), x16.nbytes());
-    return host16.to(DType::F32);
+    return multiplied(bf16_operand(x));
   };
   cpu::matmul(rounded(a), trans_a, rounded(b), trans_b, c, alpha, beta, MatmulPrecision::F32);
 }
 
+bool grouped_gemm_takes_bf16() { return true; }
+
+// cuBLAS's grouped call: one call, counted with all its problems' FLOPs, whose problems are the CPU's
+// GEMMs (uncounted) on the matrices at the addresses that the pointer kernel wrote, so that those
+// addresses are checked here as cuBLAS would use them.
+bool grouped_gemm(const GroupedGemm& g, MatmulPrecision) {
+  const auto problems = static_cast<int64_t>(g.m.size());
+  device_count::blas_call(g.flops());
+  const int64_t* pointers = g.pointers.data<int64_t>();
+  const int64_t stride = g.pointers.dim(1);
+  for (int64_t j = 0; j < problems; ++j) {
+    const GroupedGemm::Part& part = g.part_of(j);
+    const Tensor a = rows_at(part.a, pointers[j], part.trans_a ? g.k[j] : g.m[j]);
+    const Tensor b = rows_at(part.b, pointers[stride + j], part.trans_b ? g.n[j] : g.k[j]);
+    Tensor c = rows_at(part.c, pointers[2 * stride + j], g.m[j]);
+    LT_CHECK(c.dim(1) == g.n[j] && a.dim(1) == (part.trans_a ? g.m[j] : g.k[j]),
+             "emulated grouped GEMM: problem ", j, " does not fit its operands");
+    cpu::matmul(multiplied(a), part.trans_a, multiplied(b), part.trans_b, c, 1.0, part.beta, MatmulPrecision::F32);
+  }
+  return true;
+}
+
 }  // namespace lt::cuda
 
-#include "tensor/cuda/grouped_matmul.h"  // IWYU pragma: keep (the grouped GEMMs over the matmul above)
+#include "tensor/cuda/grouped_matmul.h"  // IWYU pragma: keep (the grouped GEMMs over the grouped_gemm above)

@@ -687,6 +687,47 @@ OpCase bf16_matmul_case(const GemmShape& s, bool trans_a, bool trans_b) {
           }};
 }
 
+// The grouped GEMMs, one grouped call each on the GPU, on segments of every kind: empty experts first,
+// last and between (a written weight gradient's are zeroed over NaN), one row, uneven lengths; written
+// and added, two products in one call (transposed and not), through the offsets' host copy as a
+// DispatchPlan passes it. Under bf16 inputs the CPU run
+// rounds the operands itself (bf16_matmul_case); K = 16 keeps every bf16 row 16-byte aligned (one
+// grouped call), K = 13 does not (expert by expert). TF32 is plain f32 off the GPU: on one, its
+// tolerance is TF32's (10 mantissa bits).
+OpCase grouped_case(DType dtype, kernels::MatmulPrecision precision, int64_t K, double tolerance) {
+  const std::string variant =
+      std::string(dtype_name(dtype)) +
+      (precision == kernels::MatmulPrecision::F32 ? "" : std::string(" ") + kernels::matmul_precision_name(precision)) +
+      " K" + std::to_string(K);
+  return {"grouped matmul", variant, tolerance, [dtype, precision, K](Device device) {
+            const std::vector<int64_t> bounds{0, 0, 3, 3, 4, 17, 17, 30, 30};
+            const int64_t E = static_cast<int64_t>(bounds.size()) - 1, M = bounds.back(), N = 24;
+            const bool rounded = precision == kernels::MatmulPrecision::BF16Inputs && device.is_cpu();
+            auto operand = [&](const Shape& shape, uint64_t seed) {
+              const Tensor x = random_tensor(shape, seed, dtype);
+              return (rounded ? x.to(DType::BF16).to(dtype) : x).to(device);
+            };
+            const Tensor a = operand({M, K}, 81), w = operand({E, N, K}, 82), w_plain = operand({E, K, N}, 83);
+            const Tensor g = operand({M, N}, 84);
+            const Tensor host_offsets = Tensor::from_vector<int64_t>({E + 1}, bounds);
+            const Tensor offsets = host_offsets.to(device);
+            Tensor out = Tensor::full({M, N}, kNaN, dtype, device), out_added = input({M, N}, 85, dtype, device);
+            Tensor out_plain = Tensor::full({M, N}, kNaN, dtype, device);
+            Tensor dw = Tensor::full({E, K, N}, kNaN, dtype, device), dw_added = input({E, K, N}, 86, dtype, device);
+            kernels::set_matmul_precision(precision);
+            kernels::grouped_matmuls(
+                {{a, w, true, out, 0.0}, {a, w_plain, false, out_plain, 0.0}, {a, w, true, out_added, 1.0}}, offsets,
+                host_offsets);
+            kernels::grouped_weight_grads({{a, g, dw, 0.0}, {a, g, dw_added, 1.0}}, offsets, host_offsets);
+            kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
+            return Outputs{{"out", out},
+                           {"out added", out_added},
+                           {"out, w untransposed", out_plain},
+                           {"dw", dw},
+                           {"dw added", dw_added}};
+          }};
+}
+
 // f32 -> bf16 (rounded to nearest even) and back (exact); NaN and the other bit patterns are the
 // emulation tests' (test_cuda_emulation.cpp).
 OpCase convert_case() {
@@ -749,6 +790,12 @@ std::vector<OpCase> cuda_cases() {
                                                        {"batched shared b", 4, 6, 11, 8, false}})
     for (const bool trans_a : {false, true})
       for (const bool trans_b : {false, true}) cases.push_back(bf16_matmul_case(shape, trans_a, trans_b));
+  for (const int64_t K : {16, 13}) {
+    cases.push_back(grouped_case(DType::F32, kernels::MatmulPrecision::F32, K, 1e-5));
+    cases.push_back(grouped_case(DType::F64, kernels::MatmulPrecision::F32, K, 1e-12));
+    cases.push_back(grouped_case(DType::F32, kernels::MatmulPrecision::BF16Inputs, K, 1e-5));
+    cases.push_back(grouped_case(DType::F32, kernels::MatmulPrecision::TF32, K, 5e-3));
+  }
   return cases;
 }
 
