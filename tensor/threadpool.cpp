@@ -17,6 +17,7 @@ namespace lt {
 namespace {
 
 thread_local bool in_parallel_region = false;
+thread_local int running_slot = 0;  // thread_slot(): set once by each worker
 
 using ChunkJob = FunctionRef<void(int64_t)>;
 
@@ -133,6 +134,7 @@ class ThreadPool {
   }
 
   void worker_loop(int w, uint64_t seen) {
+    running_slot = w;
     auto has_news = [&] { return quit_.load() || generation_.load(std::memory_order_acquire) != seen; };
     for (;;) {
       if (!spin_until(has_news)) {
@@ -176,6 +178,8 @@ ThreadPool& pool() {
 }  // namespace
 
 int num_threads() { return pool().size(); }
+
+int thread_slot() { return running_slot; }
 
 int64_t pool_wait_ns() { return pool().wait_ns(); }
 

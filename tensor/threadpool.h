@@ -56,6 +56,12 @@ class FunctionRef<R(Args...)> {
 };
 
 int num_threads();
+// The running thread's slot in [0, num_threads()): w on the pool's worker w, 0 on any other thread (the
+// caller of parallel_for runs its share itself). A kernel gives each thread its own part of one scratch
+// allocation by it: made by the caller from the caching allocator, the same every call, where a
+// thread_local buffer would grow whenever a thread first happens to take over a task (a matter of
+// timing, so a system allocation in some steady-state step).
+int thread_slot();
 // The thread time the pool's threads have spent, since the process started, waiting at the ends of
 // fork-joins for the thread that finished last (each thread from its own finish to the last one's,
 // summed over threads and fork-joins), in nanoseconds: how far the work splitting is from even.

@@ -50,7 +50,6 @@
 #include <cmath>
 #include <limits>
 #include <utility>
-#include <vector>
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
@@ -96,12 +95,22 @@ constexpr int64_t kBlock = 64;
 static_assert(kBlock % HWY_LANES(float) == 0, "a tile row must hold whole vectors");
 inline int64_t BlockCount(int64_t T) { return (T + kBlock - 1) / kBlock; }
 
-// Scratch buffers grow to the largest size seen and are reused, so steady-state steps allocate nothing.
+// Each thread's working memory for one call: its part (thread_slot()) of one allocation the calling
+// thread takes from the caching allocator, so steady-state steps allocate nothing from the system. Parts
+// start on their own cache lines.
 template <class T>
-T* scratch(std::vector<T>& buffer, int64_t n) {
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
-  return buffer.data();
-}
+class ThreadScratch {
+ public:
+  explicit ThreadScratch(int64_t per_thread)
+      : per_thread_((per_thread + kLineElements - 1) / kLineElements * kLineElements),
+        storage_(Tensor::empty({num_threads() * per_thread_}, dtype_of<T>())) {}
+  T* mine() const { return storage_.data<T>() + thread_slot() * per_thread_; }
+
+ private:
+  static constexpr int64_t kLineElements = 64 / static_cast<int64_t>(sizeof(T));
+  int64_t per_thread_;
+  Tensor storage_;
+};
 
 // ---- block GEMM ------------------------------------------------------------------------------------
 // c[M, N] = alpha * A @ b (+ c when accumulate), where A[m, k] = a[m * a_row + k * a_col] (a transposed
@@ -494,9 +503,9 @@ void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T*
     return k_blocks + ((b * s.Hkv + kv) * blocks + jb) * D * kBlock;
   };
   auto v_row_at = [&](int64_t b, int64_t kv, int64_t t) { return v_rows + ((b * s.Hkv + kv) * s.T + t) * D; };
+  const ThreadScratch<T> pack_scratch(kBlock * D);
   parallel_for(s.B * s.Hkv * blocks, 1, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<T> buffer;
-    T* k_rotated = scratch(buffer, kBlock * D);  // a key block turned by RoPE, before its transpose
+    T* k_rotated = pack_scratch.mine();  // a key block turned by RoPE, before its transpose
     for (int64_t task = begin; task < end; ++task) {
       const int64_t jb = task % blocks, kv = task / blocks % s.Hkv, b = task / (blocks * s.Hkv);
       const int64_t j0 = jb * kBlock, keys = std::min(kBlock, s.T - j0);
@@ -506,9 +515,9 @@ void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T*
     }
   });
 
+  const ThreadScratch<T> block_scratch(kBlock * kBlock + 2 * kBlock + kBlock * D);
   parallel_for(s.B * s.Hq * blocks, 1, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<T> buffer;
-    T* scores = scratch(buffer, kBlock * kBlock + 2 * kBlock + kBlock * D);
+    T* scores = block_scratch.mine();
     T* row_max = scores + kBlock * kBlock;  // m per query row
     T* row_sum = row_max + kBlock;          // l per query row
     T* q_rotated = row_sum + kBlock;        // [kBlock, D]: the query block turned by RoPE
@@ -559,6 +568,9 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
   const int64_t D = s.D, out_ld = s.Hq * D, blocks = BlockCount(s.T), group = s.group();
   const Rope<T> rope(s.rope);
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
+  const int64_t T_padded = blocks * kBlock;
+  const int64_t sum_buffers = rope.on() ? 2 * T_padded * D + kBlock * D : 0;
+  const ThreadScratch<T> task_scratch(2 * kBlock * kBlock + 3 * T_padded * D + 2 * kBlock * D + kBlock + sum_buffers);
   parallel_for(s.B * s.Hkv, 1, [&](int64_t begin, int64_t end) {
     // The task's kv head is packed once for the whole sequence (k and v transposed block by block, k
     // contiguous), and each query block is gathered once. Each gradient sum's first term is written
@@ -570,10 +582,7 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
     // dq after its block's last key block and dk and dv after the task's last one: there a block's rows
     // lie a projection row apart, and dq's, dk's and dv's rows of one position share the same few L1
     // sets (6 KiB apart at moe-m), where the products' C tiles would evict each other.
-    thread_local std::vector<T> buffer;
-    const int64_t T_padded = blocks * kBlock;
-    const int64_t sum_buffers = rope.on() ? 2 * T_padded * D + kBlock * D : 0;
-    T* probs = scratch(buffer, 2 * kBlock * kBlock + 3 * T_padded * D + 2 * kBlock * D + kBlock + sum_buffers);
+    T* probs = task_scratch.mine();
     T* dprobs = probs + kBlock * kBlock;  // dP, then dS in place
     T* k_t = dprobs + kBlock * kBlock;    // [blocks, D, kBlock]: each key block transposed
     T* v_t = k_t + T_padded * D;          // [blocks, D, kBlock]
