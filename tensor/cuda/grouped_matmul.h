@@ -7,8 +7,9 @@
 // The problems' sizes come from the host copy of the offsets, since cuBLAS takes them on the host. Their
 // addresses are written on the device, by a kernel reading the offsets there: the call needs no copy to
 // the device and so no wait. An expert without rows is no problem of the call; its weight gradient,
-// when written (beta 0), is zeroed instead.
+// when written (beta 0), is zeroed instead, all such experts' in one launch.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <utility>
@@ -60,6 +61,41 @@ __global__ void grouped_pointers_kernel(const int64_t* offsets, int64_t E, CallL
   }
 }
 
+// The weight gradients of a grouped call's parts that it writes (beta 0), in 32-bit words per expert.
+struct IdleExpertGrads {
+  char* base[kMaxParts];
+  int64_t words[kMaxParts];
+  int64_t parts;
+};
+
+// Zeroes the gradients of the experts without rows, which a grouped call writing its gradients (beta 0)
+// leaves out: one launch for all of them (blockIdx.y the expert), where zeroing each would be a launch per
+// idle expert (most of the experts at a few tokens per step).
+__global__ void zero_idle_experts_kernel(const int64_t* offsets, IdleExpertGrads grads) {
+  const int64_t e = blockIdx.y;
+  if (offsets[e + 1] != offsets[e]) return;
+  for (int64_t p = 0; p < grads.parts; ++p) {
+    auto* words = reinterpret_cast<uint32_t*>(grads.base[p]) + e * grads.words[p];
+    for (int64_t i = first_index(); i < grads.words[p]; i += grid_stride()) words[i] = 0;
+  }
+}
+
+// The blocks per expert: enough to zero an idle expert at memory speed, few enough that the experts with
+// rows, whose blocks return at once, cost nothing.
+constexpr int64_t kIdleExpertBlocks = 32;
+
+void zero_idle_experts(const Tensor& offsets, const IdleExpertGrads& grads) {
+  const int64_t E = offsets.numel() - 1;
+  LT_CHECK(E <= kMaxGridY, "cuda grouped matmul: ", E, " experts, more than a grid's y dimension holds");
+  int64_t most_words = 0;
+  for (int64_t p = 0; p < grads.parts; ++p) most_words = std::max(most_words, grads.words[p]);
+  const DeviceGuard guard(offsets.device().index);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks_for(most_words), kIdleExpertBlocks)),
+                  static_cast<unsigned>(E));
+  LT_CUDA_LAUNCH(grid, kThreadsPerBlock, zero_idle_experts_kernel)(offsets.data<int64_t>(), grads);
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
 OperandLayout layout_of(const Tensor& t, Steps steps) {
   const auto bytes = static_cast<int64_t>(dtype_size(t.dtype()));
   return {static_cast<const char*>(t.raw_data()), steps.expert * bytes, steps.row * bytes};
@@ -76,9 +112,10 @@ void matmul_in_order(const Tensor& a, const Tensor& a_rows, bool trans_a, const 
   matmul(a, trans_a, b, trans_b, c, alpha, beta, precision);
 }
 
-// Mixed precision of f32 operands (MatmulPrecision::BF16Inputs); f64 stays exact.
-bool bf16_inputs(const Tensor& a, MatmulPrecision precision) {
-  return precision == MatmulPrecision::BF16Inputs && a.dtype() == DType::F32;
+// Mixed precision of products into f32 (MatmulPrecision::BF16Inputs), whose operands may already be
+// bf16 (gathered into bf16: tensor/kernels/moe_stats.cpp); f64 stays exact.
+bool bf16_inputs(const Tensor& out, MatmulPrecision precision) {
+  return precision == MatmulPrecision::BF16Inputs && out.dtype() == DType::F32;
 }
 
 // Under mixed precision the parts' inputs rounded to bf16 once for all the experts (the same values as
@@ -109,7 +146,7 @@ void round_inputs(std::vector<GroupedGemm::Part>& parts) {
 bool grouped_over_experts(GroupedGemm& g, const Tensor& offsets, const std::vector<std::array<Steps, 3>>& steps,
                           MatmulPrecision precision) {
   if (g.m.empty()) return true;
-  const bool rounded = bf16_inputs(g.parts.front().a, precision);
+  const bool rounded = bf16_inputs(g.parts.front().c, precision);
   if (rounded) round_inputs(g.parts);
   const int64_t E = offsets.numel() - 1;
   // Sized by the experts, not by those with rows, so that every step asks the allocator for the same
@@ -198,7 +235,7 @@ void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& 
             g.k.push_back(K);
           }
         }
-        if ((bf16_inputs(g.parts.front().a, precision) && !grouped_gemm_takes_bf16()) ||
+        if ((bf16_inputs(g.parts.front().c, precision) && !grouped_gemm_takes_bf16()) ||
             !grouped_over_experts(g, offsets, steps, precision))
           by_segments(first, last);
       });
@@ -217,6 +254,9 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
       [&](size_t first, size_t last) {
         GroupedGemm g{{}, {}, {}, {}, Tensor(), false};
         std::vector<std::array<Steps, 3>> steps;
+        IdleExpertGrads idle{{}, {}, 0};
+        int64_t idle_experts = 0;
+        for (int64_t e = 0; e < E; ++e) idle_experts += off[e + 1] == off[e] ? 1 : 0;
         for (size_t i = first; i < last; ++i) {
           const GroupedWeightGrad& grad = grads[i];
           const int64_t P = grad.dw.dim(1), Q = grad.dw.dim(2);
@@ -224,18 +264,20 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
           g.parts.push_back({grad.a, grad.b, grad.dw, true, false, grad.beta});
           steps.push_back({Steps{0, P}, Steps{0, Q}, Steps{P * Q, 0}});
           for (int64_t e = 0; e < E; ++e) {
-            if (off[e + 1] > off[e]) {
-              g.m.push_back(P);
-              g.n.push_back(Q);
-              g.k.push_back(off[e + 1] - off[e]);
-            } else if (grad.beta == 0) {
-              grad.dw.narrow(e, 1).zero_();
-            }
+            if (off[e + 1] == off[e]) continue;
+            g.m.push_back(P);
+            g.n.push_back(Q);
+            g.k.push_back(off[e + 1] - off[e]);
+          }
+          if (grad.beta == 0 && idle_experts > 0) {
+            idle.base[idle.parts] = static_cast<char*>(grad.dw.raw_data());
+            idle.words[idle.parts++] = P * Q * static_cast<int64_t>(dtype_size(grad.dw.dtype())) / 4;
           }
         }
-        if ((bf16_inputs(g.parts.front().a, precision) && !grouped_gemm_takes_bf16()) ||
+        if ((bf16_inputs(g.parts.front().c, precision) && !grouped_gemm_takes_bf16()) ||
             !grouped_over_experts(g, offsets, steps, precision))
-          by_segments(first, last);
+          return by_segments(first, last);
+        if (idle.parts > 0) zero_idle_experts(offsets, idle);
       });
 }
 
