@@ -40,6 +40,8 @@ SavedTensor SavedTensor::input(const Variable& x) {
   return saved;
 }
 
+Tensor gemm_operand(const Tensor& t) { return kept_in_bf16(t) ? to_bf16(t) : t; }
+
 Tensor SavedTensor::get() const {
   if (!widen_) return stored_;
   Tensor out = Tensor::empty(stored_.shape(), DType::F32, stored_.device());

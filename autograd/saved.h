@@ -27,6 +27,9 @@ class SavedTensor {
   bool defined() const { return stored_.defined(); }
   // The tensor as the forward had it (widened to f32 when kept in bf16).
   Tensor get() const;
+  // The tensor as an operand of a GEMM (kernels::matmul): what is held, a bf16 copy as it is, since the
+  // mixed-precision GEMM would round the widened values to the same bf16 again (two launches saved).
+  const Tensor& operand() const { return stored_; }
   // What is held (bf16 under the mode), for memory accounting in tests.
   const Tensor& stored() const { return stored_; }
 
@@ -34,5 +37,9 @@ class SavedTensor {
   Tensor stored_;
   bool widen_ = false;
 };
+
+// A tensor that GEMMs read and nothing keeps (the incoming gradient of a matmul, read by both of its
+// products): rounded to bf16 once under the mode, where each GEMM would round it again; else itself.
+Tensor gemm_operand(const Tensor& t);
 
 }  // namespace lt

@@ -21,12 +21,15 @@ struct MatmulNode : Node {
 
   // Each gradient is one GEMM into its target: a weight's gradient accumulates straight into the
   // leaf's gradient buffer (beta 1 after the first contribution), so it is never copied.
-  std::vector<Tensor> backward(const Tensor& g) override {
+  // The operands as kept: under mixed precision an activation's bf16 copy, which the GEMMs take as it is,
+  // and g rounded once for both products.
+  std::vector<Tensor> backward(const Tensor& g_kept) override {
     Tensor da, db;
-    const Tensor b = saved_b.get();
+    const Tensor& b = saved_b.operand();
+    const Tensor g = gemm_operand(g_kept);
     const size_t a_input = has_addend ? 1 : 0, b_input = a_input + 1;
     if (needs_grad(a_input)) {
-      GradTarget t = grad_target(a_input, saved_a.stored().shape(), g.dtype(), g.device());
+      GradTarget t = grad_target(a_input, saved_a.stored().shape(), g_kept.dtype(), g_kept.device());
       // a stored [M, K]: da = g b^T (b [K, N]) or g b (b stored [N, K]);
       // a stored [K, M]: da = b g^T or b^T g^T.
       if (!trans_a) kernels::matmul(g, false, b, !trans_b, t.tensor, 1.0, t.beta);
@@ -34,8 +37,8 @@ struct MatmulNode : Node {
       da = t.returned();
     }
     if (needs_grad(b_input)) {
-      const Tensor a = saved_a.get();
-      GradTarget t = grad_target(b_input, b);
+      const Tensor& a = saved_a.operand();
+      GradTarget t = grad_target(b_input, b.shape(), g_kept.dtype(), g_kept.device());
       if (b.ndim() == 2 && a.ndim() == 3) {
         // b applied to every batch: flatten the batch into rows, one GEMM over [G*M, K] and [G*M, N].
         const Tensor a2 = a.reshape({-1, a.dim(-1)});
@@ -48,7 +51,7 @@ struct MatmulNode : Node {
       }
       db = t.returned();
     }
-    if (has_addend) return {g, da, db};
+    if (has_addend) return {g_kept, da, db};
     return {da, db};
   }
 };
@@ -62,20 +65,23 @@ Shape product_shape(const char* op, const Tensor& a, const Tensor& b, bool trans
   return a.ndim() == 3 ? Shape{a.dim(0), M, N} : Shape{M, N};
 }
 
-Variable record_matmul(const Tensor& out, const Variable& a, const Variable& b, bool trans_a, bool trans_b,
-                       const Variable* addend) {
+// The node, keeping its operands where gradients are on. Made before the product, so that the forward
+// GEMM reads the operands as kept: under mixed precision the bf16 copies it would otherwise round again.
+std::shared_ptr<MatmulNode> matmul_node(const Variable& a, const Variable& b, bool trans_a, bool trans_b,
+                                        bool has_addend) {
   auto node = std::make_shared<MatmulNode>();
   node->trans_a = trans_a;
   node->trans_b = trans_b;
-  node->has_addend = addend != nullptr;
+  node->has_addend = has_addend;
   if (grad_enabled()) {
     node->saved_a = SavedTensor::input(a);
     node->saved_b = SavedTensor::input(b);
   }
-  // The addend is the first input, as in add(addend, product): the engine then runs the product's side of
-  // the graph first, in the order of the separate add (and so with its peak memory).
-  if (addend) return make_result(out, node, {*addend, a, b});
-  return make_result(out, node, {a, b});
+  return node;
+}
+
+const Tensor& forward_operand(const SavedTensor& saved, const Variable& x) {
+  return saved.defined() ? saved.operand() : x.value();
 }
 
 }  // namespace
@@ -83,19 +89,22 @@ Variable record_matmul(const Tensor& out, const Variable& a, const Variable& b, 
 Variable matmul(const Variable& a, const Variable& b, bool trans_a, bool trans_b) {
   LT_PROFILE_SCOPE("matmul");
   const Tensor& av = a.value();
-  const Tensor& bv = b.value();
-  Tensor out = Tensor::empty(product_shape("matmul", av, bv, trans_a, trans_b), av.dtype(), av.device());
-  kernels::matmul(av, trans_a, bv, trans_b, out);
-  return record_matmul(out, a, b, trans_a, trans_b, nullptr);
+  Tensor out = Tensor::empty(product_shape("matmul", av, b.value(), trans_a, trans_b), av.dtype(), av.device());
+  const auto node = matmul_node(a, b, trans_a, trans_b, false);
+  kernels::matmul(forward_operand(node->saved_a, a), trans_a, forward_operand(node->saved_b, b), trans_b, out);
+  return make_result(out, node, {a, b});
 }
 
+// The addend is the first input, as in add(addend, product): the engine then runs the product's side of the
+// graph first, in the order of the separate add (and so with its peak memory).
 Variable matmul_add(const Variable& a, const Variable& b, const Variable& addend, bool trans_a, bool trans_b) {
   LT_PROFILE_SCOPE("matmul_add");
   const Tensor& av = a.value();
-  const Tensor& bv = b.value();
-  Tensor out = Tensor::empty(product_shape("matmul_add", av, bv, trans_a, trans_b), av.dtype(), av.device());
-  kernels::matmul_add(av, trans_a, bv, trans_b, addend.value(), out);
-  return record_matmul(out, a, b, trans_a, trans_b, &addend);
+  Tensor out = Tensor::empty(product_shape("matmul_add", av, b.value(), trans_a, trans_b), av.dtype(), av.device());
+  const auto node = matmul_node(a, b, trans_a, trans_b, true);
+  kernels::matmul_add(forward_operand(node->saved_a, a), trans_a, forward_operand(node->saved_b, b), trans_b,
+                      addend.value(), out);
+  return make_result(out, node, {addend, a, b});
 }
 
 }  // namespace lt

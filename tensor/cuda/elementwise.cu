@@ -286,6 +286,7 @@ void widen_bf16(const Tensor& x, Tensor& y) {
 }
 
 Tensor bf16_operand(const Tensor& x) {
+  if (x.dtype() == DType::BF16) return x;
   Tensor x16 = bf16_shadow_of(x);
   if (x16.defined()) return x16;
   x16 = Tensor::empty(x.shape(), DType::BF16, x.device());

@@ -66,9 +66,10 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   const int64_t stride_b = b_shared ? 0 : K * N;  // stride 0: every batch reads the same b
   const cublasHandle_t handle = cublas_handle(device);
   device_count::blas_call(2 * static_cast<uint64_t>(G * M) * static_cast<uint64_t>(N * K));
-  if (precision == MatmulPrecision::BF16Inputs && a.dtype() == DType::F32) {
+  if (precision == MatmulPrecision::BF16Inputs && c.dtype() == DType::F32) {
     // Mixed precision: both operands rounded to bf16 (round to nearest even, as on the host; a weight
-    // once per step), the products summed in f32 on the tensor cores into the f32 c.
+    // once per step, an activation kept in bf16 for the backward not again), the products summed in f32
+    // on the tensor cores into the f32 c.
     const Tensor a16 = bf16_operand(a), b16 = bf16_operand(b);
     const float alpha32 = static_cast<float>(alpha), beta32 = static_cast<float>(beta);
     LT_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(handle, op_b, op_a, N, rows, K, &alpha32, b16.raw_data(), CUDA_R_16BF,

@@ -54,6 +54,13 @@ __global__ void gather_rows_kernel(const T* table, const I* idx, T* out, int64_t
     out[i] = table[static_cast<int64_t>(idx[i / cols]) * cols + i % cols];
 }
 
+// The same gather of an f32 table into bf16 rows, rounded to nearest even as round_to_bf16 rounds.
+template <class I>
+__global__ void gather_rows_to_bf16_kernel(const float* table, const I* idx, uint16_t* out, int64_t n, int64_t cols) {
+  for (int64_t i = first_index(); i < n * cols; i += grid_stride())
+    out[i] = f32_to_bf16(table[static_cast<int64_t>(idx[i / cols]) * cols + i % cols]);
+}
+
 // The positions of scatter_add_rows' sort, ranked a block at a time: one thread per position.
 constexpr int64_t kSortChunk = kThreadsPerBlock;
 
@@ -171,6 +178,14 @@ void gather_rows(const Tensor& table, const Tensor& idx, Tensor& out) {
   const int64_t n = idx.numel(), cols = table.dim(1);
   if (n * cols == 0) return;
   const DeviceGuard guard(table.device().index);
+  if (out.dtype() == DType::BF16) {
+    LT_INDEX_SWITCH(idx.dtype(), I, {
+      LT_CUDA_LAUNCH(blocks_for(n * cols), kThreadsPerBlock, gather_rows_to_bf16_kernel<I>)(
+          table.data<float>(), idx.data<I>(), static_cast<uint16_t*>(out.raw_data()), n, cols);
+    });
+    LT_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   LT_FLOAT_SWITCH(table.dtype(), T, LT_INDEX_SWITCH(idx.dtype(), I, {
                     LT_CUDA_LAUNCH(blocks_for(n * cols), kThreadsPerBlock, gather_rows_kernel<T, I>)(
                         table.data<T>(), idx.data<I>(), out.data<T>(), n, cols);

@@ -107,7 +107,8 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
 // y (bf16) = x (f32) rounded to nearest even, element by element (elementwise.cu).
 void round_to_bf16(const Tensor& x, Tensor& y);
 // x (f32) as a bf16 operand of a mixed-precision GEMM: its registered rounded copy where it has one (a
-// weight during a training step: tensor/bf16_shadow.h), else rounded here into a new tensor.
+// weight during a training step: tensor/bf16_shadow.h), else rounded here into a new tensor; a bf16 x
+// (an activation's copy kept for the backward) as it is.
 Tensor bf16_operand(const Tensor& x);
 // y (f32) = x (bf16), exactly (elementwise.cu).
 void widen_bf16(const Tensor& x, Tensor& y);

@@ -52,7 +52,11 @@ void check_cols(const Tensor& wide, const Tensor& idx, const Tensor& narrow, con
 void gather_rows(const Tensor& table, const Tensor& idx, Tensor& out) {
   check_float(table, "gather_rows", "table");
   check_index(idx, "gather_rows", "idx");
-  check_like(out, table, "gather_rows", "out");
+  // On a GPU an f32 table may be gathered into bf16 rows (rounded in the same pass): a mixed-precision
+  // GEMM's operand (tensor/kernels/moe_stats.cpp).
+  const bool rounded = out.dtype() == DType::BF16 && table.dtype() == DType::F32 && !table.is_cpu();
+  check_like(out, rounded ? out : table, "gather_rows", "out");
+  check_device(out, table, "gather_rows", "out");
   check_device(idx, table, "gather_rows", "idx");
   LT_CHECK(table.ndim() == 2, "gather_rows: table must be 2-D [R, C], got ", table.str());
   check_shape(out, with_last(idx.shape(), table.dim(1)), "gather_rows", "out");

@@ -146,7 +146,8 @@ int64_t checked_operand_rows(const Tensor& a, const Tensor& rows, const char* op
 
 // The CUDA path multiplies whole matrices (cuBLAS): an operand gathered by row is gathered first, once
 // per distinct operand and index of a call (the gate and up projections, and their weight gradients,
-// read the same x through the same token_of).
+// read the same x through the same token_of). Under mixed precision an f32 operand is gathered into bf16,
+// the rounding that the GEMM would make in a pass of its own.
 class GatheredCopies {
  public:
   Tensor of(const Tensor& a, const Tensor& rows) {
@@ -155,7 +156,8 @@ class GatheredCopies {
       if (c.a.raw_data() == a.raw_data() && c.a.shape() == a.shape() && c.rows.raw_data() == rows.raw_data() &&
           c.rows.numel() == rows.numel())
         return c.copy;
-    Tensor copy = Tensor::empty({rows.numel(), a.dim(1)}, a.dtype(), a.device());
+    const bool rounded = a.dtype() == DType::F32 && matmul_precision() == MatmulPrecision::BF16Inputs;
+    Tensor copy = Tensor::empty({rows.numel(), a.dim(1)}, rounded ? DType::BF16 : a.dtype(), a.device());
     gather_rows(a, rows, copy);
     copies_.push_back({a, rows, copy});
     return copy;

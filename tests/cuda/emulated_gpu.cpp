@@ -119,7 +119,7 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   const int64_t K = trans_a ? a.dim(-2) : a.dim(-1);
   if (K == 0) device_count::launch();
   else device_count::blas_call(2 * static_cast<uint64_t>(c.numel()) * static_cast<uint64_t>(K));
-  if (precision != MatmulPrecision::BF16Inputs || a.dtype() != DType::F32)
+  if (precision != MatmulPrecision::BF16Inputs || c.dtype() != DType::F32)
     return cpu::matmul(a, trans_a, b, trans_b, c, alpha, beta, MatmulPrecision::F32);
   auto rounded = [](const Tensor& x) {
     return multiplied(bf16_operand(x));

@@ -689,8 +689,9 @@ OpCase bf16_matmul_case(const GemmShape& s, bool trans_a, bool trans_b) {
 
 // The grouped GEMMs, one grouped call each on the GPU, on segments of every kind: empty experts first,
 // last and between (a written weight gradient's are zeroed over NaN), one row, uneven lengths; written
-// and added, two products in one call (transposed and not), through the offsets' host copy as a
-// DispatchPlan passes it. Under bf16 inputs the CPU run
+// and added, two products in one call (transposed and not), a product and a weight gradient reading
+// their rows through an index (gathered first on the GPU, into bf16 under bf16 inputs), through the
+// offsets' host copy as a DispatchPlan passes it. Under bf16 inputs the CPU run
 // rounds the operands itself (bf16_matmul_case); K = 16 keeps every bf16 row 16-byte aligned (one
 // grouped call), K = 13 does not (expert by expert). TF32 is plain f32 off the GPU: on one, its
 // tolerance is TF32's (10 mantissa bits).
@@ -714,17 +715,27 @@ OpCase grouped_case(DType dtype, kernels::MatmulPrecision precision, int64_t K, 
             Tensor out = Tensor::full({M, N}, kNaN, dtype, device), out_added = input({M, N}, 85, dtype, device);
             Tensor out_plain = Tensor::full({M, N}, kNaN, dtype, device);
             Tensor dw = Tensor::full({E, K, N}, kNaN, dtype, device), dw_added = input({E, K, N}, 86, dtype, device);
+            const Tensor table = operand({M + 5, K}, 87);
+            std::vector<int32_t> row_ids(static_cast<size_t>(M));
+            for (int64_t i = 0; i < M; ++i) row_ids[static_cast<size_t>(i)] = static_cast<int32_t>(i * 7 % (M + 5));
+            const Tensor rows = Tensor::from_vector<int32_t>({M}, row_ids).to(device);
+            Tensor out_gathered = Tensor::full({M, N}, kNaN, dtype, device);
+            Tensor dw_gathered = Tensor::full({E, N, K}, kNaN, dtype, device);
             kernels::set_matmul_precision(precision);
             kernels::grouped_matmuls(
                 {{a, w, true, out, 0.0}, {a, w_plain, false, out_plain, 0.0}, {a, w, true, out_added, 1.0}}, offsets,
                 host_offsets);
+            kernels::grouped_matmuls({{table, w, true, out_gathered, 0.0, rows}}, offsets, host_offsets);
             kernels::grouped_weight_grads({{a, g, dw, 0.0}, {a, g, dw_added, 1.0}}, offsets, host_offsets);
+            kernels::grouped_weight_grads({{g, table, dw_gathered, 0.0, {}, rows}}, offsets, host_offsets);
             kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
             return Outputs{{"out", out},
                            {"out added", out_added},
                            {"out, w untransposed", out_plain},
+                           {"out, a gathered", out_gathered},
                            {"dw", dw},
-                           {"dw added", dw_added}};
+                           {"dw added", dw_added},
+                           {"dw, b gathered", dw_gathered}};
           }};
 }
 
