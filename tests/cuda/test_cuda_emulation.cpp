@@ -765,6 +765,66 @@ TEST(CudaEmulation, AttentionForwardAndBackwardMatchTheCpuKernel) {
     }
 }
 
+// The tensor-core path (mixed precision on f32 tensors): q, k, v and dout enter the products as bf16,
+// P and dS are rounded to bf16 for the second products, sums and softmax statistics stay f32. The
+// reference is the CPU kernel (exact f32) on q, k, v and dout rounded to bf16, so what is left between
+// the two is the rounding of P and dS (relative u = 2^-9 each) and f32 sums in another order.
+// Tolerances: out_i = sum_j p_ij v_j / l_i moves by at most u sum_j p_ij |v_j| / l_i <= u max|v|, about
+// 8e-3 for these normal draws (|v| < 4), taken as the absolute tolerance; lse sees no rounding of its
+// own (l sums the f32 P), so f32's 2e-5 holds, and that also shows that the scores are those of the
+// bf16 inputs (unrounded ones would move it by ~1e-3). A gradient element sums up to T products with a
+// rounded P or dS factor: u sum_j |dS_ij| |k_j| and the like, a few u |x| at most, so 1e-2 relative
+// plus 1e-2 absolute. Seen: out 3e-3, the gradients 9e-3 at most (at magnitudes up to 8).
+TEST(CudaEmulation, AttentionOnTensorCoresMatchesTheCpuKernelOnBf16Inputs) {
+  struct Case {
+    int64_t B, T, Hq, Hkv, D;
+    std::vector<int64_t> documents;  // empty: one causal sequence per row
+  };
+  const std::vector<Case> cases = {{1, 100, 4, 2, 128, {}},
+                                   {1, 100, 4, 2, 64, {30, 7, 50}},
+                                   {2, 37, 2, 1, 24, {5, 16, 3}},
+                                   {1, 1, 1, 1, 16, {}}};
+  struct Precision {  // the mixed precision of --dtype bf16 for the test's length, whatever happens
+    Precision() { kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs); }
+    ~Precision() { kernels::set_matmul_precision(kernels::MatmulPrecision::F32); }
+  } precision;
+  auto bf16 = [](const Tensor& x) { return x.to(DType::BF16).to(DType::F32); };
+  for (const Case& c : cases) {
+    const std::string where = "B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " Hq " + std::to_string(c.Hq) +
+                              " Hkv " + std::to_string(c.Hkv) + " D " + std::to_string(c.D) +
+                              (c.documents.empty() ? "" : " packed");
+    const Tensor doc_start = c.documents.empty() ? Tensor() : packed_doc_start(c.B, c.T, c.documents);
+    const Tensor q = test::random_tensor({c.B, c.T, c.Hq, c.D}, 131);
+    const Tensor k = test::random_tensor({c.B, c.T, c.Hkv, c.D}, 132);
+    const Tensor v = test::random_tensor({c.B, c.T, c.Hkv, c.D}, 133);
+    const Tensor dout = test::random_tensor({c.B, c.T, c.Hq, c.D}, 134);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+    Tensor out = Tensor::empty(q.shape()), lse = Tensor::empty({c.B, c.Hq, c.T});
+    kernels::attention(bf16(q), bf16(k), bf16(v), scale, out, lse, doc_start);
+    Tensor dq = Tensor::empty(q.shape()), dk = Tensor::empty(k.shape()), dv = Tensor::empty(k.shape());
+    kernels::attention_backward(bf16(q), bf16(k), bf16(v), out, lse, bf16(dout), scale, dq, dk, dv, doc_start);
+    auto on_tensor_cores = [&] {
+      Tensor out_e = Tensor::full(q.shape(), NAN), lse_e = Tensor::full({c.B, c.Hq, c.T}, NAN);
+      cuda_emulated::attention(q, k, v, scale, out_e, lse_e, doc_start);
+      // The backward from the same (CPU) forward outputs.
+      Tensor dq_e = Tensor::full(q.shape(), NAN), dk_e = Tensor::full(k.shape(), NAN);
+      Tensor dv_e = Tensor::full(k.shape(), NAN);
+      cuda_emulated::attention_backward(q, k, v, out, lse, dout, scale, dq_e, dk_e, dv_e, doc_start);
+      return std::vector<Tensor>{out_e, lse_e, dq_e, dk_e, dv_e};
+    };
+    const std::vector<Tensor> first = on_tensor_cores(), second = on_tensor_cores();
+    const std::vector<Tensor> expected = {out, lse, dq, dk, dv};
+    const std::vector<std::string> names = {"out ", "lse ", "dq ", "dk ", "dv "};
+    const std::vector<std::pair<double, double>> rtol_atol = {{0.0, 8e-3}, {2e-5, 2e-5}, {1e-2, 1e-2}, {1e-2, 1e-2},
+                                                             {1e-2, 1e-2}};
+    for (size_t i = 0; i < first.size(); ++i) {
+      test::expect_close(values(first[i]), values(expected[i]), rtol_atol[i].first, rtol_atol[i].second,
+                         names[i] + where);
+      expect_same_bits(second[i], first[i], names[i] + "run twice " + where);
+    }
+  }
+}
+
 // ---- moe.cu, moe_stats.cu ------------------------------------------------------------------------
 
 // ids [N, k] i32 that crowd the first experts (skewed, with empty experts), distinct within a row.
