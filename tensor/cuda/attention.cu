@@ -26,6 +26,17 @@
 //
 // Numerics: scores, maxima and sums in the tensor's dtype, as on the CPU; the sums run in another order
 // than the CPU's 64-wide blocks, so the two agree to rounding.
+//
+// Tensor cores: under mixed precision (kernels::matmul_precision() == BF16Inputs, --dtype bf16) f32
+// attention takes other kernels with the same walks, grids of 64-row tiles and the same launches: the
+// products on bf16 wmma fragments (16x16x16) with f32 accumulators. q, k, v and dout are rounded to
+// bf16 (nearest even, f32_to_bf16) as they are loaded into shared memory, and D_i takes dout rounded
+// alike; P (for P v and P^T dout) and dS (for dS k and dS^T q) are rounded to bf16 as operands; scores,
+// maxima, sums and lse stay f32. A block is four warps of 16 rows each (64 query rows; 64 keys in the
+// dk/dv kernel), walking steps of 32 keys (or 32 queries), everything in 48 KiB of static shared memory
+// up to kMaxHeadDim. Results match the f32 kernel on bf16-rounded inputs to the rounding of P and dS
+// (about 2^-9 relative); they are deterministic as the scalar kernels are (same ownership, fixed order,
+// no atomics). The f32 default and f64 keep the scalar kernels above, exact to the CPU's rounding.
 #include <cmath>
 #include <cstdint>
 
@@ -381,7 +392,7 @@ __device__ inline void warp_products_transposed(const OperandA (&a)[kTcChunks], 
     Accumulator sum;
     wmma::fill_fragment(sum, 0.0f);
     for (int c = 0; c < kTcChunks; ++c) {
-      if (c >= chunks) break;
+      if (c >= chunks) continue;
       OperandBt b;
       wmma::load_matrix_sync(b, as_bf16(&rows[n * kMma][c * kMma]), kHeadStride);
       wmma::mma_sync(sum, a[c], b, sum);
@@ -397,7 +408,7 @@ __device__ inline void warp_accumulate(Accumulator (&acc)[kTcChunks], int chunks
   OperandA a_fragments[kTcStep / kMma];
   for (int kk = 0; kk < kTcStep / kMma; ++kk) wmma::load_matrix_sync(a_fragments[kk], as_bf16(&a[0][kk * kMma]), kStepStride);
   for (int c = 0; c < kTcChunks; ++c) {
-    if (c >= chunks) break;
+    if (c >= chunks) continue;
     for (int kk = 0; kk < kTcStep / kMma; ++kk) {
       OperandB b;
       wmma::load_matrix_sync(b, as_bf16(&rows[kk * kMma][c * kMma]), kHeadStride);
@@ -413,7 +424,8 @@ __device__ inline void write_warp_rows(const Accumulator (&acc)[kTcChunks], floa
                                        int64_t heads) {
   const WarpLane me;
   const int64_t t = first_row + me.row;
-  for (int c = 0; c < head_chunks(s); ++c) {
+  for (int c = 0; c < kTcChunks; ++c) {
+    if (c >= head_chunks(s)) continue;
     wmma::store_matrix_sync(scratch, acc[c], kMma, wmma::mem_row_major);
     __syncwarp();
     for (int i = 0; i < kLaneColumns; ++i) {
@@ -487,7 +499,7 @@ __global__ void attention_forward_tc_kernel(const float* q, const float* k, cons
     OperandA p_fragments[kTcStep / kMma];
     for (int kk = 0; kk < kTcStep / kMma; ++kk) wmma::load_matrix_sync(p_fragments[kk], as_bf16(&p[0][kk * kMma]), kStepStride);
     for (int c = 0; c < kTcChunks; ++c) {
-      if (c >= chunks) break;
+      if (c >= chunks) continue;
       Accumulator pv;
       wmma::fill_fragment(pv, 0.0f);
       for (int kk = 0; kk < kTcStep / kMma; ++kk) {
@@ -504,7 +516,7 @@ __global__ void attention_forward_tc_kernel(const float* q, const float* k, cons
   }
   if (!live) return;
   float* out_row = out + row_offset(s, b, query, h, s.Hq);
-  for (int c = 0; c < chunks; ++c)
+  for (int c = 0; c < kTcChunks; ++c)
     for (int i = 0; i < kLaneColumns; ++i) {
       const int64_t d = c * kMma + me.half * kLaneColumns + i;
       if (d < s.D) out_row[d] = acc[c][i] / l;
