@@ -16,7 +16,9 @@
 //   - __syncthreads() is a barrier across the block's threads; one that some of them never reach (a
 //     hang on a GPU) ends the launch with an error;
 //   - warp shuffles exchange values among the 32 threads of a warp, all of which must take part (as
-//     the *_sync intrinsics require with a full mask).
+//     the *_sync intrinsics require with a full mask); __syncwarp is a barrier among them;
+//   - the warp matrix functions (nvcuda::wmma, bf16 operands and f32 accumulators at 16x16x16) give
+//     every lane the whole tile: valid for code that reads fragments only through them (below).
 #pragma once
 #ifndef LINGTRAIN_CUDA_EMULATION
 #error "tensor/cuda/emulation.h is for the CPU emulation of the CUDA kernels (define LINGTRAIN_CUDA_EMULATION)"

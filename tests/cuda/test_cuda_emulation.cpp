@@ -153,6 +153,40 @@ TEST(CudaEmulation, ABarrierSomeThreadsNeverReachIsAnError) {
   for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(out[static_cast<size_t>(i)], i);
 }
 
+// The warp matrix functions: a row-major a (row stride 24) times a column-major b (stride 20), added
+// twice onto ones, stored column-major. Small integers keep every product and sum exact, so the result
+// is the one any order of the f32 sums gives.
+__global__ void warp_products(const __nv_bfloat16* a, const __nv_bfloat16* b, float* c) {
+  namespace wmma = nvcuda::wmma;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a_fragment;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b_fragment;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> sum;
+  wmma::fill_fragment(sum, 1.0f);
+  wmma::load_matrix_sync(a_fragment, a, 24);
+  wmma::load_matrix_sync(b_fragment, b, 20);
+  wmma::mma_sync(sum, a_fragment, b_fragment, sum);
+  wmma::mma_sync(sum, a_fragment, b_fragment, sum);
+  wmma::store_matrix_sync(c, sum, 16, wmma::mem_col_major);
+}
+
+TEST(CudaEmulation, WarpMatrixFunctionsMultiplyBf16TilesInTheirLayouts) {
+  auto small = [](int i, int j) { return static_cast<float>((i * 7 + j * 3) % 9 - 4); };
+  std::vector<uint16_t> a(16 * 24), b(16 * 20);
+  for (int r = 0; r < 16; ++r)
+    for (int k = 0; k < 16; ++k) a[static_cast<size_t>(r * 24 + k)] = f32_to_bf16(small(r, k));
+  for (int k = 0; k < 16; ++k)
+    for (int n = 0; n < 16; ++n) b[static_cast<size_t>(n * 20 + k)] = f32_to_bf16(small(n + 5, k));
+  std::vector<float> c(16 * 16, NAN);
+  LT_CUDA_LAUNCH(dim3(1), dim3(32), warp_products)(reinterpret_cast<const __nv_bfloat16*>(a.data()),
+                                                    reinterpret_cast<const __nv_bfloat16*>(b.data()), c.data());
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 16; ++n) {
+      float dot = 0;
+      for (int k = 0; k < 16; ++k) dot += small(r, k) * small(n + 5, k);
+      EXPECT_EQ(c[static_cast<size_t>(n * 16 + r)], 1.0f + 2.0f * dot) << "row " << r << " column " << n;
+    }
+}
+
 // ---- elementwise.cu ------------------------------------------------------------------------------
 
 // Sizes around the block (256 threads) and grid-stride boundaries.
