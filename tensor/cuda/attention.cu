@@ -401,12 +401,18 @@ __device__ inline void warp_products_transposed(const OperandA (&a)[kTcChunks], 
   }
 }
 
+// The 16 rows of a [16, kTcStep] bf16 tile (P or dS) as matrix_a fragments, one per 16 columns.
+__device__ inline void load_step_fragments(OperandA (&fragments)[kTcStep / kMma], const uint16_t (*rows)[kStepStride]) {
+  for (int kk = 0; kk < kTcStep / kMma; ++kk)
+    wmma::load_matrix_sync(fragments[kk], as_bf16(&rows[0][kk * kMma]), kStepStride);
+}
+
 // acc[c] += a [16, kTcStep] (bf16, row stride kStepStride) times columns [16 c, 16 c + 16) of the
 // kTcStep rows of `rows`.
 __device__ inline void warp_accumulate(Accumulator (&acc)[kTcChunks], int chunks, const uint16_t (*a)[kStepStride],
                                        const uint16_t (*rows)[kHeadStride]) {
   OperandA a_fragments[kTcStep / kMma];
-  for (int kk = 0; kk < kTcStep / kMma; ++kk) wmma::load_matrix_sync(a_fragments[kk], as_bf16(&a[0][kk * kMma]), kStepStride);
+  load_step_fragments(a_fragments, a);
   for (int c = 0; c < kTcChunks; ++c) {
     if (c >= chunks) continue;
     for (int kk = 0; kk < kTcStep / kMma; ++kk) {
@@ -497,7 +503,7 @@ __global__ void attention_forward_tc_kernel(const float* q, const float* k, cons
     m = m_new;
     __syncwarp();  // P is written and the scores read: their rows become the scratch of P v
     OperandA p_fragments[kTcStep / kMma];
-    for (int kk = 0; kk < kTcStep / kMma; ++kk) wmma::load_matrix_sync(p_fragments[kk], as_bf16(&p[0][kk * kMma]), kStepStride);
+    load_step_fragments(p_fragments, p);
     for (int c = 0; c < kTcChunks; ++c) {
       if (c >= chunks) continue;
       Accumulator pv;
