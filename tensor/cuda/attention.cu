@@ -26,16 +26,32 @@
 //
 // Numerics: scores, maxima and sums in the tensor's dtype, as on the CPU; the sums run in another order
 // than the CPU's 64-wide blocks, so the two agree to rounding.
+//
+// Tensor cores: under mixed precision (kernels::matmul_precision() == BF16Inputs, --dtype bf16) f32
+// attention takes other kernels with the same walks, grids of 64-row tiles and the same launches: the
+// products on bf16 wmma fragments (16x16x16) with f32 accumulators. q, k, v and dout are rounded to
+// bf16 (nearest even, f32_to_bf16) as they are loaded into shared memory, and D_i takes dout rounded
+// alike; P (for P v and P^T dout) and dS (for dS k and dS^T q) are rounded to bf16 as operands; scores,
+// maxima, sums and lse stay f32. A block is four warps of 16 rows each (64 query rows; 64 keys in the
+// dk/dv kernel), walking steps of 32 keys (or 32 queries), everything in 48 KiB of static shared memory
+// up to kMaxHeadDim. Results match the f32 kernel on bf16-rounded inputs to the rounding of P and dS
+// (about 2^-9 relative); they are deterministic as the scalar kernels are (same ownership, fixed order,
+// no atomics). The f32 default and f64 keep the scalar kernels above, exact to the CPU's rounding.
 #include <cmath>
 #include <cstdint>
 
-#ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
+#ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for these
+#include <cuda_bf16.h>
+#include <mma.h>
+
 #include "tensor/cuda/cuda_runtime.h"
 #endif
 #include "tensor/cuda/device_math.h"
 #include "tensor/cuda/grid.h"
 #include "tensor/cuda/kernels.h"
+#include "tensor/dtype.h"
 #include "tensor/dtype_switch.h"
+#include "tensor/kernels.h"
 
 namespace lt::LT_CUDA_NAMESPACE {
 namespace {
@@ -172,14 +188,19 @@ __global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T s
   if (j == 0) lse[(b * s.Hq + h) * s.T + query] = m + logarithm(l);
 }
 
-// D_i = rowsum(dout_i * out_i) for every (b, h, t), laid out like lse [B, Hq, T].
-template <class T>
+// D_i = rowsum(dout_i * out_i) for every (b, h, t), laid out like lse [B, Hq, T]. The tensor-core
+// path takes dout as bf16, as its products dP = dout v^T do, so that D_i and dP agree.
+template <class T, bool kBf16Dout>
 __global__ void attention_row_dot_kernel(const T* out, const T* dout, AttentionDims s, T* row_dot) {
   for (int64_t e = first_index(); e < s.B * s.Hq * s.T; e += grid_stride()) {
     const int64_t b = e / (s.Hq * s.T), h = (e / s.T) % s.Hq, t = e % s.T;
     const int64_t offset = row_offset(s, b, t, h, s.Hq);
     T dot = 0;
-    for (int64_t c = 0; c < s.D; ++c) dot += dout[offset + c] * out[offset + c];
+    for (int64_t c = 0; c < s.D; ++c) {
+      const T d = kBf16Dout ? static_cast<T>(bf16_to_f32(f32_to_bf16(static_cast<float>(dout[offset + c]))))
+                            : dout[offset + c];
+      dot += d * out[offset + c];
+    }
     row_dot[e] = dot;
   }
 }
@@ -301,6 +322,353 @@ __global__ void attention_dkdv_kernel(const T* q, const T* k, const T* v, const 
   }
 }
 
+// ---- The tensor-core path (MatmulPrecision::BF16Inputs, f32 tensors) ------------------------------------
+//
+// The same walks as above at 64-row tiles, the products on bf16 wmma fragments (16x16x16, f32
+// accumulators): q, k, v and dout rounded to bf16 (f32_to_bf16, nearest even) as they enter shared
+// memory, P and dS rounded to bf16 as operands of the second products; scores, maxima, sums and lse in
+// f32. The four warps of a block own 16 rows each (query rows, or key rows in the dk/dv kernel), and
+// their own operand (q, or k and v) sits in register fragments for the whole walk: loaded once through
+// shared memory, which the walk's tiles then reuse. The row statistics are taken from scores stored to
+// shared memory (the layout of an accumulator fragment is unspecified): lane l of a warp owns row l / 2,
+// its half l % 2 of the tile's columns, and the same half of each 16-column chunk of the output (the
+// forward's accumulator, which its rescaling needs by row, lives in those lanes' registers).
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kMma = 16;                                           // the side of a wmma tile
+constexpr int kTcWarps = 4;
+constexpr int kTcThreads = kTcWarps * 32;
+constexpr int kTcRows = kTcWarps * kMma;                           // the rows a block owns
+constexpr int kTcStep = 32;                                        // keys (or queries) per step of a walk
+constexpr int kTcChunks = static_cast<int>(kMaxAttentionHeadDim) / kMma;  // 16-column chunks of a head
+// Row strides in shared memory: bf16 head rows padded by 16 bytes, so that the 16 rows a fragment reads
+// fall on different banks; f32 score rows unpadded; bf16 probability rows padded likewise.
+constexpr int kHeadStride = static_cast<int>(kMaxAttentionHeadDim) + 8;
+constexpr int kStepStride = kTcStep + 8;
+constexpr int kLaneColumns = kMma / 2;  // of each 16-column output chunk, per lane
+
+using OperandA = wmma::fragment<wmma::matrix_a, kMma, kMma, kMma, __nv_bfloat16, wmma::row_major>;
+using OperandB = wmma::fragment<wmma::matrix_b, kMma, kMma, kMma, __nv_bfloat16, wmma::row_major>;
+using OperandBt = wmma::fragment<wmma::matrix_b, kMma, kMma, kMma, __nv_bfloat16, wmma::col_major>;
+using Accumulator = wmma::fragment<wmma::accumulator, kMma, kMma, kMma, float>;
+
+// bf16 tiles are written as bits (f32_to_bf16) and read by wmma as __nv_bfloat16: the same two bytes.
+__device__ inline const __nv_bfloat16* as_bf16(const uint16_t* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }
+
+// Where a thread stands in its warp: the row (of the warp's 16) and the half of the columns it owns.
+struct WarpLane {
+  int warp, row, half;
+  __device__ WarpLane()
+      : warp(static_cast<int>(threadIdx.x) / 32),
+        row(static_cast<int>(threadIdx.x) % 32 / 2),
+        half(static_cast<int>(threadIdx.x) % 2) {}
+};
+
+// The head dim in 16-column chunks: columns past D are loaded as zeros and never written back.
+__device__ inline int head_chunks(const AttentionDims& s) { return static_cast<int>((s.D + kMma - 1) / kMma); }
+
+// Rows [first, first + rows) of one head of x [B, T, H, D] into tile as bf16 (zeros past T and D).
+__device__ inline void load_bf16_tile(uint16_t (*tile)[kHeadStride], int rows, const float* x, const AttentionDims& s,
+                                      int64_t b, int64_t first, int64_t head, int64_t heads) {
+  const int64_t columns = head_chunks(s) * kMma;
+  for (int64_t e = threadIdx.x; e < rows * columns; e += blockDim.x) {
+    const int64_t row = e / columns, c = e % columns, t = first + row;
+    tile[row][c] = f32_to_bf16(t < s.T && c < s.D ? x[row_offset(s, b, t, head, heads) + c] : 0.0f);
+  }
+}
+
+// The 16 rows of a tile from `rows` on as matrix_a fragments, one per 16-column chunk.
+__device__ inline void load_row_fragments(OperandA (&fragments)[kTcChunks], const uint16_t (*rows)[kHeadStride],
+                                          int chunks) {
+  for (int c = 0; c < kTcChunks; ++c)
+    if (c < chunks) wmma::load_matrix_sync(fragments[c], as_bf16(&rows[0][c * kMma]), kHeadStride);
+}
+
+// out [16, kTcStep] (f32, row stride kTcStep) = a [16, D] times the kTcStep rows of `rows` transposed.
+__device__ inline void warp_products_transposed(const OperandA (&a)[kTcChunks], int chunks,
+                                                const uint16_t (*rows)[kHeadStride], float* out) {
+  for (int n = 0; n < kTcStep / kMma; ++n) {
+    Accumulator sum;
+    wmma::fill_fragment(sum, 0.0f);
+    for (int c = 0; c < kTcChunks; ++c) {
+      if (c >= chunks) continue;
+      OperandBt b;
+      wmma::load_matrix_sync(b, as_bf16(&rows[n * kMma][c * kMma]), kHeadStride);
+      wmma::mma_sync(sum, a[c], b, sum);
+    }
+    wmma::store_matrix_sync(out + n * kMma, sum, kTcStep, wmma::mem_row_major);
+  }
+}
+
+// The 16 rows of a [16, kTcStep] bf16 tile (P or dS) as matrix_a fragments, one per 16 columns.
+__device__ inline void load_step_fragments(OperandA (&fragments)[kTcStep / kMma], const uint16_t (*rows)[kStepStride]) {
+  for (int kk = 0; kk < kTcStep / kMma; ++kk)
+    wmma::load_matrix_sync(fragments[kk], as_bf16(&rows[0][kk * kMma]), kStepStride);
+}
+
+// acc[c] += a [16, kTcStep] (bf16, row stride kStepStride) times columns [16 c, 16 c + 16) of the
+// kTcStep rows of `rows`.
+__device__ inline void warp_accumulate(Accumulator (&acc)[kTcChunks], int chunks, const uint16_t (*a)[kStepStride],
+                                       const uint16_t (*rows)[kHeadStride]) {
+  OperandA a_fragments[kTcStep / kMma];
+  load_step_fragments(a_fragments, a);
+  for (int c = 0; c < kTcChunks; ++c) {
+    if (c >= chunks) continue;
+    for (int kk = 0; kk < kTcStep / kMma; ++kk) {
+      OperandB b;
+      wmma::load_matrix_sync(b, as_bf16(&rows[kk * kMma][c * kMma]), kHeadStride);
+      wmma::mma_sync(acc[c], a_fragments[kk], b, acc[c]);
+    }
+  }
+}
+
+// factor * acc into the warp's 16 rows (first_row on) of one head of x [B, T, H, D], rows past T and
+// columns past D left out, through `scratch` (16 x 16 f32 of the warp's own).
+__device__ inline void write_warp_rows(const Accumulator (&acc)[kTcChunks], float factor, float* scratch, float* x,
+                                       const AttentionDims& s, int64_t b, int64_t first_row, int64_t head,
+                                       int64_t heads) {
+  const WarpLane me;
+  const int64_t t = first_row + me.row;
+  for (int c = 0; c < kTcChunks; ++c) {
+    if (c >= head_chunks(s)) continue;
+    wmma::store_matrix_sync(scratch, acc[c], kMma, wmma::mem_row_major);
+    __syncwarp();
+    for (int i = 0; i < kLaneColumns; ++i) {
+      const int column = me.half * kLaneColumns + i;
+      const int64_t d = c * kMma + column;
+      if (t < s.T && d < s.D) x[row_offset(s, b, t, head, heads) + d] = factor * scratch[me.row * kMma + column];
+    }
+    __syncwarp();  // read before the next chunk's store
+  }
+}
+
+// Shared memory of the forward: q staged for the fragments, then the walk's tiles in its place.
+union alignas(128) ForwardShared {
+  uint16_t q[kTcRows][kHeadStride];
+  struct {
+    uint16_t k[kTcStep][kHeadStride], v[kTcStep][kHeadStride];
+    float scores[kTcRows][kTcStep];  // each warp's 16 rows; then the scratch of its P v chunks
+    uint16_t p[kTcRows][kStepStride];
+  } walk;
+};
+
+__global__ void attention_forward_tc_kernel(const float* q, const float* k, const float* v, float scale,
+                                            const int32_t* doc_start, AttentionDims s, float* out, float* lse) {
+  __shared__ ForwardShared shared;
+  const WarpLane me;
+  const int64_t b = blockIdx.y / s.Hq, h = blockIdx.y % s.Hq, h_kv = h / s.group();
+  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kTcRows, warp_q0 = q0 + me.warp * kMma;
+  const int64_t query = warp_q0 + me.row, last_query = (q0 + kTcRows < s.T ? q0 + kTcRows : s.T) - 1;
+  const bool live = query < s.T;
+  const int64_t lo = live ? first_visible_key(doc_start, s, b, query) : 0;
+  const int chunks = head_chunks(s);
+  float* scores = &shared.walk.scores[me.warp * kMma][0];
+  uint16_t (*p)[kStepStride] = &shared.walk.p[me.warp * kMma];
+
+  load_bf16_tile(shared.q, kTcRows, q, s, b, q0, h, s.Hq);
+  __syncthreads();
+  OperandA q_rows[kTcChunks];
+  load_row_fragments(q_rows, &shared.q[me.warp * kMma], chunks);
+
+  float m = -INFINITY, l = 0;
+  float acc[kTcChunks][kLaneColumns] = {};
+  for (int64_t k0 = first_visible_key(doc_start, s, b, q0) / kTcStep * kTcStep; k0 <= last_query; k0 += kTcStep) {
+    __syncthreads();  // every warp's reads of q (the first time), k and v are done
+    load_bf16_tile(shared.walk.k, kTcStep, k, s, b, k0, h_kv, s.Hkv);
+    load_bf16_tile(shared.walk.v, kTcStep, v, s, b, k0, h_kv, s.Hkv);
+    __syncthreads();
+    warp_products_transposed(q_rows, chunks, shared.walk.k, scores);
+    __syncwarp();
+    constexpr int kLaneKeys = kTcStep / 2;
+    float score[kLaneKeys];
+    float tile_max = -INFINITY;
+    for (int j = 0; j < kLaneKeys; ++j) {
+      const int column = me.half * kLaneKeys + j;
+      const int64_t key = k0 + column;
+      score[j] = live && key >= lo && key <= query ? scores[me.row * kTcStep + column] * scale : -INFINITY;
+      tile_max = tile_max > score[j] ? tile_max : score[j];
+    }
+    const float other_max = __shfl_xor_sync(0xffffffffu, tile_max, 1u);
+    tile_max = tile_max > other_max ? tile_max : other_max;
+    const float m_new = m > tile_max ? m : tile_max;
+    const float rescale = m == -INFINITY ? 0.0f : exponential(m - m_new);  // nothing to rescale before a key
+    float sum = 0;
+    for (int j = 0; j < kLaneKeys; ++j) {
+      const float p_j = score[j] == -INFINITY ? 0.0f : exponential(score[j] - m_new);
+      sum += p_j;
+      p[me.row][me.half * kLaneKeys + j] = f32_to_bf16(p_j);
+    }
+    l = l * rescale + sum + __shfl_xor_sync(0xffffffffu, sum, 1u);
+    m = m_new;
+    __syncwarp();  // P is written and the scores read: their rows become the scratch of P v
+    OperandA p_fragments[kTcStep / kMma];
+    load_step_fragments(p_fragments, p);
+    for (int c = 0; c < kTcChunks; ++c) {
+      if (c >= chunks) continue;
+      Accumulator pv;
+      wmma::fill_fragment(pv, 0.0f);
+      for (int kk = 0; kk < kTcStep / kMma; ++kk) {
+        OperandB v_fragment;
+        wmma::load_matrix_sync(v_fragment, as_bf16(&shared.walk.v[kk * kMma][c * kMma]), kHeadStride);
+        wmma::mma_sync(pv, p_fragments[kk], v_fragment, pv);
+      }
+      wmma::store_matrix_sync(scores, pv, kMma, wmma::mem_row_major);
+      __syncwarp();
+      for (int i = 0; i < kLaneColumns; ++i)
+        acc[c][i] = acc[c][i] * rescale + scores[me.row * kMma + me.half * kLaneColumns + i];
+      __syncwarp();  // read before the next chunk's store
+    }
+  }
+  if (!live) return;
+  float* out_row = out + row_offset(s, b, query, h, s.Hq);
+  for (int c = 0; c < kTcChunks; ++c)
+    for (int i = 0; i < kLaneColumns; ++i) {
+      const int64_t d = c * kMma + me.half * kLaneColumns + i;
+      if (d < s.D) out_row[d] = acc[c][i] / l;
+    }
+  if (me.half == 0) lse[(b * s.Hq + h) * s.T + query] = m + logarithm(l);
+}
+
+// Shared memory of the dq kernel: q and dout staged for the fragments, then the walk's tiles.
+union alignas(128) DqShared {
+  struct {
+    uint16_t q[kTcRows][kHeadStride], dout[kTcRows][kHeadStride];
+  } staged;
+  struct {
+    uint16_t k[kTcStep][kHeadStride], v[kTcStep][kHeadStride];
+    float scores[kTcRows][kTcStep], dp[kTcRows][kTcStep];  // scores: the scratch of the last write too
+    uint16_t ds[kTcRows][kStepStride];
+  } walk;
+};
+
+__global__ void attention_dq_tc_kernel(const float* q, const float* k, const float* v, const float* lse,
+                                       const float* row_dot, const float* dout, float scale, const int32_t* doc_start,
+                                       AttentionDims s, float* dq) {
+  __shared__ DqShared shared;
+  const WarpLane me;
+  const int64_t b = blockIdx.y / s.Hq, h = blockIdx.y % s.Hq, h_kv = h / s.group();
+  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kTcRows, warp_q0 = q0 + me.warp * kMma;
+  const int64_t query = warp_q0 + me.row, last_query = (q0 + kTcRows < s.T ? q0 + kTcRows : s.T) - 1;
+  const bool live = query < s.T;
+  const int64_t lo = live ? first_visible_key(doc_start, s, b, query) : 0;
+  const int64_t stat = (b * s.Hq + h) * s.T + query;
+  const float row_lse = live ? lse[stat] : 0.0f, row_d = live ? row_dot[stat] : 0.0f;
+  const int chunks = head_chunks(s);
+  float* scores = &shared.walk.scores[me.warp * kMma][0];
+  float* dp = &shared.walk.dp[me.warp * kMma][0];
+  uint16_t (*ds)[kStepStride] = &shared.walk.ds[me.warp * kMma];
+
+  load_bf16_tile(shared.staged.q, kTcRows, q, s, b, q0, h, s.Hq);
+  load_bf16_tile(shared.staged.dout, kTcRows, dout, s, b, q0, h, s.Hq);
+  __syncthreads();
+  OperandA q_rows[kTcChunks], dout_rows[kTcChunks];
+  load_row_fragments(q_rows, &shared.staged.q[me.warp * kMma], chunks);
+  load_row_fragments(dout_rows, &shared.staged.dout[me.warp * kMma], chunks);
+
+  Accumulator acc[kTcChunks];
+  for (Accumulator& a : acc) wmma::fill_fragment(a, 0.0f);
+  for (int64_t k0 = first_visible_key(doc_start, s, b, q0) / kTcStep * kTcStep; k0 <= last_query; k0 += kTcStep) {
+    __syncthreads();  // every warp's reads of the staged rows (the first time), k and v are done
+    load_bf16_tile(shared.walk.k, kTcStep, k, s, b, k0, h_kv, s.Hkv);
+    load_bf16_tile(shared.walk.v, kTcStep, v, s, b, k0, h_kv, s.Hkv);
+    __syncthreads();
+    warp_products_transposed(q_rows, chunks, shared.walk.k, scores);
+    warp_products_transposed(dout_rows, chunks, shared.walk.v, dp);
+    __syncwarp();
+    for (int j = 0; j < kTcStep / 2; ++j) {
+      const int column = me.half * (kTcStep / 2) + j;
+      const int64_t key = k0 + column;
+      float ds_j = 0;
+      if (live && key >= lo && key <= query) {
+        const int at = me.row * kTcStep + column;
+        ds_j = exponential(scores[at] * scale - row_lse) * (dp[at] - row_d);
+      }
+      ds[me.row][column] = f32_to_bf16(ds_j);
+    }
+    __syncwarp();
+    warp_accumulate(acc, chunks, ds, shared.walk.k);
+  }
+  write_warp_rows(acc, scale, scores, dq, s, b, warp_q0, h, s.Hq);
+}
+
+// Shared memory of the dk/dv kernel: k and v staged for the fragments, then the walk's tiles (of
+// kTcStep queries against the block's keys, transposed: key rows by query columns).
+union alignas(128) DkDvShared {
+  struct {
+    uint16_t k[kTcRows][kHeadStride], v[kTcRows][kHeadStride];
+  } staged;
+  struct {
+    uint16_t q[kTcStep][kHeadStride], dout[kTcStep][kHeadStride];
+    float scores[kTcRows][kTcStep], dp[kTcRows][kTcStep];  // scores: the scratch of the last writes too
+    uint16_t p[kTcRows][kStepStride], ds[kTcRows][kStepStride];
+    float lse[kTcStep], row_dot[kTcStep];
+  } walk;
+};
+
+__global__ void attention_dkdv_tc_kernel(const float* q, const float* k, const float* v, const float* lse,
+                                         const float* row_dot, const float* dout, float scale,
+                                         const int32_t* doc_start, AttentionDims s, float* dk, float* dv) {
+  __shared__ DkDvShared shared;
+  const WarpLane me;
+  const int64_t b = blockIdx.y / s.Hkv, h_kv = blockIdx.y % s.Hkv;
+  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kTcRows, warp_k0 = k0 + me.warp * kMma;
+  const int64_t key = warp_k0 + me.row, last_key = (k0 + kTcRows < s.T ? k0 + kTcRows : s.T) - 1;
+  const int chunks = head_chunks(s);
+  float* scores = &shared.walk.scores[me.warp * kMma][0];
+  float* dp = &shared.walk.dp[me.warp * kMma][0];
+  uint16_t (*p)[kStepStride] = &shared.walk.p[me.warp * kMma];
+  uint16_t (*ds)[kStepStride] = &shared.walk.ds[me.warp * kMma];
+
+  load_bf16_tile(shared.staged.k, kTcRows, k, s, b, k0, h_kv, s.Hkv);
+  load_bf16_tile(shared.staged.v, kTcRows, v, s, b, k0, h_kv, s.Hkv);
+  __syncthreads();
+  OperandA k_rows[kTcChunks], v_rows[kTcChunks];
+  load_row_fragments(k_rows, &shared.staged.k[me.warp * kMma], chunks);
+  load_row_fragments(v_rows, &shared.staged.v[me.warp * kMma], chunks);
+
+  Accumulator dk_acc[kTcChunks], dv_acc[kTcChunks];
+  for (int c = 0; c < kTcChunks; ++c) {
+    wmma::fill_fragment(dk_acc[c], 0.0f);
+    wmma::fill_fragment(dv_acc[c], 0.0f);
+  }
+  for (int64_t h = h_kv * s.group(); h < (h_kv + 1) * s.group(); ++h)
+    for (int64_t q0 = k0; q0 < s.T; q0 += kTcStep) {
+      // As in the scalar kernel: once a step's first query starts after this key tile, no later one
+      // sees it (the same for every thread: the loop stays uniform across the block).
+      if (first_visible_key(doc_start, s, b, q0) > last_key) break;
+      __syncthreads();  // every warp's reads of the staged rows (the first time) and of the last step are done
+      load_bf16_tile(shared.walk.q, kTcStep, q, s, b, q0, h, s.Hq);
+      load_bf16_tile(shared.walk.dout, kTcStep, dout, s, b, q0, h, s.Hq);
+      if (threadIdx.x < kTcStep) {
+        const int64_t t = q0 + threadIdx.x;
+        shared.walk.lse[threadIdx.x] = t < s.T ? lse[(b * s.Hq + h) * s.T + t] : 0.0f;
+        shared.walk.row_dot[threadIdx.x] = t < s.T ? row_dot[(b * s.Hq + h) * s.T + t] : 0.0f;
+      }
+      __syncthreads();
+      warp_products_transposed(k_rows, chunks, shared.walk.q, scores);
+      warp_products_transposed(v_rows, chunks, shared.walk.dout, dp);
+      __syncwarp();
+      for (int j = 0; j < kTcStep / 2; ++j) {
+        const int column = me.half * (kTcStep / 2) + j;
+        const int64_t query = q0 + column;
+        float p_j = 0, ds_j = 0;
+        if (query < s.T && key <= query && key >= first_visible_key(doc_start, s, b, query)) {
+          const int at = me.row * kTcStep + column;
+          p_j = exponential(scores[at] * scale - shared.walk.lse[column]);
+          ds_j = p_j * (dp[at] - shared.walk.row_dot[column]);
+        }
+        p[me.row][column] = f32_to_bf16(p_j);
+        ds[me.row][column] = f32_to_bf16(ds_j);
+      }
+      __syncwarp();
+      warp_accumulate(dv_acc, chunks, p, shared.walk.dout);
+      warp_accumulate(dk_acc, chunks, ds, shared.walk.q);
+    }
+  write_warp_rows(dk_acc, scale, scores, dk, s, b, warp_k0, h_kv, s.Hkv);
+  write_warp_rows(dv_acc, 1.0f, scores, dv, s, b, warp_k0, h_kv, s.Hkv);
+}
+
 AttentionDims dims_of(const Tensor& q, const Tensor& k) { return {q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)}; }
 
 const int32_t* doc_start_data(const Tensor& doc_start) {
@@ -310,6 +678,16 @@ const int32_t* doc_start_data(const Tensor& doc_start) {
 template <class T>
 dim3 tiles_grid(const AttentionDims& s, int64_t heads) {
   return dim3(static_cast<unsigned>((s.T + Tile<T>::kSize - 1) / Tile<T>::kSize), static_cast<unsigned>(s.B * heads));
+}
+
+// The tensor-core kernels serve f32 tensors under mixed precision (--dtype bf16); f32 otherwise and
+// f64 always take the scalar ones, exact to the CPU's rounding.
+bool on_tensor_cores(const Tensor& q) {
+  return q.dtype() == DType::F32 && kernels::matmul_precision() == kernels::MatmulPrecision::BF16Inputs;
+}
+
+dim3 tensor_core_grid(const AttentionDims& s, int64_t heads) {
+  return dim3(static_cast<unsigned>((s.T + kTcRows - 1) / kTcRows), static_cast<unsigned>(s.B * heads));
 }
 
 // q [B, T, heads, D], k and v [B, T, kv_heads, D] split from a fused projection, q and k turned by RoPE.
@@ -332,12 +710,18 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, 
   const AttentionDims s = dims_of(q, k);
   if (s.B * s.T * s.Hq == 0) return;
   const DeviceGuard guard(q.device().index);
-  LT_FLOAT_SWITCH(q.dtype(), T, {
-    constexpr int kTile = Tile<T>::kSize;
-    LT_CUDA_LAUNCH(tiles_grid<T>(s, s.Hq), kTile * kTile, attention_forward_kernel<T>)(
-        q.data<T>(), k.data<T>(), v.data<T>(), static_cast<T>(scale), doc_start_data(doc_start), s, out.data<T>(),
-     lse.data<T>());
-  });
+  if (on_tensor_cores(q)) {
+    LT_CUDA_LAUNCH(tensor_core_grid(s, s.Hq), kTcThreads, attention_forward_tc_kernel)(
+        q.data<float>(), k.data<float>(), v.data<float>(), static_cast<float>(scale), doc_start_data(doc_start), s,
+        out.data<float>(), lse.data<float>());
+  } else {
+    LT_FLOAT_SWITCH(q.dtype(), T, {
+      constexpr int kTile = Tile<T>::kSize;
+      LT_CUDA_LAUNCH(tiles_grid<T>(s, s.Hq), kTile * kTile, attention_forward_kernel<T>)(
+          q.data<T>(), k.data<T>(), v.data<T>(), static_cast<T>(scale), doc_start_data(doc_start), s, out.data<T>(),
+          lse.data<T>());
+    });
+  }
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -347,18 +731,30 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   if (s.B * s.T * s.Hq == 0) return;
   const DeviceGuard guard(q.device().index);
   Tensor row_dot = Tensor::empty(lse.shape(), lse.dtype(), lse.device());
-  LT_FLOAT_SWITCH(q.dtype(), T, {
-    constexpr int kTile = Tile<T>::kSize;
-    const T t_scale = static_cast<T>(scale);
-    LT_CUDA_LAUNCH(blocks_for(s.B * s.Hq * s.T), kThreadsPerBlock, attention_row_dot_kernel<T>)(
-        out.data<T>(), dout.data<T>(), s, row_dot.data<T>());
-    LT_CUDA_LAUNCH(tiles_grid<T>(s, s.Hq), kTile * kTile, attention_dq_kernel<T>)(
-        q.data<T>(), k.data<T>(), v.data<T>(), lse.data<T>(), row_dot.data<T>(), dout.data<T>(), t_scale,
-     doc_start_data(doc_start), s, dq.data<T>());
-    LT_CUDA_LAUNCH(tiles_grid<T>(s, s.Hkv), kTile * kTile, attention_dkdv_kernel<T>)(
-        q.data<T>(), k.data<T>(), v.data<T>(), lse.data<T>(), row_dot.data<T>(), dout.data<T>(), t_scale,
-     doc_start_data(doc_start), s, dk.data<T>(), dv.data<T>());
-  });
+  if (on_tensor_cores(q)) {
+    const float f_scale = static_cast<float>(scale);
+    LT_CUDA_LAUNCH(blocks_for(s.B * s.Hq * s.T), kThreadsPerBlock, attention_row_dot_kernel<float, true>)(
+        out.data<float>(), dout.data<float>(), s, row_dot.data<float>());
+    LT_CUDA_LAUNCH(tensor_core_grid(s, s.Hq), kTcThreads, attention_dq_tc_kernel)(
+        q.data<float>(), k.data<float>(), v.data<float>(), lse.data<float>(), row_dot.data<float>(),
+        dout.data<float>(), f_scale, doc_start_data(doc_start), s, dq.data<float>());
+    LT_CUDA_LAUNCH(tensor_core_grid(s, s.Hkv), kTcThreads, attention_dkdv_tc_kernel)(
+        q.data<float>(), k.data<float>(), v.data<float>(), lse.data<float>(), row_dot.data<float>(),
+        dout.data<float>(), f_scale, doc_start_data(doc_start), s, dk.data<float>(), dv.data<float>());
+  } else {
+    LT_FLOAT_SWITCH(q.dtype(), T, {
+      constexpr int kTile = Tile<T>::kSize;
+      const T t_scale = static_cast<T>(scale);
+      LT_CUDA_LAUNCH(blocks_for(s.B * s.Hq * s.T), kThreadsPerBlock, attention_row_dot_kernel<T, false>)(
+          out.data<T>(), dout.data<T>(), s, row_dot.data<T>());
+      LT_CUDA_LAUNCH(tiles_grid<T>(s, s.Hq), kTile * kTile, attention_dq_kernel<T>)(
+          q.data<T>(), k.data<T>(), v.data<T>(), lse.data<T>(), row_dot.data<T>(), dout.data<T>(), t_scale,
+          doc_start_data(doc_start), s, dq.data<T>());
+      LT_CUDA_LAUNCH(tiles_grid<T>(s, s.Hkv), kTile * kTile, attention_dkdv_kernel<T>)(
+          q.data<T>(), k.data<T>(), v.data<T>(), lse.data<T>(), row_dot.data<T>(), dout.data<T>(), t_scale,
+          doc_start_data(doc_start), s, dk.data<T>(), dv.data<T>());
+    });
+  }
   LT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -16,7 +16,9 @@
 //   - __syncthreads() is a barrier across the block's threads; one that some of them never reach (a
 //     hang on a GPU) ends the launch with an error;
 //   - warp shuffles exchange values among the 32 threads of a warp, all of which must take part (as
-//     the *_sync intrinsics require with a full mask).
+//     the *_sync intrinsics require with a full mask); __syncwarp is a barrier among them;
+//   - the warp matrix functions (nvcuda::wmma, bf16 operands and f32 accumulators at 16x16x16) give
+//     every lane the whole tile: valid for code that reads fragments only through them (below).
 #pragma once
 #ifndef LINGTRAIN_CUDA_EMULATION
 #error "tensor/cuda/emulation.h is for the CPU emulation of the CUDA kernels (define LINGTRAIN_CUDA_EMULATION)"
@@ -29,9 +31,11 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/device_counters.h"
+#include "tensor/dtype.h"
 #include "tensor/error.h"
 
 // The kernels' namespace: lt::cuda_emulated beside the real backend (the kernel tests), or lt::cuda itself
@@ -217,6 +221,83 @@ T __shfl_xor_sync(unsigned /*mask*/, T value, unsigned lane_mask) {
   const unsigned lane = lt::cuda_emulation::linear_thread() % lt::cuda_emulation::kWarpSize;
   return lt::cuda_emulation::shuffle(value, lane ^ lane_mask);
 }
+
+// The barrier among the threads of one warp (all 32 take part, as with a full mask).
+inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) {
+  using namespace lt::cuda_emulation;
+  wait_at(current_block->warp_barriers[linear_thread() / kWarpSize]);
+}
+
+// bf16 as cuda_bf16.h's __nv_bfloat16 holds it: the upper 16 bits of an f32, two bytes. The kernels
+// write these bits with f32_to_bf16 (tensor/dtype.h, round to nearest even) into their own uint16_t
+// buffers and hand them to wmma as __nv_bfloat16, so the emulation reads the same bytes the GPU does.
+struct __nv_bfloat16 {
+  uint16_t bits;
+};
+
+// The warp matrix functions of mma.h (nvcuda::wmma), the 16x16x16 shape only, for bf16 operands and f32
+// accumulators. On a GPU a fragment is spread over the warp's 32 lanes in a layout CUDA leaves
+// unspecified; here every lane holds the whole 16x16 tile (row-major, as f32: bf16 values are exact in
+// it). That is a faithful model only for code that touches fragments through these functions alone
+// (fill, load, store, mma), never through their elements by position, which is what CUDA allows a
+// correct program anyway. mma_sync multiplies in f32 (products of bf16 values are exact there) and adds
+// in k order; the tensor cores' order of the f32 sums is their own, so results agree to f32 rounding.
+namespace nvcuda::wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+inline constexpr int kTileSide = 16;
+
+template <class Use, int M, int N, int K, class T, class Layout = void>
+struct fragment {
+  static_assert(M == kTileSide && N == kTileSide && K == kTileSide, "the emulation has the 16x16x16 shape only");
+  float x[kTileSide * kTileSide];  // [row][col]
+};
+
+template <class Use, class T, class Layout>
+void fill_fragment(fragment<Use, 16, 16, 16, T, Layout>& f, float value) {
+  for (float& e : f.x) e = value;
+}
+
+// An operand tile of bf16 values, element (r, c) at p[r * ldm + c] (row_major) or p[c * ldm + r].
+template <class Use, class Layout>
+void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, Layout>& f, const __nv_bfloat16* p, unsigned ldm) {
+  for (int r = 0; r < kTileSide; ++r)
+    for (int c = 0; c < kTileSide; ++c) {
+      const size_t at = std::is_same_v<Layout, row_major> ? r * size_t{ldm} + c : c * size_t{ldm} + r;
+      uint16_t bits;
+      std::memcpy(&bits, p + at, sizeof bits);
+      f.x[r * kTileSide + c] = lt::bf16_to_f32(bits);
+    }
+}
+
+inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f, unsigned ldm,
+                              layout_t layout) {
+  for (int r = 0; r < kTileSide; ++r)
+    for (int c = 0; c < kTileSide; ++c)
+      p[layout == mem_row_major ? r * size_t{ldm} + c : c * size_t{ldm} + r] = f.x[r * kTileSide + c];
+}
+
+// d = a b + c (d may be c).
+template <class LayoutA, class LayoutB>
+void mma_sync(fragment<accumulator, 16, 16, 16, float>& d,
+              const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LayoutA>& a,
+              const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LayoutB>& b,
+              const fragment<accumulator, 16, 16, 16, float>& c) {
+  float sum[kTileSide * kTileSide];
+  for (int r = 0; r < kTileSide; ++r)
+    for (int n = 0; n < kTileSide; ++n) {
+      float s = c.x[r * kTileSide + n];
+      for (int k = 0; k < kTileSide; ++k) s += a.x[r * kTileSide + k] * b.x[k * kTileSide + n];
+      sum[r * kTileSide + n] = s;
+    }
+  std::memcpy(d.x, sum, sizeof sum);
+}
+}  // namespace nvcuda::wmma
 
 // The CUDA runtime pieces a kernel file's launchers use.
 #ifndef LINGTRAIN_EMULATED_GPU

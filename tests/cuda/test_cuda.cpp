@@ -687,6 +687,61 @@ OpCase bf16_matmul_case(const GemmShape& s, bool trans_a, bool trans_b) {
           }};
 }
 
+// Attention under mixed precision: on the GPU the tensor-core kernels (q, k, v and dout as bf16, P and
+// dS rounded to bf16 for the second products, f32 sums and statistics), on the CPU the exact f32 kernel
+// on the operands rounded to bf16 (the precision is the GPU's business: the CPU run rounds them
+// itself, after the split and RoPE of the fused projection, where the GPU rounds them). What remains is
+// the rounding of P and dS, relative 2^-9, which moves out by at most 2^-9 max|v| and a gradient by a
+// few 2^-9 |x| (tests/cuda/test_cuda_emulation.cpp derives it): 1e-2.
+OpCase bf16_attention_case() {
+  return {"attention bf16 inputs", "f32", 1e-2, [](Device device) {
+            Outputs outputs;
+            const bool rounded = device.is_cpu();
+            auto operand = [rounded](const Tensor& x) { return rounded ? x.to(DType::BF16).to(DType::F32) : x; };
+            struct Dims {
+              int64_t B, T, Hq, Hkv, D;
+              bool packed;
+            };
+            for (const Dims& n : std::vector<Dims>{{1, 100, 4, 2, 128, false}, {2, 45, 2, 1, 64, true}}) {
+              const std::string where = " B" + std::to_string(n.B) + " T" + std::to_string(n.T) + " D" +
+                                        std::to_string(n.D) + (n.packed ? " packed" : "");
+              const int64_t T = n.T;
+              const Tensor doc_start =
+                  n.packed ? ids_on(
+                                 {n.B, n.T}, [T](int64_t i) { return (i % T) / 11 * 11; }, DType::I32, device)
+                           : Tensor();
+              const double scale = 1.0 / std::sqrt(static_cast<double>(n.D));
+              const Tensor qkv = input({n.B, n.T, (n.Hq + 2 * n.Hkv) * n.D}, 58, DType::F32, device);
+              const Tensor dout = input({n.B, n.T, n.Hq, n.D}, 59, DType::F32, device);
+              Tensor q = Tensor::empty({n.B, n.T, n.Hq, n.D}, DType::F32, device);
+              Tensor k = Tensor::empty({n.B, n.T, n.Hkv, n.D}, DType::F32, device), v = Tensor::empty_like(k);
+              kernels::split_qkv_rope(qkv, 10000.0, 5, q, k, v);
+              Tensor out = Tensor::empty_like(q), lse = Tensor::empty({n.B, n.Hq, n.T}, DType::F32, device);
+              Tensor dq = Tensor::empty_like(q), dk = Tensor::empty_like(k), dv = Tensor::empty_like(k);
+              Tensor dqkv = Tensor::full(qkv.shape(), kNaN, DType::F32, device);
+              kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
+              if (rounded) {  // the split, then attention on rounded operands
+                kernels::attention(operand(q), operand(k), operand(v), scale, out, lse, doc_start);
+                kernels::attention_backward(operand(q), operand(k), operand(v), out, lse, operand(dout), scale, dq,
+                                            dk, dv, doc_start);
+                kernels::split_qkv_rope_backward(dq, dk, dv, 10000.0, 5, dqkv);
+              } else {
+                kernels::attention(q, k, v, scale, out, lse, doc_start);
+                kernels::attention_backward(q, k, v, out, lse, dout, scale, dq, dk, dv, doc_start);
+                Tensor qkv_out = Tensor::empty_like(q), qkv_lse = Tensor::empty_like(lse);
+                kernels::qkv_attention(qkv, n.Hq, n.Hkv, 10000.0, 5, scale, qkv_out, qkv_lse, doc_start);
+                kernels::qkv_attention_backward(qkv, n.Hq, n.Hkv, 10000.0, 5, qkv_out, qkv_lse, dout, scale, dqkv,
+                                                doc_start);
+              }
+              kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
+              for (const auto& [what, t] : Outputs{{"out", out}, {"lse", lse}, {"dq", dq}, {"dk", dk}, {"dv", dv},
+                                                   {"qkv_attention dqkv", dqkv}})
+                outputs.push_back({what + where, t});
+            }
+            return outputs;
+          }};
+}
+
 // The grouped GEMMs, one grouped call each on the GPU, on segments of every kind: empty experts first,
 // last and between (a written weight gradient's are zeroed over NaN), one row, uneven lengths; written
 // and added, two products in one call (transposed and not), a product and a weight gradient reading
@@ -801,6 +856,7 @@ std::vector<OpCase> cuda_cases() {
                                                        {"batched shared b", 4, 6, 11, 8, false}})
     for (const bool trans_a : {false, true})
       for (const bool trans_b : {false, true}) cases.push_back(bf16_matmul_case(shape, trans_a, trans_b));
+  cases.push_back(bf16_attention_case());
   for (const int64_t K : {16, 13}) {
     cases.push_back(grouped_case(DType::F32, kernels::MatmulPrecision::F32, K, 1e-5));
     cases.push_back(grouped_case(DType::F64, kernels::MatmulPrecision::F32, K, 1e-12));

@@ -153,6 +153,40 @@ TEST(CudaEmulation, ABarrierSomeThreadsNeverReachIsAnError) {
   for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(out[static_cast<size_t>(i)], i);
 }
 
+// The warp matrix functions: a row-major a (row stride 24) times a column-major b (stride 20), added
+// twice onto ones, stored column-major. Small integers keep every product and sum exact, so the result
+// is the one any order of the f32 sums gives.
+__global__ void warp_products(const __nv_bfloat16* a, const __nv_bfloat16* b, float* c) {
+  namespace wmma = nvcuda::wmma;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a_fragment;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b_fragment;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> sum;
+  wmma::fill_fragment(sum, 1.0f);
+  wmma::load_matrix_sync(a_fragment, a, 24);
+  wmma::load_matrix_sync(b_fragment, b, 20);
+  wmma::mma_sync(sum, a_fragment, b_fragment, sum);
+  wmma::mma_sync(sum, a_fragment, b_fragment, sum);
+  wmma::store_matrix_sync(c, sum, 16, wmma::mem_col_major);
+}
+
+TEST(CudaEmulation, WarpMatrixFunctionsMultiplyBf16TilesInTheirLayouts) {
+  auto small = [](int i, int j) { return static_cast<float>((i * 7 + j * 3) % 9 - 4); };
+  std::vector<uint16_t> a(16 * 24), b(16 * 20);
+  for (int r = 0; r < 16; ++r)
+    for (int k = 0; k < 16; ++k) a[static_cast<size_t>(r * 24 + k)] = f32_to_bf16(small(r, k));
+  for (int k = 0; k < 16; ++k)
+    for (int n = 0; n < 16; ++n) b[static_cast<size_t>(n * 20 + k)] = f32_to_bf16(small(n + 5, k));
+  std::vector<float> c(16 * 16, NAN);
+  LT_CUDA_LAUNCH(dim3(1), dim3(32), warp_products)(reinterpret_cast<const __nv_bfloat16*>(a.data()),
+                                                    reinterpret_cast<const __nv_bfloat16*>(b.data()), c.data());
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 16; ++n) {
+      float dot = 0;
+      for (int k = 0; k < 16; ++k) dot += small(r, k) * small(n + 5, k);
+      EXPECT_EQ(c[static_cast<size_t>(n * 16 + r)], 1.0f + 2.0f * dot) << "row " << r << " column " << n;
+    }
+}
+
 // ---- elementwise.cu ------------------------------------------------------------------------------
 
 // Sizes around the block (256 threads) and grid-stride boundaries.
@@ -763,6 +797,66 @@ TEST(CudaEmulation, AttentionForwardAndBackwardMatchTheCpuKernel) {
       test::expect_close(values(dk_e), values(dk), tolerance, tolerance, "dk " + where);
       test::expect_close(values(dv_e), values(dv), tolerance, tolerance, "dv " + where);
     }
+}
+
+// The tensor-core path (mixed precision on f32 tensors): q, k, v and dout enter the products as bf16,
+// P and dS are rounded to bf16 for the second products, sums and softmax statistics stay f32. The
+// reference is the CPU kernel (exact f32) on q, k, v and dout rounded to bf16, so what is left between
+// the two is the rounding of P and dS (relative u = 2^-9 each) and f32 sums in another order.
+// Tolerances: out_i = sum_j p_ij v_j / l_i moves by at most u sum_j p_ij |v_j| / l_i <= u max|v|, about
+// 8e-3 for these normal draws (|v| < 4), taken as the absolute tolerance; lse sees no rounding of its
+// own (l sums the f32 P), so f32's 2e-5 holds, and that also shows that the scores are those of the
+// bf16 inputs (unrounded ones would move it by ~1e-3). A gradient element sums up to T products with a
+// rounded P or dS factor: u sum_j |dS_ij| |k_j| and the like, a few u |x| at most, so 1e-2 relative
+// plus 1e-2 absolute. Seen: out 3e-3, the gradients 9e-3 at most (at magnitudes up to 8).
+TEST(CudaEmulation, AttentionOnTensorCoresMatchesTheCpuKernelOnBf16Inputs) {
+  struct Case {
+    int64_t B, T, Hq, Hkv, D;
+    std::vector<int64_t> documents;  // empty: one causal sequence per row
+  };
+  const std::vector<Case> cases = {{1, 100, 4, 2, 128, {}},
+                                   {1, 100, 4, 2, 64, {30, 7, 50}},
+                                   {2, 37, 2, 1, 24, {5, 16, 3}},
+                                   {1, 1, 1, 1, 16, {}}};
+  struct Precision {  // the mixed precision of --dtype bf16 for the test's length, whatever happens
+    Precision() { kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs); }
+    ~Precision() { kernels::set_matmul_precision(kernels::MatmulPrecision::F32); }
+  } precision;
+  auto bf16 = [](const Tensor& x) { return x.to(DType::BF16).to(DType::F32); };
+  for (const Case& c : cases) {
+    const std::string where = "B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " Hq " + std::to_string(c.Hq) +
+                              " Hkv " + std::to_string(c.Hkv) + " D " + std::to_string(c.D) +
+                              (c.documents.empty() ? "" : " packed");
+    const Tensor doc_start = c.documents.empty() ? Tensor() : packed_doc_start(c.B, c.T, c.documents);
+    const Tensor q = test::random_tensor({c.B, c.T, c.Hq, c.D}, 131);
+    const Tensor k = test::random_tensor({c.B, c.T, c.Hkv, c.D}, 132);
+    const Tensor v = test::random_tensor({c.B, c.T, c.Hkv, c.D}, 133);
+    const Tensor dout = test::random_tensor({c.B, c.T, c.Hq, c.D}, 134);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+    Tensor out = Tensor::empty(q.shape()), lse = Tensor::empty({c.B, c.Hq, c.T});
+    kernels::attention(bf16(q), bf16(k), bf16(v), scale, out, lse, doc_start);
+    Tensor dq = Tensor::empty(q.shape()), dk = Tensor::empty(k.shape()), dv = Tensor::empty(k.shape());
+    kernels::attention_backward(bf16(q), bf16(k), bf16(v), out, lse, bf16(dout), scale, dq, dk, dv, doc_start);
+    auto on_tensor_cores = [&] {
+      Tensor out_e = Tensor::full(q.shape(), NAN), lse_e = Tensor::full({c.B, c.Hq, c.T}, NAN);
+      cuda_emulated::attention(q, k, v, scale, out_e, lse_e, doc_start);
+      // The backward from the same (CPU) forward outputs.
+      Tensor dq_e = Tensor::full(q.shape(), NAN), dk_e = Tensor::full(k.shape(), NAN);
+      Tensor dv_e = Tensor::full(k.shape(), NAN);
+      cuda_emulated::attention_backward(q, k, v, out, lse, dout, scale, dq_e, dk_e, dv_e, doc_start);
+      return std::vector<Tensor>{out_e, lse_e, dq_e, dk_e, dv_e};
+    };
+    const std::vector<Tensor> first = on_tensor_cores(), second = on_tensor_cores();
+    const std::vector<Tensor> expected = {out, lse, dq, dk, dv};
+    const std::vector<std::string> names = {"out ", "lse ", "dq ", "dk ", "dv "};
+    const std::vector<std::pair<double, double>> rtol_atol = {{0.0, 8e-3}, {2e-5, 2e-5}, {1e-2, 1e-2}, {1e-2, 1e-2},
+                                                             {1e-2, 1e-2}};
+    for (size_t i = 0; i < first.size(); ++i) {
+      test::expect_close(values(first[i]), values(expected[i]), rtol_atol[i].first, rtol_atol[i].second,
+                         names[i] + where);
+      expect_same_bits(second[i], first[i], names[i] + "run twice " + where);
+    }
+  }
 }
 
 // ---- moe.cu, moe_stats.cu ------------------------------------------------------------------------
