@@ -27,10 +27,10 @@ class SavedTensor {
   bool defined() const { return stored_.defined(); }
   // The tensor as the forward had it (widened to f32 when kept in bf16).
   Tensor get() const;
-  // The tensor as an operand of a GEMM (kernels::matmul): what is held, a bf16 copy as it is, since the
-  // mixed-precision GEMM would round the widened values to the same bf16 again (two launches saved).
-  const Tensor& operand() const { return stored_; }
-  // What is held (bf16 under the mode), for memory accounting in tests.
+
+  // What is held (bf16 under the mode), for the kernels that take a kept copy as it is (check_kept in
+  // tensor/kernels/dispatch.h: the GEMMs, which would round the widened values to the same bf16 again,
+  // and backward kernels that widen as they read), and for memory accounting in tests.
   const Tensor& stored() const { return stored_; }
 
  private:

@@ -25,7 +25,7 @@ struct MatmulNode : Node {
   // and g rounded once for both products.
   std::vector<Tensor> backward(const Tensor& g_kept) override {
     Tensor da, db;
-    const Tensor& b = saved_b.operand();
+    const Tensor& b = saved_b.stored();
     const Tensor g = gemm_operand(g_kept);
     const size_t a_input = has_addend ? 1 : 0, b_input = a_input + 1;
     if (needs_grad(a_input)) {
@@ -37,7 +37,7 @@ struct MatmulNode : Node {
       da = t.returned();
     }
     if (needs_grad(b_input)) {
-      const Tensor& a = saved_a.operand();
+      const Tensor& a = saved_a.stored();
       GradTarget t = grad_target(b_input, b.shape(), g_kept.dtype(), g_kept.device());
       if (b.ndim() == 2 && a.ndim() == 3) {
         // b applied to every batch: flatten the batch into rows, one GEMM over [G*M, K] and [G*M, N].
@@ -81,7 +81,7 @@ std::shared_ptr<MatmulNode> matmul_node(const Variable& a, const Variable& b, bo
 }
 
 const Tensor& forward_operand(const SavedTensor& saved, const Variable& x) {
-  return saved.defined() ? saved.operand() : x.value();
+  return saved.defined() ? saved.stored() : x.value();
 }
 
 }  // namespace

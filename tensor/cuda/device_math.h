@@ -2,6 +2,7 @@
 // float argument takes the f32 function on both (an unqualified exp(float) is the f64 one on the host).
 #pragma once
 #include <cmath>
+#include <cstdint>
 
 #include "tensor/cuda/kernels.h"
 
@@ -30,5 +31,34 @@ __host__ __device__ inline double multiply_then_add(double a, double b, double c
 
 __host__ __device__ inline float square_root(float x) { return sqrtf(x); }
 __host__ __device__ inline double square_root(double x) { return sqrt(x); }
+
+// Element i of an activation as a backward kernel reads it where the forward kept it (autograd/saved.h):
+// in the kernel's dtype T, or under mixed precision as its bf16 copy (the bits), widened exactly, which
+// spares a kernel that widens the whole copy first.
+template <class T>
+__host__ __device__ inline T kept_value(const T* x, int64_t i) {
+  return x[i];
+}
+template <class T>
+__host__ __device__ inline T kept_value(const uint16_t* x, int64_t i) {
+  return static_cast<T>(bf16_to_f32(x[i]));
+}
+
+}  // namespace lt::LT_CUDA_NAMESPACE
+
+// Runs the statement with K the element type of the kept activation `kept` (kept_value above): uint16_t
+// for a bf16 copy, else T.
+#define LT_KEPT_SWITCH(kept, T, K, ...)       \
+  do {                                        \
+    if ((kept).dtype() == ::lt::DType::BF16) { \
+      using K = uint16_t;                     \
+      __VA_ARGS__;                            \
+    } else {                                  \
+      using K = T;                            \
+      __VA_ARGS__;                            \
+    }                                         \
+  } while (0)
+
+namespace lt::LT_CUDA_NAMESPACE {
 
 }  // namespace lt::LT_CUDA_NAMESPACE

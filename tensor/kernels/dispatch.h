@@ -33,6 +33,15 @@ inline void check_like(const Tensor& t, const Tensor& ref, const char* op, const
            dtype_name(ref.dtype()), " on ", ref.device().str());
 }
 
+// An operand a kernel reads as autograd kept it (autograd/saved.h): like ref, or under mixed precision on
+// a GPU (ref f32) its bf16 copy, which the kernel takes as it is (the GEMMs as their rounded operand, the
+// backward kernels widening each element as they read it).
+inline void check_kept(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
+  const bool bf16_copy = t.defined() && t.dtype() == DType::BF16 && ref.dtype() == DType::F32 && !t.is_cpu() &&
+                         t.device() == ref.device() && matmul_precision() == MatmulPrecision::BF16Inputs;
+  if (!bf16_copy) check_like(t, ref, op, what);
+}
+
 // Same device as the reference operand (an index tensor next to float data).
 inline void check_device(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
   LT_CHECK(t.device() == ref.device(), op, ": ", what, " is ", t.str(), ", expected it on ", ref.device().str());

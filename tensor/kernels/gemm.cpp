@@ -21,20 +21,11 @@ const char* cpu_bf16_matmul_unit() {
 
 namespace {
 
-// An operand of c's dtype and device, or under mixed precision on a GPU a bf16 one: an activation's copy
-// kept for the backward (autograd/saved.h), which the GEMM takes as the rounding of its f32 values that
-// it would otherwise make itself.
-void check_operand(const Tensor& x, const Tensor& c, const char* op, const char* what) {
-  const bool rounded = x.defined() && x.dtype() == DType::BF16 && c.dtype() == DType::F32 && !x.is_cpu() &&
-                       x.device() == c.device() && matmul_precision() == MatmulPrecision::BF16Inputs;
-  if (!rounded) check_like(x, c, op, what);
-}
-
 // The shapes of c = op(a) @ op(b); false when there is nothing to compute (c empty).
 bool check_matmul(const char* op, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c) {
   check_float(c, op, "c");
-  check_operand(a, c, op, "a");
-  check_operand(b, c, op, "b");
+  check_kept(a, c, op, "a");
+  check_kept(b, c, op, "b");
   LT_CHECK(a.ndim() == 2 || a.ndim() == 3, op, ": a must be 2-D or 3-D, got ", a.str());
   LT_CHECK(b.ndim() == 2 || b.ndim() == 3, op, ": b must be 2-D or 3-D, got ", b.str());
   const bool batched = a.ndim() == 3;
