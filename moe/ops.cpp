@@ -33,17 +33,18 @@ struct MoEExpertsNode : Node {
   // The rows of x and of the incoming gradient in expert order (row m is token token_of[m]'s) are never
   // copied out: the grouped GEMMs read them through token_of.
   std::vector<Tensor> backward(const Tensor& g_NH) override {
-    const Tensor gate_MI = saved_gate_MI.get(), up_MI = saved_up_MI.get();
+    // Gate and up as kept: the kernel widens bf16 copies as it reads them.
+    const Tensor &gate_MI = saved_gate_MI.stored(), &up_MI = saved_up_MI.stored();
     const int64_t M = gate_MI.dim(0);
     // The combine, taken before the down projection, and the SwiGLU in one pass: with g_M the incoming
     // gradient in expert order and t = g_M W_down (what reaches h at weight 1), dw = dot(t, h) per
     // assignment, dL/dh = w t (through the SwiGLU into dgate, which is written over t, and dup), and
     // dW_down = g_M^T (w h).
-    Tensor dgate_MI = Tensor::empty_like(gate_MI), dup_MI = Tensor::empty_like(up_MI);
+    Tensor dgate_MI = Tensor::empty(gate_MI.shape(), g_NH.dtype(), g_NH.device()), dup_MI = Tensor::empty_like(dgate_MI);
     Tensor dw = needs_grad(1) ? Tensor::empty_like(w_NK) : Tensor();
     GradTarget ddown;
     {
-      Tensor wh_MI = Tensor::empty_like(gate_MI);
+      Tensor wh_MI = Tensor::empty_like(dgate_MI);
       expert_matmuls(profile::Phase::Backward, {{g_NH, down_EHI, false, dgate_MI, 0.0, plan.token_of}}, plan);
       kernels::swiglu_combine_backward(w_NK, plan.position_of, gate_MI, up_MI, dgate_MI, wh_MI, dup_MI, dw);
       if (needs_grad(4)) {

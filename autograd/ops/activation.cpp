@@ -21,10 +21,11 @@ struct SiluNode : Node {
 struct SwigluNode : Node {
   SavedTensor saved_gate, saved_up;
   const char* name() const override { return "swiglu"; }
+  // Gate and up as kept: the kernel widens bf16 copies as it reads them.
   std::vector<Tensor> backward(const Tensor& g) override {
-    const Tensor gate = saved_gate.get(), up = saved_up.get();
+    const Tensor &gate = saved_gate.stored(), &up = saved_up.stored();
     // One pass yields both gradients; the one no input needs is dropped.
-    Tensor dgate = Tensor::empty_like(gate), dup = Tensor::empty_like(up);
+    Tensor dgate = Tensor::empty_like(g), dup = Tensor::empty_like(g);
     kernels::swiglu_backward(gate, up, g, dgate, dup);
     return {needs_grad(0) ? dgate : Tensor(), needs_grad(1) ? dup : Tensor()};
   }

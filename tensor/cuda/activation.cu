@@ -47,28 +47,29 @@ __global__ void swiglu_kernel(const T* gate, const T* up, T* y, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = gate[i] * sigmoid(gate[i]) * up[i];
 }
 
-// y = silu(g) u: dgate = dy u silu'(g), dup = dy silu(g).
-template <class T>
-__global__ void swiglu_backward_kernel(const T* gate, const T* up, const T* dy, T* dgate, T* dup, int64_t n) {
+// y = silu(g) u: dgate = dy u silu'(g), dup = dy silu(g). Gate and up as autograd kept them (KG, KU:
+// T, or bf16 copies under mixed precision: kept_value).
+template <class T, class KG, class KU>
+__global__ void swiglu_backward_kernel(const KG* gate, const KU* up, const T* dy, T* dgate, T* dup, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const T s = sigmoid(gate[i]);
-    dgate[i] = dy[i] * up[i] * silu_derivative(gate[i], s);
-    dup[i] = dy[i] * (gate[i] * s);
+    const T g = kept_value<T>(gate, i), s = sigmoid(g);
+    dgate[i] = dy[i] * kept_value<T>(up, i) * silu_derivative(g, s);
+    dup[i] = dy[i] * (g * s);
   }
 }
 
 // Assignment a owns row pos[a] of t, h and dup and entry a of dw. Every thread of the block reaches
-// block_sum, whether or not dw is wanted.
-template <class T>
+// block_sum, whether or not dw is wanted. Gate and up as kept (swiglu_backward_kernel).
+template <class T, class KG, class KU>
 __global__ void swiglu_combine_backward_kernel(const T* w, const int32_t* pos, int64_t assignments, int64_t C,
-                                               const T* gate, const T* up, T* t, T* h, T* dup, T* dw) {
+                                               const KG* gate, const KU* up, T* t, T* h, T* dup, T* dw) {
   for (int64_t a = blockIdx.x; a < assignments; a += gridDim.x) {
     const int64_t row = static_cast<int64_t>(pos[a]) * C;
     const T weight = w[a];
     double dot = 0;
     for (int64_t c = threadIdx.x; c < C; c += kRowThreads) {
       const int64_t i = row + c;
-      const T g = gate[i], u = up[i], dh = t[i];
+      const T g = kept_value<T>(gate, i), u = kept_value<T>(up, i), dh = t[i];
       const T s = sigmoid(g), silu = g * s, h_m = silu * u, dy = dh * weight;
       dot += static_cast<double>(dh) * static_cast<double>(h_m);
       h[i] = h_m * weight;
@@ -112,12 +113,14 @@ void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
 }
 
 void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup) {
-  const int64_t n = gate.numel();
+  const int64_t n = dy.numel();
   if (n == 0) return;
-  const DeviceGuard guard(gate.device().index);
-  LT_FLOAT_SWITCH(gate.dtype(), T,
-                  LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, swiglu_backward_kernel<T>)(
-                      gate.data<T>(), up.data<T>(), dy.data<T>(), dgate.data<T>(), dup.data<T>(), n));
+  const DeviceGuard guard(dy.device().index);
+  LT_FLOAT_SWITCH(dy.dtype(), T, LT_KEPT_SWITCH(gate, T, KG, LT_KEPT_SWITCH(up, T, KU, {
+                    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, swiglu_backward_kernel<T, KG, KU>)(
+                        static_cast<const KG*>(gate.raw_data()), static_cast<const KU*>(up.raw_data()), dy.data<T>(),
+                        dgate.data<T>(), dup.data<T>(), n);
+                  })));
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -126,11 +129,12 @@ void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& g
   const int64_t assignments = w.numel(), C = t.dim(1);
   if (assignments == 0) return;
   const DeviceGuard guard(t.device().index);
-  LT_FLOAT_SWITCH(t.dtype(), T, {
-    LT_CUDA_LAUNCH(row_blocks(assignments), kRowThreads, swiglu_combine_backward_kernel<T>)
-    (w.data<T>(), pos.data<int32_t>(), assignments, C, gate.data<T>(), up.data<T>(), t.data<T>(), h.data<T>(),
-     dup.data<T>(), dw.defined() ? dw.data<T>() : nullptr);
-  });
+  LT_FLOAT_SWITCH(t.dtype(), T, LT_KEPT_SWITCH(gate, T, KG, LT_KEPT_SWITCH(up, T, KU, {
+                    LT_CUDA_LAUNCH(row_blocks(assignments), kRowThreads, swiglu_combine_backward_kernel<T, KG, KU>)
+                    (w.data<T>(), pos.data<int32_t>(), assignments, C, static_cast<const KG*>(gate.raw_data()),
+                     static_cast<const KU*>(up.raw_data()), t.data<T>(), h.data<T>(), dup.data<T>(),
+                     dw.defined() ? dw.data<T>() : nullptr);
+                  })));
   LT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -33,13 +33,16 @@ void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
 }
 
 void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup) {
-  check_float(gate, "swiglu_backward", "gate");
-  check_same(up, gate, "swiglu_backward", "up");
-  check_same(dy, gate, "swiglu_backward", "dy");
-  check_same(dgate, gate, "swiglu_backward", "dgate");
-  check_same(dup, gate, "swiglu_backward", "dup");
+  const char* op = "swiglu_backward";
+  check_float(dy, op, "dy");
+  check_kept(gate, dy, op, "gate");
+  check_shape(gate, dy.shape(), op, "gate");
+  check_kept(up, dy, op, "up");
+  check_shape(up, dy.shape(), op, "up");
+  check_same(dgate, dy, op, "dgate");
+  check_same(dup, dy, op, "dup");
   if constexpr (kCudaBackend) {
-    if (!gate.is_cpu()) return cuda::swiglu_backward(gate, up, dy, dgate, dup);
+    if (!dy.is_cpu()) return cuda::swiglu_backward(gate, up, dy, dgate, dup);
   }
   cpu::swiglu_backward(gate, up, dy, dgate, dup);
 }

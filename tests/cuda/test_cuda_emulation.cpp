@@ -309,6 +309,36 @@ TEST(CudaEmulation, ActivationsMatchTheCpuKernels) {
     }
 }
 
+// Under mixed precision the backward kernels read gate and up as autograd kept them, bf16 copies, widening
+// each element as they read it: the same bits as the kernels on the widened f32 tensors.
+TEST(CudaEmulation, SwigluBackwardsReadKeptBf16CopiesAsTheirWidenedValues) {
+  const int64_t N = 5, k = 2, C = 300, M = N * k;
+  Tensor gate = Tensor::empty({M, C}, DType::F32);
+  kernels::scale(test::random_tensor({M, C}, 71, DType::F32), 6.0, gate);
+  const Tensor up = test::random_tensor({M, C}, 72, DType::F32), dy = test::random_tensor({M, C}, 73, DType::F32);
+  const Tensor gate16 = gate.to(DType::BF16), up16 = up.to(DType::BF16);
+  const Tensor gate_widened = gate16.to(DType::F32), up_widened = up16.to(DType::F32);
+  auto fresh = [&] { return Tensor::full({M, C}, NAN, DType::F32); };
+  Tensor dgate = fresh(), dup = fresh(), dgate_kept = fresh(), dup_kept = fresh();
+  cuda_emulated::swiglu_backward(gate_widened, up_widened, dy, dgate, dup);
+  cuda_emulated::swiglu_backward(gate16, up16, dy, dgate_kept, dup_kept);
+  expect_same_bits(dgate_kept, dgate, "swiglu_backward dgate");
+  expect_same_bits(dup_kept, dup, "swiglu_backward dup");
+
+  std::vector<int32_t> order(static_cast<size_t>(M));
+  std::iota(order.begin(), order.end(), 0);
+  std::reverse(order.begin(), order.end());
+  const Tensor pos = Tensor::from_vector<int32_t>({M}, order), w = test::random_tensor({N, k}, 74, DType::F32);
+  Tensor t = dy.clone(), h = fresh(), dup_combined = fresh(), dw = Tensor::full({N, k}, NAN, DType::F32);
+  Tensor t_kept = dy.clone(), h_kept = fresh(), dup_combined_kept = fresh(), dw_kept = Tensor::full({N, k}, NAN, DType::F32);
+  cuda_emulated::swiglu_combine_backward(w, pos, gate_widened, up_widened, t, h, dup_combined, dw);
+  cuda_emulated::swiglu_combine_backward(w, pos, gate16, up16, t_kept, h_kept, dup_combined_kept, dw_kept);
+  expect_same_bits(t_kept, t, "swiglu_combine_backward t");
+  expect_same_bits(h_kept, h, "swiglu_combine_backward h");
+  expect_same_bits(dup_combined_kept, dup_combined, "swiglu_combine_backward dup");
+  expect_same_bits(dw_kept, dw, "swiglu_combine_backward dw");
+}
+
 // ---- norm.cu -------------------------------------------------------------------------------------
 
 // Rows shorter and longer than the 256-thread block, one row and many: the block's shared-memory sum
