@@ -40,7 +40,8 @@ struct MoEExpertsNode : Node {
     // gradient in expert order and t = g_M W_down (what reaches h at weight 1), dw = dot(t, h) per
     // assignment, dL/dh = w t (through the SwiGLU into dgate, which is written over t, and dup), and
     // dW_down = g_M^T (w h).
-    Tensor dgate_MI = Tensor::empty(gate_MI.shape(), g_NH.dtype(), g_NH.device()), dup_MI = Tensor::empty_like(dgate_MI);
+    Tensor dgate_MI = Tensor::empty(gate_MI.shape(), g_NH.dtype(), g_NH.device());
+    Tensor dup_MI = Tensor::empty_like(dgate_MI);
     Tensor dw = needs_grad(1) ? Tensor::empty_like(w_NK) : Tensor();
     GradTarget ddown;
     {

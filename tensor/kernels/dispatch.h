@@ -51,6 +51,12 @@ inline void check_shape(const Tensor& t, const Shape& shape, const char* op, con
   LT_CHECK(t.shape() == shape, op, ": ", what, " has shape ", shape_str(t.shape()), ", expected ", shape_str(shape));
 }
 
+// check_kept, and ref's shape.
+inline void check_kept_same(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
+  check_kept(t, ref, op, what);
+  check_shape(t, ref.shape(), op, what);
+}
+
 // Same dtype, device and shape as the reference operand.
 inline void check_same(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
   check_like(t, ref, op, what);

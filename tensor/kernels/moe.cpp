@@ -99,10 +99,8 @@ void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& g
                              Tensor& h, Tensor& dup, Tensor& dw) {
   const char* op = "swiglu_combine_backward";
   check_combine(t, w, pos, op);
-  check_kept(gate, t, op, "gate");
-  check_shape(gate, t.shape(), op, "gate");
-  check_kept(up, t, op, "up");
-  check_shape(up, t.shape(), op, "up");
+  check_kept_same(gate, t, op, "gate");
+  check_kept_same(up, t, op, "up");
   check_same(h, t, op, "h");
   check_same(dup, t, op, "dup");
   check_outputs_apart(op, {{&t, "t"}, {&h, "h"}, {&dup, "dup"}}, {{&gate, "gate"}, {&up, "up"}, {&w, "w"}});

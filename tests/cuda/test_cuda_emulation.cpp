@@ -330,7 +330,8 @@ TEST(CudaEmulation, SwigluBackwardsReadKeptBf16CopiesAsTheirWidenedValues) {
   std::reverse(order.begin(), order.end());
   const Tensor pos = Tensor::from_vector<int32_t>({M}, order), w = test::random_tensor({N, k}, 74, DType::F32);
   Tensor t = dy.clone(), h = fresh(), dup_combined = fresh(), dw = Tensor::full({N, k}, NAN, DType::F32);
-  Tensor t_kept = dy.clone(), h_kept = fresh(), dup_combined_kept = fresh(), dw_kept = Tensor::full({N, k}, NAN, DType::F32);
+  Tensor t_kept = dy.clone(), h_kept = fresh(), dup_combined_kept = fresh();
+  Tensor dw_kept = Tensor::full({N, k}, NAN, DType::F32);
   cuda_emulated::swiglu_combine_backward(w, pos, gate_widened, up_widened, t, h, dup_combined, dw);
   cuda_emulated::swiglu_combine_backward(w, pos, gate16, up16, t_kept, h_kept, dup_combined_kept, dw_kept);
   expect_same_bits(t_kept, t, "swiglu_combine_backward t");
