@@ -25,6 +25,14 @@ SavedTensor SavedTensor::activation(const Tensor& t) {
   return saved;
 }
 
+SavedTensor SavedTensor::activation(const Tensor& t, const Tensor& copy) {
+  if (!copy.defined()) return activation(t);
+  SavedTensor saved;
+  saved.widen_ = true;
+  saved.stored_ = copy;
+  return saved;
+}
+
 SavedTensor SavedTensor::input(const Variable& x) {
   SavedTensor saved;
   saved.widen_ = !x.is_leaf() && kept_in_bf16(x.value());
@@ -38,6 +46,22 @@ SavedTensor SavedTensor::input(const Variable& x) {
   if (!shared.defined()) shared = to_bf16(impl.value);
   saved.stored_ = shared.reshape(impl.value.shape());
   return saved;
+}
+
+Tensor kept_copy_to_fill(const Tensor& t) {
+  if (!grad_enabled() || !kept_in_bf16(t)) return Tensor();
+  return Tensor::empty(t.shape(), DType::BF16, t.device());
+}
+
+Tensor kept_copy_to_fill(const Variable& x) {
+  if (x.is_leaf()) return Tensor();
+  VariableImpl& impl = *x.impl();
+  if (impl.saved_bf16 && impl.saved_bf16->defined()) return Tensor();
+  Tensor copy = kept_copy_to_fill(impl.value);
+  if (!copy.defined()) return copy;
+  if (!impl.saved_bf16) impl.saved_bf16 = std::make_shared<Tensor>();
+  *impl.saved_bf16 = copy;
+  return copy;
 }
 
 Tensor gemm_operand(const Tensor& t) { return kept_in_bf16(t) ? to_bf16(t) : t; }

@@ -19,6 +19,9 @@ class SavedTensor {
   SavedTensor() = default;
   // A tensor only this node keeps (one it computed): bf16 under the mode.
   static SavedTensor activation(const Tensor& t);
+  // The same with the bf16 copy kept_copy_to_fill(t) gave, filled by the kernel that wrote or read t (as
+  // activation(t) where `copy` is undefined).
+  static SavedTensor activation(const Tensor& t, const Tensor& copy);
   // An op's input: a leaf as it is; an intermediate result in bf16 under the mode, converted once and
   // shared by every node that keeps the same Variable or a reshape of it (the normed hidden state
   // feeds the router, the experts and the shared experts' gate and up projections).
@@ -37,6 +40,14 @@ class SavedTensor {
   Tensor stored_;
   bool widen_ = false;
 };
+
+// The bf16 copy that a node keeping x (SavedTensor::input) will hold under mixed precision, allocated and
+// registered empty, for a kernel that reads or writes x anyway to fill in the same pass, with no rounding
+// launch of its own; undefined where x is kept as it is, where nothing keeps it (no gradients), or where
+// its copy exists. The kernel fills it before any node reads it.
+Tensor kept_copy_to_fill(const Variable& x);
+// The same for a tensor that only the calling node keeps (SavedTensor::activation(t, copy)).
+Tensor kept_copy_to_fill(const Tensor& t);
 
 // A tensor that GEMMs read and nothing keeps (the incoming gradient of a matmul, read by both of its
 // products): rounded to bf16 once under the mode, where each GEMM would round it again; else itself.

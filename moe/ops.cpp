@@ -108,9 +108,11 @@ Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchP
   expert_matmuls(profile::Phase::Forward,
                  {{x, gate, true, gate_MI, 0.0, plan.token_of}, {x, up, true, up_MI, 0.0, plan.token_of}}, plan);
   Tensor out = Tensor::empty_like(x);
+  // Under mixed precision the SwiGLU writes the bf16 copies of its inputs that the node keeps.
+  const Tensor gate_kept = kept_copy_to_fill(gate_MI), up_kept = kept_copy_to_fill(up_MI);
   {
     Tensor h_MI = Tensor::empty_like(gate_MI);
-    kernels::swiglu(gate_MI, up_MI, h_MI);
+    kernels::swiglu(gate_MI, up_MI, h_MI, gate_kept, up_kept);
     Tensor y_MH = Tensor::empty({M, H}, x.dtype(), x.device());
     expert_matmuls(profile::Phase::Forward, {{h_MI, down, true, y_MH, 0.0}}, plan);
     kernels::combine_rows(y_MH, w, plan.position_of, out);
@@ -122,8 +124,8 @@ Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchP
     node->gate_EIH = gate;
     node->up_EIH = up;
     node->down_EHI = down;
-    node->saved_gate_MI = SavedTensor::activation(gate_MI);
-    node->saved_up_MI = SavedTensor::activation(up_MI);
+    node->saved_gate_MI = SavedTensor::activation(gate_MI, gate_kept);
+    node->saved_up_MI = SavedTensor::activation(up_MI, up_kept);
     node->plan = plan;
   }
   return make_result(out, node, {x_NH, w_NK, gate_EIH, up_EIH, down_EHI});

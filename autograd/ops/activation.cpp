@@ -45,7 +45,9 @@ Variable silu(const Variable& x) {
 Variable swiglu(const Variable& gate, const Variable& up) {
   LT_PROFILE_SCOPE("swiglu");
   Tensor y = Tensor::empty_like(gate.value());
-  kernels::swiglu(gate.value(), up.value(), y);
+  // Under mixed precision the kernel writes the bf16 copies that the node keeps.
+  const Tensor gate_kept = kept_copy_to_fill(gate), up_kept = kept_copy_to_fill(up);
+  kernels::swiglu(gate.value(), up.value(), y, gate_kept, up_kept);
   auto node = std::make_shared<SwigluNode>();
   if (grad_enabled()) {
     node->saved_gate = SavedTensor::input(gate);

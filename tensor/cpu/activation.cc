@@ -197,7 +197,8 @@ void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   HWY_DYNAMIC_DISPATCH(SiluBackwardKernel)(x.dtype(), x.raw_data(), dy.raw_data(), dx.raw_data(), x.numel());
 }
 
-void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
+// Never asked for bf16 copies: autograd keeps them on a GPU only.
+void swiglu(const Tensor& gate, const Tensor& up, Tensor& y, const Tensor&, const Tensor&) {
   HWY_DYNAMIC_DISPATCH(SwigluKernel)(gate.dtype(), gate.raw_data(), up.raw_data(), y.raw_data(), gate.numel());
 }
 

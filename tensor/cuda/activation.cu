@@ -42,9 +42,15 @@ __global__ void silu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) 
   for (int64_t i = first_index(); i < n; i += grid_stride()) dx[i] = dy[i] * silu_derivative(x[i], sigmoid(x[i]));
 }
 
+// With gate16 and up16 (f32 only), also gate and up rounded to bf16: the copies autograd keeps.
 template <class T>
-__global__ void swiglu_kernel(const T* gate, const T* up, T* y, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = gate[i] * sigmoid(gate[i]) * up[i];
+__global__ void swiglu_kernel(const T* gate, const T* up, T* y, uint16_t* gate16, uint16_t* up16, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const T g = gate[i], u = up[i];
+    y[i] = g * sigmoid(g) * u;
+    if (gate16 != nullptr) gate16[i] = f32_to_bf16(static_cast<float>(g));
+    if (up16 != nullptr) up16[i] = f32_to_bf16(static_cast<float>(u));
+  }
 }
 
 // y = silu(g) u: dgate = dy u silu'(g), dup = dy silu(g). Gate and up as autograd kept them (KG, KU:
@@ -102,13 +108,14 @@ void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
-void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
+void swiglu(const Tensor& gate, const Tensor& up, Tensor& y, const Tensor& gate_kept, const Tensor& up_kept) {
   const int64_t n = gate.numel();
   if (n == 0) return;
   const DeviceGuard guard(gate.device().index);
+  auto bits = [](const Tensor& kept) { return kept.defined() ? static_cast<uint16_t*>(kept.raw_data()) : nullptr; };
   LT_FLOAT_SWITCH(gate.dtype(), T,
-                  LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, swiglu_kernel<T>)(gate.data<T>(), up.data<T>(),
-                                                                                   y.data<T>(), n));
+                  LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, swiglu_kernel<T>)(
+                      gate.data<T>(), up.data<T>(), y.data<T>(), bits(gate_kept), bits(up_kept), n));
   LT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -309,14 +309,23 @@ TEST(CudaEmulation, ActivationsMatchTheCpuKernels) {
     }
 }
 
-// Under mixed precision the backward kernels read gate and up as autograd kept them, bf16 copies, widening
-// each element as they read it: the same bits as the kernels on the widened f32 tensors.
-TEST(CudaEmulation, SwigluBackwardsReadKeptBf16CopiesAsTheirWidenedValues) {
+// Under mixed precision the SwiGLU writes the bf16 copies autograd keeps of its inputs (the host's rounding)
+// beside its output, and the backward kernels read gate and up as kept, widening each element as they read
+// it: the same bits as the kernels on the widened f32 tensors.
+TEST(CudaEmulation, SwigluWritesAndItsBackwardsReadKeptBf16Copies) {
   const int64_t N = 5, k = 2, C = 300, M = N * k;
   Tensor gate = Tensor::empty({M, C}, DType::F32);
   kernels::scale(test::random_tensor({M, C}, 71, DType::F32), 6.0, gate);
   const Tensor up = test::random_tensor({M, C}, 72, DType::F32), dy = test::random_tensor({M, C}, 73, DType::F32);
   const Tensor gate16 = gate.to(DType::BF16), up16 = up.to(DType::BF16);
+  Tensor y = Tensor::empty({M, C}, DType::F32), y_keeping = Tensor::empty({M, C}, DType::F32);
+  Tensor gate_kept = Tensor::empty({M, C}, DType::BF16), up_kept = Tensor::empty({M, C}, DType::BF16);
+  cuda_emulated::swiglu(gate, up, y);
+  cuda_emulated::swiglu(gate, up, y_keeping, gate_kept, up_kept);
+  expect_same_bits(y_keeping, y, "swiglu keeping copies: y");
+  expect_same_bits(gate_kept, gate16, "swiglu: gate's kept copy");
+  expect_same_bits(up_kept, up16, "swiglu: up's kept copy");
+
   const Tensor gate_widened = gate16.to(DType::F32), up_widened = up16.to(DType::F32);
   auto fresh = [&] { return Tensor::full({M, C}, NAN, DType::F32); };
   Tensor dgate = fresh(), dup = fresh(), dgate_kept = fresh(), dup_kept = fresh();
