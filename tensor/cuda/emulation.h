@@ -16,7 +16,10 @@
 //   - __syncthreads() is a barrier across the block's threads; one that some of them never reach (a
 //     hang on a GPU) ends the launch with an error;
 //   - warp shuffles exchange values among the 32 threads of a warp, all of which must take part (as
-//     the *_sync intrinsics require with a full mask).
+//     the *_sync intrinsics require with a full mask);
+//   - atomicInc on an unsigned counter is a plain read-modify-write (one fiber runs at a time), and
+//     __threadfence orders nothing (one thread's writes are the memory every fiber reads): the last
+//     block to finish a launch (tensor/cuda/last_block.h) is the grid's last.
 #pragma once
 #ifndef LINGTRAIN_CUDA_EMULATION
 #error "tensor/cuda/emulation.h is for the CPU emulation of the CUDA kernels (define LINGTRAIN_CUDA_EMULATION)"
@@ -47,6 +50,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __shared__ static
+#define __launch_bounds__(...)
 
 // kernel<<<grid, block>>>(args...) as a call the emulator runs, counted as a launch is on a GPU.
 #define LT_CUDA_LAUNCH(grid, block, ...)                                                         \
@@ -205,6 +209,14 @@ T shuffle(T value, unsigned partner_lane) {
 }  // namespace lt::cuda_emulation
 
 inline void __syncthreads() { lt::cuda_emulation::wait_at(lt::cuda_emulation::current_block->barrier); }
+
+inline void __threadfence() {}
+// CUDA's atomicInc: the old value, and *address wraps to 0 once it has reached `wrap`.
+inline unsigned atomicInc(unsigned* address, unsigned wrap) {
+  const unsigned old = *address;
+  *address = old >= wrap ? 0 : old + 1;
+  return old;
+}
 
 // The lane `delta` above reads; lanes past the warp's end keep their own value, as on the hardware.
 template <class T>
