@@ -3,7 +3,8 @@
 // with the CPU kernels' contracts (tensor/cpu/moe_stats.cc). (The grouped GEMMs over the dispatch's
 // segments are cuBLAS calls, in gemm.cu.) The work that needs everything before it (a total, then what
 // depends on it) is finished by the last block of its launch (tensor/cuda/last_block.h): the routing
-// entropy and the dispatch are one launch each, the auxiliary losses and the warmup statistics two.
+// entropy and the dispatch are one launch each; the auxiliary losses, the warmup statistics and the
+// router after its projection (the choice of experts with the auxiliary losses) two.
 //
 // Sums over a routing are reductions in reduce_terms' order (tensor/cuda/reduce_terms.h): f64, a fixed
 // order, no floating-point atomics. The CPU adds the same f64 terms in element order on one thread, so
@@ -29,6 +30,7 @@
 #include "tensor/cuda/last_block.h"
 #include "tensor/cuda/reduce_terms.h"
 #include "tensor/dtype_switch.h"
+#include "tensor/moe_rows.h"
 
 namespace lt::LT_CUDA_NAMESPACE {
 namespace {
@@ -172,6 +174,35 @@ struct CountsInDtype {
   }
 };
 
+// router_topk's rows, a thread per token (tensor/moe_rows.h, as in moe.cu), with the chosen experts
+// counted per block into its row of block_counts [blocks, E]: a thread per expert over the ids of each
+// tile of rows the block chose. The last block adds the rows up into counts.
+template <class T>
+__global__ void router_topk_counts_kernel(const T* logits, int64_t N, int64_t E, int64_t k, bool renormalize,
+                                          T* probs, T* lse, T* weights, int32_t* ids, int64_t* block_counts,
+                                          T* counts) {
+  int64_t* block_row = block_counts + blockIdx.x * E;
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) block_row[e] = 0;
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x; first < N; first += grid_stride()) {
+    const int64_t n = first + threadIdx.x;
+    if (n < N) RouterTopKRow(logits + n * E, E, k, renormalize, probs + n * E, lse + n, weights + n * k, ids + n * k);
+    __syncthreads();  // the tile's ids are written
+    const int64_t end = (first + blockDim.x < N ? first + blockDim.x : N) * k;
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+      int64_t count = 0;
+      for (int64_t a = first * k; a < end; ++a) count += ids[a] == e;
+      block_row[e] += count;
+    }
+  }
+  if (!last_block_to_finish()) return;
+  const volatile int64_t* rows = written_by_other_blocks(block_counts);
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    int64_t total = 0;
+    for (int64_t b = 0; b < gridDim.x; ++b) total += rows[b * E + e];
+    counts[e] = static_cast<T>(total);
+  }
+}
+
 template <class T>
 struct BalanceTerm {  // probs[n, e] counts[e]
   const T* probs;
@@ -206,6 +237,20 @@ __global__ void aux_loss_kernel(BalanceTerm<T> balance_term, SquareOfLse<T> z_te
   balance[0] = b;
   z[0] = zl;
   aux[0] = static_cast<T>(balance_coef * b + z_coef * zl);
+}
+
+// The auxiliary losses of probs [N, E] and lse [N], with counts [E] of N k assignments on the device.
+template <class T>
+void launch_aux_loss(const Tensor& probs, const Tensor& lse, int64_t k, const Tensor& counts, double balance_coef,
+                     double z_coef, Tensor& balance, Tensor& z, Tensor& aux) {
+  const int64_t N = probs.dim(0), E = probs.dim(1);
+  const int64_t balance_blocks = partial_blocks(N * E), z_blocks = partial_blocks(N);
+  Tensor partial_B = Tensor::empty({balance_blocks + z_blocks}, DType::F64, probs.device());
+  LT_CUDA_LAUNCH(static_cast<int>(std::max(balance_blocks, z_blocks)), kRowThreads, aux_loss_kernel<T>)(
+      BalanceTerm<T>{probs.data<T>(), counts.data<T>(), E}, SquareOfLse<T>{lse.data<T>()}, N, k, balance_blocks,
+      z_blocks, balance_coef, z_coef, partial_B.data<double>(), balance.data<double>(), z.data<double>(),
+      aux.data<T>());
+  LT_CUDA_CHECK(cudaGetLastError());
 }
 
 template <class T>
@@ -273,18 +318,27 @@ void routing_warmup_noise(const Tensor& stats, const Tensor& eps, double alpha, 
 
 void router_aux_loss(const Tensor& probs, const Tensor& lse, const Tensor& ids, double balance_coef, double z_coef,
                      Tensor& counts, Tensor& balance, Tensor& z, Tensor& aux) {
-  const int64_t N = probs.dim(0), E = probs.dim(1), k = ids.dim(1);
-  const int64_t balance_blocks = partial_blocks(N * E), z_blocks = partial_blocks(N);
+  const int64_t E = probs.dim(1);
   const DeviceGuard guard(probs.device().index);
-  Tensor partial_B = Tensor::empty({balance_blocks + z_blocks}, DType::F64, probs.device());
   LT_FLOAT_SWITCH(probs.dtype(), T, {
     count_experts(ids, E, [&](int64_t*, const int64_t* totals) { return CountsInDtype<T>{totals, E, counts.data<T>()}; });
-    LT_CUDA_LAUNCH(static_cast<int>(std::max(balance_blocks, z_blocks)), kRowThreads, aux_loss_kernel<T>)(
-        BalanceTerm<T>{probs.data<T>(), counts.data<T>(), E}, SquareOfLse<T>{lse.data<T>()}, N, k, balance_blocks,
-        z_blocks, balance_coef, z_coef, partial_B.data<double>(), balance.data<double>(), z.data<double>(),
-        aux.data<T>());
+    launch_aux_loss<T>(probs, lse, ids.dim(1), counts, balance_coef, z_coef, balance, z, aux);
   });
-  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+void router_topk_with_aux_loss(const Tensor& logits, int64_t k, bool renormalize, double balance_coef, double z_coef,
+                               Tensor& probs, Tensor& lse, Tensor& weights, Tensor& ids, Tensor& counts,
+                               Tensor& balance, Tensor& z, Tensor& aux) {
+  const int64_t N = logits.dim(0), E = logits.dim(1);
+  const int blocks = std::max(1, blocks_for(N));  // no rows: one block still writes the counts
+  const DeviceGuard guard(logits.device().index);
+  Tensor block_counts = Tensor::empty({blocks, E}, DType::I64, logits.device());
+  LT_FLOAT_SWITCH(logits.dtype(), T, {
+    LT_CUDA_LAUNCH(blocks, kThreadsPerBlock, router_topk_counts_kernel<T>)(
+        logits.data<T>(), N, E, k, renormalize, probs.data<T>(), lse.data<T>(), weights.data<T>(),
+        ids.data<int32_t>(), block_counts.data<int64_t>(), counts.data<T>());
+    launch_aux_loss<T>(probs, lse, k, counts, balance_coef, z_coef, balance, z, aux);
+  });
 }
 
 void routing_entropy(const Tensor& probs, const Tensor& logits, const Tensor& lse, Tensor& entropy,
