@@ -93,8 +93,9 @@ constexpr int kCountThreads = 1024;
 // earlier chunks' counts and totals [E] the assignments per expert; then every thread of the last block
 // calls finish().
 template <class Finish>
-__global__ void __launch_bounds__(kCountThreads) count_experts_kernel(const int32_t* ids, int64_t M, int64_t E, int64_t* chunk_counts, int64_t* totals,
-                                     Finish finish) {
+__global__ void __launch_bounds__(kCountThreads)
+    count_experts_kernel(const int32_t* ids, int64_t M, int64_t E, int64_t* chunk_counts, int64_t* totals,
+                         Finish finish) {
   const int64_t chunks = (M + kDispatchChunk - 1) / kDispatchChunk;
   for (int64_t c = first_index(); c < chunks; c += grid_stride()) {
     int64_t* row = chunk_counts + c * E;
@@ -125,7 +126,7 @@ void count_experts(const Tensor& ids, int64_t E, MakeFinish make_finish) {
   const int64_t M = ids.numel(), chunks = (M + kDispatchChunk - 1) / kDispatchChunk;
   Tensor chunk_counts = Tensor::empty({chunks, E}, DType::I64, ids.device());
   Tensor totals = Tensor::empty({E}, DType::I64, ids.device());
-  const auto finish = make_finish(chunk_counts.data<int64_t>(), totals.data<int64_t>());
+  auto finish = make_finish(chunk_counts.data<int64_t>(), totals.data<int64_t>());
   const int blocks = static_cast<int>(std::clamp<int64_t>((chunks + kCountThreads - 1) / kCountThreads, 1, kMaxBlocks));
   LT_CUDA_LAUNCH(blocks, kCountThreads, count_experts_kernel<decltype(finish)>)(
       ids.data<int32_t>(), M, E, chunk_counts.data<int64_t>(), totals.data<int64_t>(), finish);
@@ -321,7 +322,8 @@ void router_aux_loss(const Tensor& probs, const Tensor& lse, const Tensor& ids, 
   const int64_t E = probs.dim(1);
   const DeviceGuard guard(probs.device().index);
   LT_FLOAT_SWITCH(probs.dtype(), T, {
-    count_experts(ids, E, [&](int64_t*, const int64_t* totals) { return CountsInDtype<T>{totals, E, counts.data<T>()}; });
+    count_experts(ids, E,
+                  [&](int64_t*, const int64_t* totals) { return CountsInDtype<T>{totals, E, counts.data<T>()}; });
     launch_aux_loss<T>(probs, lse, ids.dim(1), counts, balance_coef, z_coef, balance, z, aux);
   });
 }

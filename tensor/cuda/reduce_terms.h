@@ -23,7 +23,9 @@ namespace lt::LT_CUDA_NAMESPACE {
 // Blocks of a reduction of n terms: enough to fill a GPU, few enough for the last block to reduce their
 // partials in one pass.
 inline constexpr int64_t kPartialBlocks = 1024;
-inline int64_t partial_blocks(int64_t n) { return std::max<int64_t>(1, std::min<int64_t>(blocks_for(n), kPartialBlocks)); }
+inline int64_t partial_blocks(int64_t n) {
+  return std::max<int64_t>(1, std::min<int64_t>(blocks_for(n), kPartialBlocks));
+}
 
 // Block blockIdx.x's partial of a reduction of n terms over `blocks` blocks (its grid-stride share,
 // kRowThreads threads a block) into partial_B[blockIdx.x]; a block of a larger grid beyond `blocks` has
