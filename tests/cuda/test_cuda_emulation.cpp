@@ -916,6 +916,22 @@ TEST(CudaEmulation, DispatchAndRoutingStatisticsMatchTheCpuKernels) {
   }
 }
 
+// More chunks of assignments than one counting block has threads (1,024 chunks of 256): the last block
+// adds up the other block's counts before it places every chunk.
+TEST(CudaEmulation, DispatchOverSeveralCountingBlocksMatchesTheCpuKernel) {
+  const int64_t N = 131200, k = 2, E = 16;  // 1,025 chunks
+  const Tensor ids = skewed_expert_ids(N, k, E);
+  Tensor token = Tensor::empty({N * k}, DType::I32), position = Tensor::empty({N * k}, DType::I32);
+  Tensor offsets = Tensor::empty({E + 1}, DType::I64);
+  Tensor token_e = Tensor::full({N * k}, -1.0, DType::I32), position_e = Tensor::full({N * k}, -1.0, DType::I32);
+  Tensor offsets_e = Tensor::full({E + 1}, -1.0, DType::I64);
+  kernels::dispatch_plan(ids, token, position, offsets);
+  cuda_emulated::dispatch_plan(ids, token_e, position_e, offsets_e);
+  expect_same_bits(token_e, token, "token_of");
+  expect_same_bits(position_e, position, "position_of");
+  expect_same_bits(offsets_e, offsets, "offsets");
+}
+
 // The router in one call (two launches, the counts taken per block of rows) gives the bits of its two
 // unfused calls, over rows of several blocks and none; against the CPU, the sums agree to f64 rounding.
 TEST(CudaEmulation, RouterTopKWithAuxLossMatchesTheUnfusedKernels) {
