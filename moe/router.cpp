@@ -66,13 +66,12 @@ Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSetting
   r.lse = Tensor::empty({N}, s.dtype(), s.device());
   Tensor weights = Tensor::empty({N, k}, s.dtype(), s.device());
   r.expert_ids = Tensor::empty({N, k}, DType::I32, s.device());
-  kernels::router_topk(r.logits, k, renormalize, r.probs, r.lse, weights, r.expert_ids);
   r.counts_E = Tensor::empty({E}, s.dtype(), s.device());
   r.balance = Tensor::empty({1}, DType::F64, s.device());
   r.z = Tensor::empty({1}, DType::F64, s.device());
   Tensor aux_value = Tensor::empty({1}, s.dtype(), s.device());
-  kernels::router_aux_loss(r.probs, r.lse, r.expert_ids, settings.aux_loss_coef, settings.z_loss_coef, r.counts_E,
-                           r.balance, r.z, aux_value);
+  kernels::router_topk_with_aux_loss(r.logits, k, renormalize, settings.aux_loss_coef, settings.z_loss_coef, r.probs,
+                                     r.lse, weights, r.expert_ids, r.counts_E, r.balance, r.z, aux_value);
 
   auto choice = std::make_shared<RouterChoiceNode>();
   auto aux = std::make_shared<RouterAuxNode>();

@@ -37,9 +37,9 @@ struct RouterSettings {
 };
 
 // The router is two fused ops on the projection's logits s = x W_g^T: the choice (warmup mixing,
-// softmax over all experts, top-k, renormalisation: one kernel per direction) and the auxiliary loss
-// (balance and z losses: one kernel per direction). Both send their gradients back through the mixing
-// (a factor alpha) into s, and from there one GEMM pair reaches x and W_g.
+// softmax over all experts, top-k, renormalisation) and the auxiliary loss (balance and z losses): one
+// kernel for both forwards (router_topk_with_aux_loss), one for each backward. Both send their gradients
+// back through the mixing (a factor alpha) into s, and from there one GEMM pair reaches x and W_g.
 struct Routing {
   Tensor logits;           // [N, E], after warmup mixing
   Tensor probs;            // [N, E] softmax over all experts

@@ -14,7 +14,8 @@
 //
 // Determinism: for a given thread count, every kernel returns bit-identical results run after run
 // (work is split by lt::parallel_for, reductions combine chunk results in chunk order, no atomics; the
-// CUDA kernels likewise reduce in a fixed order and use no atomics).
+// CUDA kernels likewise reduce in a fixed order and add nothing atomically: their one atomic, an integer
+// ticket, only tells which block finishes a reduction, tensor/cuda/last_block.h).
 #pragma once
 #include <cstdint>
 #include <vector>

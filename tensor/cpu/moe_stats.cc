@@ -71,6 +71,13 @@ void router_aux_loss(const Tensor& probs, const Tensor& lse, const Tensor& ids, 
   });
 }
 
+void router_topk_with_aux_loss(const Tensor& logits, int64_t k, bool renormalize, double balance_coef, double z_coef,
+                               Tensor& probs, Tensor& lse, Tensor& weights, Tensor& ids, Tensor& counts,
+                               Tensor& balance, Tensor& z, Tensor& aux) {
+  router_topk(logits, k, renormalize, probs, lse, weights, ids);
+  router_aux_loss(probs, lse, ids, balance_coef, z_coef, counts, balance, z, aux);
+}
+
 // Per token, -sum_e p_e log p_e = lse - sum_e p_e s_e: one dot product per row instead of E logarithms.
 void routing_entropy(const Tensor& probs, const Tensor& logits, const Tensor& lse, Tensor& entropy,
                      Tensor& max_logit) {

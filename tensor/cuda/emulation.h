@@ -18,7 +18,10 @@
 //   - warp shuffles exchange values among the 32 threads of a warp, all of which must take part (as
 //     the *_sync intrinsics require with a full mask); __syncwarp is a barrier among them;
 //   - the warp matrix functions (nvcuda::wmma, bf16 operands and f32 accumulators at 16x16x16) give
-//     every lane the whole tile: valid for code that reads fragments only through them (below).
+//     every lane the whole tile: valid for code that reads fragments only through them (below);
+//   - atomicInc on an unsigned counter is a plain read-modify-write (one fiber runs at a time), and
+//     __threadfence orders nothing (one thread's writes are the memory every fiber reads): the last
+//     block to finish a launch (tensor/cuda/last_block.h) is the grid's last.
 #pragma once
 #ifndef LINGTRAIN_CUDA_EMULATION
 #error "tensor/cuda/emulation.h is for the CPU emulation of the CUDA kernels (define LINGTRAIN_CUDA_EMULATION)"
@@ -51,6 +54,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __shared__ static
+#define __launch_bounds__(...)
 
 // kernel<<<grid, block>>>(args...) as a call the emulator runs, counted as a launch is on a GPU.
 #define LT_CUDA_LAUNCH(grid, block, ...)                                                         \
@@ -209,6 +213,14 @@ T shuffle(T value, unsigned partner_lane) {
 }  // namespace lt::cuda_emulation
 
 inline void __syncthreads() { lt::cuda_emulation::wait_at(lt::cuda_emulation::current_block->barrier); }
+
+inline void __threadfence() {}
+// CUDA's atomicInc: the old value, and *address wraps to 0 once it has reached `wrap`.
+inline unsigned atomicInc(unsigned* address, unsigned wrap) {
+  const unsigned old = *address;
+  *address = old >= wrap ? 0 : old + 1;
+  return old;
+}
 
 // The lane `delta` above reads; lanes past the warp's end keep their own value, as on the hardware.
 template <class T>

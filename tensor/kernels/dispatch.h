@@ -111,4 +111,30 @@ inline void check_probs_and_lse(const Tensor& probs, const Tensor& lse, const ch
   check_shape(lse, {probs.dim(0)}, op, "lse");
 }
 
+// A routing's probs [N, E] (float) and the experts ids [N, k] (i32) chosen from them, on one device.
+inline void check_router_rows(const Tensor& probs, const Tensor& ids, const char* op) {
+  check_float(probs, op, "probs");
+  LT_CHECK(probs.ndim() == 2, op, ": probs must be [N, E], got ", probs.str());
+  LT_CHECK(ids.defined() && ids.dtype() == DType::I32 && ids.ndim() == 2 && ids.dim(0) == probs.dim(0), op,
+           ": ids must be i32 [", probs.dim(0), ", k], got ", ids.defined() ? ids.str() : "undefined");
+  check_device(ids, probs, op, "ids");
+}
+
+// router_topk's operands: logits [N, E], k in [1, E], and the outputs probs [N, E], lse [N], weights
+// [N, k] in the logits' dtype and ids [N, k] i32, on the logits' device.
+inline void check_router_topk(const Tensor& logits, int64_t k, const Tensor& probs, const Tensor& lse,
+                              const Tensor& weights, const Tensor& ids, const char* op) {
+  check_float(logits, op, "logits");
+  LT_CHECK(logits.ndim() == 2, op, ": logits must be [N, E], got ", logits.str());
+  const int64_t N = logits.dim(0), E = logits.dim(1);
+  LT_CHECK(k >= 1 && k <= E, op, ": k = ", k, " must be in [1, ", E, "]");
+  check_same(probs, logits, op, "probs");
+  check_like(lse, logits, op, "lse");
+  check_shape(lse, {N}, op, "lse");
+  check_like(weights, logits, op, "weights");
+  check_shape(weights, {N, k}, op, "weights");
+  check_router_rows(probs, ids, op);
+  check_shape(ids, {N, k}, op, "ids");
+}
+
 }  // namespace lt::kernels

@@ -5,14 +5,6 @@
 namespace lt::kernels {
 namespace {
 
-void check_router_rows(const Tensor& probs, const Tensor& ids, const char* op) {
-  check_float(probs, op, "probs");
-  LT_CHECK(probs.ndim() == 2, op, ": probs must be [N, E], got ", probs.str());
-  LT_CHECK(ids.defined() && ids.dtype() == DType::I32 && ids.ndim() == 2 && ids.dim(0) == probs.dim(0), op,
-           ": ids must be i32 [", probs.dim(0), ", k], got ", ids.defined() ? ids.str() : "undefined");
-  check_device(ids, probs, op, "ids");
-}
-
 // y [M, C], w [N, k] with N k = M, pos [N k] i32 positions in [0, M).
 void check_combine(const Tensor& y, const Tensor& w, const Tensor& pos, const char* op) {
   check_float(y, op, "y");
@@ -32,18 +24,7 @@ void check_combine(const Tensor& y, const Tensor& w, const Tensor& pos, const ch
 
 void router_topk(const Tensor& logits, int64_t k, bool renormalize, Tensor& probs, Tensor& lse, Tensor& weights,
                  Tensor& ids) {
-  const char* op = "router_topk";
-  check_float(logits, op, "logits");
-  LT_CHECK(logits.ndim() == 2, op, ": logits must be [N, E], got ", logits.str());
-  const int64_t N = logits.dim(0), E = logits.dim(1);
-  LT_CHECK(k >= 1 && k <= E, op, ": k = ", k, " must be in [1, ", E, "]");
-  check_same(probs, logits, op, "probs");
-  check_like(lse, logits, op, "lse");
-  check_shape(lse, {N}, op, "lse");
-  check_like(weights, logits, op, "weights");
-  check_shape(weights, {N, k}, op, "weights");
-  check_router_rows(probs, ids, op);
-  check_shape(ids, {N, k}, op, "ids");
+  check_router_topk(logits, k, probs, lse, weights, ids, "router_topk");
   if constexpr (kCudaBackend) {
     if (!logits.is_cpu()) return cuda::router_topk(logits, k, renormalize, probs, lse, weights, ids);
   }

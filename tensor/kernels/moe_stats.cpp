@@ -1,6 +1,7 @@
 // The front doors of the MoE statistics and dispatch kernels (tensor/kernels.h, "MoE statistics and
-// dispatch"): the routing-warmup statistics and noise, the router's auxiliary-loss sums, the routing
-// entropy, the dispatch's counting sort and the grouped GEMMs over its segments.
+// dispatch"): the routing-warmup statistics and noise, the router's auxiliary-loss sums (alone, or with
+// the choice of experts they are taken over), the routing entropy, the dispatch's counting sort and the
+// grouped GEMMs over its segments.
 #include <limits>
 #include <vector>
 
@@ -46,6 +47,24 @@ void check_segments(const Tensor& host_offsets, int64_t E, int64_t rows, const c
     LT_CHECK(off[e] <= off[e + 1], op, ": offsets decrease at expert ", e, " (", off[e], " > ", off[e + 1], ")");
 }
 
+// router_aux_loss's outputs for probs [N, E] and N k assignments: counts [E] and aux [1] in probs' dtype,
+// balance and z f64 [1].
+void check_aux_loss_outputs(const Tensor& probs, int64_t assignments, const Tensor& counts, const Tensor& balance,
+                            const Tensor& z, const Tensor& aux, const char* op) {
+  check_like(counts, probs, op, "counts");
+  check_shape(counts, {probs.dim(1)}, op, "counts");
+  check_f64(balance, {1}, probs, op, "balance");
+  check_f64(z, {1}, probs, op, "z");
+  check_like(aux, probs, op, "aux");
+  check_shape(aux, {1}, op, "aux");
+  // Every count is at most N k: below the largest integer that the float dtype holds exactly, no count
+  // rounds (f32: 2^24 assignments per routing).
+  const int64_t exact = probs.dtype() == DType::F32 ? int64_t{1} << std::numeric_limits<float>::digits
+                                                    : int64_t{1} << std::numeric_limits<double>::digits;
+  LT_CHECK(assignments <= exact, op, ": ", assignments, " assignments exceed the exact integers of ",
+           dtype_name(probs.dtype()));
+}
+
 }  // namespace
 
 void routing_warmup_observe(const Tensor& logits, double momentum, Tensor& stats) {
@@ -74,25 +93,28 @@ void router_aux_loss(const Tensor& probs, const Tensor& lse, const Tensor& ids, 
                      Tensor& counts, Tensor& balance, Tensor& z, Tensor& aux) {
   const char* op = "router_aux_loss";
   check_probs_and_lse(probs, lse, op);
-  const int64_t N = probs.dim(0), E = probs.dim(1);
-  check_expert_ids(ids, N, E, op);
+  check_expert_ids(ids, probs.dim(0), probs.dim(1), op);
   check_device(ids, probs, op, "ids");
-  check_like(counts, probs, op, "counts");
-  check_shape(counts, {E}, op, "counts");
-  check_f64(balance, {1}, probs, op, "balance");
-  check_f64(z, {1}, probs, op, "z");
-  check_like(aux, probs, op, "aux");
-  check_shape(aux, {1}, op, "aux");
-  // Every count is at most N k: below the largest integer that the float dtype holds exactly, no count
-  // rounds (f32: 2^24 assignments per routing).
-  const int64_t exact = probs.dtype() == DType::F32 ? int64_t{1} << std::numeric_limits<float>::digits
-                                                    : int64_t{1} << std::numeric_limits<double>::digits;
-  LT_CHECK(ids.numel() <= exact, op, ": ", ids.numel(), " assignments exceed the exact integers of ",
-           dtype_name(probs.dtype()));
+  check_aux_loss_outputs(probs, ids.numel(), counts, balance, z, aux, op);
   if constexpr (kCudaBackend) {
     if (!probs.is_cpu()) return cuda::router_aux_loss(probs, lse, ids, balance_coef, z_coef, counts, balance, z, aux);
   }
   cpu::router_aux_loss(probs, lse, ids, balance_coef, z_coef, counts, balance, z, aux);
+}
+
+void router_topk_with_aux_loss(const Tensor& logits, int64_t k, bool renormalize, double balance_coef, double z_coef,
+                               Tensor& probs, Tensor& lse, Tensor& weights, Tensor& ids, Tensor& counts,
+                               Tensor& balance, Tensor& z, Tensor& aux) {
+  const char* op = "router_topk_with_aux_loss";
+  check_router_topk(logits, k, probs, lse, weights, ids, op);
+  check_aux_loss_outputs(probs, ids.numel(), counts, balance, z, aux, op);
+  if constexpr (kCudaBackend) {
+    if (!logits.is_cpu())
+      return cuda::router_topk_with_aux_loss(logits, k, renormalize, balance_coef, z_coef, probs, lse, weights, ids,
+                                             counts, balance, z, aux);
+  }
+  cpu::router_topk_with_aux_loss(logits, k, renormalize, balance_coef, z_coef, probs, lse, weights, ids, counts,
+                                 balance, z, aux);
 }
 
 void routing_entropy(const Tensor& probs, const Tensor& logits, const Tensor& lse, Tensor& entropy,

@@ -517,6 +517,13 @@ OpCase moe_case(DType dtype, double tolerance) {
               Tensor counts = Tensor::empty({E}, dtype, device), balance = f64(), z = f64();
               Tensor aux = Tensor::empty({1}, dtype, device), entropy = f64(), max_logit = f64();
               kernels::router_aux_loss(probs, lse, ids, 0.01, 0.001, counts, balance, z, aux);
+              // The same two in one call.
+              Tensor one_probs = Tensor::empty({N, E}, dtype, device), one_lse = Tensor::empty({N}, dtype, device);
+              Tensor one_weights = Tensor::empty({N, k}, dtype, device), one_counts = Tensor::empty({E}, dtype, device);
+              Tensor one_ids = Tensor::empty({N, k}, DType::I32, device);
+              Tensor one_balance = f64(), one_z = f64(), one_aux = Tensor::empty({1}, dtype, device);
+              kernels::router_topk_with_aux_loss(logits, k, true, 0.01, 0.001, one_probs, one_lse, one_weights, one_ids,
+                                                 one_counts, one_balance, one_z, one_aux);
               kernels::router_aux_backward(probs, lse, counts, Tensor::full({1}, 0.3, dtype, device), 0.01, 0.001,
                                            daux);
               kernels::routing_entropy(probs, logits, lse, entropy, max_logit);
@@ -580,7 +587,15 @@ OpCase moe_case(DType dtype, double tolerance) {
                                                      {"second grouped_matmul through token_of", x_out2},
                                                      {"second grouped_weight_grad through token_of", x_grad2},
                                                      {"warmup stats", stats},
-                                                     {"warmup noise", noise}})
+                                                     {"warmup noise", noise},
+                                                     {"router_topk_with_aux_loss probs", one_probs},
+                                                     {"router_topk_with_aux_loss lse", one_lse},
+                                                     {"router_topk_with_aux_loss weights", one_weights},
+                                                     {"router_topk_with_aux_loss ids", as_float(one_ids)},
+                                                     {"router_topk_with_aux_loss counts", one_counts},
+                                                     {"router_topk_with_aux_loss balance", one_balance},
+                                                     {"router_topk_with_aux_loss z", one_z},
+                                                     {"router_topk_with_aux_loss aux", one_aux}})
                 outputs.push_back({what + where, out});
             }
             return outputs;

@@ -1050,6 +1050,69 @@ TEST(CudaEmulation, DispatchAndRoutingStatisticsMatchTheCpuKernels) {
   }
 }
 
+// More chunks of assignments than one counting block has threads (1,024 chunks of 256): the last block
+// adds up the other block's counts before it places every chunk.
+TEST(CudaEmulation, DispatchOverSeveralCountingBlocksMatchesTheCpuKernel) {
+  const int64_t N = 131200, k = 2, E = 16;  // 1,025 chunks
+  const Tensor ids = skewed_expert_ids(N, k, E);
+  Tensor token = Tensor::empty({N * k}, DType::I32), position = Tensor::empty({N * k}, DType::I32);
+  Tensor offsets = Tensor::empty({E + 1}, DType::I64);
+  Tensor token_e = Tensor::full({N * k}, -1.0, DType::I32), position_e = Tensor::full({N * k}, -1.0, DType::I32);
+  Tensor offsets_e = Tensor::full({E + 1}, -1.0, DType::I64);
+  kernels::dispatch_plan(ids, token, position, offsets);
+  cuda_emulated::dispatch_plan(ids, token_e, position_e, offsets_e);
+  expect_same_bits(token_e, token, "token_of");
+  expect_same_bits(position_e, position, "position_of");
+  expect_same_bits(offsets_e, offsets, "offsets");
+}
+
+// The router in one call (two launches, the counts taken per block of rows) gives the bits of its two
+// unfused calls, over rows of several blocks and none; against the CPU, the sums agree to f64 rounding.
+TEST(CudaEmulation, RouterTopKWithAuxLossMatchesTheUnfusedKernels) {
+  for (DType dtype : {DType::F32, DType::F64})
+    for (const auto& [N, E, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+             {0, 4, 2}, {1, 1, 1}, {9, 8, 2}, {700, 16, 3}, {130, 64, 6}}) {
+      const std::string where = std::string(dtype_name(dtype)) + " N " + std::to_string(N) + " E " +
+                                std::to_string(E) + " k " + std::to_string(k);
+      const Tensor logits = test::random_tensor({N, E}, 171, dtype, 3.0);
+      struct Routing {
+        Tensor probs, lse, weights, ids, counts, balance, z, aux;
+      };
+      auto fresh = [&] {
+        auto f64 = [] { return Tensor::full({1}, NAN, DType::F64); };
+        return Routing{Tensor::full({N, E}, NAN, dtype), Tensor::full({N}, NAN, dtype),
+                       Tensor::full({N, k}, NAN, dtype), Tensor::full({N, k}, -1.0, DType::I32),
+                       Tensor::full({E}, NAN, dtype),    f64(),
+                       f64(),                            Tensor::full({1}, NAN, dtype)};
+      };
+      Routing cpu = fresh(), fused = fresh(), unfused = fresh();
+      kernels::router_topk_with_aux_loss(logits, k, true, 0.01, 0.001, cpu.probs, cpu.lse, cpu.weights, cpu.ids,
+                                         cpu.counts, cpu.balance, cpu.z, cpu.aux);
+      cuda_emulated::router_topk_with_aux_loss(logits, k, true, 0.01, 0.001, fused.probs, fused.lse, fused.weights,
+                                               fused.ids, fused.counts, fused.balance, fused.z, fused.aux);
+      cuda_emulated::router_topk(logits, k, true, unfused.probs, unfused.lse, unfused.weights, unfused.ids);
+      cuda_emulated::router_aux_loss(unfused.probs, unfused.lse, unfused.ids, 0.01, 0.001, unfused.counts,
+                                     unfused.balance, unfused.z, unfused.aux);
+      for (const auto& [what, got, unfused_bits, on_cpu] :
+           std::vector<std::tuple<std::string, Tensor, Tensor, Tensor>>{
+               {"probs", fused.probs, unfused.probs, cpu.probs},
+               {"lse", fused.lse, unfused.lse, cpu.lse},
+               {"weights", fused.weights, unfused.weights, cpu.weights},
+               {"ids", fused.ids, unfused.ids, cpu.ids},
+               {"counts", fused.counts, unfused.counts, cpu.counts},
+               {"balance", fused.balance, unfused.balance, cpu.balance},
+               {"z", fused.z, unfused.z, cpu.z},
+               {"aux", fused.aux, unfused.aux, cpu.aux}}) {
+        expect_same_bits(got, unfused_bits, what + " against the unfused kernels " + where);
+        if (what == "balance" || what == "z" || what == "aux")
+          test::expect_close(values(got), values(on_cpu), dtype == DType::F32 && what == "aux" ? 1e-7 : 1e-13, 0.0,
+                             what + " against the CPU " + where);
+        else
+          expect_same_bits(got, on_cpu, what + " against the CPU " + where);
+      }
+    }
+}
+
 // ---- attention_decode.cu, dpo.cu ---------------------------------------------------------------
 
 // Queries at the end of a partly filled cache, GQA, more keys than the block's threads.
