@@ -24,6 +24,11 @@ class SavedTensor {
   // feeds the router, the experts and the shared experts' gate and up projections).
   static SavedTensor input(const Variable& x);
 
+  // The bf16 copy that input(x) will keep and share, where no node has made it yet: uninitialised, now x's
+  // copy, for the kernel that reads or writes x to fill in the same pass (before any node reads it),
+  // which spares a rounding pass of its own. Undefined where x is kept as it is, or its copy exists.
+  static Tensor bf16_copy_to_write(const Variable& x);
+
   bool defined() const { return stored_.defined(); }
   // The tensor as the forward had it (widened to f32 when kept in bf16).
   Tensor get() const;
