@@ -68,6 +68,17 @@ std::vector<GradCase> core_gradcheck_cases() {
     add_case(simple("rmsnorm", "x " + shape_str(shape) + ", weight and eps 1e-6", {shape, {shape.back()}},
                     [](const Inputs& x) { return rmsnorm(x[0], x[1], 1e-6); }));
   }
+  // The residual stream's sum used again beside its norm (the next attention's residual), and not (the final
+  // norm).
+  for (const Shape& shape : std::vector<Shape>{{1, 129}, {3, 17}, {2, 3, 129}}) {
+    add_case(simple("add_rmsnorm", "a + b " + shape_str(shape) + " and its norm, both used", {shape, shape, {shape.back()}},
+                    [](const Inputs& x) {
+                      const AddRmsNorm r = add_rmsnorm(x[0], x[1], x[2], 1e-6);
+                      return add(r.normed, scale(r.sum, 0.5));
+                    }));
+    add_case(simple("add_rmsnorm", "a + b " + shape_str(shape) + ", the norm alone", {shape, shape, {shape.back()}},
+                    [](const Inputs& x) { return add_rmsnorm(x[0], x[1], x[2], 1e-6).normed; }));
+  }
 
   // ---- softmax and losses
   for (const Shape& shape : std::vector<Shape>{{1, 3}, {3, 17}, {17, 129}, {2, 3, 129}}) {

@@ -34,6 +34,12 @@ Variable swiglu(const Variable& gate, const Variable& up);  // silu(gate) * up
 
 // ---- normalisation (autograd/ops/norm.cpp) --------------------------------------------------------
 Variable rmsnorm(const Variable& x, const Variable& weight, double eps);
+// The residual stream joining its norm: sum = a + b (equal shapes) and normed = rmsnorm(sum, weight, eps) in
+// one pass, with the bits and the backward of add then rmsnorm.
+struct AddRmsNorm {
+  Variable sum, normed;
+};
+AddRmsNorm add_rmsnorm(const Variable& a, const Variable& b, const Variable& weight, double eps);
 
 // ---- softmax and losses (autograd/ops/softmax.cpp) ------------------------------------------------
 Variable softmax(const Variable& x);      // over the last dim

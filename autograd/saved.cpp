@@ -16,6 +16,15 @@ Tensor to_bf16(const Tensor& t) {
   return out;
 }
 
+// The slot of x's bf16 copy, shared with its reshapes (VariableImpl::saved_bf16).
+Tensor& bf16_slot(const Variable& x) {
+  VariableImpl& impl = *x.impl();
+  if (!impl.saved_bf16) impl.saved_bf16 = std::make_shared<Tensor>();
+  return *impl.saved_bf16;
+}
+
+bool input_kept_in_bf16(const Variable& x) { return !x.is_leaf() && kept_in_bf16(x.value()); }
+
 }  // namespace
 
 SavedTensor SavedTensor::activation(const Tensor& t) {
@@ -35,16 +44,14 @@ SavedTensor SavedTensor::activation(const Tensor& t, const Tensor& copy) {
 
 SavedTensor SavedTensor::input(const Variable& x) {
   SavedTensor saved;
-  saved.widen_ = !x.is_leaf() && kept_in_bf16(x.value());
+  saved.widen_ = input_kept_in_bf16(x);
   if (!saved.widen_) {
     saved.stored_ = x.value();
     return saved;
   }
-  VariableImpl& impl = *x.impl();
-  if (!impl.saved_bf16) impl.saved_bf16 = std::make_shared<Tensor>();
-  Tensor& shared = *impl.saved_bf16;
-  if (!shared.defined()) shared = to_bf16(impl.value);
-  saved.stored_ = shared.reshape(impl.value.shape());
+  Tensor& shared = bf16_slot(x);
+  if (!shared.defined()) shared = to_bf16(x.value());
+  saved.stored_ = shared.reshape(x.value().shape());
   return saved;
 }
 
@@ -54,14 +61,11 @@ Tensor kept_copy_to_fill(const Tensor& t) {
 }
 
 Tensor kept_copy_to_fill(const Variable& x) {
-  if (x.is_leaf()) return Tensor();
-  VariableImpl& impl = *x.impl();
-  if (impl.saved_bf16 && impl.saved_bf16->defined()) return Tensor();
-  Tensor copy = kept_copy_to_fill(impl.value);
-  if (!copy.defined()) return copy;
-  if (!impl.saved_bf16) impl.saved_bf16 = std::make_shared<Tensor>();
-  *impl.saved_bf16 = copy;
-  return copy;
+  if (!grad_enabled() || !input_kept_in_bf16(x)) return Tensor();
+  Tensor& shared = bf16_slot(x);
+  if (shared.defined()) return Tensor();
+  shared = Tensor::empty(x.value().shape(), DType::BF16, x.value().device());
+  return shared;
 }
 
 Tensor gemm_operand(const Tensor& t) { return kept_in_bf16(t) ? to_bf16(t) : t; }

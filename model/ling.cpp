@@ -31,13 +31,15 @@ DecoderLayer::DecoderLayer(const LingConfig& c, int64_t index, Rng& rng)
   }
 }
 
-Variable DecoderLayer::forward(const Variable& x, MoEContext& context, int64_t pos_offset, KVCache* cache,
-                              const Tensor& doc_start) {
+ResidualStream DecoderLayer::forward(const ResidualStream& x, MoEContext& context, int64_t pos_offset,
+                                    KVCache* cache, const Tensor& doc_start) {
+  const AddRmsNorm in = input_layernorm_.forward(x.stream, x.pending);
   // The residual stream joins the attention's and the dense MLP's output projections as their GEMMs write
   // them (Linear::forward's addend), with the bits of x + attention(x): one pass over [B, T, H] fewer each.
-  const Variable h = attention_.forward(input_layernorm_.forward(x), pos_offset, cache, doc_start, x);
+  const Variable h = attention_.forward(in.normed, pos_offset, cache, doc_start, in.sum);
   const Variable normed = post_attention_layernorm_.forward(h);
-  return moe_ ? add(h, moe_->forward(normed, context)) : dense_mlp_->forward(normed, h);
+  if (moe_) return {h, moe_->forward(normed, context)};
+  return {dense_mlp_->forward(normed, h), Variable()};
 }
 
 LingBackbone::LingBackbone(const LingConfig& c, Rng& rng)
@@ -55,10 +57,10 @@ LingBackbone::LingBackbone(const LingConfig& c, Rng& rng)
 
 Variable LingBackbone::forward(const Tensor& ids, MoEContext& context, int64_t pos_offset,
                                std::vector<KVCache>* caches, const Tensor& doc_start) {
-  Variable h = word_embeddings_.forward(ids);
+  ResidualStream h{word_embeddings_.forward(ids), Variable()};
   for (size_t i = 0; i < layers_.size(); ++i)
     h = layers_[i]->forward(h, context, pos_offset, caches ? &(*caches)[i] : nullptr, doc_start);
-  return norm_->forward(h);
+  return norm_->forward(h.stream, h.pending).normed;
 }
 
 LingForCausalLM::LingForCausalLM(const LingConfig& config, uint64_t seed) : config_(config) {

@@ -12,12 +12,21 @@
 
 namespace lt {
 
+// The residual stream [B, T, H] between layers, stream + pending: a layer's last addend (an MoE block's
+// output) is added by the next norm in its own pass (RMSNorm::forward with an addend), not by a pass of its
+// own. pending is undefined where nothing waits (the embeddings; a dense layer's output, which its down
+// projection adds as it writes it).
+struct ResidualStream {
+  Variable stream, pending;
+};
+
 class DecoderLayer : public Module {
  public:
   DecoderLayer(const LingConfig& config, int64_t index, Rng& rng);
-  // x1 = x + attention(norm(x)); x2 = x1 + mlp(norm(x1)).
-  Variable forward(const Variable& x_BTH, MoEContext& context, int64_t pos_offset, KVCache* cache,
-                   const Tensor& doc_start_BT = Tensor());
+  // x1 = x + attention(norm(x)); x2 = x1 + mlp(norm(x1)), x2 returned with mlp(norm(x1)) pending where the
+  // mlp is an MoE block.
+  ResidualStream forward(const ResidualStream& x, MoEContext& context, int64_t pos_offset, KVCache* cache,
+                         const Tensor& doc_start_BT = Tensor());
   MoEBlock* moe() { return moe_; }
   Attention& attention() { return attention_; }
 

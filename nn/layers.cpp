@@ -34,6 +34,11 @@ RMSNorm::RMSNorm(int64_t dim, double eps)
 
 Variable RMSNorm::forward(const Variable& x) const { return rmsnorm(x, weight_, eps_); }
 
+AddRmsNorm RMSNorm::forward(const Variable& x, const Variable& addend) const {
+  if (!addend.defined()) return {x, forward(x)};
+  return add_rmsnorm(x, addend, weight_, eps_);
+}
+
 // ---- SwiGLU MLP -------------------------------------------------------------------------------
 SwiGLUMLP::SwiGLUMLP(int64_t hidden, int64_t intermediate, double init_std, Rng& rng)
     : gate_proj_(add_module("gate_proj", std::make_unique<Linear>(hidden, intermediate, init_std, rng))),

@@ -35,6 +35,9 @@ class RMSNorm : public Module {
  public:
   RMSNorm(int64_t dim, double eps);
   Variable forward(const Variable& x) const;
+  // The residual stream x + addend and its norm, the sum taken in the norm's pass (add_rmsnorm); without an
+  // addend, x itself and its norm.
+  AddRmsNorm forward(const Variable& x, const Variable& addend) const;
 
  private:
   Variable& weight_;

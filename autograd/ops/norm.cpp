@@ -1,4 +1,5 @@
-// rmsnorm over the last dimension: forward and backward (tensor/cpu/norm.cc has the numerics).
+// rmsnorm over the last dimension: forward and backward (tensor/cpu/norm.cc has the numerics), and the
+// residual add fused into its forward.
 #include "autograd/ops.h"
 #include "autograd/profile.h"
 #include "autograd/saved.h"
@@ -11,10 +12,11 @@ struct RmsNormNode : Node {
   SavedTensor saved_x;
   Tensor weight, rstd;  // rstd = 1 / sqrt(mean(x^2) + eps) per row, saved by the forward
   const char* name() const override { return "rmsnorm"; }
+  // x as kept: under mixed precision on a GPU its bf16 copy, which the kernels widen as they read it.
   std::vector<Tensor> backward(const Tensor& g) override {
-    const Tensor x = saved_x.get();
+    const Tensor& x = saved_x.stored();
     // dx goes straight into the residual stream's gradient where the stream's other use has begun it.
-    GradTarget dx = grad_target(0, x);
+    GradTarget dx = grad_target(0, g);
     // The kernel accumulates dweight, so it can add straight into the weight's gradient buffer.
     GradTarget dweight = needs_grad(1) ? grad_target(1, weight) : GradTarget{Tensor::empty_like(weight)};
     if (dweight.beta == 0) dweight.tensor.zero_();
@@ -23,15 +25,18 @@ struct RmsNormNode : Node {
   }
 };
 
-}  // namespace
+// sum = a + b of equal shapes: sum's gradient is each addend's, as add's backward gives it.
+struct ResidualSumNode : Node {
+  const char* name() const override { return "add_rmsnorm"; }
+  std::vector<Tensor> backward(const Tensor& g) override { return {g, g}; }
+};
 
-Variable rmsnorm(const Variable& x, const Variable& weight, double eps) {
-  LT_PROFILE_SCOPE("rmsnorm");
-  const Tensor& xv = x.value();
-  LT_CHECK(xv.ndim() >= 1, "rmsnorm: x must have at least one dimension, got ", xv.str());
-  Tensor y = Tensor::empty_like(xv);
-  Tensor rstd = Tensor::empty(Shape(xv.shape().begin(), xv.shape().end() - 1), xv.dtype(), xv.device());
-  kernels::rmsnorm(xv, weight.value(), eps, y, rstd);
+// The outputs y [..., C] and rstd [...] of normalising x.
+std::pair<Tensor, Tensor> rmsnorm_outputs(const Tensor& x) {
+  return {Tensor::empty_like(x), Tensor::empty(Shape(x.shape().begin(), x.shape().end() - 1), x.dtype(), x.device())};
+}
+
+Variable rmsnorm_result(const Variable& x, const Variable& weight, const Tensor& y, const Tensor& rstd) {
   auto node = std::make_shared<RmsNormNode>();
   if (grad_enabled()) {
     node->saved_x = SavedTensor::input(x);
@@ -39,6 +44,30 @@ Variable rmsnorm(const Variable& x, const Variable& weight, double eps) {
     node->rstd = rstd;
   }
   return make_result(y, node, {x, weight});
+}
+
+}  // namespace
+
+Variable rmsnorm(const Variable& x, const Variable& weight, double eps) {
+  LT_PROFILE_SCOPE("rmsnorm");
+  const Tensor& xv = x.value();
+  LT_CHECK(xv.ndim() >= 1, "rmsnorm: x must have at least one dimension, got ", xv.str());
+  auto [y, rstd] = rmsnorm_outputs(xv);
+  kernels::rmsnorm(xv, weight.value(), eps, y, rstd, kept_copy_to_fill(x));
+  return rmsnorm_result(x, weight, y, rstd);
+}
+
+// The graph is add's and rmsnorm's, so the backward and its bits are theirs: the norm's dx joins the
+// gradient of the sum's other use (the next attention's residual), then both addends receive it.
+AddRmsNorm add_rmsnorm(const Variable& a, const Variable& b, const Variable& weight, double eps) {
+  LT_PROFILE_SCOPE("add_rmsnorm");
+  const Tensor& av = a.value();
+  LT_CHECK(av.ndim() >= 1, "add_rmsnorm: a must have at least one dimension, got ", av.str());
+  Tensor sum_value = Tensor::empty_like(av);
+  const Variable sum = make_result(sum_value, std::make_shared<ResidualSumNode>(), {a, b});
+  auto [y, rstd] = rmsnorm_outputs(av);
+  kernels::add_rmsnorm(av, b.value(), weight.value(), eps, sum_value, y, rstd, kept_copy_to_fill(sum));
+  return {sum, rmsnorm_result(sum, weight, y, rstd)};
 }
 
 }  // namespace lt

@@ -78,21 +78,43 @@ HWY_INLINE double TripleDotF64(const T* a, const T* b, const T* c, int64_t n) {
   return total;
 }
 
+// Normalises one row x [C] into y, returning its rstd.
+template <class T>
+HWY_INLINE T NormalizeRow(const T* x, const T* w_C, double eps, T* y, int64_t C) {
+  const hn::ScalableTag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const T r = static_cast<T>(1.0 / std::sqrt(SumSquaresF64(x, C) / static_cast<double>(C) + eps));
+  const auto rv = hn::Set(d, r);
+  int64_t j = 0;
+  for (; j + lanes <= C; j += lanes)
+    hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, x + j), rv), hn::LoadU(d, w_C + j)), d, y + j);
+  for (; j < C; ++j) y[j] = (x[j] * r) * w_C[j];
+  return r;
+}
+
 template <class T>
 void RmsNormT(const T* x_NC, const T* w_C, double eps, T* y_NC, T* rstd_N, int64_t N, int64_t C) {
+  parallel_for(N, row_grain(C), [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) rstd_N[n] = NormalizeRow(x_NC + n * C, w_C, eps, y_NC + n * C, C);
+  });
+}
+
+// Each row's sum is normalised while it is still in cache: one pass over the residual stream fewer than
+// add then rmsnorm, with the same bits (the sum rounded to T, then read back as rmsnorm reads x).
+template <class T>
+void AddRmsNormT(const T* a_NC, const T* b_NC, const T* w_C, double eps, T* sum_NC, T* y_NC, T* rstd_N, int64_t N,
+                 int64_t C) {
   parallel_for(N, row_grain(C), [&](int64_t begin, int64_t end) {
     const hn::ScalableTag<T> d;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
     for (int64_t n = begin; n < end; ++n) {
-      const T* x = x_NC + n * C;
-      T* y = y_NC + n * C;
-      const T r = static_cast<T>(1.0 / std::sqrt(SumSquaresF64(x, C) / static_cast<double>(C) + eps));
-      rstd_N[n] = r;
-      const auto rv = hn::Set(d, r);
+      const T* a = a_NC + n * C;
+      const T* b = b_NC + n * C;
+      T* sum = sum_NC + n * C;
       int64_t j = 0;
-      for (; j + lanes <= C; j += lanes)
-        hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, x + j), rv), hn::LoadU(d, w_C + j)), d, y + j);
-      for (; j < C; ++j) y[j] = (x[j] * r) * w_C[j];
+      for (; j + lanes <= C; j += lanes) hn::StoreU(hn::Add(hn::LoadU(d, a + j), hn::LoadU(d, b + j)), d, sum + j);
+      for (; j < C; ++j) sum[j] = a[j] + b[j];
+      rstd_N[n] = NormalizeRow(sum, w_C, eps, y_NC + n * C, C);
     }
   });
 }
@@ -149,6 +171,13 @@ void RmsNormKernel(DType dtype, const void* x, const void* w, double eps, void* 
                               static_cast<T*>(rstd), N, C));
 }
 
+void AddRmsNormKernel(DType dtype, const void* a, const void* b, const void* w, double eps, void* sum, void* y,
+                      void* rstd, int64_t N, int64_t C) {
+  LT_FLOAT_SWITCH(dtype, T,
+                  AddRmsNormT<T>(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<const T*>(w), eps,
+                                 static_cast<T*>(sum), static_cast<T*>(y), static_cast<T*>(rstd), N, C));
+}
+
 void RmsNormBackwardKernel(DType dtype, const void* x, const void* w, const void* rstd, const void* dy, void* dx,
                            void* dw, int64_t N, int64_t C, bool add_to_dx) {
   LT_FLOAT_SWITCH(
@@ -163,12 +192,21 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace lt::cpu {
 HWY_EXPORT(RmsNormKernel);
+HWY_EXPORT(AddRmsNormKernel);
 HWY_EXPORT(RmsNormBackwardKernel);
 
-void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd) {
+// The bf16 copies (x_bf16, sum_bf16) are a GPU's alone: the front door takes none on the CPU.
+void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd, const Tensor& /*x_bf16*/) {
   const int64_t C = x.dim(-1);
   HWY_DYNAMIC_DISPATCH(RmsNormKernel)(x.dtype(), x.raw_data(), w.raw_data(), eps, y.raw_data(), rstd.raw_data(),
                                       x.numel() / C, C);
+}
+
+void add_rmsnorm(const Tensor& a, const Tensor& b, const Tensor& w, double eps, Tensor& sum, Tensor& y, Tensor& rstd,
+                 const Tensor& /*sum_bf16*/) {
+  const int64_t C = a.dim(-1);
+  HWY_DYNAMIC_DISPATCH(AddRmsNormKernel)(a.dtype(), a.raw_data(), b.raw_data(), w.raw_data(), eps, sum.raw_data(),
+                                         y.raw_data(), rstd.raw_data(), a.numel() / C, C);
 }
 
 void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw,

@@ -330,5 +330,35 @@ TEST(Engine, GradcheckDetectsAWrongBackward) {
   EXPECT_TRUE(gradcheck(right).pass);
 }
 
+// add_rmsnorm is add then rmsnorm in one forward pass: the same values, and the same gradients bit for bit
+// where the sum has another use beside its norm (the residual stream) and where it has none.
+TEST(Engine, AddRmsNormGivesTheValuesAndGradientsOfAddThenRmsNorm) {
+  for (const bool sum_used : {true, false}) {
+    SCOPED_TRACE(sum_used ? "sum used again" : "the norm alone");
+    auto run = [&](bool fused) {
+      const Variable a(test::random_tensor({6, 33}, 1), true), b(test::random_tensor({6, 33}, 2), true);
+      const Variable w(test::random_tensor({33}, 3), true), c(test::random_tensor({6, 33}, 4));
+      // a and b are intermediate results, as the residual stream and an MoE block's output are.
+      const Variable a2 = mul(a, c), b2 = mul(b, c);
+      Variable sum_v, normed;
+      if (fused) {
+        const AddRmsNorm r = add_rmsnorm(a2, b2, w, 1e-6);
+        sum_v = r.sum;
+        normed = r.normed;
+      } else {
+        sum_v = add(a2, b2);
+        normed = rmsnorm(sum_v, w, 1e-6);
+      }
+      const Variable loss = sum_used ? add(sum(mul(normed, normed)), sum(mul(sum_v, c))) : sum(mul(normed, normed));
+      loss.backward();
+      std::vector<std::vector<float>> out;
+      for (const Tensor& t : {sum_v.value(), normed.value(), loss.value(), a.grad(), b.grad(), w.grad()})
+        out.push_back(t.to_vector<float>());
+      return out;
+    };
+    EXPECT_EQ(run(true), run(false));
+  }
+}
+
 }  // namespace
 }  // namespace lt

@@ -15,6 +15,7 @@
 #include <limits>
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -220,6 +221,25 @@ OpCase rmsnorm_case(DType dtype, double tolerance) {
               kernels::rmsnorm_backward(x, w, rstd, dy, dx_added, dw_again, 1.0);
               for (const auto& [what, out] : std::vector<std::pair<std::string, Tensor>>{
                        {"y", y}, {"rstd", rstd}, {"dx", dx}, {"dw", dw}, {"dx added to", dx_added}})
+                outputs.push_back({what + " " + shape_str(shape), out});
+            }
+            return outputs;
+          }};
+}
+
+// The residual add fused into RMSNorm's forward, rows shorter and longer than a block.
+OpCase add_rmsnorm_case(DType dtype, double tolerance) {
+  return {"add_rmsnorm", dtype_name(dtype), tolerance, [dtype](Device device) {
+            Outputs outputs;
+            for (const Shape& shape : std::vector<Shape>{{1, 1}, {3, 7}, {2, 5, 300}, {17, 1000}}) {
+              const int64_t C = shape.back();
+              const Tensor a = input(shape, 18, dtype, device), b = input(shape, 19, dtype, device);
+              const Tensor w = input({C}, 20, dtype, device);
+              Tensor sum = Tensor::empty(shape, dtype, device), y = Tensor::empty(shape, dtype, device);
+              Tensor rstd = Tensor::empty(Shape(shape.begin(), shape.end() - 1), dtype, device);
+              kernels::add_rmsnorm(a, b, w, 1e-6, sum, y, rstd);
+              for (const auto& [what, out] :
+                   std::vector<std::pair<std::string, Tensor>>{{"sum", sum}, {"y", y}, {"rstd", rstd}})
                 outputs.push_back({what + " " + shape_str(shape), out});
             }
             return outputs;
@@ -836,6 +856,7 @@ std::vector<OpCase> cuda_cases() {
     cases.push_back(axpy_case(dtype, f32 ? 1e-6 : 1e-14));
     cases.push_back(activation_case(dtype, f32 ? 1e-6 : 1e-14));
     cases.push_back(rmsnorm_case(dtype, f32 ? 1e-5 : 1e-13));
+    cases.push_back(add_rmsnorm_case(dtype, f32 ? 1e-5 : 1e-13));
     cases.push_back(softmax_case(dtype, f32 ? 1e-5 : 1e-13));
     cases.push_back(adamw_case(dtype, f32 ? 1e-6 : 1e-14));
     cases.push_back(reduction_case(dtype, f32 ? 2e-5 : 1e-12));
@@ -1004,6 +1025,59 @@ TEST_F(CudaDevice, OutOfRangeIdsAreOneClearErrorFromTheDevice) {
     ADD_FAILURE() << "cross_entropy took target 11 of a 10-word vocabulary";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "cross_entropy: target id 11 (row 2) is outside the vocabulary [0, 10)");
+  }
+}
+
+// On the device too, add_rmsnorm has the bits of add then rmsnorm. Under mixed precision the forward kernels
+// write the bf16 copy of what they normalise with the bits of kernels::convert, and the backward reading
+// that copy as it is gives the bits of the backward reading it widened (dx written and added to, dw).
+TEST_F(CudaDevice, RmsNormWritesAndReadsTheKeptBf16CopyWithTheBitsOfConverting) {
+  for (const Shape& shape : {Shape{3, 7}, Shape{2, 5, 300}, Shape{130, 64}}) {
+    SCOPED_TRACE(shape_str(shape));
+    const int64_t C = shape.back();
+    const Shape lead(shape.begin(), shape.end() - 1);
+    const Tensor a = random_tensor(shape, 60).to(gpu()), b = random_tensor(shape, 61).to(gpu());
+    const Tensor w = random_tensor({C}, 62).to(gpu()), dy = random_tensor(shape, 63).to(gpu());
+    Tensor want_sum = Tensor::empty(shape, DType::F32, gpu()), want_y = Tensor::empty(shape, DType::F32, gpu());
+    Tensor want_rstd = Tensor::empty(lead, DType::F32, gpu());
+    kernels::add(a, b, want_sum);
+    kernels::rmsnorm(want_sum, w, 1e-6, want_y, want_rstd);
+    Tensor want_bf16 = Tensor::empty(shape, DType::BF16, gpu()), widened = Tensor::empty(shape, DType::F32, gpu());
+    kernels::convert(want_sum, want_bf16);
+    kernels::convert(want_bf16, widened);
+
+    kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
+    Tensor sum = Tensor::empty(shape, DType::F32, gpu()), y = Tensor::empty(shape, DType::F32, gpu());
+    Tensor rstd = Tensor::empty(lead, DType::F32, gpu()), sum_bf16 = Tensor::empty(shape, DType::BF16, gpu());
+    kernels::add_rmsnorm(a, b, w, 1e-6, sum, y, rstd, sum_bf16);
+    Tensor y_again = Tensor::empty(shape, DType::F32, gpu()), rstd_again = Tensor::empty(lead, DType::F32, gpu());
+    Tensor x_bf16 = Tensor::empty(shape, DType::BF16, gpu());
+    kernels::rmsnorm(want_sum, w, 1e-6, y_again, rstd_again, x_bf16);
+    const Tensor dx0 = random_tensor(shape, 64).to(gpu());
+    Tensor dx = Tensor::empty(shape, DType::F32, gpu()), dx_added = dx0.clone();
+    Tensor dw = Tensor::zeros({C}, DType::F32, gpu()), dw_again = Tensor::zeros({C}, DType::F32, gpu());
+    kernels::rmsnorm_backward(sum_bf16, w, rstd, dy, dx, dw);
+    kernels::rmsnorm_backward(sum_bf16, w, rstd, dy, dx_added, dw_again, 1.0);
+    kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
+    EXPECT_THROW(kernels::rmsnorm_backward(sum_bf16, w, rstd, dy, dx, dw), Error);  // only under the mode
+
+    Tensor want_dx = Tensor::empty(shape, DType::F32, gpu()), want_dx_added = dx0.clone();
+    Tensor want_dw = Tensor::zeros({C}, DType::F32, gpu()), unused_dw = Tensor::zeros({C}, DType::F32, gpu());
+    kernels::rmsnorm_backward(widened, w, rstd, dy, want_dx, want_dw);
+    kernels::rmsnorm_backward(widened, w, rstd, dy, want_dx_added, unused_dw, 1.0);
+    for (const auto& [what, got, want] : std::vector<std::tuple<std::string, Tensor, Tensor>>{
+             {"sum", sum, want_sum},
+             {"y", y, want_y},
+             {"rstd", rstd, want_rstd},
+             {"sum_bf16", sum_bf16, want_bf16},
+             {"rmsnorm x_bf16", x_bf16, want_bf16},
+             {"rmsnorm y", y_again, want_y},
+             {"rmsnorm rstd", rstd_again, want_rstd},
+             {"dx", dx, want_dx},
+             {"dx added to", dx_added, want_dx_added},
+             {"dw", dw, want_dw},
+             {"dw again", dw_again, want_dw}})
+      EXPECT_EQ(host_bytes(got), host_bytes(want)) << what;
   }
 }
 

@@ -241,6 +241,42 @@ TEST(RmsNormKernels, BackwardAddsToDxWithTheBitsOfASeparateSum) {
   EXPECT_THROW(kernels::rmsnorm_backward(x, w, rstd, dy, dy, dw, 1.0), Error);
 }
 
+// add_rmsnorm has the bits of add then rmsnorm: the sum, y and rstd, on every target, f32 and f64, rows
+// with and without a vector tail and over several row chunks.
+TEST(RmsNormKernels, AddRmsNormHasTheBitsOfAddThenRmsNorm) {
+  for_each_cpu_target([] {
+    for (DType dtype : {DType::F32, DType::F64})
+      for (const Shape& shape : std::vector<Shape>{{5, 64}, {3, 129}, {2, 7}, {2, 3, 17}, {1}, {64, 4099}}) {
+        const int64_t C = shape.back();
+        const Shape lead(shape.begin(), shape.end() - 1);
+        const Tensor a = random_tensor(shape, 40, dtype), b = random_tensor(shape, 41, dtype);
+        const Tensor w = random_tensor({C}, 42, dtype, 0.5);
+        Tensor want_sum = Tensor::empty(shape, dtype), want_y = Tensor::empty(shape, dtype);
+        Tensor want_rstd = Tensor::empty(lead, dtype);
+        kernels::add(a, b, want_sum);
+        kernels::rmsnorm(want_sum, w, 1e-6, want_y, want_rstd);
+        Tensor sum = Tensor::empty(shape, dtype), y = Tensor::empty(shape, dtype), rstd = Tensor::empty(lead, dtype);
+        kernels::add_rmsnorm(a, b, w, 1e-6, sum, y, rstd);
+        const std::string what = std::string(dtype_name(dtype)) + " " + shape_str(shape);
+        for (const auto& [got, want] : {std::pair{sum, want_sum}, std::pair{y, want_y}, std::pair{rstd, want_rstd}})
+          EXPECT_EQ(got.to(DType::F64).to_vector<double>(), want.to(DType::F64).to_vector<double>()) << what;
+      }
+  });
+}
+
+TEST(RmsNormKernels, AddRmsNormRejectsMismatchedOperands) {
+  const Tensor a = random_tensor({3, 17}, 43), w = random_tensor({17}, 44);
+  Tensor sum = Tensor::empty({3, 17}), y = Tensor::empty({3, 17}), rstd = Tensor::empty({3});
+  EXPECT_THROW(kernels::add_rmsnorm(a, Tensor::zeros({17}), w, 1e-6, sum, y, rstd), Error);  // no broadcast
+  EXPECT_THROW(kernels::add_rmsnorm(a, Tensor::zeros({3, 17}, DType::F64), w, 1e-6, sum, y, rstd), Error);
+  EXPECT_THROW(kernels::add_rmsnorm(a, a, Tensor::zeros({16}), 1e-6, sum, y, rstd), Error);
+  Tensor a_too = a;
+  EXPECT_THROW(kernels::add_rmsnorm(a, a, w, 1e-6, a_too, y, rstd), Error);  // the sum over an addend
+  // A bf16 copy is a GPU's under mixed precision only.
+  EXPECT_THROW(kernels::add_rmsnorm(a, a, w, 1e-6, sum, y, rstd, Tensor::empty({3, 17}, DType::BF16)), Error);
+  EXPECT_THROW(kernels::rmsnorm(a, w, 1e-6, y, rstd, Tensor::empty({3, 17}, DType::BF16)), Error);
+}
+
 TEST(RmsNormKernels, RejectsMismatchedShapes) {
   const Tensor x = Tensor::zeros({3, 17});
   Tensor y = Tensor::empty_like(x), rstd = Tensor::empty({3});
