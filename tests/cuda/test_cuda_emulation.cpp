@@ -991,22 +991,28 @@ TEST(CudaEmulation, RouterAndCombineMatchTheCpuKernels) {
       }
 }
 
+// The emulated dispatch of skewed ids (skewed_expert_ids) against the CPU kernel's, bit for bit.
+void expect_dispatch_matches_the_cpu(int64_t N, int64_t k, int64_t E, const std::string& where) {
+  const Tensor ids = skewed_expert_ids(N, k, E);
+  Tensor token = Tensor::empty({N * k}, DType::I32), position = Tensor::empty({N * k}, DType::I32);
+  Tensor offsets = Tensor::empty({E + 1}, DType::I64);
+  Tensor token_e = Tensor::full({N * k}, -1.0, DType::I32), position_e = Tensor::full({N * k}, -1.0, DType::I32);
+  Tensor offsets_e = Tensor::full({E + 1}, -1.0, DType::I64);
+  kernels::dispatch_plan(ids, token, position, offsets);
+  cuda_emulated::dispatch_plan(ids, token_e, position_e, offsets_e);
+  expect_same_bits(token_e, token, "token_of " + where);
+  expect_same_bits(position_e, position, "position_of " + where);
+  expect_same_bits(offsets_e, offsets, "offsets " + where);
+}
+
 // The dispatch's chunked counting sort lands every assignment where the CPU's sequential sort does,
 // over more assignments than a chunk (256) and with empty experts; the statistics agree to f64 rounding.
 TEST(CudaEmulation, DispatchAndRoutingStatisticsMatchTheCpuKernels) {
   for (const auto& [N, E, k] :
        std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 1}, {9, 8, 2}, {700, 16, 3}, {130, 64, 6}}) {
     const std::string where = "N " + std::to_string(N) + " E " + std::to_string(E) + " k " + std::to_string(k);
+    expect_dispatch_matches_the_cpu(N, k, E, where);
     const Tensor ids = skewed_expert_ids(N, k, E);
-    Tensor token = Tensor::empty({N * k}, DType::I32), position = Tensor::empty({N * k}, DType::I32);
-    Tensor offsets = Tensor::empty({E + 1}, DType::I64);
-    Tensor token_e = Tensor::full({N * k}, -1.0, DType::I32), position_e = Tensor::full({N * k}, -1.0, DType::I32);
-    Tensor offsets_e = Tensor::full({E + 1}, -1.0, DType::I64);
-    kernels::dispatch_plan(ids, token, position, offsets);
-    cuda_emulated::dispatch_plan(ids, token_e, position_e, offsets_e);
-    expect_same_bits(token_e, token, "token_of " + where);
-    expect_same_bits(position_e, position, "position_of " + where);
-    expect_same_bits(offsets_e, offsets, "offsets " + where);
 
     for (DType dtype : {DType::F32, DType::F64}) {
       const std::string typed = std::string(dtype_name(dtype)) + " " + where;
@@ -1054,16 +1060,7 @@ TEST(CudaEmulation, DispatchAndRoutingStatisticsMatchTheCpuKernels) {
 // adds up the other block's counts before it places every chunk.
 TEST(CudaEmulation, DispatchOverSeveralCountingBlocksMatchesTheCpuKernel) {
   const int64_t N = 131200, k = 2, E = 16;  // 1,025 chunks
-  const Tensor ids = skewed_expert_ids(N, k, E);
-  Tensor token = Tensor::empty({N * k}, DType::I32), position = Tensor::empty({N * k}, DType::I32);
-  Tensor offsets = Tensor::empty({E + 1}, DType::I64);
-  Tensor token_e = Tensor::full({N * k}, -1.0, DType::I32), position_e = Tensor::full({N * k}, -1.0, DType::I32);
-  Tensor offsets_e = Tensor::full({E + 1}, -1.0, DType::I64);
-  kernels::dispatch_plan(ids, token, position, offsets);
-  cuda_emulated::dispatch_plan(ids, token_e, position_e, offsets_e);
-  expect_same_bits(token_e, token, "token_of");
-  expect_same_bits(position_e, position, "position_of");
-  expect_same_bits(offsets_e, offsets, "offsets");
+  expect_dispatch_matches_the_cpu(N, k, E, "over 1,025 chunks");
 }
 
 // The router in one call (two launches, the counts taken per block of rows) gives the bits of its two
