@@ -145,8 +145,9 @@ void round_inputs(std::vector<GroupedGemm::Part>& parts) {
 // kernels, or a cuBLAS that refuses them. The caller then goes expert by expert.
 bool grouped_over_experts(GroupedGemm& g, const Tensor& offsets, const std::vector<std::array<Steps, 3>>& steps,
                           MatmulPrecision precision) {
-  if (g.m.empty()) return true;
   const bool rounded = bf16_inputs(g.parts.front().c, precision);
+  if (rounded && !grouped_gemm_takes_bf16()) return false;
+  if (g.m.empty()) return true;
   if (rounded) round_inputs(g.parts);
   const int64_t E = offsets.numel() - 1;
   // Sized by the experts, not by those with rows, so that every step asks the allocator for the same
@@ -235,9 +236,7 @@ void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& 
             g.k.push_back(K);
           }
         }
-        if ((bf16_inputs(g.parts.front().c, precision) && !grouped_gemm_takes_bf16()) ||
-            !grouped_over_experts(g, offsets, steps, precision))
-          by_segments(first, last);
+        if (!grouped_over_experts(g, offsets, steps, precision)) by_segments(first, last);
       });
 }
 
@@ -274,9 +273,7 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
             idle.words[idle.parts++] = P * Q * static_cast<int64_t>(dtype_size(grad.dw.dtype())) / 4;
           }
         }
-        if ((bf16_inputs(g.parts.front().c, precision) && !grouped_gemm_takes_bf16()) ||
-            !grouped_over_experts(g, offsets, steps, precision))
-          return by_segments(first, last);
+        if (!grouped_over_experts(g, offsets, steps, precision)) return by_segments(first, last);
         if (idle.parts > 0) zero_idle_experts(offsets, idle);
       });
 }
