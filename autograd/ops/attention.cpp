@@ -31,7 +31,8 @@ struct AttentionNode : Node {
     const bool kept_alike = saved_k.stored().dtype() == kept && saved_v.stored().dtype() == kept;
     auto operand = [kept_alike](const SavedTensor& saved) { return kept_alike ? saved.stored() : saved.get(); };
     const Tensor q = operand(saved_q), k = operand(saved_k), v = operand(saved_v);
-    Tensor dq = Tensor::empty_like(g), dk = Tensor::empty(k.shape(), g.dtype(), g.device()), dv = Tensor::empty_like(dk);
+    Tensor dq = Tensor::empty_like(g), dk = Tensor::empty(k.shape(), g.dtype(), g.device());
+    Tensor dv = Tensor::empty_like(dk);
     kernels::attention_backward(q, k, v, saved_out.stored(), lse, g, scale, dq, dk, dv, doc_start);
     return {dq, dk, dv};
   }

@@ -51,7 +51,8 @@ __global__ void rope_kernel(const K* x, HeadRows x_rows, T* y, HeadRows y_rows, 
     const int64_t token = r / heads, head = r % heads, t = token % seq;
     const K* xa = x + token * x_rows.token_stride + x_rows.offset + head * D;
     T* ya = y + token * y_rows.token_stride + y_rows.offset + head * D;
-    const T a = kept_value<T>(xa, i), b = kept_value<T>(xa, i + half), c = cos_table[t * half + i], s = sin_table[t * half + i];
+    const T a = kept_value<T>(xa, i), b = kept_value<T>(xa, i + half);
+    const T c = cos_table[t * half + i], s = sin_table[t * half + i];
     if constexpr (kInverse) {  // turn by -angle: (a cos + b sin, b cos - a sin)
       ya[i] = fused_multiply_add(b, s, a * c);
       ya[i + half] = fused_multiply_add(-a, s, b * c);
