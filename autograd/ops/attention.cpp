@@ -24,11 +24,16 @@ struct AttentionNode : Node {
   const char* name() const override { return "attention"; }
 
   // dq, dk and dv come out of one pass over the blocks, so all three are computed even when an input
-  // needs no gradient.
+  // needs no gradient. q, k, v and out as kept: the kernels widen bf16 copies as they read them, q, k
+  // and v as one element type, so a mix (a leaf, kept as it is, among results kept in bf16) is widened.
   std::vector<Tensor> backward(const Tensor& g) override {
-    const Tensor q = saved_q.get(), k = saved_k.get(), v = saved_v.get(), out = saved_out.get();
-    Tensor dq = Tensor::empty_like(q), dk = Tensor::empty_like(k), dv = Tensor::empty_like(v);
-    kernels::attention_backward(q, k, v, out, lse, g, scale, dq, dk, dv, doc_start);
+    const DType kept = saved_q.stored().dtype();
+    const bool kept_alike = saved_k.stored().dtype() == kept && saved_v.stored().dtype() == kept;
+    auto operand = [kept_alike](const SavedTensor& saved) { return kept_alike ? saved.stored() : saved.get(); };
+    const Tensor q = operand(saved_q), k = operand(saved_k), v = operand(saved_v);
+    Tensor dq = Tensor::empty_like(g), dk = Tensor::empty(k.shape(), g.dtype(), g.device());
+    Tensor dv = Tensor::empty_like(dk);
+    kernels::attention_backward(q, k, v, saved_out.stored(), lse, g, scale, dq, dk, dv, doc_start);
     return {dq, dk, dv};
   }
 };
@@ -42,10 +47,12 @@ struct QkvAttentionNode : Node {
   double scale = 0, theta = 0;
   int64_t heads = 0, kv_heads = 0, pos_offset = 0;
   const char* name() const override { return "qkv_attention"; }
+  // qkv and out as kept: the kernels widen bf16 copies as they read them.
   std::vector<Tensor> backward(const Tensor& g) override {
-    const Tensor qkv = saved_qkv.get(), out = saved_out.get();
-    Tensor dqkv = Tensor::empty_like(qkv);
-    kernels::qkv_attention_backward(qkv, heads, kv_heads, theta, pos_offset, out, lse, g, scale, dqkv, doc_start);
+    const Tensor& qkv = saved_qkv.stored();
+    Tensor dqkv = Tensor::empty(qkv.shape(), g.dtype(), g.device());
+    kernels::qkv_attention_backward(qkv, heads, kv_heads, theta, pos_offset, saved_out.stored(), lse, g, scale, dqkv,
+                                    doc_start);
     return {dqkv};
   }
 };

@@ -189,9 +189,10 @@ __global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T s
 }
 
 // D_i = rowsum(dout_i * out_i) for every (b, h, t), laid out like lse [B, Hq, T]. The tensor-core
-// path takes dout as bf16, as its products dP = dout v^T do, so that D_i and dP agree.
-template <class T, bool kBf16Dout>
-__global__ void attention_row_dot_kernel(const T* out, const T* dout, AttentionDims s, T* row_dot) {
+// path takes dout as bf16, as its products dP = dout v^T do, so that D_i and dP agree. out as autograd
+// kept it (KO: T, or its bf16 copy under mixed precision: kept_value).
+template <class T, class KO, bool kBf16Dout>
+__global__ void attention_row_dot_kernel(const KO* out, const T* dout, AttentionDims s, T* row_dot) {
   for (int64_t e = first_index(); e < s.B * s.Hq * s.T; e += grid_stride()) {
     const int64_t b = e / (s.Hq * s.T), h = (e / s.T) % s.Hq, t = e % s.T;
     const int64_t offset = row_offset(s, b, t, h, s.Hq);
@@ -199,7 +200,7 @@ __global__ void attention_row_dot_kernel(const T* out, const T* dout, AttentionD
     for (int64_t c = 0; c < s.D; ++c) {
       const T d = kBf16Dout ? static_cast<T>(bf16_to_f32(f32_to_bf16(static_cast<float>(dout[offset + c]))))
                             : dout[offset + c];
-      dot += d * out[offset + c];
+      dot += d * kept_value<T>(out, offset + c);
     }
     row_dot[e] = dot;
   }
@@ -368,13 +369,17 @@ struct WarpLane {
 // The head dim in 16-column chunks: columns past D are loaded as zeros and never written back.
 __device__ inline int head_chunks(const AttentionDims& s) { return static_cast<int>((s.D + kMma - 1) / kMma); }
 
-// Rows [first, first + rows) of one head of x [B, T, H, D] into tile as bf16 (zeros past T and D).
-__device__ inline void load_bf16_tile(uint16_t (*tile)[kHeadStride], int rows, const float* x, const AttentionDims& s,
+// Rows [first, first + rows) of one head of x [B, T, H, D] into tile as bf16 (zeros past T and D). x
+// as autograd kept it (K: f32, or its bf16 copy under mixed precision: kept_value), the same bits either
+// way, since rounding a widened bf16 value to bf16 gives it back.
+template <class K>
+__device__ inline void load_bf16_tile(uint16_t (*tile)[kHeadStride], int rows, const K* x, const AttentionDims& s,
                                       int64_t b, int64_t first, int64_t head, int64_t heads) {
   const int64_t columns = head_chunks(s) * kMma;
   for (int64_t e = threadIdx.x; e < rows * columns; e += blockDim.x) {
     const int64_t row = e / columns, c = e % columns, t = first + row;
-    tile[row][c] = f32_to_bf16(t < s.T && c < s.D ? x[row_offset(s, b, t, head, heads) + c] : 0.0f);
+    tile[row][c] =
+        f32_to_bf16(t < s.T && c < s.D ? kept_value<float>(x, row_offset(s, b, t, head, heads) + c) : 0.0f);
   }
 }
 
@@ -542,7 +547,9 @@ union alignas(128) DqShared {
   } walk;
 };
 
-__global__ void attention_dq_tc_kernel(const float* q, const float* k, const float* v, const float* lse,
+// q, k and v as autograd kept them (K: load_bf16_tile).
+template <class K>
+__global__ void attention_dq_tc_kernel(const K* q, const K* k, const K* v, const float* lse,
                                        const float* row_dot, const float* dout, float scale, const int32_t* doc_start,
                                        AttentionDims s, float* dq) {
   __shared__ DqShared shared;
@@ -606,7 +613,9 @@ union alignas(128) DkDvShared {
   } walk;
 };
 
-__global__ void attention_dkdv_tc_kernel(const float* q, const float* k, const float* v, const float* lse,
+// q, k and v as autograd kept them (K: load_bf16_tile).
+template <class K>
+__global__ void attention_dkdv_tc_kernel(const K* q, const K* k, const K* v, const float* lse,
                                          const float* row_dot, const float* dout, float scale,
                                          const int32_t* doc_start, AttentionDims s, float* dk, float* dv) {
   __shared__ DkDvShared shared;
@@ -681,24 +690,28 @@ dim3 tiles_grid(const AttentionDims& s, int64_t heads) {
 }
 
 // The tensor-core kernels serve f32 tensors under mixed precision (--dtype bf16); f32 otherwise and
-// f64 always take the scalar ones, exact to the CPU's rounding.
-bool on_tensor_cores(const Tensor& q) {
-  return q.dtype() == DType::F32 && kernels::matmul_precision() == kernels::MatmulPrecision::BF16Inputs;
+// f64 always take the scalar ones, exact to the CPU's rounding. x: q in the forward, dout in the backward
+// (whose q, k, v and out may be kept bf16 copies: the kernels.def contract).
+bool on_tensor_cores(const Tensor& x) {
+  return x.dtype() == DType::F32 && kernels::matmul_precision() == kernels::MatmulPrecision::BF16Inputs;
 }
 
 dim3 tensor_core_grid(const AttentionDims& s, int64_t heads) {
   return dim3(static_cast<unsigned>((s.T + kTcRows - 1) / kTcRows), static_cast<unsigned>(s.B * heads));
 }
 
-// q [B, T, heads, D], k and v [B, T, kv_heads, D] split from a fused projection, q and k turned by RoPE.
+// q [B, T, heads, D], k and v [B, T, kv_heads, D] of `dtype` split from a fused projection, q and k
+// turned by RoPE. The backward's qkv may be a kept bf16 copy, split into f32 (split_qkv_rope widens it as
+// it reads).
 struct SplitHeads {
   Tensor q, k, v;
 };
-SplitHeads split_heads(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset) {
+SplitHeads split_heads(const Tensor& qkv, DType dtype, int64_t heads, int64_t kv_heads, double theta,
+                       int64_t pos_offset) {
   const int64_t B = qkv.dim(0), T = qkv.dim(1), D = qkv.dim(2) / (heads + 2 * kv_heads);
-  SplitHeads split{Tensor::empty({B, T, heads, D}, qkv.dtype(), qkv.device()),
-                   Tensor::empty({B, T, kv_heads, D}, qkv.dtype(), qkv.device()),
-                   Tensor::empty({B, T, kv_heads, D}, qkv.dtype(), qkv.device())};
+  SplitHeads split{Tensor::empty({B, T, heads, D}, dtype, qkv.device()),
+                   Tensor::empty({B, T, kv_heads, D}, dtype, qkv.device()),
+                   Tensor::empty({B, T, kv_heads, D}, dtype, qkv.device())};
   split_qkv_rope(qkv, theta, pos_offset, split.q, split.k, split.v);
   return split;
 }
@@ -729,23 +742,29 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& dout, double scale, Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& doc_start) {
   const AttentionDims s = dims_of(q, k);
   if (s.B * s.T * s.Hq == 0) return;
-  const DeviceGuard guard(q.device().index);
+  const DeviceGuard guard(dout.device().index);
   Tensor row_dot = Tensor::empty(lse.shape(), lse.dtype(), lse.device());
-  if (on_tensor_cores(q)) {
+  if (on_tensor_cores(dout)) {
     const float f_scale = static_cast<float>(scale);
-    LT_CUDA_LAUNCH(blocks_for(s.B * s.Hq * s.T), kThreadsPerBlock, attention_row_dot_kernel<float, true>)(
-        out.data<float>(), dout.data<float>(), s, row_dot.data<float>());
-    LT_CUDA_LAUNCH(tensor_core_grid(s, s.Hq), kTcThreads, attention_dq_tc_kernel)(
-        q.data<float>(), k.data<float>(), v.data<float>(), lse.data<float>(), row_dot.data<float>(),
-        dout.data<float>(), f_scale, doc_start_data(doc_start), s, dq.data<float>());
-    LT_CUDA_LAUNCH(tensor_core_grid(s, s.Hkv), kTcThreads, attention_dkdv_tc_kernel)(
-        q.data<float>(), k.data<float>(), v.data<float>(), lse.data<float>(), row_dot.data<float>(),
-        dout.data<float>(), f_scale, doc_start_data(doc_start), s, dk.data<float>(), dv.data<float>());
+    LT_KEPT_SWITCH(out, float, KO, {
+      LT_CUDA_LAUNCH(blocks_for(s.B * s.Hq * s.T), kThreadsPerBlock, attention_row_dot_kernel<float, KO, true>)(
+          static_cast<const KO*>(out.raw_data()), dout.data<float>(), s, row_dot.data<float>());
+    });
+    LT_KEPT_SWITCH(q, float, K, {
+      const K *q_kept = static_cast<const K*>(q.raw_data()), *k_kept = static_cast<const K*>(k.raw_data()),
+              *v_kept = static_cast<const K*>(v.raw_data());
+      LT_CUDA_LAUNCH(tensor_core_grid(s, s.Hq), kTcThreads, attention_dq_tc_kernel<K>)(
+          q_kept, k_kept, v_kept, lse.data<float>(), row_dot.data<float>(), dout.data<float>(), f_scale,
+          doc_start_data(doc_start), s, dq.data<float>());
+      LT_CUDA_LAUNCH(tensor_core_grid(s, s.Hkv), kTcThreads, attention_dkdv_tc_kernel<K>)(
+          q_kept, k_kept, v_kept, lse.data<float>(), row_dot.data<float>(), dout.data<float>(), f_scale,
+          doc_start_data(doc_start), s, dk.data<float>(), dv.data<float>());
+    });
   } else {
     LT_FLOAT_SWITCH(q.dtype(), T, {
       constexpr int kTile = Tile<T>::kSize;
       const T t_scale = static_cast<T>(scale);
-      LT_CUDA_LAUNCH(blocks_for(s.B * s.Hq * s.T), kThreadsPerBlock, attention_row_dot_kernel<T, false>)(
+      LT_CUDA_LAUNCH(blocks_for(s.B * s.Hq * s.T), kThreadsPerBlock, attention_row_dot_kernel<T, T, false>)(
           out.data<T>(), dout.data<T>(), s, row_dot.data<T>());
       LT_CUDA_LAUNCH(tiles_grid<T>(s, s.Hq), kTile * kTile, attention_dq_kernel<T>)(
           q.data<T>(), k.data<T>(), v.data<T>(), lse.data<T>(), row_dot.data<T>(), dout.data<T>(), t_scale,
@@ -760,14 +779,14 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 
 void qkv_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset, double scale,
                    Tensor& out, Tensor& lse, const Tensor& doc_start) {
-  const SplitHeads split = split_heads(qkv, heads, kv_heads, theta, pos_offset);
+  const SplitHeads split = split_heads(qkv, qkv.dtype(), heads, kv_heads, theta, pos_offset);
   attention(split.q, split.k, split.v, scale, out, lse, doc_start);
 }
 
 void qkv_attention_backward(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset,
                             const Tensor& out, const Tensor& lse, const Tensor& dout, double scale, Tensor& dqkv,
                             const Tensor& doc_start) {
-  const SplitHeads split = split_heads(qkv, heads, kv_heads, theta, pos_offset);
+  const SplitHeads split = split_heads(qkv, dout.dtype(), heads, kv_heads, theta, pos_offset);
   Tensor dq = Tensor::empty_like(split.q), dk = Tensor::empty_like(split.k), dv = Tensor::empty_like(split.v);
   attention_backward(split.q, split.k, split.v, out, lse, dout, scale, dq, dk, dv, doc_start);
   split_qkv_rope_backward(dq, dk, dv, theta, pos_offset, dqkv);

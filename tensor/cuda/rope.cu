@@ -41,16 +41,18 @@ __global__ void rope_table_kernel(int64_t pos_offset, int64_t seq, int64_t D, do
   }
 }
 
-template <bool kInverse, class T>
-__global__ void rope_kernel(const T* x, HeadRows x_rows, T* y, HeadRows y_rows, int64_t rows, int64_t seq,
+// x as autograd kept it (K: T, or a bf16 copy under mixed precision: kept_value).
+template <bool kInverse, class T, class K>
+__global__ void rope_kernel(const K* x, HeadRows x_rows, T* y, HeadRows y_rows, int64_t rows, int64_t seq,
                             int64_t heads, int64_t D, const T* cos_table, const T* sin_table) {
   const int64_t half = D / 2;
   for (int64_t e = first_index(); e < rows * half; e += grid_stride()) {
     const int64_t r = e / half, i = e % half;
     const int64_t token = r / heads, head = r % heads, t = token % seq;
-    const T* xa = x + token * x_rows.token_stride + x_rows.offset + head * D;
+    const K* xa = x + token * x_rows.token_stride + x_rows.offset + head * D;
     T* ya = y + token * y_rows.token_stride + y_rows.offset + head * D;
-    const T a = xa[i], b = xa[i + half], c = cos_table[t * half + i], s = sin_table[t * half + i];
+    const T a = kept_value<T>(xa, i), b = kept_value<T>(xa, i + half);
+    const T c = cos_table[t * half + i], s = sin_table[t * half + i];
     if constexpr (kInverse) {  // turn by -angle: (a cos + b sin, b cos - a sin)
       ya[i] = fused_multiply_add(b, s, a * c);
       ya[i + half] = fused_multiply_add(-a, s, b * c);
@@ -93,32 +95,34 @@ const RopeTable& rope_table(Device device, DType dtype, int64_t pos_offset, int6
   return table;
 }
 
-// RoPE (or its inverse) from the head rows of x to those of y.
+// RoPE (or its inverse) from the head rows of x (as kept: rope_kernel) to those of y.
 void launch_rope(bool inverse, const Tensor& x, HeadRows x_rows, Tensor& y, HeadRows y_rows, int64_t rows, int64_t seq,
                  int64_t heads, int64_t D, const RopeTable& table) {
   const int64_t n = rows * (D / 2);
   if (n == 0) return;
-  LT_FLOAT_SWITCH(x.dtype(), T, {
-    const T* c = table.cos_table.data<T>();
-    const T* s = table.sin_table.data<T>();
-    if (inverse)
-      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, rope_kernel<true, T>)(
-          x.data<T>(), x_rows, y.data<T>(), y_rows, rows, seq, heads, D, c, s);
-    else
-      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, rope_kernel<false, T>)(
-          x.data<T>(), x_rows, y.data<T>(), y_rows, rows, seq, heads, D, c, s);
-  });
+  LT_FLOAT_SWITCH(y.dtype(), T, LT_KEPT_SWITCH(x, T, K, {
+                    const K* from = static_cast<const K*>(x.raw_data());
+                    const T* c = table.cos_table.data<T>();
+                    const T* s = table.sin_table.data<T>();
+                    if (inverse)
+                      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, rope_kernel<true, T, K>)(
+                          from, x_rows, y.data<T>(), y_rows, rows, seq, heads, D, c, s);
+                    else
+                      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, rope_kernel<false, T, K>)(
+                          from, x_rows, y.data<T>(), y_rows, rows, seq, heads, D, c, s);
+                  }));
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
 // The v block between the projection's rows and compact v: `width` values per token copied from
-// column from_start of rows of from_stride to column to_start of rows of to_stride.
-template <class T>
-__global__ void copy_block_kernel(const T* from, int64_t from_stride, int64_t from_start, T* to, int64_t to_stride,
+// column from_start of rows of from_stride to column to_start of rows of to_stride. from as kept
+// (rope_kernel).
+template <class T, class K>
+__global__ void copy_block_kernel(const K* from, int64_t from_stride, int64_t from_start, T* to, int64_t to_stride,
                                   int64_t to_start, int64_t tokens, int64_t width) {
   for (int64_t e = first_index(); e < tokens * width; e += grid_stride()) {
     const int64_t token = e / width, j = e % width;
-    to[token * to_stride + to_start + j] = from[token * from_stride + from_start + j];
+    to[token * to_stride + to_start + j] = kept_value<T>(from, token * from_stride + from_start + j);
   }
 }
 
@@ -126,10 +130,11 @@ void copy_v_block(const Tensor& from, int64_t from_stride, int64_t from_start, T
                   int64_t to_start, int64_t tokens, int64_t width) {
   const int64_t n = tokens * width;
   if (n == 0) return;
-  LT_FLOAT_SWITCH(from.dtype(), T, {
-    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, copy_block_kernel<T>)(
-        from.data<T>(), from_stride, from_start, to.data<T>(), to_stride, to_start, tokens, width);
-  });
+  LT_FLOAT_SWITCH(to.dtype(), T, LT_KEPT_SWITCH(from, T, K, {
+                    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, copy_block_kernel<T, K>)(
+                        static_cast<const K*>(from.raw_data()), from_stride, from_start, to.data<T>(), to_stride,
+                        to_start, tokens, width);
+                  }));
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -144,12 +149,14 @@ void rope(const Tensor& x, double theta, int64_t pos_offset, bool inverse, Tenso
   launch_rope(inverse, x, compact, y, compact, x.numel() / D, seq, heads, D, table);
 }
 
+// qkv may be a kept bf16 copy of f32 q, k and v (attention's backward, tensor/cuda/attention.cu): widened
+// as it is read.
 void split_qkv_rope(const Tensor& qkv, double theta, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v) {
   const int64_t tokens = q.dim(0) * q.dim(1), seq = q.dim(1), Hq = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
   const int64_t C = qkv.dim(2);
   if (tokens == 0) return;
   const DeviceGuard guard(qkv.device().index);
-  const RopeTable& table = rope_table(qkv.device(), qkv.dtype(), pos_offset, seq, D, theta);
+  const RopeTable& table = rope_table(qkv.device(), q.dtype(), pos_offset, seq, D, theta);
   launch_rope(false, qkv, HeadRows{C, 0}, q, HeadRows{Hq * D, 0}, tokens * Hq, seq, Hq, D, table);
   launch_rope(false, qkv, HeadRows{C, Hq * D}, k, HeadRows{Hkv * D, 0}, tokens * Hkv, seq, Hkv, D, table);
   copy_v_block(qkv, C, (Hq + Hkv) * D, v, Hkv * D, 0, tokens, Hkv * D);

@@ -4,15 +4,10 @@
 namespace lt::kernels {
 namespace {
 
-// Checks the operands shared by forward and backward: q [B, T, Hq, D], k and v [B, T, Hkv, D],
-// out like q, lse [B, Hq, T].
-void check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                     const Tensor& lse) {
-  check_float(q, op, "q");
-  check_like(k, q, op, "k");
-  check_like(v, q, op, "v");
-  check_like(out, q, op, "out");
-  check_like(lse, q, op, "lse");
+// Checks the shapes shared by forward and backward: q [B, T, Hq, D], k and v [B, T, Hkv, D], out like q,
+// lse [B, Hq, T]; the callers check the dtypes.
+void check_attention_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                            const Tensor& lse) {
   LT_CHECK(q.ndim() == 4, op, ": q must be [B, T, Hq, D], got ", q.str());
   LT_CHECK(k.ndim() == 4, op, ": k must be [B, T, Hkv, D], got ", k.str());
   const int64_t B = q.dim(0), T = q.dim(1), Hq = q.dim(2), D = q.dim(3), Hkv = k.dim(2);
@@ -47,13 +42,10 @@ void check_doc_start(const char* op, const Tensor& doc_start, const Tensor& q) {
     }
 }
 
-// The fused projection qkv [B, T, (Hq + 2 Hkv) D] and what comes out of attention over it: out
-// [B, T, Hq, D] and lse [B, Hq, T] of qkv's dtype and device.
-void check_qkv_attention(const char* op, const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta,
-                         int64_t pos_offset, const Tensor& out, const Tensor& lse) {
-  check_float(qkv, op, "qkv");
-  check_like(out, qkv, op, "out");
-  check_like(lse, qkv, op, "lse");
+// The shapes of the fused projection qkv [B, T, (Hq + 2 Hkv) D] and of what comes out of attention over
+// it: out [B, T, Hq, D] and lse [B, Hq, T]; the callers check the dtypes.
+void check_qkv_attention_shapes(const char* op, const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta,
+                                int64_t pos_offset, const Tensor& out, const Tensor& lse) {
   LT_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0, op, ": query heads (", heads,
            ") must be a positive multiple of kv heads (", kv_heads, ")");
   LT_CHECK(qkv.ndim() == 3 && qkv.dim(2) % (heads + 2 * kv_heads) == 0, op, ": qkv ", qkv.str(), " is not [B, T, (",
@@ -74,7 +66,12 @@ void check_qkv_attention(const char* op, const Tensor& qkv, int64_t heads, int64
 // lse, dout) all the while, hence check_outputs_apart.
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse,
                const Tensor& doc_start) {
-  check_attention("attention", q, k, v, out, lse);
+  check_float(q, "attention", "q");
+  check_like(k, q, "attention", "k");
+  check_like(v, q, "attention", "v");
+  check_like(out, q, "attention", "out");
+  check_like(lse, q, "attention", "lse");
+  check_attention_shapes("attention", q, k, v, out, lse);
   check_doc_start("attention", doc_start, q);
   check_outputs_apart("attention", {{&out, "out"}, {&lse, "lse"}}, {{&q, "q"}, {&k, "k"}, {&v, "v"}});
   if constexpr (kCudaBackend) {
@@ -86,12 +83,21 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& dout, double scale, Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& doc_start) {
   const char* op = "attention_backward";
-  check_attention(op, q, k, v, out, lse);
+  // q, k, v and out as autograd kept them (check_kept): q, k and v alike, since the kernels read the
+  // three as one element type.
+  check_float(dout, op, "dout");
+  check_kept(q, dout, op, "q");
+  check_like(k, q, op, "k");
+  check_like(v, q, op, "v");
+  check_kept(out, dout, op, "out");
+  check_like(lse, dout, op, "lse");
+  check_attention_shapes(op, q, k, v, out, lse);
   check_doc_start(op, doc_start, q);
-  check_same(dout, q, op, "dout");
-  check_same(dq, q, op, "dq");
-  check_same(dk, k, op, "dk");
-  check_same(dv, k, op, "dv");
+  check_shape(dout, q.shape(), op, "dout");
+  check_same(dq, dout, op, "dq");
+  check_like(dk, dout, op, "dk");
+  check_shape(dk, k.shape(), op, "dk");
+  check_same(dv, dk, op, "dv");
   check_outputs_apart(op, {{&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}},
                       {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}, {&lse, "lse"}, {&dout, "dout"}});
   if constexpr (kCudaBackend) {
@@ -103,7 +109,10 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 void qkv_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset, double scale,
                    Tensor& out, Tensor& lse, const Tensor& doc_start) {
   const char* op = "qkv_attention";
-  check_qkv_attention(op, qkv, heads, kv_heads, theta, pos_offset, out, lse);
+  check_float(qkv, op, "qkv");
+  check_like(out, qkv, op, "out");
+  check_like(lse, qkv, op, "lse");
+  check_qkv_attention_shapes(op, qkv, heads, kv_heads, theta, pos_offset, out, lse);
   check_doc_start(op, doc_start, qkv);
   check_outputs_apart(op, {{&out, "out"}, {&lse, "lse"}}, {{&qkv, "qkv"}});
   if constexpr (kCudaBackend) {
@@ -116,10 +125,16 @@ void qkv_attention_backward(const Tensor& qkv, int64_t heads, int64_t kv_heads, 
                             const Tensor& out, const Tensor& lse, const Tensor& dout, double scale, Tensor& dqkv,
                             const Tensor& doc_start) {
   const char* op = "qkv_attention_backward";
-  check_qkv_attention(op, qkv, heads, kv_heads, theta, pos_offset, out, lse);
+  // qkv and out as autograd kept them (check_kept).
+  check_float(dout, op, "dout");
+  check_kept(qkv, dout, op, "qkv");
+  check_kept(out, dout, op, "out");
+  check_like(lse, dout, op, "lse");
+  check_qkv_attention_shapes(op, qkv, heads, kv_heads, theta, pos_offset, out, lse);
   check_doc_start(op, doc_start, qkv);
-  check_same(dout, out, op, "dout");
-  check_same(dqkv, qkv, op, "dqkv");
+  check_shape(dout, out.shape(), op, "dout");
+  check_like(dqkv, dout, op, "dqkv");
+  check_shape(dqkv, qkv.shape(), op, "dqkv");
   check_outputs_apart(op, {{&dqkv, "dqkv"}}, {{&qkv, "qkv"}, {&out, "out"}, {&lse, "lse"}, {&dout, "dout"}});
   if constexpr (kCudaBackend) {
     if (!qkv.is_cpu())

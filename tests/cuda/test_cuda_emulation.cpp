@@ -899,6 +899,50 @@ TEST(CudaEmulation, AttentionOnTensorCoresMatchesTheCpuKernelOnBf16Inputs) {
   }
 }
 
+// Under mixed precision the backwards read q, k, v and out (or the fused projection qkv and out) as
+// autograd kept them, bf16 copies, widening each element as they read it (the split and RoPE of qkv
+// too): the same bits as the kernels on the widened f32 tensors.
+TEST(CudaEmulation, AttentionBackwardsReadKeptBf16CopiesAsTheirWidenedValues) {
+  struct Precision {  // the mixed precision of --dtype bf16 for the test's length, whatever happens
+    Precision() { kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs); }
+    ~Precision() { kernels::set_matmul_precision(kernels::MatmulPrecision::F32); }
+  } precision;
+  auto widened = [](const Tensor& kept) { return kept.to(DType::F32); };
+  auto fresh = [](const Shape& shape) { return Tensor::full(shape, NAN, DType::F32); };
+  const int64_t B = 2, T = 37, Hq = 4, Hkv = 2, D = 24;
+  const Tensor doc_start = packed_doc_start(B, T, {5, 16, 3});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  for (const Tensor& documents : {Tensor(), doc_start}) {
+    const std::string where = documents.defined() ? " packed" : "";
+    const Tensor q16 = test::random_tensor({B, T, Hq, D}, 141).to(DType::BF16);
+    const Tensor k16 = test::random_tensor({B, T, Hkv, D}, 142).to(DType::BF16);
+    const Tensor v16 = test::random_tensor({B, T, Hkv, D}, 143).to(DType::BF16);
+    const Tensor dout = test::random_tensor({B, T, Hq, D}, 144);
+    Tensor out = fresh({B, T, Hq, D}), lse = fresh({B, Hq, T});
+    cuda_emulated::attention(widened(q16), widened(k16), widened(v16), scale, out, lse, documents);
+    const Tensor out16 = out.to(DType::BF16);
+    Tensor dq = fresh(dout.shape()), dk = fresh(k16.shape()), dv = fresh(k16.shape());
+    Tensor dq_kept = fresh(dout.shape()), dk_kept = fresh(k16.shape()), dv_kept = fresh(k16.shape());
+    cuda_emulated::attention_backward(widened(q16), widened(k16), widened(v16), widened(out16), lse, dout, scale, dq,
+                                      dk, dv, documents);
+    cuda_emulated::attention_backward(q16, k16, v16, out16, lse, dout, scale, dq_kept, dk_kept, dv_kept, documents);
+    expect_same_bits(dq_kept, dq, "attention_backward dq" + where);
+    expect_same_bits(dk_kept, dk, "attention_backward dk" + where);
+    expect_same_bits(dv_kept, dv, "attention_backward dv" + where);
+
+    const Tensor qkv16 = test::random_tensor({B, T, (Hq + 2 * Hkv) * D}, 145).to(DType::BF16);
+    Tensor qkv_out = fresh({B, T, Hq, D}), qkv_lse = fresh({B, Hq, T});
+    cuda_emulated::qkv_attention(widened(qkv16), Hq, Hkv, 10000.0, 3, scale, qkv_out, qkv_lse, documents);
+    const Tensor qkv_out16 = qkv_out.to(DType::BF16);
+    Tensor dqkv = fresh(qkv16.shape()), dqkv_kept = fresh(qkv16.shape());
+    cuda_emulated::qkv_attention_backward(widened(qkv16), Hq, Hkv, 10000.0, 3, widened(qkv_out16), qkv_lse, dout,
+                                          scale, dqkv, documents);
+    cuda_emulated::qkv_attention_backward(qkv16, Hq, Hkv, 10000.0, 3, qkv_out16, qkv_lse, dout, scale, dqkv_kept,
+                                          documents);
+    expect_same_bits(dqkv_kept, dqkv, "qkv_attention_backward dqkv" + where);
+  }
+}
+
 // ---- moe.cu, moe_stats.cu ------------------------------------------------------------------------
 
 // ids [N, k] i32 that crowd the first experts (skewed, with empty experts), distinct within a row.
