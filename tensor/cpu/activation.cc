@@ -198,7 +198,8 @@ void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
 }
 
 // Never asked for bf16 copies: autograd keeps them on a GPU only.
-void swiglu(const Tensor& gate, const Tensor& up, Tensor& y, const Tensor&, const Tensor&) {
+// The bf16 copies and bf16 GEMM operands are a GPU's (the front door's check_kept refuses them here).
+void swiglu(const Tensor& gate, const Tensor& up, Tensor& y, const Tensor&, const Tensor&, const Tensor&) {
   HWY_DYNAMIC_DISPATCH(SwigluKernel)(gate.dtype(), gate.raw_data(), up.raw_data(), y.raw_data(), gate.numel());
 }
 
@@ -208,7 +209,7 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Ten
 }
 
 void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate, const Tensor& up, Tensor& t,
-                             Tensor& h, Tensor& dup, Tensor& dw) {
+                             Tensor& h, Tensor& dup, Tensor& dw, const Tensor& /*dgate_bf16*/) {
   HWY_DYNAMIC_DISPATCH(SwigluCombineBackwardKernel)
   (t.dtype(), w.raw_data(), pos.data<int32_t>(), w.numel(), t.dim(1), gate.raw_data(), up.raw_data(), t.raw_data(),
    h.raw_data(), dup.raw_data(), dw.defined() ? dw.raw_data() : nullptr);

@@ -196,14 +196,15 @@ HWY_EXPORT(AddRmsNormKernel);
 HWY_EXPORT(RmsNormBackwardKernel);
 
 // The bf16 copies (x_bf16, sum_bf16) are a GPU's alone: the front door takes none on the CPU.
-void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd, const Tensor& /*x_bf16*/) {
+void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd, const Tensor& /*x_bf16*/,
+             const Tensor& /*y_bf16*/) {
   const int64_t C = x.dim(-1);
   HWY_DYNAMIC_DISPATCH(RmsNormKernel)(x.dtype(), x.raw_data(), w.raw_data(), eps, y.raw_data(), rstd.raw_data(),
                                       x.numel() / C, C);
 }
 
 void add_rmsnorm(const Tensor& a, const Tensor& b, const Tensor& w, double eps, Tensor& sum, Tensor& y, Tensor& rstd,
-                 const Tensor& /*sum_bf16*/) {
+                 const Tensor& /*sum_bf16*/, const Tensor& /*y_bf16*/) {
   const int64_t C = a.dim(-1);
   HWY_DYNAMIC_DISPATCH(AddRmsNormKernel)(a.dtype(), a.raw_data(), b.raw_data(), w.raw_data(), eps, sum.raw_data(),
                                          y.raw_data(), rstd.raw_data(), a.numel() / C, C);

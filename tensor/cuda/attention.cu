@@ -458,8 +458,10 @@ union alignas(128) ForwardShared {
   } walk;
 };
 
+// out16, where not null, receives out rounded to bf16: the copy autograd keeps.
 __global__ void attention_forward_tc_kernel(const float* q, const float* k, const float* v, float scale,
-                                            const int32_t* doc_start, AttentionDims s, float* out, float* lse) {
+                                            const int32_t* doc_start, AttentionDims s, float* out, float* lse,
+                                            uint16_t* out16) {
   __shared__ ForwardShared shared;
   const WarpLane me;
   const int64_t b = blockIdx.y / s.Hq, h = blockIdx.y % s.Hq, h_kv = h / s.group();
@@ -526,11 +528,14 @@ __global__ void attention_forward_tc_kernel(const float* q, const float* k, cons
     }
   }
   if (!live) return;
-  float* out_row = out + row_offset(s, b, query, h, s.Hq);
+  const int64_t out_offset = row_offset(s, b, query, h, s.Hq);
   for (int c = 0; c < kTcChunks; ++c)
     for (int i = 0; i < kLaneColumns; ++i) {
       const int64_t d = c * kMma + me.half * kLaneColumns + i;
-      if (d < s.D) out_row[d] = acc[c][i] / l;
+      if (d >= s.D) continue;
+      const float value = acc[c][i] / l;
+      out[out_offset + d] = value;
+      if (out16 != nullptr) out16[out_offset + d] = f32_to_bf16(value);
     }
   if (me.half == 0) lse[(b * s.Hq + h) * s.T + query] = m + logarithm(l);
 }
@@ -707,27 +712,28 @@ struct SplitHeads {
   Tensor q, k, v;
 };
 SplitHeads split_heads(const Tensor& qkv, DType dtype, int64_t heads, int64_t kv_heads, double theta,
-                       int64_t pos_offset) {
+                       int64_t pos_offset, const Tensor& qkv_bf16 = Tensor()) {
   const int64_t B = qkv.dim(0), T = qkv.dim(1), D = qkv.dim(2) / (heads + 2 * kv_heads);
   SplitHeads split{Tensor::empty({B, T, heads, D}, dtype, qkv.device()),
                    Tensor::empty({B, T, kv_heads, D}, dtype, qkv.device()),
                    Tensor::empty({B, T, kv_heads, D}, dtype, qkv.device())};
-  split_qkv_rope(qkv, theta, pos_offset, split.q, split.k, split.v);
+  split_qkv_rope_keeping(qkv, theta, pos_offset, split.q, split.k, split.v, qkv_bf16);
   return split;
 }
 
-}  // namespace
-
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse,
-               const Tensor& doc_start) {
+// The forward, out_bf16 (where defined) receiving out's kept copy: only under mixed precision, where the
+// tensor-core kernel runs.
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse,
+                       const Tensor& doc_start, const Tensor& out_bf16) {
   const AttentionDims s = dims_of(q, k);
   if (s.B * s.T * s.Hq == 0) return;
   const DeviceGuard guard(q.device().index);
   if (on_tensor_cores(q)) {
     LT_CUDA_LAUNCH(tensor_core_grid(s, s.Hq), kTcThreads, attention_forward_tc_kernel)(
         q.data<float>(), k.data<float>(), v.data<float>(), static_cast<float>(scale), doc_start_data(doc_start), s,
-        out.data<float>(), lse.data<float>());
+        out.data<float>(), lse.data<float>(), out_bf16.defined() ? out_bf16.bf16_data() : nullptr);
   } else {
+    LT_CHECK(!out_bf16.defined(), "attention: a kept bf16 copy of out outside mixed precision");
     LT_FLOAT_SWITCH(q.dtype(), T, {
       constexpr int kTile = Tile<T>::kSize;
       LT_CUDA_LAUNCH(tiles_grid<T>(s, s.Hq), kTile * kTile, attention_forward_kernel<T>)(
@@ -736,6 +742,13 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, 
     });
   }
   LT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, Tensor& out, Tensor& lse,
+               const Tensor& doc_start) {
+  attention_forward(q, k, v, scale, out, lse, doc_start, Tensor());
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
@@ -778,9 +791,9 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 }
 
 void qkv_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset, double scale,
-                   Tensor& out, Tensor& lse, const Tensor& doc_start) {
-  const SplitHeads split = split_heads(qkv, qkv.dtype(), heads, kv_heads, theta, pos_offset);
-  attention(split.q, split.k, split.v, scale, out, lse, doc_start);
+                   Tensor& out, Tensor& lse, const Tensor& doc_start, const Tensor& qkv_bf16, const Tensor& out_bf16) {
+  const SplitHeads split = split_heads(qkv, qkv.dtype(), heads, kv_heads, theta, pos_offset, qkv_bf16);
+  attention_forward(split.q, split.k, split.v, scale, out, lse, doc_start, out_bf16);
 }
 
 void qkv_attention_backward(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset,

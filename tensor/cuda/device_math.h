@@ -44,6 +44,18 @@ __host__ __device__ inline T kept_value(const uint16_t* x, int64_t i) {
   return static_cast<T>(bf16_to_f32(x[i]));
 }
 
+// Writes element i of an output that only GEMMs read (a GEMM operand, autograd/saved.h): in the kernel's
+// dtype T, or under mixed precision rounded to bf16 as the GEMM would round it, which spares the GEMM's
+// rounding pass and half the bytes.
+template <class T>
+__host__ __device__ inline void store_operand(T* x, int64_t i, T value) {
+  x[i] = value;
+}
+template <class T>
+__host__ __device__ inline void store_operand(uint16_t* x, int64_t i, T value) {
+  x[i] = f32_to_bf16(static_cast<float>(value));
+}
+
 }  // namespace lt::LT_CUDA_NAMESPACE
 
 // Runs the statement with K the element type of the kept activation `kept` (kept_value above): uint16_t

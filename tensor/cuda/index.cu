@@ -16,6 +16,7 @@
 #ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
 #include "tensor/cuda/cuda_runtime.h"
 #endif
+#include "tensor/cuda/device_math.h"
 #include "tensor/cuda/grid.h"
 #include "tensor/cuda/kernels.h"
 #include "tensor/cuda/reduce_terms.h"
@@ -54,11 +55,12 @@ __global__ void gather_rows_kernel(const T* table, const I* idx, T* out, int64_t
     out[i] = table[static_cast<int64_t>(idx[i / cols]) * cols + i % cols];
 }
 
-// The same gather of an f32 table into bf16 rows, rounded to nearest even as round_to_bf16 rounds.
-template <class I>
-__global__ void gather_rows_to_bf16_kernel(const float* table, const I* idx, uint16_t* out, int64_t n, int64_t cols) {
+// The same gather into bf16 rows of an f32 table, rounded to nearest even as round_to_bf16 rounds, or of
+// a bf16 one (K: kept_value, whose widened values round back to themselves).
+template <class K, class I>
+__global__ void gather_rows_to_bf16_kernel(const K* table, const I* idx, uint16_t* out, int64_t n, int64_t cols) {
   for (int64_t i = first_index(); i < n * cols; i += grid_stride())
-    out[i] = f32_to_bf16(table[static_cast<int64_t>(idx[i / cols]) * cols + i % cols]);
+    out[i] = f32_to_bf16(kept_value<float>(table, static_cast<int64_t>(idx[i / cols]) * cols + i % cols));
 }
 
 // The positions of scatter_add_rows' sort, ranked a block at a time: one thread per position.
@@ -179,10 +181,11 @@ void gather_rows(const Tensor& table, const Tensor& idx, Tensor& out) {
   if (n * cols == 0) return;
   const DeviceGuard guard(table.device().index);
   if (out.dtype() == DType::BF16) {
-    LT_INDEX_SWITCH(idx.dtype(), I, {
-      LT_CUDA_LAUNCH(blocks_for(n * cols), kThreadsPerBlock, gather_rows_to_bf16_kernel<I>)(
-          table.data<float>(), idx.data<I>(), static_cast<uint16_t*>(out.raw_data()), n, cols);
-    });
+    LT_KEPT_SWITCH(table, float, K, LT_INDEX_SWITCH(idx.dtype(), I, {
+                     LT_CUDA_LAUNCH(blocks_for(n * cols), kThreadsPerBlock, gather_rows_to_bf16_kernel<K, I>)(
+                         static_cast<const K*>(table.raw_data()), idx.data<I>(),
+                         static_cast<uint16_t*>(out.raw_data()), n, cols);
+                   }));
     LT_CUDA_CHECK(cudaGetLastError());
     return;
   }

@@ -113,4 +113,9 @@ Tensor bf16_operand(const Tensor& x);
 // y (f32) = x (bf16), exactly (elementwise.cu).
 void widen_bf16(const Tensor& x, Tensor& y);
 
+// split_qkv_rope that also writes qkv_bf16 (where defined), qkv rounded to bf16 in the same pass: the copy
+// autograd keeps of a fused projection that qkv_attention reads (rope.cu).
+void split_qkv_rope_keeping(const Tensor& qkv, double theta, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v,
+                            const Tensor& qkv_bf16);
+
 }  // namespace lt::LT_CUDA_NAMESPACE

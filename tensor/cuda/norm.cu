@@ -25,33 +25,39 @@
 namespace lt::LT_CUDA_NAMESPACE {
 namespace {
 
-// Normalises the row x [C] with the block's threads, writing rstd from thread 0. Each thread reads back only
-// the columns it wrote, where x is the sum a fused add has just written.
+// Normalises the row x [C] with the block's threads, writing rstd from thread 0, and y16 (or null) the
+// bf16 copy of y autograd keeps for the GEMMs that read y. Each thread reads back only the columns it
+// wrote, where x is the sum a fused add has just written.
 template <class T>
-__device__ void normalize_row(const T* x, const T* w_C, double eps, T* y, T* rstd, int64_t C) {
+__device__ void normalize_row(const T* x, const T* w_C, double eps, T* y, T* rstd, uint16_t* y16, int64_t C) {
   double squares = 0;
   for (int64_t j = threadIdx.x; j < C; j += blockDim.x) squares += static_cast<double>(x[j]) * static_cast<double>(x[j]);
   const T r = static_cast<T>(1.0 / sqrt(block_sum(squares) / static_cast<double>(C) + eps));
   if (threadIdx.x == 0) *rstd = r;
-  for (int64_t j = threadIdx.x; j < C; j += blockDim.x) y[j] = (x[j] * r) * w_C[j];
+  for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+    const T value = (x[j] * r) * w_C[j];
+    y[j] = value;
+    if (y16 != nullptr) y16[j] = f32_to_bf16(static_cast<float>(value));
+  }
 }
 
-// x_bf16 (or null) receives x rounded to bf16, the copy autograd keeps, in the pass that reads x.
+// x_bf16 and y_bf16 (or null) receive x and y rounded to bf16, the copies autograd keeps, in the pass
+// that reads x and writes y.
 template <class T>
 __global__ void rmsnorm_kernel(const T* x_NC, const T* w_C, double eps, T* y_NC, T* rstd_N, uint16_t* x_bf16_NC,
-                               int64_t N, int64_t C) {
+                               uint16_t* y_bf16_NC, int64_t N, int64_t C) {
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const T* x = x_NC + n * C;
     if (x_bf16_NC != nullptr)
       for (int64_t j = threadIdx.x; j < C; j += blockDim.x) x_bf16_NC[n * C + j] = f32_to_bf16(static_cast<float>(x[j]));
-    normalize_row(x, w_C, eps, y_NC + n * C, rstd_N + n, C);
+    normalize_row(x, w_C, eps, y_NC + n * C, rstd_N + n, y_bf16_NC == nullptr ? nullptr : y_bf16_NC + n * C, C);
   }
 }
 
 // sum = a + b rounded to T, then normalised as rmsnorm_kernel normalises x.
 template <class T>
 __global__ void add_rmsnorm_kernel(const T* a_NC, const T* b_NC, const T* w_C, double eps, T* sum_NC, T* y_NC,
-                                   T* rstd_N, uint16_t* sum_bf16_NC, int64_t N, int64_t C) {
+                                   T* rstd_N, uint16_t* sum_bf16_NC, uint16_t* y_bf16_NC, int64_t N, int64_t C) {
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     T* sum = sum_NC + n * C;
     for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
@@ -59,7 +65,7 @@ __global__ void add_rmsnorm_kernel(const T* a_NC, const T* b_NC, const T* w_C, d
       sum[j] = value;
       if (sum_bf16_NC != nullptr) sum_bf16_NC[n * C + j] = f32_to_bf16(static_cast<float>(value));
     }
-    normalize_row<T>(sum, w_C, eps, y_NC + n * C, rstd_N + n, C);
+    normalize_row<T>(sum, w_C, eps, y_NC + n * C, rstd_N + n, y_bf16_NC == nullptr ? nullptr : y_bf16_NC + n * C, C);
   }
 }
 
@@ -108,25 +114,27 @@ uint16_t* bf16_copy_or_null(const Tensor& copy) { return copy.defined() ? copy.b
 
 }  // namespace
 
-void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd, const Tensor& x_bf16) {
+void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd, const Tensor& x_bf16,
+             const Tensor& y_bf16) {
   const int64_t C = x.dim(-1), N = x.numel() / C;
   if (N == 0) return;
   const DeviceGuard guard(x.device().index);
   LT_FLOAT_SWITCH(x.dtype(), T,
                   LT_CUDA_LAUNCH(row_blocks(N), kRowThreads, rmsnorm_kernel<T>)(
-                      x.data<T>(), w.data<T>(), eps, y.data<T>(), rstd.data<T>(), bf16_copy_or_null(x_bf16), N, C));
+                      x.data<T>(), w.data<T>(), eps, y.data<T>(), rstd.data<T>(), bf16_copy_or_null(x_bf16),
+                      bf16_copy_or_null(y_bf16), N, C));
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
 void add_rmsnorm(const Tensor& a, const Tensor& b, const Tensor& w, double eps, Tensor& sum, Tensor& y, Tensor& rstd,
-                 const Tensor& sum_bf16) {
+                 const Tensor& sum_bf16, const Tensor& y_bf16) {
   const int64_t C = a.dim(-1), N = a.numel() / C;
   if (N == 0) return;
   const DeviceGuard guard(a.device().index);
   LT_FLOAT_SWITCH(a.dtype(), T,
                   LT_CUDA_LAUNCH(row_blocks(N), kRowThreads, add_rmsnorm_kernel<T>)(
                       a.data<T>(), b.data<T>(), w.data<T>(), eps, sum.data<T>(), y.data<T>(), rstd.data<T>(),
-                      bf16_copy_or_null(sum_bf16), N, C));
+                      bf16_copy_or_null(sum_bf16), bf16_copy_or_null(y_bf16), N, C));
   LT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -41,24 +41,31 @@ __global__ void rope_table_kernel(int64_t pos_offset, int64_t seq, int64_t D, do
   }
 }
 
-// x as autograd kept it (K: T, or a bf16 copy under mixed precision: kept_value).
-template <bool kInverse, class T, class K>
-__global__ void rope_kernel(const K* x, HeadRows x_rows, T* y, HeadRows y_rows, int64_t rows, int64_t seq,
-                            int64_t heads, int64_t D, const T* cos_table, const T* sin_table) {
+// x as autograd kept it (K: T, or a bf16 copy under mixed precision: kept_value); y as T, or under the
+// same mode in bf16 where only GEMMs read it (Y: store_operand). x16, where not null, receives x's values
+// rounded to bf16 at x's own positions (the copy autograd keeps of x).
+template <bool kInverse, class T, class K, class Y>
+__global__ void rope_kernel(const K* x, HeadRows x_rows, Y* y, HeadRows y_rows, int64_t rows, int64_t seq,
+                            int64_t heads, int64_t D, const T* cos_table, const T* sin_table, uint16_t* x16) {
   const int64_t half = D / 2;
   for (int64_t e = first_index(); e < rows * half; e += grid_stride()) {
     const int64_t r = e / half, i = e % half;
     const int64_t token = r / heads, head = r % heads, t = token % seq;
     const K* xa = x + token * x_rows.token_stride + x_rows.offset + head * D;
-    T* ya = y + token * y_rows.token_stride + y_rows.offset + head * D;
+    Y* ya = y + token * y_rows.token_stride + y_rows.offset + head * D;
     const T a = kept_value<T>(xa, i), b = kept_value<T>(xa, i + half);
+    if (x16 != nullptr) {
+      uint16_t* copy = x16 + token * x_rows.token_stride + x_rows.offset + head * D;
+      copy[i] = f32_to_bf16(static_cast<float>(a));
+      copy[i + half] = f32_to_bf16(static_cast<float>(b));
+    }
     const T c = cos_table[t * half + i], s = sin_table[t * half + i];
     if constexpr (kInverse) {  // turn by -angle: (a cos + b sin, b cos - a sin)
-      ya[i] = fused_multiply_add(b, s, a * c);
-      ya[i + half] = fused_multiply_add(-a, s, b * c);
+      store_operand(ya, i, fused_multiply_add(b, s, a * c));
+      store_operand(ya, i + half, fused_multiply_add(-a, s, b * c));
     } else {
-      ya[i] = fused_multiply_add(-b, s, a * c);
-      ya[i + half] = fused_multiply_add(a, s, b * c);
+      store_operand(ya, i, fused_multiply_add(-b, s, a * c));
+      store_operand(ya, i + half, fused_multiply_add(a, s, b * c));
     }
   }
 }
@@ -95,46 +102,51 @@ const RopeTable& rope_table(Device device, DType dtype, int64_t pos_offset, int6
   return table;
 }
 
-// RoPE (or its inverse) from the head rows of x (as kept: rope_kernel) to those of y.
+// RoPE (or its inverse) from the head rows of x (as kept) to those of y (as written), computed in the
+// tables' dtype; x16 (or null) as rope_kernel's.
 void launch_rope(bool inverse, const Tensor& x, HeadRows x_rows, Tensor& y, HeadRows y_rows, int64_t rows, int64_t seq,
-                 int64_t heads, int64_t D, const RopeTable& table) {
+                 int64_t heads, int64_t D, const RopeTable& table, uint16_t* x16 = nullptr) {
   const int64_t n = rows * (D / 2);
   if (n == 0) return;
-  LT_FLOAT_SWITCH(y.dtype(), T, LT_KEPT_SWITCH(x, T, K, {
+  LT_FLOAT_SWITCH(table.dtype, T, LT_KEPT_SWITCH(x, T, K, LT_KEPT_SWITCH(y, T, Y, {
                     const K* from = static_cast<const K*>(x.raw_data());
+                    Y* to = static_cast<Y*>(y.raw_data());
                     const T* c = table.cos_table.data<T>();
                     const T* s = table.sin_table.data<T>();
                     if (inverse)
-                      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, rope_kernel<true, T, K>)(
-                          from, x_rows, y.data<T>(), y_rows, rows, seq, heads, D, c, s);
+                      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, rope_kernel<true, T, K, Y>)(
+                          from, x_rows, to, y_rows, rows, seq, heads, D, c, s, x16);
                     else
-                      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, rope_kernel<false, T, K>)(
-                          from, x_rows, y.data<T>(), y_rows, rows, seq, heads, D, c, s);
-                  }));
+                      LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, rope_kernel<false, T, K, Y>)(
+                          from, x_rows, to, y_rows, rows, seq, heads, D, c, s, x16);
+                  })));
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
 // The v block between the projection's rows and compact v: `width` values per token copied from
-// column from_start of rows of from_stride to column to_start of rows of to_stride. from as kept
-// (rope_kernel).
-template <class T, class K>
-__global__ void copy_block_kernel(const K* from, int64_t from_stride, int64_t from_start, T* to, int64_t to_stride,
-                                  int64_t to_start, int64_t tokens, int64_t width) {
+// column from_start of rows of from_stride to column to_start of rows of to_stride. from as kept, to as
+// written (rope_kernel's x and y), and from16 (or null) as x16.
+template <class T, class K, class O>
+__global__ void copy_block_kernel(const K* from, int64_t from_stride, int64_t from_start, O* to, int64_t to_stride,
+                                  int64_t to_start, int64_t tokens, int64_t width, uint16_t* from16) {
   for (int64_t e = first_index(); e < tokens * width; e += grid_stride()) {
-    const int64_t token = e / width, j = e % width;
-    to[token * to_stride + to_start + j] = kept_value<T>(from, token * from_stride + from_start + j);
+    const int64_t token = e / width, j = e % width, at = token * from_stride + from_start + j;
+    const T value = kept_value<T>(from, at);
+    store_operand(to, token * to_stride + to_start + j, value);
+    if (from16 != nullptr) from16[at] = f32_to_bf16(static_cast<float>(value));
   }
 }
 
-void copy_v_block(const Tensor& from, int64_t from_stride, int64_t from_start, Tensor& to, int64_t to_stride,
-                  int64_t to_start, int64_t tokens, int64_t width) {
+// In dtype: the copy's element type where from or to is a bf16 copy.
+void copy_v_block(DType dtype, const Tensor& from, int64_t from_stride, int64_t from_start, Tensor& to,
+                  int64_t to_stride, int64_t to_start, int64_t tokens, int64_t width, uint16_t* from16 = nullptr) {
   const int64_t n = tokens * width;
   if (n == 0) return;
-  LT_FLOAT_SWITCH(to.dtype(), T, LT_KEPT_SWITCH(from, T, K, {
-                    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, copy_block_kernel<T, K>)(
-                        static_cast<const K*>(from.raw_data()), from_stride, from_start, to.data<T>(), to_stride,
-                        to_start, tokens, width);
-                  }));
+  LT_FLOAT_SWITCH(dtype, T, LT_KEPT_SWITCH(from, T, K, LT_KEPT_SWITCH(to, T, O, {
+                    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, copy_block_kernel<T, K, O>)(
+                        static_cast<const K*>(from.raw_data()), from_stride, from_start, static_cast<O*>(to.raw_data()),
+                        to_stride, to_start, tokens, width, from16);
+                  })));
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -152,14 +164,20 @@ void rope(const Tensor& x, double theta, int64_t pos_offset, bool inverse, Tenso
 // qkv may be a kept bf16 copy of f32 q, k and v (attention's backward, tensor/cuda/attention.cu): widened
 // as it is read.
 void split_qkv_rope(const Tensor& qkv, double theta, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v) {
+  split_qkv_rope_keeping(qkv, theta, pos_offset, q, k, v, Tensor());
+}
+
+void split_qkv_rope_keeping(const Tensor& qkv, double theta, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v,
+                            const Tensor& qkv_bf16) {
   const int64_t tokens = q.dim(0) * q.dim(1), seq = q.dim(1), Hq = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
   const int64_t C = qkv.dim(2);
   if (tokens == 0) return;
   const DeviceGuard guard(qkv.device().index);
   const RopeTable& table = rope_table(qkv.device(), q.dtype(), pos_offset, seq, D, theta);
-  launch_rope(false, qkv, HeadRows{C, 0}, q, HeadRows{Hq * D, 0}, tokens * Hq, seq, Hq, D, table);
-  launch_rope(false, qkv, HeadRows{C, Hq * D}, k, HeadRows{Hkv * D, 0}, tokens * Hkv, seq, Hkv, D, table);
-  copy_v_block(qkv, C, (Hq + Hkv) * D, v, Hkv * D, 0, tokens, Hkv * D);
+  uint16_t* qkv16 = qkv_bf16.defined() ? qkv_bf16.bf16_data() : nullptr;
+  launch_rope(false, qkv, HeadRows{C, 0}, q, HeadRows{Hq * D, 0}, tokens * Hq, seq, Hq, D, table, qkv16);
+  launch_rope(false, qkv, HeadRows{C, Hq * D}, k, HeadRows{Hkv * D, 0}, tokens * Hkv, seq, Hkv, D, table, qkv16);
+  copy_v_block(q.dtype(), qkv, C, (Hq + Hkv) * D, v, Hkv * D, 0, tokens, Hkv * D, qkv16);
 }
 
 void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, double theta, int64_t pos_offset,
@@ -168,10 +186,11 @@ void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& d
   const int64_t C = dqkv.dim(2);
   if (tokens == 0) return;
   const DeviceGuard guard(dqkv.device().index);
-  const RopeTable& table = rope_table(dqkv.device(), dqkv.dtype(), pos_offset, seq, D, theta);
+  // dqkv may be bf16 under mixed precision (qkv_attention_backward): turned back in dq's dtype, then rounded.
+  const RopeTable& table = rope_table(dqkv.device(), dq.dtype(), pos_offset, seq, D, theta);
   launch_rope(true, dq, HeadRows{Hq * D, 0}, dqkv, HeadRows{C, 0}, tokens * Hq, seq, Hq, D, table);
   launch_rope(true, dk, HeadRows{Hkv * D, 0}, dqkv, HeadRows{C, Hq * D}, tokens * Hkv, seq, Hkv, D, table);
-  copy_v_block(dv, Hkv * D, 0, dqkv, C, (Hq + Hkv) * D, tokens, Hkv * D);
+  copy_v_block(dq.dtype(), dv, Hkv * D, 0, dqkv, C, (Hq + Hkv) * D, tokens, Hkv * D);
 }
 
 }  // namespace lt::LT_CUDA_NAMESPACE

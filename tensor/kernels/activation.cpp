@@ -22,20 +22,21 @@ void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   cpu::silu_backward(x, dy, dx);
 }
 
-void swiglu(const Tensor& gate, const Tensor& up, Tensor& y, const Tensor& gate_kept, const Tensor& up_kept) {
+void swiglu(const Tensor& gate, const Tensor& up, Tensor& y, const Tensor& gate_kept, const Tensor& up_kept,
+            const Tensor& y_kept) {
   const char* op = "swiglu";
   check_float(gate, op, "gate");
   check_same(up, gate, op, "up");
-  check_same(y, gate, op, "y");
-  for (const auto& [kept, what] : {std::pair{&gate_kept, "gate_kept"}, std::pair{&up_kept, "up_kept"}}) {
+  check_kept_same(y, gate, op, "y");
+  for (const auto& [kept, what] :
+       {std::pair{&gate_kept, "gate_kept"}, std::pair{&up_kept, "up_kept"}, std::pair{&y_kept, "y_kept"}}) {
     if (!kept->defined()) continue;
-    check_kept_same(*kept, gate, op, what);
-    LT_CHECK(kept->dtype() == DType::BF16, op, ": ", what, " is ", kept->str(), ", expected a bf16 copy");
+    check_bf16_copy(*kept, gate, op, what);
   }
   if constexpr (kCudaBackend) {
-    if (!gate.is_cpu()) return cuda::swiglu(gate, up, y, gate_kept, up_kept);
+    if (!gate.is_cpu()) return cuda::swiglu(gate, up, y, gate_kept, up_kept, y_kept);
   }
-  cpu::swiglu(gate, up, y, gate_kept, up_kept);
+  cpu::swiglu(gate, up, y, gate_kept, up_kept, y_kept);
 }
 
 void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup) {

@@ -107,7 +107,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 }
 
 void qkv_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset, double scale,
-                   Tensor& out, Tensor& lse, const Tensor& doc_start) {
+                   Tensor& out, Tensor& lse, const Tensor& doc_start, const Tensor& qkv_bf16, const Tensor& out_bf16) {
   const char* op = "qkv_attention";
   check_float(qkv, op, "qkv");
   check_like(out, qkv, op, "out");
@@ -115,17 +115,21 @@ void qkv_attention(const Tensor& qkv, int64_t heads, int64_t kv_heads, double th
   check_qkv_attention_shapes(op, qkv, heads, kv_heads, theta, pos_offset, out, lse);
   check_doc_start(op, doc_start, qkv);
   check_outputs_apart(op, {{&out, "out"}, {&lse, "lse"}}, {{&qkv, "qkv"}});
+  if (qkv_bf16.defined()) check_bf16_copy(qkv_bf16, qkv, op, "qkv_bf16");
+  if (out_bf16.defined()) check_bf16_copy(out_bf16, out, op, "out_bf16");
   if constexpr (kCudaBackend) {
-    if (!qkv.is_cpu()) return cuda::qkv_attention(qkv, heads, kv_heads, theta, pos_offset, scale, out, lse, doc_start);
+    if (!qkv.is_cpu())
+      return cuda::qkv_attention(qkv, heads, kv_heads, theta, pos_offset, scale, out, lse, doc_start, qkv_bf16,
+                                 out_bf16);
   }
-  cpu::qkv_attention(qkv, heads, kv_heads, theta, pos_offset, scale, out, lse, doc_start);
+  cpu::qkv_attention(qkv, heads, kv_heads, theta, pos_offset, scale, out, lse, doc_start, qkv_bf16, out_bf16);
 }
 
 void qkv_attention_backward(const Tensor& qkv, int64_t heads, int64_t kv_heads, double theta, int64_t pos_offset,
                             const Tensor& out, const Tensor& lse, const Tensor& dout, double scale, Tensor& dqkv,
                             const Tensor& doc_start) {
   const char* op = "qkv_attention_backward";
-  // qkv and out as autograd kept them (check_kept).
+  // qkv and out as autograd kept them (check_kept); dqkv, only a GEMM operand, may be bf16 alike.
   check_float(dout, op, "dout");
   check_kept(qkv, dout, op, "qkv");
   check_kept(out, dout, op, "out");
@@ -133,7 +137,7 @@ void qkv_attention_backward(const Tensor& qkv, int64_t heads, int64_t kv_heads, 
   check_qkv_attention_shapes(op, qkv, heads, kv_heads, theta, pos_offset, out, lse);
   check_doc_start(op, doc_start, qkv);
   check_shape(dout, out.shape(), op, "dout");
-  check_like(dqkv, dout, op, "dqkv");
+  check_kept(dqkv, dout, op, "dqkv");
   check_shape(dqkv, qkv.shape(), op, "dqkv");
   check_outputs_apart(op, {{&dqkv, "dqkv"}}, {{&qkv, "qkv"}, {&out, "out"}, {&lse, "lse"}, {&dout, "dout"}});
   if constexpr (kCudaBackend) {

@@ -57,6 +57,13 @@ inline void check_kept_same(const Tensor& t, const Tensor& ref, const char* op, 
   check_shape(t, ref.shape(), op, what);
 }
 
+// The bf16 copy of ref that an op writes under mixed precision on a GPU in the pass that reads or writes
+// ref (autograd/saved.h: kept_copy_to_fill): bf16, ref's shape, allowed by check_kept.
+inline void check_bf16_copy(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
+  LT_CHECK(t.dtype() == DType::BF16, op, ": ", what, " must be bf16, got ", t.str());
+  check_kept_same(t, ref, op, what);
+}
+
 // Same dtype, device and shape as the reference operand.
 inline void check_same(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
   check_like(t, ref, op, what);

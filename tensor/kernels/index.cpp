@@ -50,12 +50,13 @@ void check_cols(const Tensor& wide, const Tensor& idx, const Tensor& narrow, con
 }  // namespace
 
 void gather_rows(const Tensor& table, const Tensor& idx, Tensor& out) {
-  check_float(table, "gather_rows", "table");
+  // On a GPU an f32 table may be gathered into bf16 rows (rounded in the same pass), and a bf16 table (an
+  // activation's kept copy) into bf16 rows: a mixed-precision GEMM's operand (tensor/kernels/moe_stats.cpp).
+  const bool to_bf16 = out.dtype() == DType::BF16 && !table.is_cpu() &&
+                       (table.dtype() == DType::F32 || table.dtype() == DType::BF16);
+  if (!to_bf16) check_float(table, "gather_rows", "table");
   check_index(idx, "gather_rows", "idx");
-  // On a GPU an f32 table may be gathered into bf16 rows (rounded in the same pass): a mixed-precision
-  // GEMM's operand (tensor/kernels/moe_stats.cpp).
-  const bool rounded = out.dtype() == DType::BF16 && table.dtype() == DType::F32 && !table.is_cpu();
-  check_like(out, rounded ? out : table, "gather_rows", "out");
+  check_like(out, to_bf16 ? out : table, "gather_rows", "out");
   check_device(out, table, "gather_rows", "out");
   check_device(idx, table, "gather_rows", "idx");
   LT_CHECK(table.ndim() == 2, "gather_rows: table must be 2-D [R, C], got ", table.str());

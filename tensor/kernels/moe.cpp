@@ -77,22 +77,27 @@ void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& o
 }
 
 void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate, const Tensor& up, Tensor& t,
-                             Tensor& h, Tensor& dup, Tensor& dw) {
+                             Tensor& h, Tensor& dup, Tensor& dw, const Tensor& dgate_bf16) {
   const char* op = "swiglu_combine_backward";
   check_combine(t, w, pos, op);
   check_kept_same(gate, t, op, "gate");
   check_kept_same(up, t, op, "up");
-  check_same(h, t, op, "h");
-  check_same(dup, t, op, "dup");
+  check_kept_same(h, t, op, "h");
+  check_kept_same(dup, t, op, "dup");
   check_outputs_apart(op, {{&t, "t"}, {&h, "h"}, {&dup, "dup"}}, {{&gate, "gate"}, {&up, "up"}, {&w, "w"}});
+  if (dgate_bf16.defined()) {
+    check_bf16_copy(dgate_bf16, t, op, "dgate_bf16");
+    check_outputs_apart(op, {{&dgate_bf16, "dgate_bf16"}},
+                        {{&t, "t"}, {&h, "h"}, {&dup, "dup"}, {&gate, "gate"}, {&up, "up"}, {&w, "w"}});
+  }
   if (dw.defined()) {
     check_same(dw, w, op, "dw");
     check_disjoint(dw, w, op, "dw", "w");
   }
   if constexpr (kCudaBackend) {
-    if (!t.is_cpu()) return cuda::swiglu_combine_backward(w, pos, gate, up, t, h, dup, dw);
+    if (!t.is_cpu()) return cuda::swiglu_combine_backward(w, pos, gate, up, t, h, dup, dw, dgate_bf16);
   }
-  cpu::swiglu_combine_backward(w, pos, gate, up, t, h, dup, dw);
+  cpu::swiglu_combine_backward(w, pos, gate, up, t, h, dup, dw, dgate_bf16);
 }
 
 }  // namespace lt::kernels

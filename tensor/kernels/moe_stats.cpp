@@ -198,11 +198,13 @@ void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& 
   const char* op = "grouped_matmul";
   LT_CHECK(!products.empty(), op, ": no products");
   const Tensor host = host_segment_offsets(offsets, host_offsets, products.front().a, op);
+  // a as autograd kept it or as its producer wrote it for the GEMM: under mixed precision a bf16 copy
+  // (check_kept), which the GEMM takes as it is.
   for (const auto& [a, w, trans_w, out, beta, a_rows] : products) {
-    check_float(a, op, "a");
-    check_like(w, a, op, "w");
-    check_like(out, a, op, "out");
-    check_like(a, products.front().a, op, "a of every product");
+    check_float(out, op, "out");
+    check_like(out, products.front().out, op, "out of every product");
+    check_like(w, out, op, "w");
+    check_kept(a, out, op, "a");
     const int64_t M = checked_operand_rows(a, a_rows, op, "a");
     LT_CHECK(w.ndim() == 3 && out.ndim() == 2 && out.dim(0) == M && a.dim(1) == w.dim(trans_w ? 2 : 1) &&
                  out.dim(1) == w.dim(trans_w ? 1 : 2),
@@ -231,11 +233,12 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
   const char* op = "grouped_weight_grad";
   LT_CHECK(!grads.empty(), op, ": no gradients");
   const Tensor host = host_segment_offsets(offsets, host_offsets, grads.front().a, op);
+  // a and b as kept or written for the GEMM (grouped_matmuls).
   for (const auto& [a, b, dw, beta, a_rows, b_rows] : grads) {
-    check_float(a, op, "a");
-    check_like(b, a, op, "b");
-    check_like(dw, a, op, "dw");
-    check_like(a, grads.front().a, op, "a of every gradient");
+    check_float(dw, op, "dw");
+    check_like(dw, grads.front().dw, op, "dw of every gradient");
+    check_kept(a, dw, op, "a");
+    check_kept(b, dw, op, "b");
     const int64_t M = checked_operand_rows(a, a_rows, op, "a");
     LT_CHECK(checked_operand_rows(b, b_rows, op, "b") == M && dw.ndim() == 3 && dw.dim(1) == a.dim(1) &&
                  dw.dim(2) == b.dim(1),

@@ -818,6 +818,17 @@ OpCase grouped_case(DType dtype, kernels::MatmulPrecision precision, int64_t K, 
             kernels::grouped_matmuls({{table, w, true, out_gathered, 0.0, rows}}, offsets, host_offsets);
             kernels::grouped_weight_grads({{a, g, dw, 0.0}, {a, g, dw_added, 1.0}}, offsets, host_offsets);
             kernels::grouped_weight_grads({{g, table, dw_gathered, 0.0, {}, rows}}, offsets, host_offsets);
+            // On a GPU under bf16 inputs the operands may come as bf16 copies (autograd's kept copies, the
+            // experts' gradients written in bf16), gathered or not, beside f32 ones: taken as they are.
+            const bool copies = precision == kernels::MatmulPrecision::BF16Inputs && !device.is_cpu();
+            auto as_written = [copies](const Tensor& x) { return copies ? x.to(DType::BF16) : x; };
+            Tensor out_copy = Tensor::full({M, N}, kNaN, dtype, device);
+            Tensor dw_copies = Tensor::full({E, K, N}, kNaN, dtype, device);
+            Tensor dw_gathered_copy = Tensor::full({E, N, K}, kNaN, dtype, device);
+            kernels::grouped_matmuls({{as_written(a), w, true, out_copy, 0.0}}, offsets, host_offsets);
+            kernels::grouped_weight_grads({{as_written(a), as_written(g), dw_copies, 0.0}}, offsets, host_offsets);
+            kernels::grouped_weight_grads({{g, as_written(table), dw_gathered_copy, 0.0, {}, rows}}, offsets,
+                                          host_offsets);
             kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
             return Outputs{{"out", out},
                            {"out added", out_added},
@@ -825,7 +836,10 @@ OpCase grouped_case(DType dtype, kernels::MatmulPrecision precision, int64_t K, 
                            {"out, a gathered", out_gathered},
                            {"dw", dw},
                            {"dw added", dw_added},
-                           {"dw, b gathered", dw_gathered}};
+                           {"dw, b gathered", dw_gathered},
+                           {"out, a a bf16 copy", out_copy},
+                           {"dw, a and b bf16 copies", dw_copies},
+                           {"dw, b a gathered bf16 copy", dw_gathered_copy}};
           }};
 }
 
@@ -1029,8 +1043,9 @@ TEST_F(CudaDevice, OutOfRangeIdsAreOneClearErrorFromTheDevice) {
 }
 
 // On the device too, add_rmsnorm has the bits of add then rmsnorm. Under mixed precision the forward kernels
-// write the bf16 copy of what they normalise with the bits of kernels::convert, and the backward reading
-// that copy as it is gives the bits of the backward reading it widened (dx written and added to, dw).
+// write the bf16 copies of what they normalise and of what they write with the bits of kernels::convert,
+// and the backward reading the first as it is gives the bits of the backward reading it widened (dx
+// written and added to, dw).
 TEST_F(CudaDevice, RmsNormWritesAndReadsTheKeptBf16CopyWithTheBitsOfConverting) {
   for (const Shape& shape : {Shape{3, 7}, Shape{2, 5, 300}, Shape{130, 64}}) {
     SCOPED_TRACE(shape_str(shape));
@@ -1043,16 +1058,19 @@ TEST_F(CudaDevice, RmsNormWritesAndReadsTheKeptBf16CopyWithTheBitsOfConverting) 
     kernels::add(a, b, want_sum);
     kernels::rmsnorm(want_sum, w, 1e-6, want_y, want_rstd);
     Tensor want_bf16 = Tensor::empty(shape, DType::BF16, gpu()), widened = Tensor::empty(shape, DType::F32, gpu());
+    Tensor want_y_bf16 = Tensor::empty(shape, DType::BF16, gpu());
     kernels::convert(want_sum, want_bf16);
+    kernels::convert(want_y, want_y_bf16);
     kernels::convert(want_bf16, widened);
 
     kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
     Tensor sum = Tensor::empty(shape, DType::F32, gpu()), y = Tensor::empty(shape, DType::F32, gpu());
     Tensor rstd = Tensor::empty(lead, DType::F32, gpu()), sum_bf16 = Tensor::empty(shape, DType::BF16, gpu());
-    kernels::add_rmsnorm(a, b, w, 1e-6, sum, y, rstd, sum_bf16);
+    Tensor y_bf16 = Tensor::empty(shape, DType::BF16, gpu());
+    kernels::add_rmsnorm(a, b, w, 1e-6, sum, y, rstd, sum_bf16, y_bf16);
     Tensor y_again = Tensor::empty(shape, DType::F32, gpu()), rstd_again = Tensor::empty(lead, DType::F32, gpu());
-    Tensor x_bf16 = Tensor::empty(shape, DType::BF16, gpu());
-    kernels::rmsnorm(want_sum, w, 1e-6, y_again, rstd_again, x_bf16);
+    Tensor x_bf16 = Tensor::empty(shape, DType::BF16, gpu()), y_again_bf16 = Tensor::empty(shape, DType::BF16, gpu());
+    kernels::rmsnorm(want_sum, w, 1e-6, y_again, rstd_again, x_bf16, y_again_bf16);
     const Tensor dx0 = random_tensor(shape, 64).to(gpu());
     Tensor dx = Tensor::empty(shape, DType::F32, gpu()), dx_added = dx0.clone();
     Tensor dw = Tensor::zeros({C}, DType::F32, gpu()), dw_again = Tensor::zeros({C}, DType::F32, gpu());
@@ -1070,7 +1088,9 @@ TEST_F(CudaDevice, RmsNormWritesAndReadsTheKeptBf16CopyWithTheBitsOfConverting) 
              {"y", y, want_y},
              {"rstd", rstd, want_rstd},
              {"sum_bf16", sum_bf16, want_bf16},
+             {"y_bf16", y_bf16, want_y_bf16},
              {"rmsnorm x_bf16", x_bf16, want_bf16},
+             {"rmsnorm y_bf16", y_again_bf16, want_y_bf16},
              {"rmsnorm y", y_again, want_y},
              {"rmsnorm rstd", rstd_again, want_rstd},
              {"dx", dx, want_dx},

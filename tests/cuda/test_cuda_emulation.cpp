@@ -320,11 +320,15 @@ TEST(CudaEmulation, SwigluWritesAndItsBackwardsReadKeptBf16Copies) {
   const Tensor gate16 = gate.to(DType::BF16), up16 = up.to(DType::BF16);
   Tensor y = Tensor::empty({M, C}, DType::F32), y_keeping = Tensor::empty({M, C}, DType::F32);
   Tensor gate_kept = Tensor::empty({M, C}, DType::BF16), up_kept = Tensor::empty({M, C}, DType::BF16);
+  Tensor y_kept = Tensor::empty({M, C}, DType::BF16), y_operand = Tensor::empty({M, C}, DType::BF16);
   cuda_emulated::swiglu(gate, up, y);
-  cuda_emulated::swiglu(gate, up, y_keeping, gate_kept, up_kept);
+  cuda_emulated::swiglu(gate, up, y_keeping, gate_kept, up_kept, y_kept);
+  cuda_emulated::swiglu(gate, up, y_operand);
   expect_same_bits(y_keeping, y, "swiglu keeping copies: y");
   expect_same_bits(gate_kept, gate16, "swiglu: gate's kept copy");
   expect_same_bits(up_kept, up16, "swiglu: up's kept copy");
+  expect_same_bits(y_kept, y.to(DType::BF16), "swiglu: y's kept copy");
+  expect_same_bits(y_operand, y.to(DType::BF16), "swiglu: y written as a bf16 GEMM operand");
 
   const Tensor gate_widened = gate16.to(DType::F32), up_widened = up16.to(DType::F32);
   auto fresh = [&] { return Tensor::full({M, C}, NAN, DType::F32); };
@@ -347,6 +351,17 @@ TEST(CudaEmulation, SwigluWritesAndItsBackwardsReadKeptBf16Copies) {
   expect_same_bits(h_kept, h, "swiglu_combine_backward h");
   expect_same_bits(dup_combined_kept, dup_combined, "swiglu_combine_backward dup");
   expect_same_bits(dw_kept, dw, "swiglu_combine_backward dw");
+
+  // The operands only the GEMMs read written in bf16: the roundings of the f32 results, t left as it was.
+  auto fresh16 = [&] { return Tensor::full({M, C}, NAN, DType::BF16); };
+  Tensor t_read = dy.clone(), h16 = fresh16(), dup16 = fresh16(), dgate16 = fresh16();
+  Tensor dw_rounded = Tensor::full({N, k}, NAN, DType::F32);
+  cuda_emulated::swiglu_combine_backward(w, pos, gate16, up16, t_read, h16, dup16, dw_rounded, dgate16);
+  expect_same_bits(t_read, dy, "swiglu_combine_backward t, only read");
+  expect_same_bits(dgate16, t.to(DType::BF16), "swiglu_combine_backward dgate in bf16");
+  expect_same_bits(h16, h.to(DType::BF16), "swiglu_combine_backward h in bf16");
+  expect_same_bits(dup16, dup_combined.to(DType::BF16), "swiglu_combine_backward dup in bf16");
+  expect_same_bits(dw_rounded, dw, "swiglu_combine_backward dw beside bf16 operands");
 }
 
 // ---- norm.cu -------------------------------------------------------------------------------------
@@ -601,6 +616,16 @@ TEST(CudaEmulation, GathersAndScatterAddsMatchTheCpuKernels) {
         kernels::gather_rows(table, idx, out);
         cuda_emulated::gather_rows(table, idx, out_e);
         expect_same_bits(out_e, out, "gather_rows " + where);
+        if (dtype == DType::F32) {
+          // Into bf16 rows (a mixed-precision GEMM's operand), from the f32 table rounded as it is read and
+          // from its bf16 copy as it is: the rounding of the gathered rows either way.
+          for (const Tensor& from : {table, table.to(DType::BF16)}) {
+            Tensor out16 = Tensor::full({n, cols}, NAN, DType::BF16);
+            cuda_emulated::gather_rows(from, idx, out16);
+            expect_same_bits(out16, out.to(DType::BF16),
+                             "gather_rows into bf16 from " + std::string(dtype_name(from.dtype())) + " " + where);
+          }
+        }
         const Tensor src = test::random_tensor({n, cols}, 82, dtype),
                      acc0 = test::random_tensor({rows, cols}, 83, dtype);
         Tensor acc = acc0.clone(), acc_e = acc0.clone();
@@ -901,8 +926,9 @@ TEST(CudaEmulation, AttentionOnTensorCoresMatchesTheCpuKernelOnBf16Inputs) {
 
 // Under mixed precision the backwards read q, k, v and out (or the fused projection qkv and out) as
 // autograd kept them, bf16 copies, widening each element as they read it (the split and RoPE of qkv
-// too): the same bits as the kernels on the widened f32 tensors.
-TEST(CudaEmulation, AttentionBackwardsReadKeptBf16CopiesAsTheirWidenedValues) {
+// too): the same bits as the kernels on the widened f32 tensors. The fused forward writes the copies of
+// qkv and out it is given.
+TEST(CudaEmulation, AttentionWritesAndItsBackwardsReadKeptBf16Copies) {
   struct Precision {  // the mixed precision of --dtype bf16 for the test's length, whatever happens
     Precision() { kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs); }
     ~Precision() { kernels::set_matmul_precision(kernels::MatmulPrecision::F32); }
@@ -934,12 +960,29 @@ TEST(CudaEmulation, AttentionBackwardsReadKeptBf16CopiesAsTheirWidenedValues) {
     Tensor qkv_out = fresh({B, T, Hq, D}), qkv_lse = fresh({B, Hq, T});
     cuda_emulated::qkv_attention(widened(qkv16), Hq, Hkv, 10000.0, 3, scale, qkv_out, qkv_lse, documents);
     const Tensor qkv_out16 = qkv_out.to(DType::BF16);
+    // The forward writing the kept copies of qkv and out: their roundings, out and lse unchanged.
+    const Tensor qkv = test::random_tensor(qkv16.shape(), 146);
+    Tensor plain_out = fresh(qkv_out.shape()), plain_lse = fresh(qkv_lse.shape());
+    Tensor keeping_out = fresh(qkv_out.shape()), keeping_lse = fresh(qkv_lse.shape());
+    Tensor qkv_kept = Tensor::full(qkv.shape(), NAN, DType::BF16), out_kept = Tensor::full(qkv_out.shape(), NAN, DType::BF16);
+    cuda_emulated::qkv_attention(qkv, Hq, Hkv, 10000.0, 3, scale, plain_out, plain_lse, documents);
+    cuda_emulated::qkv_attention(qkv, Hq, Hkv, 10000.0, 3, scale, keeping_out, keeping_lse, documents, qkv_kept,
+                                 out_kept);
+    expect_same_bits(keeping_out, plain_out, "qkv_attention keeping copies: out" + where);
+    expect_same_bits(keeping_lse, plain_lse, "qkv_attention keeping copies: lse" + where);
+    expect_same_bits(qkv_kept, qkv.to(DType::BF16), "qkv_attention: qkv's kept copy" + where);
+    expect_same_bits(out_kept, plain_out.to(DType::BF16), "qkv_attention: out's kept copy" + where);
     Tensor dqkv = fresh(qkv16.shape()), dqkv_kept = fresh(qkv16.shape());
     cuda_emulated::qkv_attention_backward(widened(qkv16), Hq, Hkv, 10000.0, 3, widened(qkv_out16), qkv_lse, dout,
                                           scale, dqkv, documents);
     cuda_emulated::qkv_attention_backward(qkv16, Hq, Hkv, 10000.0, 3, qkv_out16, qkv_lse, dout, scale, dqkv_kept,
                                           documents);
     expect_same_bits(dqkv_kept, dqkv, "qkv_attention_backward dqkv" + where);
+    // dqkv written in bf16 for the projection's GEMMs: its rounding.
+    Tensor dqkv16 = Tensor::full(qkv16.shape(), NAN, DType::BF16);
+    cuda_emulated::qkv_attention_backward(qkv16, Hq, Hkv, 10000.0, 3, qkv_out16, qkv_lse, dout, scale, dqkv16,
+                                          documents);
+    expect_same_bits(dqkv16, dqkv.to(DType::BF16), "qkv_attention_backward dqkv in bf16" + where);
   }
 }
 

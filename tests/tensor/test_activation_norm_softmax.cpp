@@ -275,6 +275,9 @@ TEST(RmsNormKernels, AddRmsNormRejectsMismatchedOperands) {
   // A bf16 copy is a GPU's under mixed precision only.
   EXPECT_THROW(kernels::add_rmsnorm(a, a, w, 1e-6, sum, y, rstd, Tensor::empty({3, 17}, DType::BF16)), Error);
   EXPECT_THROW(kernels::rmsnorm(a, w, 1e-6, y, rstd, Tensor::empty({3, 17}, DType::BF16)), Error);
+  EXPECT_THROW(kernels::rmsnorm(a, w, 1e-6, y, rstd, Tensor(), Tensor::empty({3, 17}, DType::BF16)), Error);
+  EXPECT_THROW(kernels::add_rmsnorm(a, a, w, 1e-6, sum, y, rstd, Tensor(), Tensor::empty({3, 17}, DType::BF16)),
+               Error);
 }
 
 TEST(RmsNormKernels, RejectsMismatchedShapes) {

@@ -152,6 +152,11 @@ TEST(MoEKernels, SwigluCombineBackwardRejectsOutputsThatShareMemory) {
   EXPECT_THROW(
       kernels::swiglu_combine_backward(w, Tensor::from_vector<int32_t>({M}, {0, 1, 2, 4}), gate, up, t, h, dup, dw),
       Error);
+  // Operands written in bf16 for the GEMMs are a GPU's under mixed precision only.
+  Tensor h16 = Tensor::empty({M, C}, DType::BF16), dgate16 = Tensor::empty({M, C}, DType::BF16);
+  EXPECT_THROW(kernels::swiglu_combine_backward(w, pos, gate, up, t, h16, dup, dw), Error);
+  EXPECT_THROW(kernels::swiglu_combine_backward(w, pos, gate, up, t, h, dup, dw, dgate16), Error);
+  EXPECT_THROW(kernels::swiglu(gate, up, h16), Error);
   EXPECT_NO_THROW(kernels::swiglu_combine_backward(w, pos, gate, up, t, h, dup, dw));
 }
 
