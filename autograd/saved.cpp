@@ -68,6 +68,20 @@ Tensor kept_copy_to_fill(const Variable& x) {
   return shared;
 }
 
+void keep_copy(const Variable& result, const Tensor& copy) {
+  // A result without a node (no input needed a gradient) is kept as it is, like a leaf: the copy goes.
+  if (!copy.defined() || !input_kept_in_bf16(result)) return;
+  LT_CHECK(copy.dtype() == DType::BF16 && copy.shape() == result.value().shape(), "keep_copy: ", copy.str(),
+           " is not the kept copy of ", result.value().str());
+  bf16_slot(result) = copy;
+}
+
+DType gemm_operand_dtype(const Tensor& like) { return kept_in_bf16(like) ? DType::BF16 : like.dtype(); }
+
+DType input_gradient_dtype(const Node& node, size_t i, const Tensor& like) {
+  return node.gradient_feeds_gemms_only(i) ? gemm_operand_dtype(like) : like.dtype();
+}
+
 Tensor gemm_operand(const Tensor& t) { return kept_in_bf16(t) ? to_bf16(t) : t; }
 
 Tensor SavedTensor::get() const {

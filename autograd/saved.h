@@ -46,8 +46,23 @@ class SavedTensor {
 // launch of its own; undefined where x is kept as it is, where nothing keeps it (no gradients), or where
 // its copy exists. The kernel fills it before any node reads it.
 Tensor kept_copy_to_fill(const Variable& x);
-// The same for a tensor that only the calling node keeps (SavedTensor::activation(t, copy)).
+// The same for a tensor that only the calling node keeps (SavedTensor::activation(t, copy)), or for the
+// value of the result an op is about to return, registered with keep_copy once the result exists.
 Tensor kept_copy_to_fill(const Tensor& t);
+// Registers `copy` (kept_copy_to_fill(result.value()), filled by the kernel that wrote the value) as the
+// bf16 copy that the nodes keeping `result` share (SavedTensor::input); nothing where copy is undefined or
+// where result is kept as it is (no input needed a gradient).
+void keep_copy(const Variable& result, const Tensor& copy);
+
+// The element type of a tensor that only GEMMs will read (an expert's SwiGLU output, the gradients the
+// experts' backward feeds to its GEMMs): bf16 under the mode where `like` would be kept in bf16, written
+// rounded by its producer, which spares the GEMM's rounding pass; else like's dtype.
+DType gemm_operand_dtype(const Tensor& like);
+// The element type of the gradient node's backward computes for its input i (like: the tensor whose dtype
+// it has otherwise): bf16 under the mode where that gradient only feeds GEMMs
+// (Node::gradient_feeds_gemms_only), written rounded by the backward's kernel, which spares the rounding
+// pass of the GEMMs' node.
+DType input_gradient_dtype(const Node& node, size_t i, const Tensor& like);
 
 // A tensor that GEMMs read and nothing keeps (the incoming gradient of a matmul, read by both of its
 // products): rounded to bf16 once under the mode, where each GEMM would round it again; else itself.

@@ -16,6 +16,10 @@ thread_local bool grad_mode = true;
 using PendingGrads = std::unordered_map<Node*, std::pair<std::shared_ptr<Node>, Tensor>>;
 // Those of the backward running on this thread, for Node::grad_target.
 thread_local PendingGrads* running_pending = nullptr;
+// How many nodes of the graph that backward differentiates use each node's result, for
+// Node::gradient_feeds_gemms_only.
+using Uses = std::unordered_map<const Node*, int>;
+thread_local const Uses* running_uses = nullptr;
 }  // namespace
 
 bool grad_enabled() { return grad_mode; }
@@ -81,6 +85,13 @@ GradTarget Node::grad_target(size_t i, const Shape& shape, DType dtype, Device d
   return {leaf->grad, beta, true};
 }
 
+bool Node::gradient_feeds_gemms_only(size_t i) const {
+  const Node* producer = edges_[i].node.get();
+  if (producer == nullptr || running_uses == nullptr || !producer->reads_gradient_in_gemms_only()) return false;
+  const auto found = running_uses->find(producer);
+  return found != running_uses->end() && found->second == 1;
+}
+
 void Variable::backward() const {
   LT_CHECK(impl_->value.numel() == 1, "backward() without a seed needs a scalar, got ", impl_->value.str());
   backward(Tensor::full(impl_->value.shape(), 1.0, impl_->value.dtype(), impl_->value.device()));
@@ -135,13 +146,16 @@ void Variable::backward(const Tensor& seed_grad) const {
 
   // Reverse topological order by iterative depth-first search over the nodes.
   Node* const root = impl_->grad_fn.get();
+  // Each node's edges are walked once, so the walk also counts the uses of every result.
   std::vector<Node*> order;
   std::unordered_set<Node*> visited{root};
+  Uses uses;
   std::vector<std::pair<Node*, size_t>> stack{{root, 0}};
   while (!stack.empty()) {
     auto& [node, next_edge] = stack.back();
     if (next_edge < node->edges_.size()) {
       Node* in = node->edges_[next_edge++].node.get();
+      if (in != nullptr) ++uses[in];
       if (in != nullptr && visited.insert(in).second) stack.push_back({in, 0});
       continue;
     }
@@ -157,9 +171,16 @@ void Variable::backward(const Tensor& seed_grad) const {
   pending[root] = {impl_->grad_fn, seed_grad};
   struct RunningPending {
     PendingGrads* outer = running_pending;
-    explicit RunningPending(PendingGrads* now) { running_pending = now; }
-    ~RunningPending() { running_pending = outer; }
-  } running(&pending);
+    const Uses* outer_uses = running_uses;
+    RunningPending(PendingGrads* now, const Uses* now_uses) {
+      running_pending = now;
+      running_uses = now_uses;
+    }
+    ~RunningPending() {
+      running_pending = outer;
+      running_uses = outer_uses;
+    }
+  } running(&pending, &uses);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     auto found = pending.find(*it);
     if (found == pending.end()) continue;  // reached no gradient (e.g. only through integer paths)

@@ -98,6 +98,14 @@ class Node {
   GradTarget grad_target(size_t i, const Tensor& like) {
     return grad_target(i, like.shape(), like.dtype(), like.device());
   }
+  // Whether this backward reads its incoming gradient only as a GEMM operand (a matmul's two products), so
+  // that under mixed precision the gradient may reach it already rounded to bf16.
+  virtual bool reads_gradient_in_gemms_only() const { return false; }
+  // Whether the gradient this backward returns for input i reaches that input's node as it is and is only
+  // a GEMM operand there: the node reads its gradient in GEMMs only, and its result has no other use in
+  // the graph being differentiated (no sum with another contribution). Under mixed precision such a
+  // gradient may be written in bf16 (autograd/saved.h: input_gradient_dtype).
+  bool gradient_feeds_gemms_only(size_t i) const;
 
  private:
   friend class Variable;

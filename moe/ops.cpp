@@ -31,23 +31,29 @@ struct MoEExpertsNode : Node {
   const char* name() const override { return "moe_experts"; }
 
   // The rows of x and of the incoming gradient in expert order (row m is token token_of[m]'s) are never
-  // copied out: the grouped GEMMs read them through token_of.
+  // copied out: the grouped GEMMs read them through token_of. Under mixed precision the kernel writes the
+  // operands that only the GEMMs read (dgate, dup, the weighed h) in bf16 (gemm_operand_dtype), and the
+  // GEMMs take x's kept bf16 copy as it is.
   std::vector<Tensor> backward(const Tensor& g_NH) override {
     // Gate and up as kept: the kernel widens bf16 copies as it reads them.
     const Tensor &gate_MI = saved_gate_MI.stored(), &up_MI = saved_up_MI.stored();
     const int64_t M = gate_MI.dim(0);
     // The combine, taken before the down projection, and the SwiGLU in one pass: with g_M the incoming
     // gradient in expert order and t = g_M W_down (what reaches h at weight 1), dw = dot(t, h) per
-    // assignment, dL/dh = w t (through the SwiGLU into dgate, which is written over t, and dup), and
-    // dW_down = g_M^T (w h).
-    Tensor dgate_MI = Tensor::empty(gate_MI.shape(), g_NH.dtype(), g_NH.device());
-    Tensor dup_MI = Tensor::empty_like(dgate_MI);
+    // assignment, dL/dh = w t (through the SwiGLU into dgate, written over t where it stays f32, and
+    // dup), and dW_down = g_M^T (w h).
+    Tensor t_MI = Tensor::empty(gate_MI.shape(), g_NH.dtype(), g_NH.device());
+    const DType operand_dtype = gemm_operand_dtype(t_MI);
+    const bool operands_rounded = operand_dtype != t_MI.dtype();
+    Tensor dgate_MI = operands_rounded ? Tensor::empty(t_MI.shape(), operand_dtype, t_MI.device()) : t_MI;
+    Tensor dup_MI = Tensor::empty(t_MI.shape(), operand_dtype, t_MI.device());
     Tensor dw = needs_grad(1) ? Tensor::empty_like(w_NK) : Tensor();
     GradTarget ddown;
     {
-      Tensor wh_MI = Tensor::empty_like(dgate_MI);
-      expert_matmuls(profile::Phase::Backward, {{g_NH, down_EHI, false, dgate_MI, 0.0, plan.token_of}}, plan);
-      kernels::swiglu_combine_backward(w_NK, plan.position_of, gate_MI, up_MI, dgate_MI, wh_MI, dup_MI, dw);
+      Tensor wh_MI = Tensor::empty(t_MI.shape(), operand_dtype, t_MI.device());
+      expert_matmuls(profile::Phase::Backward, {{g_NH, down_EHI, false, t_MI, 0.0, plan.token_of}}, plan);
+      kernels::swiglu_combine_backward(w_NK, plan.position_of, gate_MI, up_MI, t_MI, wh_MI, dup_MI, dw,
+                                       operands_rounded ? dgate_MI : Tensor());
       if (needs_grad(4)) {
         ddown = grad_target(4, down_EHI);
         expert_weight_grads({{g_NH, wh_MI, ddown.tensor, ddown.beta, plan.token_of}}, plan);
@@ -55,7 +61,7 @@ struct MoEExpertsNode : Node {
     }
     GradTarget dgate, dup;
     if (needs_grad(2) || needs_grad(3)) {
-      const Tensor x_NH = saved_x_NH.get();
+      const Tensor& x_NH = saved_x_NH.stored();
       std::vector<kernels::GroupedWeightGrad> grads;
       if (needs_grad(2)) {
         dgate = grad_target(2, gate_EIH);
@@ -108,10 +114,11 @@ Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchP
   expert_matmuls(profile::Phase::Forward,
                  {{x, gate, true, gate_MI, 0.0, plan.token_of}, {x, up, true, up_MI, 0.0, plan.token_of}}, plan);
   Tensor out = Tensor::empty_like(x);
-  // Under mixed precision the SwiGLU writes the bf16 copies of its inputs that the node keeps.
+  // Under mixed precision the SwiGLU writes the bf16 copies of its inputs that the node keeps, and h, which
+  // only the down projection's GEMM reads, in bf16.
   const Tensor gate_kept = kept_copy_to_fill(gate_MI), up_kept = kept_copy_to_fill(up_MI);
   {
-    Tensor h_MI = Tensor::empty_like(gate_MI);
+    Tensor h_MI = Tensor::empty(gate_MI.shape(), gemm_operand_dtype(gate_MI), gate_MI.device());
     kernels::swiglu(gate_MI, up_MI, h_MI, gate_kept, up_kept);
     Tensor y_MH = Tensor::empty({M, H}, x.dtype(), x.device());
     expert_matmuls(profile::Phase::Forward, {{h_MI, down, true, y_MH, 0.0}}, plan);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "autograd/profile.h"
+#include "autograd/saved.h"
 #include "tensor/kernels.h"
 
 namespace lt {
@@ -66,6 +67,8 @@ int64_t head_rows_per_chunk(const Tensor& w_VH) {
 // outputs below it computes those that are defined.
 struct HeadPass {
   Tensor h_NH, w_VH;
+  Tensor h_operand_NH;  // h as the GEMMs that read it take it (undefined: h): under mixed precision its kept
+                        // bf16 copy (the final norm writes it), which spares rounding h again
   Tensor inv_norm_H;  // 1 / ||W||_col, undefined for HeadNorm::None
   HeadNorm norm = HeadNorm::None;
   Tensor targets_N;
@@ -113,11 +116,15 @@ void run_head_pass(const HeadPass& p) {
   for (int64_t start = 0; start < N; start += chunk) {
     const int64_t rows = std::min(chunk, N - start);
     const Tensor h_c = h.narrow(start, rows), targets_c = p.targets_N.narrow(start, rows);
+    const Tensor h_operand_c = p.h_operand_NH.defined() ? p.h_operand_NH.narrow(start, rows) : h_c;
     Tensor logits_c = logits.narrow(0, rows), lse_c = p.lse_N.narrow(start, rows);
-    Tensor input_c = h_c;  // what multiplies W^T: h, or h / n
+    Tensor input_c = h_operand_c;  // what multiplies W^T: h, or h / n
     if (p.norm != HeadNorm::None) {
-      input_c = scaled_h.narrow(0, rows);
-      kernels::mul(h_c, p.inv_norm_H, input_c);
+      Tensor scaled_c = scaled_h.narrow(0, rows);
+      kernels::mul(h_c, p.inv_norm_H, scaled_c);
+      // Read by the logits' GEMM and, through the detached norm, by the head gradient's: rounded once
+      // under mixed precision.
+      input_c = gemm_operand(scaled_c);
     }
     kernels::matmul(input_c, false, w, true, logits_c);
     if (p.row_loss_N.defined()) {
@@ -127,14 +134,16 @@ void run_head_pass(const HeadPass& p) {
     if (!backward) continue;
     kernels::cross_entropy_backward(logits_c, targets_c, p.ignore_index, lse_c, p.dloss_N.narrow(start, rows),
                                     logits_c);
+    // Read by both products: rounded once under mixed precision.
+    const Tensor dlogits_c = gemm_operand(logits_c);
     if (p.dh_NH.defined()) {
       Tensor dh_c = p.dh_NH.narrow(start, rows);
-      kernels::matmul(logits_c, false, w, false, dh_c);
+      kernels::matmul(dlogits_c, false, w, false, dh_c);
       if (p.norm != HeadNorm::None) kernels::mul(dh_c, p.inv_norm_H, dh_c);
     }
     if (dhead.defined()) {
-      const Tensor& rhs = p.norm == HeadNorm::Detached ? input_c : h_c;
-      kernels::matmul(logits_c, true, rhs, false, dhead, 1.0, start == 0 ? 0.0 : 1.0);
+      const Tensor& rhs = p.norm == HeadNorm::Detached ? input_c : h_operand_c;
+      kernels::matmul(dlogits_c, true, rhs, false, dhead, 1.0, start == 0 ? 0.0 : 1.0);
     }
   }
 }
@@ -235,6 +244,9 @@ Variable normhead_cross_entropy(const Variable& h_NH, const Variable& head_VH, c
   }
   if (want_dh) pass.dh_NH = Tensor::empty_like(h);
   if (want_dw) pass.dhead_VH = Tensor::empty_like(w);
+  // h itself is a GEMM operand without the norm, and of the head gradient's under the full one.
+  if (norm == HeadNorm::None || (want_dw && norm == HeadNorm::Full))
+    pass.h_operand_NH = SavedTensor::input(h_NH).stored();
   run_head_pass(pass);
 
   Tensor loss = Tensor::empty({1}, h.dtype(), h.device());

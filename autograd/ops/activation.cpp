@@ -45,15 +45,18 @@ Variable silu(const Variable& x) {
 Variable swiglu(const Variable& gate, const Variable& up) {
   LT_PROFILE_SCOPE("swiglu");
   Tensor y = Tensor::empty_like(gate.value());
-  // Under mixed precision the kernel writes the bf16 copies that the node keeps.
-  const Tensor gate_kept = kept_copy_to_fill(gate), up_kept = kept_copy_to_fill(up);
-  kernels::swiglu(gate.value(), up.value(), y, gate_kept, up_kept);
+  // Under mixed precision the kernel writes the bf16 copies that the node keeps, and y's for the down
+  // projection that reads y.
+  const Tensor gate_kept = kept_copy_to_fill(gate), up_kept = kept_copy_to_fill(up), y_kept = kept_copy_to_fill(y);
+  kernels::swiglu(gate.value(), up.value(), y, gate_kept, up_kept, y_kept);
   auto node = std::make_shared<SwigluNode>();
   if (grad_enabled()) {
     node->saved_gate = SavedTensor::input(gate);
     node->saved_up = SavedTensor::input(up);
   }
-  return make_result(y, node, {gate, up});
+  Variable result = make_result(y, node, {gate, up});
+  keep_copy(result, y_kept);
+  return result;
 }
 
 }  // namespace lt

@@ -47,10 +47,11 @@ struct QkvAttentionNode : Node {
   double scale = 0, theta = 0;
   int64_t heads = 0, kv_heads = 0, pos_offset = 0;
   const char* name() const override { return "qkv_attention"; }
-  // qkv and out as kept: the kernels widen bf16 copies as they read them.
+  // qkv and out as kept: the kernels widen bf16 copies as they read them. dqkv, which goes to the QKV
+  // projection's GEMMs only, in bf16 under mixed precision (input_gradient_dtype).
   std::vector<Tensor> backward(const Tensor& g) override {
     const Tensor& qkv = saved_qkv.stored();
-    Tensor dqkv = Tensor::empty(qkv.shape(), g.dtype(), g.device());
+    Tensor dqkv = Tensor::empty(qkv.shape(), input_gradient_dtype(*this, 0, g), g.device());
     kernels::qkv_attention_backward(qkv, heads, kv_heads, theta, pos_offset, saved_out.stored(), lse, g, scale, dqkv,
                                     doc_start);
     return {dqkv};
@@ -69,7 +70,11 @@ Variable qkv_attention(const Variable& qkv, int64_t heads, int64_t kv_heads, dou
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   Tensor out = Tensor::empty({B, T, heads, D}, x.dtype(), x.device());
   Tensor lse = Tensor::empty({B, heads, T}, x.dtype(), x.device());
-  kernels::qkv_attention(x, heads, kv_heads, theta, pos_offset, scale, out, lse, doc_start);
+  // Under mixed precision the kernels write the bf16 copies of qkv and out that the nodes keep (this one,
+  // and the output projection that reads out).
+  const Tensor out_kept = kept_copy_to_fill(out);
+  kernels::qkv_attention(x, heads, kv_heads, theta, pos_offset, scale, out, lse, doc_start, kept_copy_to_fill(qkv),
+                         out_kept);
   auto node = std::make_shared<QkvAttentionNode>();
   node->scale = scale;
   node->theta = theta;
@@ -82,6 +87,7 @@ Variable qkv_attention(const Variable& qkv, int64_t heads, int64_t kv_heads, dou
     node->doc_start = doc_start;
   }
   Variable result = make_result(out, node, {qkv});
+  keep_copy(result, out_kept);
   // out through the result: the output projection keeps the same copy.
   if (grad_enabled()) node->saved_out = SavedTensor::input(result);
   return result;

@@ -18,18 +18,22 @@ struct MatmulNode : Node {
   bool trans_a, trans_b;
   bool has_addend = false;
   const char* name() const override { return has_addend ? "matmul_add" : "matmul"; }
+  // matmul_add hands its gradient on to the addend as well.
+  bool reads_gradient_in_gemms_only() const override { return !has_addend; }
 
   // Each gradient is one GEMM into its target: a weight's gradient accumulates straight into the
   // leaf's gradient buffer (beta 1 after the first contribution), so it is never copied.
   // The operands as kept: under mixed precision an activation's bf16 copy, which the GEMMs take as it is,
-  // and g rounded once for both products.
+  // and g rounded once for both products, or already rounded by its producer (input_gradient_dtype),
+  // when the inputs' gradients are f32.
   std::vector<Tensor> backward(const Tensor& g_kept) override {
     Tensor da, db;
     const Tensor& b = saved_b.stored();
     const Tensor g = gemm_operand(g_kept);
+    const DType grad_dtype = g_kept.dtype() == DType::BF16 ? DType::F32 : g_kept.dtype();
     const size_t a_input = has_addend ? 1 : 0, b_input = a_input + 1;
     if (needs_grad(a_input)) {
-      GradTarget t = grad_target(a_input, saved_a.stored().shape(), g_kept.dtype(), g_kept.device());
+      GradTarget t = grad_target(a_input, saved_a.stored().shape(), grad_dtype, g_kept.device());
       // a stored [M, K]: da = g b^T (b [K, N]) or g b (b stored [N, K]);
       // a stored [K, M]: da = b g^T or b^T g^T.
       if (!trans_a) kernels::matmul(g, false, b, !trans_b, t.tensor, 1.0, t.beta);
@@ -38,7 +42,7 @@ struct MatmulNode : Node {
     }
     if (needs_grad(b_input)) {
       const Tensor& a = saved_a.stored();
-      GradTarget t = grad_target(b_input, b.shape(), g_kept.dtype(), g_kept.device());
+      GradTarget t = grad_target(b_input, b.shape(), grad_dtype, g_kept.device());
       if (b.ndim() == 2 && a.ndim() == 3) {
         // b applied to every batch: flatten the batch into rows, one GEMM over [G*M, K] and [G*M, N].
         const Tensor a2 = a.reshape({-1, a.dim(-1)});

@@ -53,8 +53,13 @@ Variable rmsnorm(const Variable& x, const Variable& weight, double eps) {
   const Tensor& xv = x.value();
   LT_CHECK(xv.ndim() >= 1, "rmsnorm: x must have at least one dimension, got ", xv.str());
   auto [y, rstd] = rmsnorm_outputs(xv);
-  kernels::rmsnorm(xv, weight.value(), eps, y, rstd, kept_copy_to_fill(x));
-  return rmsnorm_result(x, weight, y, rstd);
+  // Under mixed precision the kernel also writes the bf16 copies the nodes keep: x's for the norm's
+  // backward, y's for the projections that read y (their forward GEMMs take it, with no rounding pass).
+  const Tensor y_kept = kept_copy_to_fill(y);
+  kernels::rmsnorm(xv, weight.value(), eps, y, rstd, kept_copy_to_fill(x), y_kept);
+  Variable result = rmsnorm_result(x, weight, y, rstd);
+  keep_copy(result, y_kept);
+  return result;
 }
 
 // The graph is add's and rmsnorm's, so the backward and its bits are theirs: the norm's dx joins the
@@ -66,8 +71,11 @@ AddRmsNorm add_rmsnorm(const Variable& a, const Variable& b, const Variable& wei
   Tensor sum_value = Tensor::empty_like(av);
   const Variable sum = make_result(sum_value, std::make_shared<ResidualSumNode>(), {a, b});
   auto [y, rstd] = rmsnorm_outputs(av);
-  kernels::add_rmsnorm(av, b.value(), weight.value(), eps, sum_value, y, rstd, kept_copy_to_fill(sum));
-  return {sum, rmsnorm_result(sum, weight, y, rstd)};
+  const Tensor y_kept = kept_copy_to_fill(y);
+  kernels::add_rmsnorm(av, b.value(), weight.value(), eps, sum_value, y, rstd, kept_copy_to_fill(sum), y_kept);
+  Variable normed = rmsnorm_result(sum, weight, y, rstd);
+  keep_copy(normed, y_kept);
+  return {sum, normed};
 }
 
 }  // namespace lt

@@ -9,6 +9,9 @@ namespace {
 struct ReshapeNode : Node {
   Shape input_shape;
   const char* name() const override { return "reshape"; }
+  // The gradient goes on as a view of itself: read in GEMMs only where the input's node reads it so (a
+  // Linear's product, reshaped back to its input's leading dims).
+  bool reads_gradient_in_gemms_only() const override { return gradient_feeds_gemms_only(0); }
   std::vector<Tensor> backward(const Tensor& g) override { return {g.reshape(input_shape)}; }
 };
 

@@ -162,6 +162,37 @@ TEST(Engine, APendingGradientThatAliasesIsNotAddedInto) {
   }
 }
 
+// x passed on unchanged, whose backward records whether its gradient may go to x's node as a GEMM operand.
+struct FeedsGemmsProbeNode : Node {
+  std::vector<bool>* seen;
+  const char* name() const override { return "feeds_gemms_probe"; }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    seen->push_back(gradient_feeds_gemms_only(0));
+    return {g};
+  }
+};
+
+Variable feeds_gemms_probe(const Variable& x, std::vector<bool>* seen) {
+  auto node = std::make_shared<FeedsGemmsProbeNode>();
+  node->seen = seen;
+  return make_result(x.value().clone(), node, {x});
+}
+
+TEST(Engine, AGradientFeedsGemmsOnlyWhereAMatmulIsItsOneDestination) {
+  const Variable a(test::random_tensor({3, 4}, 1, DType::F64), true), b(test::random_tensor({4, 5}, 2, DType::F64), true);
+  const Variable addend(test::random_tensor({3, 5}, 3, DType::F64), true);
+  std::vector<bool> seen;
+  sum(feeds_gemms_probe(matmul(a, b), &seen)).backward();                    // a matmul's one use
+  sum(feeds_gemms_probe(reshape(matmul(a, b), {5, 3}), &seen)).backward();  // through a view of it
+  const Variable product = matmul(a, b);
+  add(sum(feeds_gemms_probe(product, &seen)), sum(product)).backward();  // summed with another use
+  sum(feeds_gemms_probe(matmul_add(a, b, addend), &seen)).backward();  // the addend reads the gradient too
+  sum(feeds_gemms_probe(scale(a, 2.0), &seen)).backward();             // not a matmul
+  const Variable viewed = matmul(a, b);
+  add(sum(feeds_gemms_probe(reshape(viewed, {5, 3}), &seen)), sum(viewed)).backward();  // the view and another use
+  EXPECT_EQ(seen, (std::vector<bool>{true, true, false, false, false, false}));
+}
+
 TEST(Engine, AReshapeToItsOwnShapeIsTheVariableItself) {
   // No node in between: a consumer of the "reshaped" value (a Linear's 2-D input) reaches x's gradient
   // through grad_target directly.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 
 #include "model/ling.h"
 #include "tensor/allocator.h"
@@ -112,6 +113,32 @@ TEST(Trainer, Bf16KeepsTheActivationsInAboutHalfTheMemory) {
 
 // Checkpoints move freely between devices: weights and optimiser state written by a GPU run load into
 // a CPU run bit for bit, and back.
+// Under mixed precision a forward that needs no gradient though grad mode is on (every parameter frozen,
+// as a DPO reference model is) builds no graph: the copies its kernels write for the nodes that would keep
+// them are dropped, and its loss is the loss of a forward without grad mode.
+TEST(Trainer, AFrozenModelUnderBf16GivesTheLossOfAForwardWithoutGradients) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount found none)";
+  const Device gpu = Device::cuda(0);
+  LingForCausalLM model(small_config(), 1);
+  model.to(gpu);
+  for (const auto& p : model.parameters()) p.value->set_requires_grad(false);
+  Rng rng(7);
+  const TokenBatch batch = random_batch(rng, 2, 32);
+  const Tensor ids = batch.inputs.to(gpu), targets = batch.targets.to(gpu);
+  auto loss_of = [&](bool grad_mode) {
+    std::optional<NoGradGuard> no_grad;
+    if (!grad_mode) no_grad.emplace();
+    MoEContext context;
+    const LossBreakdown loss = model.loss(ids, targets, context);
+    EXPECT_FALSE(loss.total.requires_grad());
+    return loss.total.value().to(Device::cpu()).to_vector<float>()[0];
+  };
+  kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
+  const float with_grad_mode = loss_of(true), without = loss_of(false);
+  kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
+  EXPECT_EQ(with_grad_mode, without);
+}
+
 TEST(Trainer, CheckpointsMoveBetweenTheGpuAndTheCpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount found none)";
   LingForCausalLM gpu_model(small_config(), 7), cpu_model(small_config(), 8), back_on_gpu(small_config(), 9);
