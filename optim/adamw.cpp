@@ -51,16 +51,19 @@ void AdamW::clip_to(double norm, double max_norm) {
   grad_scale_ = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
 }
 
+// Every run of the owned range with a gradient in one kernel call (one launch on a GPU), each with its
+// decay group's weight decay.
 void AdamW::step(double lr) {
   ++t_;
-  Tensor& values = params_.values();
-  const Tensor& grads = params_.grads();
-  for (const FlatParameters::Run& run : owned_runs(params_, owned_, /*split_by_decay=*/true)) {
-    const int64_t n = run.end - run.begin, at = run.begin - owned_.begin;
-    Tensor p = values.narrow(run.begin, n), m = exp_avg_.narrow(at, n), v = exp_avg_sq_.narrow(at, n);
-    const double decay = run.weight_decay ? settings_.weight_decay : 0.0;
-    const kernels::AdamWStep s{lr, settings_.beta1, settings_.beta2, settings_.eps, decay, t_, grad_scale_};
-    kernels::adamw_step(p, grads.narrow(run.begin, n), m, v, s);
+  std::vector<kernels::AdamWRun> runs;
+  for (const FlatParameters::Run& run : owned_runs(params_, owned_, /*split_by_decay=*/true))
+    runs.push_back({run.begin - owned_.begin, run.end - owned_.begin, run.weight_decay});
+  if (!runs.empty()) {
+    Tensor p = params_.values().narrow(owned_.begin, owned_.size());
+    const Tensor g = params_.grads().narrow(owned_.begin, owned_.size());
+    const kernels::AdamWStep s{lr, settings_.beta1, settings_.beta2, settings_.eps, settings_.weight_decay, t_,
+                               grad_scale_};
+    kernels::adamw_step(p, g, exp_avg_, exp_avg_sq_, s, runs);
   }
   grad_scale_ = 1.0;
 }

@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -62,6 +63,18 @@ struct AdamWStep {
   double step_size() const { return lr / (1.0 - std::pow(beta1, static_cast<double>(t))); }
   double inv_sqrt_bias_correction2() const { return 1.0 / std::sqrt(1.0 - std::pow(beta2, static_cast<double>(t))); }
 };
+
+// Elements [begin, end) of the flat tensors of an AdamW step, stepped with the step's weight decay or
+// without (weight decay 0): the parameters that have gradients, by decay group (optim/adamw.cpp).
+struct AdamWRun {
+  int64_t begin, end;
+  bool weight_decay;
+  bool operator==(const AdamWRun&) const = default;
+};
+// The runs an AdamW step of n elements takes: `runs`, or where it is empty every element, with the decay.
+inline std::vector<AdamWRun> stepped_runs(const std::vector<AdamWRun>& runs, int64_t n) {
+  return runs.empty() ? std::vector<AdamWRun>{{0, n, true}} : runs;
+}
 
 // The first id of an index tensor outside [0, bound) (and not the ignored id, where one is allowed):
 // its position in the flattened tensor and its value; position -1 when every id is in range.

@@ -60,9 +60,18 @@ HWY_AFTER_NAMESPACE();
 namespace lt::cpu {
 HWY_EXPORT(AdamWKernel);
 
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step) {
-  HWY_DYNAMIC_DISPATCH(AdamWKernel)(param.dtype(), param.raw_data(), grad.raw_data(), m.raw_data(), v.raw_data(),
-                                    param.numel(), step);
+// Run by run, each with its decay.
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step,
+                const std::vector<AdamWRun>& runs) {
+  const auto at = [bytes = static_cast<int64_t>(dtype_size(param.dtype()))](const Tensor& t, int64_t i) {
+    return static_cast<char*>(t.raw_data()) + i * bytes;
+  };
+  for (const AdamWRun& run : kernels::stepped_runs(runs, param.numel())) {
+    AdamWStep run_step = step;
+    if (!run.weight_decay) run_step.weight_decay = 0;
+    HWY_DYNAMIC_DISPATCH(AdamWKernel)(param.dtype(), at(param, run.begin), at(grad, run.begin), at(m, run.begin),
+                                      at(v, run.begin), run.end - run.begin, run_step);
+  }
 }
 
 }  // namespace lt::cpu

@@ -14,6 +14,7 @@
 
 namespace lt::cpu {
 
+using kernels::AdamWRun;
 using kernels::AdamWStep;
 using kernels::BinaryOp;
 using kernels::GroupedProduct;

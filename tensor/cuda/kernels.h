@@ -27,6 +27,7 @@
 
 namespace lt::LT_CUDA_NAMESPACE {
 
+using kernels::AdamWRun;
 using kernels::AdamWStep;
 using kernels::BinaryOp;
 using kernels::GroupedProduct;

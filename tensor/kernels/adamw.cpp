@@ -5,15 +5,22 @@
 
 namespace lt::kernels {
 
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step) {
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step,
+                const std::vector<AdamWRun>& runs) {
   check_float(param, "adamw_step", "param");
   for (const Tensor* t : std::initializer_list<const Tensor*>{&grad, &m, &v})
     check_same(*t, param, "adamw_step", "state");
   LT_CHECK(step.t >= 1, "adamw_step: step count must start at 1");
-  if constexpr (kCudaBackend) {
-    if (!param.is_cpu()) return cuda::adamw_step(param, grad, m, v, step);
+  int64_t previous_end = 0;
+  for (const AdamWRun& run : runs) {
+    LT_CHECK(run.begin >= previous_end && run.begin < run.end && run.end <= param.numel(), "adamw_step: run [",
+             run.begin, ", ", run.end, ") is empty, out of order or outside the ", param.numel(), " elements");
+    previous_end = run.end;
   }
-  cpu::adamw_step(param, grad, m, v, step);
+  if constexpr (kCudaBackend) {
+    if (!param.is_cpu()) return cuda::adamw_step(param, grad, m, v, step, runs);
+  }
+  cpu::adamw_step(param, grad, m, v, step, runs);
 }
 
 }  // namespace lt::kernels

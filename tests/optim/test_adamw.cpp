@@ -76,6 +76,36 @@ TEST(AdamW, FlatStepsEqualPerParameterStepsWithClipping) {
   }
 }
 
+// The kernel over runs: each run has the bits of a step over that run alone, with its decay or none; the
+// elements between runs are left as they are; runs out of order, empty or outside are refused.
+TEST(AdamW, TheKernelStepsItsRunsEachWithItsDecay) {
+  const int64_t n = 40;
+  const kernels::AdamWStep step{1e-2, 0.9, 0.95, 1e-8, 0.1, 3, 0.5};
+  const Tensor p0 = test::random_tensor({n}, 61), g = test::random_tensor({n}, 62);
+  const Tensor m0 = test::random_tensor({n}, 63, DType::F32, 0.1);
+  Tensor v0 = Tensor::empty({n});
+  kernels::mul(m0, m0, v0);
+  const std::vector<kernels::AdamWRun> runs{{2, 9, true}, {9, 20, false}, {25, 40, true}};
+  Tensor p = p0.clone(), m = m0.clone(), v = v0.clone();
+  kernels::adamw_step(p, g, m, v, step, runs);
+  Tensor want_p = p0.clone(), want_m = m0.clone(), want_v = v0.clone();
+  for (const kernels::AdamWRun& run : runs) {
+    kernels::AdamWStep run_step = step;
+    run_step.weight_decay = run.weight_decay ? step.weight_decay : 0.0;
+    const int64_t size = run.end - run.begin;
+    Tensor run_p = want_p.narrow(run.begin, size), run_m = want_m.narrow(run.begin, size),
+           run_v = want_v.narrow(run.begin, size);
+    kernels::adamw_step(run_p, g.narrow(run.begin, size), run_m, run_v, run_step);
+  }
+  for (const auto& [got, want] : {std::pair{p, want_p}, std::pair{m, want_m}, std::pair{v, want_v}})
+    EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>());
+  for (int64_t i : {0, 1, 20, 24})
+    EXPECT_EQ(p.to_vector<float>()[static_cast<size_t>(i)], p0.to_vector<float>()[static_cast<size_t>(i)]) << i;
+  for (const std::vector<kernels::AdamWRun>& bad : std::vector<std::vector<kernels::AdamWRun>>{
+           {{5, 9, true}, {2, 4, true}}, {{3, 3, false}}, {{30, 41, true}}, {{-1, 4, true}}})
+    EXPECT_THROW(kernels::adamw_step(p, g, m, v, step, bad), Error);
+}
+
 TEST(AdamW, StateRoundTrips) {
   Rng rng(5);
   ThreeParameters model(rng);
