@@ -179,7 +179,8 @@ Variable feeds_gemms_probe(const Variable& x, std::vector<bool>* seen) {
 }
 
 TEST(Engine, AGradientFeedsGemmsOnlyWhereAMatmulIsItsOneDestination) {
-  const Variable a(test::random_tensor({3, 4}, 1, DType::F64), true), b(test::random_tensor({4, 5}, 2, DType::F64), true);
+  const Variable a(test::random_tensor({3, 4}, 1, DType::F64), true);
+  const Variable b(test::random_tensor({4, 5}, 2, DType::F64), true);
   const Variable addend(test::random_tensor({3, 5}, 3, DType::F64), true);
   std::vector<bool> seen;
   sum(feeds_gemms_probe(matmul(a, b), &seen)).backward();                    // a matmul's one use
@@ -189,7 +190,7 @@ TEST(Engine, AGradientFeedsGemmsOnlyWhereAMatmulIsItsOneDestination) {
   sum(feeds_gemms_probe(matmul_add(a, b, addend), &seen)).backward();  // the addend reads the gradient too
   sum(feeds_gemms_probe(scale(a, 2.0), &seen)).backward();             // not a matmul
   const Variable viewed = matmul(a, b);
-  add(sum(feeds_gemms_probe(reshape(viewed, {5, 3}), &seen)), sum(viewed)).backward();  // the view and another use
+  add(sum(feeds_gemms_probe(reshape(viewed, {5, 3}), &seen)), sum(viewed)).backward();  // a view, another use
   EXPECT_EQ(seen, (std::vector<bool>{true, true, false, false, false, false}));
 }
 

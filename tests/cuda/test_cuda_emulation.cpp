@@ -978,7 +978,8 @@ TEST(CudaEmulation, AttentionWritesAndItsBackwardsReadKeptBf16Copies) {
     const Tensor qkv = test::random_tensor(qkv16.shape(), 146);
     Tensor plain_out = fresh(qkv_out.shape()), plain_lse = fresh(qkv_lse.shape());
     Tensor keeping_out = fresh(qkv_out.shape()), keeping_lse = fresh(qkv_lse.shape());
-    Tensor qkv_kept = Tensor::full(qkv.shape(), NAN, DType::BF16), out_kept = Tensor::full(qkv_out.shape(), NAN, DType::BF16);
+    Tensor qkv_kept = Tensor::full(qkv.shape(), NAN, DType::BF16);
+    Tensor out_kept = Tensor::full(qkv_out.shape(), NAN, DType::BF16);
     cuda_emulated::qkv_attention(qkv, Hq, Hkv, 10000.0, 3, scale, plain_out, plain_lse, documents);
     cuda_emulated::qkv_attention(qkv, Hq, Hkv, 10000.0, 3, scale, keeping_out, keeping_lse, documents, qkv_kept,
                                  out_kept);
