@@ -116,7 +116,7 @@ TEST(Trainer, Bf16KeepsTheActivationsInAboutHalfTheMemory) {
 // Under mixed precision a forward that needs no gradient though grad mode is on (every parameter frozen,
 // as a DPO reference model is) builds no graph: the copies its kernels write for the nodes that would keep
 // them are dropped, and its loss is the loss of a forward without grad mode.
-TEST(Trainer, AFrozenModelUnderBf16GivesTheLossOfAForwardWithoutGradients) {
+TEST(Trainer, Bf16OnAFrozenModelGivesTheLossOfAForwardWithoutGradients) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount found none)";
   const Device gpu = Device::cuda(0);
   LingForCausalLM model(small_config(), 1);
