@@ -30,7 +30,8 @@ Variable matmul_add(const Variable& a, const Variable& b, const Variable& addend
 
 // ---- activations (autograd/ops/activation.cpp) ----------------------------------------------------
 Variable silu(const Variable& x);
-Variable swiglu(const Variable& gate, const Variable& up);  // silu(gate) * up
+// silu(gate) * up of a fused projection gate_up [..., 2C]: gate its first C columns, up its last C.
+Variable swiglu(const Variable& gate_up);
 
 // ---- normalisation (autograd/ops/norm.cpp) --------------------------------------------------------
 Variable rmsnorm(const Variable& x, const Variable& weight, double eps);

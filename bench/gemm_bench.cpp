@@ -2,8 +2,9 @@
 // machine's measured FMA peak and, when built with OpenBLAS (LINGTRAIN_BENCH_OPENBLAS), against
 // OpenBLAS sgemm on the same operands in the same process. With --dtype bf16 (CPUs with AVX512_BF16)
 // our matmuls take bf16 inputs and are measured against the bf16 dot-product peak; OpenBLAS stays f32.
-// In f32, each thread count ends with the routed experts' paired products (kernels::grouped_matmuls)
-// against the same products as two grouped calls, on operands out of cache (--filter paired: only those).
+// In f32, each thread count ends with the routed experts' gate and up projections, two weights paired in
+// one call (kernels::grouped_matmuls) against one fused weight, on operands out of cache (--filter
+// gate_up: only those).
 //
 // The machines are shared and noisy, so the two libraries run alternately, round after round, and each
 // figure is the median over rounds; a round times a batch of calls long enough (~20 ms) to dwarf the
@@ -123,67 +124,62 @@ void set_threads(int threads) {
 #endif
 }
 
-// The routed experts' two products per expert (gate and up, kernels::grouped_matmuls): as two grouped
-// calls, every expert's first product then every expert's second, and as one call that pairs them
-// expert by expert. moe-s's experts (16 segments of 256 rows, hidden 256, expert width 128), with the
-// operands cycled through 8 sets (about 190 MiB) so that each call finds them outside the L2, in L3 or
-// memory, as a training step does.
-void bench_expert_pairs(int rounds, double peak_gflops) {
+// The routed experts' gate and up projections, kernels::grouped_matmuls: as two weights [E, I, H] whose
+// products one call pairs expert by expert, and as one fused weight [E, 2I, H] (the model's: one product
+// of twice the width, dx one product over K = 2I). moe-s's experts (16 segments of 256 rows, hidden 256,
+// expert width 128), with the operands cycled through 8 sets (about 250 MiB) so that each call finds them
+// outside the L2, in L3 or memory, as a training step does.
+void bench_expert_gate_up(int rounds, double peak_gflops) {
   const int64_t E = 16, R = 256, H = 256, I = 128, M = E * R;
   std::vector<int64_t> bounds;
   for (int64_t e = 0; e <= E; ++e) bounds.push_back(e * R);
   const Tensor offsets = Tensor::from_vector<int64_t>({E + 1}, bounds);
   struct Operands {
-    Tensor x, w_gate, w_up, gate, up, d_gate, d_up, dx, dw_gate, dw_up;
+    Tensor x, w_gate, w_up, w_gate_up, gate, up, gate_up, d_gate, d_up, d_gate_up, dx, dw_gate, dw_up, dw_gate_up;
   };
   std::vector<Operands> sets;
   Rng rng(3);
-  for (int s = 0; s < 8; ++s)
-    sets.push_back({Tensor::randn({M, H}, rng), Tensor::randn({E, I, H}, rng), Tensor::randn({E, I, H}, rng),
-                    Tensor::empty({M, I}), Tensor::empty({M, I}), Tensor::randn({M, I}, rng),
-                    Tensor::randn({M, I}, rng), Tensor::empty({M, H}), Tensor::empty({E, I, H}),
-                    Tensor::empty({E, I, H})});
-  using Run = std::function<void(Operands&, bool paired)>;
+  for (int s = 0; s < 8; ++s) {
+    Operands o{Tensor::randn({M, H}, rng), Tensor::randn({E, I, H}, rng), Tensor::randn({E, I, H}, rng),
+               Tensor::randn({E, 2 * I, H}, rng), Tensor::empty({M, I}), Tensor::empty({M, I}),
+               Tensor::empty({M, 2 * I}), Tensor::randn({M, I}, rng), Tensor::randn({M, I}, rng),
+               Tensor::randn({M, 2 * I}, rng), Tensor::empty({M, H}), Tensor::empty({E, I, H}),
+               Tensor::empty({E, I, H}), Tensor::empty({E, 2 * I, H})};
+    sets.push_back(std::move(o));
+  }
+  using Run = std::function<void(Operands&, bool fused)>;
   const std::vector<std::pair<const char*, Run>> cases = {
       {"experts gate, up = x W^T",
-       [&](Operands& o, bool paired) {
-         if (paired)
-           return kernels::grouped_matmuls({{o.x, o.w_gate, true, o.gate, 0.0}, {o.x, o.w_up, true, o.up, 0.0}},
-                                           offsets);
-         kernels::grouped_matmul(o.x, o.w_gate, true, offsets, o.gate);
-         kernels::grouped_matmul(o.x, o.w_up, true, offsets, o.up);
+       [&](Operands& o, bool fused) {
+         if (fused) return kernels::grouped_matmul(o.x, o.w_gate_up, true, offsets, o.gate_up);
+         kernels::grouped_matmuls({{o.x, o.w_gate, true, o.gate, 0.0}, {o.x, o.w_up, true, o.up, 0.0}}, offsets);
        }},
       {"experts dx = dgate W_gate + dup W_up",
-       [&](Operands& o, bool paired) {
-         if (paired)
-           return kernels::grouped_matmuls({{o.d_gate, o.w_gate, false, o.dx, 0.0}, {o.d_up, o.w_up, false, o.dx, 1.0}},
-                                           offsets);
-         kernels::grouped_matmul(o.d_gate, o.w_gate, false, offsets, o.dx);
-         kernels::grouped_matmul(o.d_up, o.w_up, false, offsets, o.dx, 1.0);
+       [&](Operands& o, bool fused) {
+         if (fused) return kernels::grouped_matmul(o.d_gate_up, o.w_gate_up, false, offsets, o.dx);
+         kernels::grouped_matmuls({{o.d_gate, o.w_gate, false, o.dx, 0.0}, {o.d_up, o.w_up, false, o.dx, 1.0}},
+                                  offsets);
        }},
       {"experts dW_gate, dW_up = d^T x",
-       [&](Operands& o, bool paired) {
-         if (paired)
-           return kernels::grouped_weight_grads({{o.d_gate, o.x, o.dw_gate, 0.0}, {o.d_up, o.x, o.dw_up, 0.0}},
-                                                offsets);
-         kernels::grouped_weight_grad(o.d_gate, o.x, offsets, o.dw_gate, 0.0);
-         kernels::grouped_weight_grad(o.d_up, o.x, offsets, o.dw_up, 0.0);
+       [&](Operands& o, bool fused) {
+         if (fused) return kernels::grouped_weight_grad(o.d_gate_up, o.x, offsets, o.dw_gate_up, 0.0);
+         kernels::grouped_weight_grads({{o.d_gate, o.x, o.dw_gate, 0.0}, {o.d_up, o.x, o.dw_up, 0.0}}, offsets);
        }},
   };
-  std::printf("%-52s %8s %7s %8s %7s %8s\n", "moe-s experts, 2 products (cold operands)", "apart", "%peak", "paired",
-              "%peak", "pair/apart");
+  std::printf("%-52s %8s %7s %8s %7s %8s\n", "moe-s experts, gate and up (cold operands)", "paired", "%peak", "fused",
+              "%peak", "fused/paired");
   const double flops = 2.0 * 2.0 * static_cast<double>(M * I * H) * static_cast<double>(sets.size());
   for (const auto& [label, run] : cases) {
-    std::vector<double> apart, paired;
+    std::vector<double> paired, fused;
     for (int round = 0; round < rounds + 1; ++round)  // the first round warms up
-      for (const bool pair : {round % 2 == 0, round % 2 != 0}) {
+      for (const bool fuse : {round % 2 == 0, round % 2 != 0}) {
         const Clock::time_point start = Clock::now();
-        for (Operands& o : sets) run(o, pair);
-        if (round > 0) (pair ? paired : apart).push_back(flops / seconds_since(start) / 1e9);
+        for (Operands& o : sets) run(o, fuse);
+        if (round > 0) (fuse ? fused : paired).push_back(flops / seconds_since(start) / 1e9);
       }
-    const double a = median(apart), p = median(paired);
-    std::printf("%-52s %8.1f %6.0f%% %8.1f %6.0f%% %8.3f\n", label, a, 100.0 * a / peak_gflops, p,
-                100.0 * p / peak_gflops, p / a);
+    const double p = median(paired), f = median(fused);
+    std::printf("%-52s %8.1f %6.0f%% %8.1f %6.0f%% %8.3f\n", label, p, 100.0 * p / peak_gflops, f,
+                100.0 * f / peak_gflops, f / p);
   }
 }
 
@@ -296,8 +292,8 @@ int run(int argc, char** argv) {
       std::printf("\n");
       std::fflush(stdout);
     }
-    if (!options.bf16 && std::string("experts paired").find(options.filter) != std::string::npos)
-      bench_expert_pairs(std::max(options.rounds, 5), peak.gflops);
+    if (!options.bf16 && std::string("experts gate_up").find(options.filter) != std::string::npos)
+      bench_expert_gate_up(std::max(options.rounds, 5), peak.gflops);
   }
   return 0;
 }

@@ -7,8 +7,8 @@ namespace {
 
 const std::string kStackedMarker = ".mlp.experts.";
 
-// "model.layers.3.mlp.experts.gate_proj.weight" -> prefix "model.layers.3.mlp.experts.", leaf
-// "gate_proj.weight"; false for parameters that are not stacked experts.
+// "model.layers.3.mlp.experts.down_proj.weight" -> prefix "model.layers.3.mlp.experts.", leaf
+// "down_proj.weight"; false for parameters that are not stacked experts.
 bool split_stacked(const std::string& name, std::string& prefix, std::string& leaf) {
   const size_t at = name.find(kStackedMarker);
   if (at == std::string::npos) return false;
@@ -17,22 +17,43 @@ bool split_stacked(const std::string& name, std::string& prefix, std::string& le
   return true;
 }
 
+const std::string kGateUp = "gate_up_proj.weight";
+
+// One matrix under its Hugging Face name(s): a fused gate_up [2I, H] as its two halves of rows, each a view.
+void add_matrix(NamedTensors& out, const std::string& name, const Tensor& matrix) {
+  const bool fused = name.size() >= kGateUp.size() && name.compare(name.size() - kGateUp.size(), kGateUp.size(),
+                                                                   kGateUp) == 0;
+  if (!fused) {
+    out.emplace_back(name, matrix);
+    return;
+  }
+  const std::string prefix = name.substr(0, name.size() - kGateUp.size());
+  const int64_t I = matrix.dim(0) / 2;
+  out.emplace_back(prefix + "gate_proj.weight", matrix.narrow(0, I));
+  out.emplace_back(prefix + "up_proj.weight", matrix.narrow(I, I));
+}
+
 }  // namespace
 
-NamedTensors hf_state_dict(LingForCausalLM& model) {
+NamedTensors hf_named(const NamedTensors& by_parameter_name) {
   NamedTensors out;
-  for (const Parameter& p : model.parameters()) {
-    const Tensor& value = p.value->value();
+  for (const auto& [name, value] : by_parameter_name) {
     std::string prefix, leaf;
-    if (!split_stacked(p.name, prefix, leaf)) {
-      out.emplace_back(p.name, value);
+    if (!split_stacked(name, prefix, leaf)) {
+      add_matrix(out, name, value);
       continue;
     }
     const Shape expert_shape{value.dim(1), value.dim(2)};
     for (int64_t e = 0; e < value.dim(0); ++e)
-      out.emplace_back(prefix + std::to_string(e) + "." + leaf, value.narrow(e, 1).reshape(expert_shape));
+      add_matrix(out, prefix + std::to_string(e) + "." + leaf, value.narrow(e, 1).reshape(expert_shape));
   }
   return out;
+}
+
+NamedTensors hf_state_dict(LingForCausalLM& model) {
+  NamedTensors values;
+  for (const Parameter& p : model.parameters()) values.emplace_back(p.name, p.value->value());
+  return hf_named(values);
 }
 
 void load_hf_state_dict(LingForCausalLM& model, const SafetensorsFile& file) {

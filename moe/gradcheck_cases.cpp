@@ -41,7 +41,7 @@ Variable routed_output(const Inputs& x, int64_t k, bool norm, int64_t warmup_ste
 
 std::vector<GradCase> moe_gradcheck_cases() {
   std::vector<GradCase> cases;
-  // The routed experts: x [N, H], weights [N, k], gate and up [E, I, H], down [E, H, I]; an expert
+  // The routed experts: x [N, H], weights [N, k], gate_up [E, 2I, H], down [E, H, I]; an expert
   // that receives no token, and k = 1.
   struct ExpertsCase {
     int64_t N, H, E, I, k;
@@ -53,8 +53,8 @@ std::vector<GradCase> moe_gradcheck_cases() {
            {17, 4, 3, 5, 1, {0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 1, 1}, "N=17 H=4 E=3 I=5 k=1"}}) {
     const DispatchPlan plan = plan_dispatch(Tensor::from_vector<int32_t>({ec.N, ec.k}, ec.ids), ec.E);
     cases.push_back(simple("moe_experts", ec.what,
-                           {{ec.N, ec.H}, {ec.N, ec.k}, {ec.E, ec.I, ec.H}, {ec.E, ec.I, ec.H}, {ec.E, ec.H, ec.I}},
-                           [plan](const Inputs& x) { return moe_experts(x[0], x[1], plan, x[2], x[3], x[4]); }));
+                           {{ec.N, ec.H}, {ec.N, ec.k}, {ec.E, 2 * ec.I, ec.H}, {ec.E, ec.H, ec.I}},
+                           [plan](const Inputs& x) { return moe_experts(x[0], x[1], plan, x[2], x[3]); }));
   }
   // Permute/unpermute: gather by the plan's token order, scatter-add back.
   cases.push_back(simple("permute_unpermute", "17 tokens, k=3 of 5 experts", {{17, 3}}, [](const Inputs& x) {

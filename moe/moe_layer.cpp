@@ -14,10 +14,12 @@ MoEBlock::MoEBlock(const MoESettings& s, double init_std, Rng& rng) : settings_(
   // (docs/architecture.md §5).
   const double bound = 1.0 / std::sqrt(static_cast<double>(H));
   gate_weight_EH_ = &add_module("gate", std::make_unique<WeightModule>(Tensor::uniform({E, H}, rng, -bound, bound), true)).weight;
-  // The routed experts are stored stacked, [E, out, in] per projection, so the grouped matmul reads
-  // one tensor; model/hf_names.cpp maps them to the per-expert Hugging Face names.
-  gate_proj_EIH_ = &add_module("experts.gate_proj", std::make_unique<WeightModule>(init_normal({E, I, H}, init_std, rng), true)).weight;
-  up_proj_EIH_ = &add_module("experts.up_proj", std::make_unique<WeightModule>(init_normal({E, I, H}, init_std, rng), true)).weight;
+  // The routed experts are stored stacked, [E, out, in] per projection, gate and up fused into one
+  // ([E, 2I, H]: nn/layers.h init_gate_up), so that a grouped matmul reads one tensor per product;
+  // model/hf_names.cpp maps them to the per-expert Hugging Face names.
+  gate_up_proj_E2IH_ = &add_module("experts.gate_up_proj",
+                                   std::make_unique<WeightModule>(init_gate_up({E, I, H}, init_std, rng), true))
+                            .weight;
   down_proj_EHI_ = &add_module("experts.down_proj", std::make_unique<WeightModule>(init_normal({E, H, I}, init_std, rng), true)).weight;
   router_warmup_ = &add_buffer("router_warmup", routing_warmup_stats());
   if (s.num_shared > 0)
@@ -49,7 +51,7 @@ Variable MoEBlock::forward(const Variable& x_BTH, MoEContext& context) {
 
   const DispatchPlan plan = plan_dispatch(routing.expert_ids, settings_.num_experts);
   context.stats.push_back(expert_stats(routing, plan));
-  Variable out_NH = moe_experts(x_NH, routing.weights, plan, *gate_proj_EIH_, *up_proj_EIH_, *down_proj_EHI_);
+  Variable out_NH = moe_experts(x_NH, routing.weights, plan, *gate_up_proj_E2IH_, *down_proj_EHI_);
   // The shared experts' down projection adds the routed experts' sum as it writes its result.
   if (shared_experts_ != nullptr) out_NH = shared_experts_->forward(x_NH, out_NH);
   return reshape(out_NH, {B, T, H});

@@ -54,8 +54,7 @@ class MoEBlock : public Module {
  private:
   MoESettings settings_;
   Variable* gate_weight_EH_;
-  Variable* gate_proj_EIH_;
-  Variable* up_proj_EIH_;
+  Variable* gate_up_proj_E2IH_;
   Variable* down_proj_EHI_;
   SwiGLUMLP* shared_experts_ = nullptr;
   Tensor* router_warmup_;  // buffer "router_warmup": the routing-warmup statistics (moe/router.h)

@@ -8,9 +8,8 @@ namespace lt {
 namespace {
 
 // The grouped GEMMs of the routed experts (kernels::grouped_matmuls, grouped_weight_grads) over the
-// plan's segments, counted by the profiler under `phase` (they run in both directions). The gate and up
-// projections go together, expert by expert, so that the operand they share stays in cache. Each
-// reads the segment bounds from the plan's host copy of the offsets: no wait for the device.
+// plan's segments, counted by the profiler under `phase` (they run in both directions). Each reads the
+// segment bounds from the plan's host copy of the offsets: no wait for the device.
 void expert_matmuls(profile::Phase phase, const std::vector<kernels::GroupedProduct>& products,
                     const DispatchPlan& plan) {
   LT_PROFILE_PHASE_SCOPE("grouped_matmul", phase);
@@ -25,60 +24,48 @@ void expert_weight_grads(const std::vector<kernels::GroupedWeightGrad>& grads, c
 
 struct MoEExpertsNode : Node {
   SavedTensor saved_x_NH;
-  SavedTensor saved_gate_MI, saved_up_MI;  // the SwiGLU's pre-activations
-  Tensor w_NK, gate_EIH, up_EIH, down_EHI;
+  SavedTensor saved_gate_up_M2I;  // the SwiGLU's pre-activations, gate and up side by side
+  Tensor w_NK, gate_up_E2IH, down_EHI;
   DispatchPlan plan;
   const char* name() const override { return "moe_experts"; }
 
   // The rows of x and of the incoming gradient in expert order (row m is token token_of[m]'s) are never
   // copied out: the grouped GEMMs read them through token_of. Under mixed precision the kernel writes the
-  // operands that only the GEMMs read (dgate, dup, the weighed h) in bf16 (gemm_operand_dtype), and the
+  // operands that only the GEMMs read (dgate_up, the weighed h) in bf16 (gemm_operand_dtype), and the
   // GEMMs take x's kept bf16 copy as it is.
   std::vector<Tensor> backward(const Tensor& g_NH) override {
-    // Gate and up as kept: the kernel widens bf16 copies as it reads them.
-    const Tensor &gate_MI = saved_gate_MI.stored(), &up_MI = saved_up_MI.stored();
-    const int64_t M = gate_MI.dim(0);
+    // gate_up as kept: the kernel widens a bf16 copy as it reads it.
+    const Tensor& gate_up_M2I = saved_gate_up_M2I.stored();
+    const int64_t M = gate_up_M2I.dim(0), I = gate_up_M2I.dim(1) / 2;
     // The combine, taken before the down projection, and the SwiGLU in one pass: with g_M the incoming
     // gradient in expert order and t = g_M W_down (what reaches h at weight 1), dw = dot(t, h) per
-    // assignment, dL/dh = w t (through the SwiGLU into dgate, written over t where it stays f32, and
-    // dup), and dW_down = g_M^T (w h).
-    Tensor t_MI = Tensor::empty(gate_MI.shape(), g_NH.dtype(), g_NH.device());
-    const DType operand_dtype = gemm_operand_dtype(t_MI);
-    const bool operands_rounded = operand_dtype != t_MI.dtype();
-    Tensor dgate_MI = operands_rounded ? Tensor::empty(t_MI.shape(), operand_dtype, t_MI.device()) : t_MI;
-    Tensor dup_MI = Tensor::empty(t_MI.shape(), operand_dtype, t_MI.device());
+    // assignment, dL/dh = w t (through the SwiGLU into dgate_up), and dW_down = g_M^T (w h).
+    const DType operand_dtype = gemm_operand_dtype(g_NH);
+    Tensor dgate_up_M2I = Tensor::empty(gate_up_M2I.shape(), operand_dtype, g_NH.device());
     Tensor dw = needs_grad(1) ? Tensor::empty_like(w_NK) : Tensor();
     GradTarget ddown;
     {
-      Tensor wh_MI = Tensor::empty(t_MI.shape(), operand_dtype, t_MI.device());
+      Tensor t_MI = Tensor::empty({M, I}, g_NH.dtype(), g_NH.device());
+      Tensor wh_MI = Tensor::empty({M, I}, operand_dtype, g_NH.device());
       expert_matmuls(profile::Phase::Backward, {{g_NH, down_EHI, false, t_MI, 0.0, plan.token_of}}, plan);
-      kernels::swiglu_combine_backward(w_NK, plan.position_of, gate_MI, up_MI, t_MI, wh_MI, dup_MI, dw,
-                                       operands_rounded ? dgate_MI : Tensor());
-      if (needs_grad(4)) {
-        ddown = grad_target(4, down_EHI);
+      kernels::swiglu_combine_backward(w_NK, plan.position_of, gate_up_M2I, t_MI, wh_MI, dgate_up_M2I, dw);
+      if (needs_grad(3)) {
+        ddown = grad_target(3, down_EHI);
         expert_weight_grads({{g_NH, wh_MI, ddown.tensor, ddown.beta, plan.token_of}}, plan);
       }
     }
-    GradTarget dgate, dup;
-    if (needs_grad(2) || needs_grad(3)) {
-      const Tensor& x_NH = saved_x_NH.stored();
-      std::vector<kernels::GroupedWeightGrad> grads;
-      if (needs_grad(2)) {
-        dgate = grad_target(2, gate_EIH);
-        grads.push_back({dgate_MI, x_NH, dgate.tensor, dgate.beta, {}, plan.token_of});
-      }
-      if (needs_grad(3)) {
-        dup = grad_target(3, up_EIH);
-        grads.push_back({dup_MI, x_NH, dup.tensor, dup.beta, {}, plan.token_of});
-      }
-      expert_weight_grads(grads, plan);
+    GradTarget dgate_up;
+    if (needs_grad(2)) {
+      dgate_up = grad_target(2, gate_up_E2IH);
+      expert_weight_grads({{dgate_up_M2I, saved_x_NH.stored(), dgate_up.tensor, dgate_up.beta, {}, plan.token_of}},
+                          plan);
     }
     Tensor dx;
     if (needs_grad(0)) {
-      // dx_M = dgate W_gate + dup W_up per expert, then summed back to the tokens.
-      Tensor dx_MH = Tensor::empty({M, gate_EIH.dim(2)}, g_NH.dtype(), g_NH.device());
-      expert_matmuls(profile::Phase::Backward,
-                     {{dgate_MI, gate_EIH, false, dx_MH, 0.0}, {dup_MI, up_EIH, false, dx_MH, 1.0}}, plan);
+      // dx_M = [dgate | dup] [W_gate; W_up] per expert: one product over K = 2I, then summed back to the
+      // tokens.
+      Tensor dx_MH = Tensor::empty({M, gate_up_E2IH.dim(2)}, g_NH.dtype(), g_NH.device());
+      expert_matmuls(profile::Phase::Backward, {{dgate_up_M2I, gate_up_E2IH, false, dx_MH, 0.0}}, plan);
       // Each token's k rows summed in slot order, written once: the combine at unit weights (a
       // scatter-add would zero dx first and then read and write each token's row k times), added to x's
       // gradient where its other uses (the shared expert, the router) have begun it.
@@ -87,39 +74,39 @@ struct MoEExpertsNode : Node {
                             dx_target.tensor, dx_target.beta);
       dx = dx_target.returned();
     }
-    return {dx, dw, dgate.returned(), dup.returned(), ddown.returned()};
+    return {dx, dw, dgate_up.returned(), ddown.returned()};
   }
 };
 
 }  // namespace
 
-Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchPlan& plan, const Variable& gate_EIH,
-                     const Variable& up_EIH, const Variable& down_EHI) {
+Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchPlan& plan,
+                     const Variable& gate_up_E2IH, const Variable& down_EHI) {
   LT_PROFILE_SCOPE("moe_experts");
   const Tensor& x = x_NH.value();
   const Tensor& w = w_NK.value();
-  const Tensor &gate = gate_EIH.value(), &up = up_EIH.value(), &down = down_EHI.value();
-  const int64_t E = gate.dim(0), I = gate.dim(1), H = gate.dim(2);
+  const Tensor &gate_up = gate_up_E2IH.value(), &down = down_EHI.value();
+  LT_CHECK(gate_up.ndim() == 3 && gate_up.dim(1) % 2 == 0, "moe_experts: experts gate_up ", gate_up.str(),
+           " is not [E, 2I, H]");
+  const int64_t E = gate_up.dim(0), I = gate_up.dim(1) / 2, H = gate_up.dim(2);
   const Shape down_shape{E, H, I};
-  LT_CHECK(x.ndim() == 2 && x.dim(1) == H && gate.ndim() == 3 && up.shape() == gate.shape() &&
-               down.shape() == down_shape,
-           "moe_experts: x ", x.str(), " and experts gate ", gate.str(), ", up ", up.str(), ", down ", down.str(),
-           " do not fit ([N, H], [E, I, H], [E, I, H], [E, H, I])");
+  LT_CHECK(x.ndim() == 2 && x.dim(1) == H && down.shape() == down_shape, "moe_experts: x ", x.str(),
+           " and experts gate_up ", gate_up.str(), ", down ", down.str(),
+           " do not fit ([N, H], [E, 2I, H], [E, H, I])");
   LT_CHECK(w.ndim() == 2 && w.dim(0) == x.dim(0) && plan.token_of.numel() == w.numel(), "moe_experts: weights ",
            w.str(), " and a plan of ", plan.token_of.numel(), " assignments for ", x.dim(0), " tokens");
   LT_CHECK(plan.offsets.numel() == E + 1, "moe_experts: the plan covers ", plan.offsets.numel() - 1,
            " experts, the weights ", E);
   const int64_t M = w.numel();
-  Tensor gate_MI = Tensor::empty({M, I}, x.dtype(), x.device()), up_MI = Tensor::empty_like(gate_MI);
-  expert_matmuls(profile::Phase::Forward,
-                 {{x, gate, true, gate_MI, 0.0, plan.token_of}, {x, up, true, up_MI, 0.0, plan.token_of}}, plan);
+  Tensor gate_up_M2I = Tensor::empty({M, 2 * I}, x.dtype(), x.device());
+  expert_matmuls(profile::Phase::Forward, {{x, gate_up, true, gate_up_M2I, 0.0, plan.token_of}}, plan);
   Tensor out = Tensor::empty_like(x);
-  // Under mixed precision the SwiGLU writes the bf16 copies of its inputs that the node keeps, and h, which
+  // Under mixed precision the SwiGLU writes the bf16 copy of its input that the node keeps, and h, which
   // only the down projection's GEMM reads, in bf16.
-  const Tensor gate_kept = kept_copy_to_fill(gate_MI), up_kept = kept_copy_to_fill(up_MI);
+  const Tensor gate_up_kept = kept_copy_to_fill(gate_up_M2I);
   {
-    Tensor h_MI = Tensor::empty(gate_MI.shape(), gemm_operand_dtype(gate_MI), gate_MI.device());
-    kernels::swiglu(gate_MI, up_MI, h_MI, gate_kept, up_kept);
+    Tensor h_MI = Tensor::empty({M, I}, gemm_operand_dtype(gate_up_M2I), x.device());
+    kernels::swiglu(gate_up_M2I, h_MI, gate_up_kept);
     Tensor y_MH = Tensor::empty({M, H}, x.dtype(), x.device());
     expert_matmuls(profile::Phase::Forward, {{h_MI, down, true, y_MH, 0.0}}, plan);
     kernels::combine_rows(y_MH, w, plan.position_of, out);
@@ -128,14 +115,12 @@ Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchP
   if (grad_enabled()) {
     node->saved_x_NH = SavedTensor::input(x_NH);
     node->w_NK = w;
-    node->gate_EIH = gate;
-    node->up_EIH = up;
+    node->gate_up_E2IH = gate_up;
     node->down_EHI = down;
-    node->saved_gate_MI = SavedTensor::activation(gate_MI, gate_kept);
-    node->saved_up_MI = SavedTensor::activation(up_MI, up_kept);
+    node->saved_gate_up_M2I = SavedTensor::activation(gate_up_M2I, gate_up_kept);
     node->plan = plan;
   }
-  return make_result(out, node, {x_NH, w_NK, gate_EIH, up_EIH, down_EHI});
+  return make_result(out, node, {x_NH, w_NK, gate_up_E2IH, down_EHI});
 }
 
 }  // namespace lt

@@ -8,7 +8,11 @@ namespace lt {
 
 // ---- Linear -----------------------------------------------------------------------------------
 Linear::Linear(int64_t in_features, int64_t out_features, double init_std, Rng& rng)
-    : weight_(add_parameter("weight", init_normal({out_features, in_features}, init_std, rng), true)) {}
+    : Linear(init_normal({out_features, in_features}, init_std, rng)) {}
+
+Linear::Linear(Tensor weight) : weight_(add_parameter("weight", std::move(weight), true)) {
+  LT_CHECK(weight_.value().ndim() == 2, "Linear: weight must be [out, in], got ", weight_.value().str());
+}
 
 Variable Linear::forward(const Variable& x, const Variable& addend) const {
   const int64_t in = weight_.dim(1), out = weight_.dim(0);
@@ -40,13 +44,30 @@ AddRmsNorm RMSNorm::forward(const Variable& x, const Variable& addend) const {
 }
 
 // ---- SwiGLU MLP -------------------------------------------------------------------------------
+Tensor init_gate_up(const Shape& shape_IH, double init_std, Rng& rng) {
+  LT_CHECK(shape_IH.size() >= 2, "init_gate_up: expected [..., I, H], got ", shape_str(shape_IH));
+  const Tensor gate = init_normal(shape_IH, init_std, rng), up = init_normal(shape_IH, init_std, rng);
+  Shape fused_shape = shape_IH;
+  fused_shape[fused_shape.size() - 2] *= 2;
+  Tensor fused = Tensor::empty(fused_shape);
+  const int64_t matrix = shape_IH[shape_IH.size() - 2] * shape_IH.back();
+  const Tensor gate_rows = gate.reshape({-1, matrix}), up_rows = up.reshape({-1, matrix});
+  const Tensor fused_rows = fused.reshape({-1, 2, matrix});
+  for (int64_t m = 0; m < gate_rows.dim(0); ++m) {
+    Tensor halves = fused_rows.narrow(m, 1).reshape({2, matrix});
+    halves.narrow(0, 1).copy_from(gate_rows.narrow(m, 1));
+    halves.narrow(1, 1).copy_from(up_rows.narrow(m, 1));
+  }
+  return fused;
+}
+
 SwiGLUMLP::SwiGLUMLP(int64_t hidden, int64_t intermediate, double init_std, Rng& rng)
-    : gate_proj_(add_module("gate_proj", std::make_unique<Linear>(hidden, intermediate, init_std, rng))),
-      up_proj_(add_module("up_proj", std::make_unique<Linear>(hidden, intermediate, init_std, rng))),
+    : gate_up_proj_(add_module("gate_up_proj",
+                               std::make_unique<Linear>(init_gate_up({intermediate, hidden}, init_std, rng)))),
       down_proj_(add_module("down_proj", std::make_unique<Linear>(intermediate, hidden, init_std, rng))) {}
 
 Variable SwiGLUMLP::forward(const Variable& x, const Variable& addend) const {
-  return down_proj_.forward(swiglu(gate_proj_.forward(x), up_proj_.forward(x)), addend);
+  return down_proj_.forward(swiglu(gate_up_proj_.forward(x)), addend);
 }
 
 // ---- Attention --------------------------------------------------------------------------------

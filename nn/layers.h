@@ -12,6 +12,7 @@ namespace lt {
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, double init_std, Rng& rng);
+  explicit Linear(Tensor weight);  // weight [out, in], as drawn by the caller
   // x [..., in] -> [..., out]. With an addend of the output's shape, addend + x W^T, the sum taken as the
   // GEMM writes its result (matmul_add): a residual connection without a pass of its own.
   Variable forward(const Variable& x, const Variable& addend = Variable()) const;
@@ -44,16 +45,22 @@ class RMSNorm : public Module {
   double eps_;
 };
 
-// down(silu(gate(x)) * up(x)): dense layers, the shared expert. With an addend (x's shape), that plus
-// the MLP's output, summed by the down projection (Linear::forward).
+// The weight of a fused gate and up projection, [..., 2I, H]: each matrix's first I rows the gate's, its
+// last I the up projection's, so that one GEMM yields both ([..., 2I] outputs, as swiglu takes them). Drawn
+// as two separate projections of `shape_IH` ([..., I, H]) would be, gate first: the same values, whichever
+// layout holds them. model/hf_names.cpp splits it into the Hugging Face gate_proj and up_proj.
+Tensor init_gate_up(const Shape& shape_IH, double init_std, Rng& rng);
+
+// down(silu(gate(x)) * up(x)), gate and up one projection `gate_up_proj` [2I, H]: dense layers, the shared
+// expert. With an addend (x's shape), that plus the MLP's output, summed by the down projection
+// (Linear::forward).
 class SwiGLUMLP : public Module {
  public:
   SwiGLUMLP(int64_t hidden, int64_t intermediate, double init_std, Rng& rng);
   Variable forward(const Variable& x, const Variable& addend = Variable()) const;
 
  private:
-  Linear& gate_proj_;
-  Linear& up_proj_;
+  Linear& gate_up_proj_;
   Linear& down_proj_;
 };
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -41,6 +42,39 @@ void expect_close(const std::vector<T>& actual, const std::vector<T>& expected, 
 inline Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype = DType::F32, double std = 1.0) {
   Rng rng(seed);
   return Tensor::randn(shape, rng, std, dtype);
+}
+
+// first [..., C] and second [..., C] side by side as one [..., 2C] (a fused gate_up, as swiglu takes it),
+// on first's device and in its dtype.
+inline Tensor side_by_side(const Tensor& first, const Tensor& second) {
+  const Tensor a = first.to(Device::cpu()), b = second.to(Device::cpu());
+  const int64_t C = a.dim(-1), rows = C == 0 ? 0 : a.numel() / C;
+  const size_t row_bytes = static_cast<size_t>(C) * dtype_size(a.dtype());
+  Shape shape = a.shape();
+  shape.back() *= 2;
+  Tensor out = Tensor::empty(shape, a.dtype());
+  auto* o = static_cast<char*>(out.raw_data());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(o + 2 * r * row_bytes, static_cast<const char*>(a.raw_data()) + r * row_bytes, row_bytes);
+    std::memcpy(o + (2 * r + 1) * row_bytes, static_cast<const char*>(b.raw_data()) + r * row_bytes, row_bytes);
+  }
+  return out.to(first.device());
+}
+
+// The two halves of t's last dimension [..., 2C], as tensors [..., C] of their own (on the CPU).
+inline std::pair<Tensor, Tensor> halves(const Tensor& t) {
+  const Tensor x = t.to(Device::cpu());
+  const int64_t C = x.dim(-1) / 2, rows = C == 0 ? 0 : x.numel() / (2 * C);
+  const size_t row_bytes = static_cast<size_t>(C) * dtype_size(x.dtype());
+  Shape shape = x.shape();
+  shape.back() = C;
+  Tensor first = Tensor::empty(shape, x.dtype()), second = Tensor::empty(shape, x.dtype());
+  const auto* in = static_cast<const char*>(x.raw_data());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(static_cast<char*>(first.raw_data()) + r * row_bytes, in + 2 * r * row_bytes, row_bytes);
+    std::memcpy(static_cast<char*>(second.raw_data()) + r * row_bytes, in + (2 * r + 1) * row_bytes, row_bytes);
+  }
+  return {first, second};
 }
 
 }  // namespace lt::test

@@ -19,15 +19,15 @@ struct SiluNode : Node {
 };
 
 struct SwigluNode : Node {
-  SavedTensor saved_gate, saved_up;
+  SavedTensor saved_gate_up;
   const char* name() const override { return "swiglu"; }
-  // Gate and up as kept: the kernel widens bf16 copies as it reads them.
+  // gate_up as kept: the kernel widens a bf16 copy as it reads it. The gradient, in one pass, feeds the
+  // fused projection's GEMMs: bf16 under mixed precision where only they read it (input_gradient_dtype).
   std::vector<Tensor> backward(const Tensor& g) override {
-    const Tensor &gate = saved_gate.stored(), &up = saved_up.stored();
-    // One pass yields both gradients; the one no input needs is dropped.
-    Tensor dgate = Tensor::empty_like(g), dup = Tensor::empty_like(g);
-    kernels::swiglu_backward(gate, up, g, dgate, dup);
-    return {needs_grad(0) ? dgate : Tensor(), needs_grad(1) ? dup : Tensor()};
+    const Tensor& gate_up = saved_gate_up.stored();
+    Tensor dgate_up = Tensor::empty(gate_up.shape(), input_gradient_dtype(*this, 0, g), g.device());
+    kernels::swiglu_backward(gate_up, g, dgate_up);
+    return {dgate_up};
   }
 };
 
@@ -42,19 +42,20 @@ Variable silu(const Variable& x) {
   return make_result(y, node, {x});
 }
 
-Variable swiglu(const Variable& gate, const Variable& up) {
+Variable swiglu(const Variable& gate_up) {
   LT_PROFILE_SCOPE("swiglu");
-  Tensor y = Tensor::empty_like(gate.value());
-  // Under mixed precision the kernel writes the bf16 copies that the node keeps, and y's for the down
+  const Tensor& gu = gate_up.value();
+  LT_CHECK(gu.ndim() >= 1 && gu.dim(-1) % 2 == 0, "swiglu: gate_up must end in an even dimension, got ", gu.str());
+  Shape y_shape = gu.shape();
+  y_shape.back() /= 2;
+  Tensor y = Tensor::empty(y_shape, gu.dtype(), gu.device());
+  // Under mixed precision the kernel writes the bf16 copy that the node keeps, and y's for the down
   // projection that reads y.
-  const Tensor gate_kept = kept_copy_to_fill(gate), up_kept = kept_copy_to_fill(up), y_kept = kept_copy_to_fill(y);
-  kernels::swiglu(gate.value(), up.value(), y, gate_kept, up_kept, y_kept);
+  const Tensor gate_up_kept = kept_copy_to_fill(gate_up), y_kept = kept_copy_to_fill(y);
+  kernels::swiglu(gu, y, gate_up_kept, y_kept);
   auto node = std::make_shared<SwigluNode>();
-  if (grad_enabled()) {
-    node->saved_gate = SavedTensor::input(gate);
-    node->saved_up = SavedTensor::input(up);
-  }
-  Variable result = make_result(y, node, {gate, up});
+  if (grad_enabled()) node->saved_gate_up = SavedTensor::input(gate_up);
+  Variable result = make_result(y, node, {gate_up});
   keep_copy(result, y_kept);
   return result;
 }

@@ -31,32 +31,61 @@ HWY_INLINE V Sigmoid(D d, V x) {
   return hn::Div(hn::IfThenElse(hn::Ge(x, hn::Zero(d)), one, e), hn::Add(one, e));
 }
 
-// Runs `body` (kIn input vectors -> kOut output vectors) over n elements, split across threads.
+// Runs `body` (kIn input vectors -> kOut output vectors) over elements [begin, end) of the arrays.
+template <size_t kIn, size_t kOut, class T, class Body>
+void MapRange(const std::array<const T*, kIn>& in, const std::array<T*, kOut>& out, int64_t begin, int64_t end,
+              const Body& body) {
+  const hn::ScalableTag<T> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  std::array<V, kIn> args;
+  int64_t i = begin;
+  for (; i + lanes <= end; i += lanes) {
+    for (size_t k = 0; k < kIn; ++k) args[k] = hn::LoadU(d, in[k] + i);
+    const std::array<V, kOut> results = body(d, args);
+    for (size_t k = 0; k < kOut; ++k) hn::StoreU(results[k], d, out[k] + i);
+  }
+  if (i == end) return;
+  const int64_t count = end - i;
+  T padded[HWY_LANES(T)];
+  for (size_t k = 0; k < kIn; ++k) {
+    std::fill(padded, padded + lanes, T(0));
+    std::copy(in[k] + i, in[k] + end, padded);
+    args[k] = hn::LoadU(d, padded);
+  }
+  const std::array<V, kOut> results = body(d, args);
+  for (size_t k = 0; k < kOut; ++k) {
+    hn::StoreU(results[k], d, padded);
+    std::copy(padded, padded + count, out[k] + i);
+  }
+}
+
+// Runs `body` over n elements, split across threads.
 template <size_t kIn, size_t kOut, class T, class Body>
 void MapVectors(const std::array<const T*, kIn>& in, const std::array<T*, kOut>& out, int64_t n, const Body& body) {
-  parallel_for(n, 1 << 14, [&](int64_t begin, int64_t end) {
-    const hn::ScalableTag<T> d;
-    using V = hn::Vec<decltype(d)>;
-    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-    std::array<V, kIn> args;
-    int64_t i = begin;
-    for (; i + lanes <= end; i += lanes) {
-      for (size_t k = 0; k < kIn; ++k) args[k] = hn::LoadU(d, in[k] + i);
-      const std::array<V, kOut> results = body(d, args);
-      for (size_t k = 0; k < kOut; ++k) hn::StoreU(results[k], d, out[k] + i);
-    }
-    if (i == end) return;
-    const int64_t count = end - i;
-    T padded[HWY_LANES(T)];
-    for (size_t k = 0; k < kIn; ++k) {
-      std::fill(padded, padded + lanes, T(0));
-      std::copy(in[k] + i, in[k] + end, padded);
-      args[k] = hn::LoadU(d, padded);
-    }
-    const std::array<V, kOut> results = body(d, args);
-    for (size_t k = 0; k < kOut; ++k) {
-      hn::StoreU(results[k], d, padded);
-      std::copy(padded, padded + count, out[k] + i);
+  parallel_for(n, 1 << 14, [&](int64_t begin, int64_t end) { MapRange(in, out, begin, end, body); });
+}
+
+// An array of rows: row r of C elements starts at base + r * stride (a half of a fused gate_up row has
+// stride 2C, a plain row C).
+template <class P>
+struct Rows {
+  P base;
+  int64_t stride;
+};
+
+// Runs `body` over C elements of each of R rows, rows split across threads.
+template <size_t kIn, size_t kOut, class T, class Body>
+void MapRowVectors(const std::array<Rows<const T*>, kIn>& in, const std::array<Rows<T*>, kOut>& out, int64_t R,
+                   int64_t C, const Body& body) {
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(C, 1));
+  parallel_for(R, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      std::array<const T*, kIn> in_row;
+      std::array<T*, kOut> out_row;
+      for (size_t k = 0; k < kIn; ++k) in_row[k] = in[k].base + r * in[k].stride;
+      for (size_t k = 0; k < kOut; ++k) out_row[k] = out[k].base + r * out[k].stride;
+      MapRange(in_row, out_row, 0, C, body);
     }
   });
 }
@@ -82,21 +111,24 @@ void SiluBackwardT(const T* x, const T* dy, T* dx, int64_t n) {
   });
 }
 
+// gate_up: R rows of [gate (C) | up (C)], y: R rows of C.
 template <class T>
-void SwigluT(const T* gate, const T* up, T* y, int64_t n) {
-  MapVectors<2, 1, T>({gate, up}, {y}, n, [](auto d, const auto& v) {
-    return std::array{hn::Mul(hn::Mul(v[0], Sigmoid(d, v[0])), v[1])};
-  });
+void SwigluT(const T* gate_up, T* y, int64_t R, int64_t C) {
+  MapRowVectors<2, 1, T>({Rows<const T*>{gate_up, 2 * C}, Rows<const T*>{gate_up + C, 2 * C}}, {Rows<T*>{y, C}}, R, C,
+                         [](auto d, const auto& v) {
+                           return std::array{hn::Mul(hn::Mul(v[0], Sigmoid(d, v[0])), v[1])};
+                         });
 }
 
-// y = silu(g) u: dgate = dy u silu'(g), dup = dy silu(g).
+// y = silu(g) u: dgate = dy u silu'(g), dup = dy silu(g), into dgate_up's halves.
 template <class T>
-void SwigluBackwardT(const T* gate, const T* up, const T* dy, T* dgate, T* dup, int64_t n) {
-  MapVectors<3, 2, T>({gate, up, dy}, {dgate, dup}, n, [](auto d, const auto& v) {
-    const auto s = Sigmoid(d, v[0]);
-    return std::array{hn::Mul(hn::Mul(v[2], v[1]), SiluDerivative(d, v[0], s)),
-                      hn::Mul(v[2], hn::Mul(v[0], s))};
-  });
+void SwigluBackwardT(const T* gate_up, const T* dy, T* dgate_up, int64_t R, int64_t C) {
+  MapRowVectors<3, 2, T>({Rows<const T*>{gate_up, 2 * C}, Rows<const T*>{gate_up + C, 2 * C}, Rows<const T*>{dy, C}},
+                         {Rows<T*>{dgate_up, 2 * C}, Rows<T*>{dgate_up + C, 2 * C}}, R, C, [](auto d, const auto& v) {
+                           const auto s = Sigmoid(d, v[0]);
+                           return std::array{hn::Mul(hn::Mul(v[2], v[1]), SiluDerivative(d, v[0], s)),
+                                             hn::Mul(v[2], hn::Mul(v[0], s))};
+                         });
 }
 
 // swiglu_combine_backward (tensor/kernels.h): per assignment, its row of C values in vectors, the last
@@ -105,44 +137,48 @@ void SwigluBackwardT(const T* gate, const T* up, const T* dy, T* dgate, T* dup, 
 // sums its products in Lanes partial sums. Assignment a owns row pos[a] and dw[a], so the assignments
 // split across threads with no two sharing a byte.
 template <class T>
-void SwigluCombineBackwardT(const T* w, const int32_t* pos, int64_t assignments, int64_t C, const T* gate, const T* up,
-                            T* t, T* h, T* dup, T* dw) {
+void SwigluCombineBackwardT(const T* w, const int32_t* pos, int64_t assignments, int64_t C, const T* gate_up,
+                            const T* t, T* h, T* dgate_up, T* dw) {
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 12) / std::max<int64_t>(C, 1));
   parallel_for(assignments, grain, [&](int64_t begin, int64_t end) {
     const hn::ScalableTag<T> d;
     using V = hn::Vec<decltype(d)>;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
     for (int64_t a = begin; a < end; ++a) {
-      const int64_t row = static_cast<int64_t>(pos[a]) * C;
+      const int64_t m = pos[a];
+      const T* gate = gate_up + m * 2 * C;
+      const T* up = gate + C;
+      const T* t_m = t + m * C;
+      T* h_m_out = h + m * C;
+      T* dgate = dgate_up + m * 2 * C;
+      T* dup = dgate + C;
       const V weight = hn::Set(d, w[a]);
       V dot = hn::Zero(d);
-      // h_m, dgate and dup of one vector: into h, t and dup at `out` (the row's, or the padded copies').
-      auto step = [&](V g, V u, V dh_unweighted, T* h_out, T* t_out, T* dup_out) {
+      // h_m, dgate and dup of one vector: into h, dgate and dup at `out` (the row's, or the padded copies').
+      auto step = [&](V g, V u, V dh_unweighted, T* h_out, T* dgate_out, T* dup_out) {
         const V s = Sigmoid(d, g);
         const V silu = hn::Mul(g, s);
         const V h_m = hn::Mul(silu, u);
         dot = hn::MulAdd(dh_unweighted, h_m, dot);
         const V dy = hn::Mul(dh_unweighted, weight);
         hn::StoreU(hn::Mul(h_m, weight), d, h_out);
-        hn::StoreU(hn::Mul(hn::Mul(dy, u), SiluDerivative(d, g, s)), d, t_out);
+        hn::StoreU(hn::Mul(hn::Mul(dy, u), SiluDerivative(d, g, s)), d, dgate_out);
         hn::StoreU(hn::Mul(dy, silu), d, dup_out);
       };
       int64_t c = 0;
-      for (; c + lanes <= C; c += lanes) {
-        const int64_t i = row + c;
-        step(hn::LoadU(d, gate + i), hn::LoadU(d, up + i), hn::LoadU(d, t + i), h + i, t + i, dup + i);
-      }
+      for (; c + lanes <= C; c += lanes)
+        step(hn::LoadU(d, gate + c), hn::LoadU(d, up + c), hn::LoadU(d, t_m + c), h_m_out + c, dgate + c, dup + c);
       if (c < C) {
-        const int64_t count = C - c, i = row + c;
+        const int64_t count = C - c;
         T g[HWY_LANES(T)] = {}, u[HWY_LANES(T)] = {}, dh[HWY_LANES(T)] = {};
-        T h_part[HWY_LANES(T)], t_part[HWY_LANES(T)], dup_part[HWY_LANES(T)];
-        std::copy(gate + i, gate + i + count, g);
-        std::copy(up + i, up + i + count, u);
-        std::copy(t + i, t + i + count, dh);
-        step(hn::LoadU(d, g), hn::LoadU(d, u), hn::LoadU(d, dh), h_part, t_part, dup_part);
-        std::copy(h_part, h_part + count, h + i);
-        std::copy(t_part, t_part + count, t + i);
-        std::copy(dup_part, dup_part + count, dup + i);
+        T h_part[HWY_LANES(T)], dgate_part[HWY_LANES(T)], dup_part[HWY_LANES(T)];
+        std::copy(gate + c, gate + C, g);
+        std::copy(up + c, up + C, u);
+        std::copy(t_m + c, t_m + C, dh);
+        step(hn::LoadU(d, g), hn::LoadU(d, u), hn::LoadU(d, dh), h_part, dgate_part, dup_part);
+        std::copy(h_part, h_part + count, h_m_out + c);
+        std::copy(dgate_part, dgate_part + count, dgate + c);
+        std::copy(dup_part, dup_part + count, dup + c);
       }
       if (dw != nullptr) dw[a] = hn::GetLane(hn::SumOfLanes(d, dot));
     }
@@ -158,24 +194,22 @@ void SiluBackwardKernel(DType dtype, const void* x, const void* dy, void* dx, in
                   SiluBackwardT<T>(static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), n));
 }
 
-void SwigluKernel(DType dtype, const void* gate, const void* up, void* y, int64_t n) {
-  LT_FLOAT_SWITCH(dtype, T,
-                  SwigluT<T>(static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(y), n));
+void SwigluKernel(DType dtype, const void* gate_up, void* y, int64_t R, int64_t C) {
+  LT_FLOAT_SWITCH(dtype, T, SwigluT<T>(static_cast<const T*>(gate_up), static_cast<T*>(y), R, C));
 }
 
-void SwigluBackwardKernel(DType dtype, const void* gate, const void* up, const void* dy, void* dgate, void* dup,
-                          int64_t n) {
+void SwigluBackwardKernel(DType dtype, const void* gate_up, const void* dy, void* dgate_up, int64_t R, int64_t C) {
   LT_FLOAT_SWITCH(dtype, T,
-                  SwigluBackwardT<T>(static_cast<const T*>(gate), static_cast<const T*>(up),
-                                     static_cast<const T*>(dy), static_cast<T*>(dgate), static_cast<T*>(dup), n));
+                  SwigluBackwardT<T>(static_cast<const T*>(gate_up), static_cast<const T*>(dy),
+                                     static_cast<T*>(dgate_up), R, C));
 }
 
 void SwigluCombineBackwardKernel(DType dtype, const void* w, const int32_t* pos, int64_t assignments, int64_t C,
-                                 const void* gate, const void* up, void* t, void* h, void* dup, void* dw) {
+                                 const void* gate_up, const void* t, void* h, void* dgate_up, void* dw) {
   LT_FLOAT_SWITCH(dtype, T,
-                  SwigluCombineBackwardT<T>(static_cast<const T*>(w), pos, assignments, C, static_cast<const T*>(gate),
-                                            static_cast<const T*>(up), static_cast<T*>(t), static_cast<T*>(h),
-                                            static_cast<T*>(dup), static_cast<T*>(dw)));
+                  SwigluCombineBackwardT<T>(static_cast<const T*>(w), pos, assignments, C,
+                                            static_cast<const T*>(gate_up), static_cast<const T*>(t),
+                                            static_cast<T*>(h), static_cast<T*>(dgate_up), static_cast<T*>(dw)));
 }
 
 }  // namespace lt::cpu::HWY_NAMESPACE
@@ -197,22 +231,23 @@ void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   HWY_DYNAMIC_DISPATCH(SiluBackwardKernel)(x.dtype(), x.raw_data(), dy.raw_data(), dx.raw_data(), x.numel());
 }
 
-// Never asked for bf16 copies: autograd keeps them on a GPU only.
 // The bf16 copies and bf16 GEMM operands are a GPU's (the front door's check_kept refuses them here).
-void swiglu(const Tensor& gate, const Tensor& up, Tensor& y, const Tensor&, const Tensor&, const Tensor&) {
-  HWY_DYNAMIC_DISPATCH(SwigluKernel)(gate.dtype(), gate.raw_data(), up.raw_data(), y.raw_data(), gate.numel());
+void swiglu(const Tensor& gate_up, Tensor& y, const Tensor&, const Tensor&) {
+  const int64_t C = y.dim(-1);
+  HWY_DYNAMIC_DISPATCH(SwigluKernel)(gate_up.dtype(), gate_up.raw_data(), y.raw_data(), C == 0 ? 0 : y.numel() / C, C);
 }
 
-void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup) {
-  HWY_DYNAMIC_DISPATCH(SwigluBackwardKernel)(gate.dtype(), gate.raw_data(), up.raw_data(), dy.raw_data(),
-                                             dgate.raw_data(), dup.raw_data(), gate.numel());
+void swiglu_backward(const Tensor& gate_up, const Tensor& dy, Tensor& dgate_up) {
+  const int64_t C = dy.dim(-1);
+  HWY_DYNAMIC_DISPATCH(SwigluBackwardKernel)(dy.dtype(), gate_up.raw_data(), dy.raw_data(), dgate_up.raw_data(),
+                                             C == 0 ? 0 : dy.numel() / C, C);
 }
 
-void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate, const Tensor& up, Tensor& t,
-                             Tensor& h, Tensor& dup, Tensor& dw, const Tensor& /*dgate_bf16*/) {
+void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate_up, const Tensor& t, Tensor& h,
+                             Tensor& dgate_up, Tensor& dw) {
   HWY_DYNAMIC_DISPATCH(SwigluCombineBackwardKernel)
-  (t.dtype(), w.raw_data(), pos.data<int32_t>(), w.numel(), t.dim(1), gate.raw_data(), up.raw_data(), t.raw_data(),
-   h.raw_data(), dup.raw_data(), dw.defined() ? dw.raw_data() : nullptr);
+  (t.dtype(), w.raw_data(), pos.data<int32_t>(), w.numel(), t.dim(1), gate_up.raw_data(), t.raw_data(), h.raw_data(),
+   dgate_up.raw_data(), dw.defined() ? dw.raw_data() : nullptr);
 }
 
 }  // namespace lt::cpu

@@ -42,53 +42,53 @@ __global__ void silu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) 
   for (int64_t i = first_index(); i < n; i += grid_stride()) dx[i] = dy[i] * silu_derivative(x[i], sigmoid(x[i]));
 }
 
-// y: T, or bf16 where only GEMMs read it (store_operand). gate16, up16 and y16, where not null, receive
+// gate_up: rows of [gate (C) | up (C)]; element i of y (row i / C, column i % C) reads its gate and up
+// there. y: T, or bf16 where only GEMMs read it (store_operand). gate_up16 and y16, where not null, receive
 // the bf16 copies autograd keeps.
 template <class T, class Y>
-__global__ void swiglu_kernel(const T* gate, const T* up, Y* y, uint16_t* gate16, uint16_t* up16, uint16_t* y16,
-                              int64_t n) {
+__global__ void swiglu_kernel(const T* gate_up, Y* y, uint16_t* gate_up16, uint16_t* y16, int64_t n, int64_t C) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const T g = gate[i], u = up[i], out = g * sigmoid(g) * u;
+    const int64_t row = i / C, at = i + row * C;  // gate's index in gate_up; up's is C on
+    const T g = gate_up[at], u = gate_up[at + C], out = g * sigmoid(g) * u;
     store_operand(y, i, out);
-    if (gate16 != nullptr) gate16[i] = f32_to_bf16(static_cast<float>(g));
-    if (up16 != nullptr) up16[i] = f32_to_bf16(static_cast<float>(u));
+    if (gate_up16 != nullptr) {
+      gate_up16[at] = f32_to_bf16(static_cast<float>(g));
+      gate_up16[at + C] = f32_to_bf16(static_cast<float>(u));
+    }
     if (y16 != nullptr) y16[i] = f32_to_bf16(static_cast<float>(out));
   }
 }
 
-// y = silu(g) u: dgate = dy u silu'(g), dup = dy silu(g). Gate and up as autograd kept them (KG, KU:
-// T, or bf16 copies under mixed precision: kept_value).
-template <class T, class KG, class KU>
-__global__ void swiglu_backward_kernel(const KG* gate, const KU* up, const T* dy, T* dgate, T* dup, int64_t n) {
+// y = silu(g) u: dgate = dy u silu'(g), dup = dy silu(g), into dgate_up's halves. gate_up as autograd kept
+// it (K: T, or its bf16 copy under mixed precision: kept_value); dgate_up as a GEMM operand (D: T, or bf16
+// under mixed precision: store_operand).
+template <class T, class K, class D>
+__global__ void swiglu_backward_kernel(const K* gate_up, const T* dy, D* dgate_up, int64_t n, int64_t C) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const T g = kept_value<T>(gate, i), s = sigmoid(g);
-    dgate[i] = dy[i] * kept_value<T>(up, i) * silu_derivative(g, s);
-    dup[i] = dy[i] * (g * s);
+    const int64_t at = i + (i / C) * C;
+    const T g = kept_value<T>(gate_up, at), u = kept_value<T>(gate_up, at + C), s = sigmoid(g);
+    store_operand(dgate_up, at, dy[i] * u * silu_derivative(g, s));
+    store_operand(dgate_up, at + C, dy[i] * (g * s));
   }
 }
 
-// Assignment a owns row pos[a] of t, h and dup and entry a of dw. Every thread of the block reaches
-// block_sum, whether or not dw is wanted. Gate and up as kept (swiglu_backward_kernel); h, dup and dgate
-// as GEMM operands (KH: T, or bf16 under mixed precision: store_operand), dgate over t where dgate16 is
-// null.
-template <class T, class KG, class KU, class KH>
+// Assignment a owns row pos[a] of h and dgate_up and entry a of dw. Every thread of the block reaches
+// block_sum, whether or not dw is wanted. gate_up as kept (swiglu_backward_kernel); h and dgate_up as GEMM
+// operands (KH: T, or bf16 under mixed precision: store_operand).
+template <class T, class K, class KH>
 __global__ void swiglu_combine_backward_kernel(const T* w, const int32_t* pos, int64_t assignments, int64_t C,
-                                               const KG* gate, const KU* up, T* t, KH* h, KH* dup, T* dw,
-                                               uint16_t* dgate16) {
+                                               const K* gate_up, const T* t, KH* h, KH* dgate_up, T* dw) {
   for (int64_t a = blockIdx.x; a < assignments; a += gridDim.x) {
-    const int64_t row = static_cast<int64_t>(pos[a]) * C;
+    const int64_t m = pos[a], row = m * C, gate_row = 2 * m * C;
     const T weight = w[a];
     double dot = 0;
     for (int64_t c = threadIdx.x; c < C; c += kRowThreads) {
-      const int64_t i = row + c;
-      const T g = kept_value<T>(gate, i), u = kept_value<T>(up, i), dh = t[i];
+      const T g = kept_value<T>(gate_up, gate_row + c), u = kept_value<T>(gate_up, gate_row + C + c), dh = t[row + c];
       const T s = sigmoid(g), silu = g * s, h_m = silu * u, dy = dh * weight;
       dot += static_cast<double>(dh) * static_cast<double>(h_m);
-      store_operand(h, i, h_m * weight);
-      const T dgate = dy * u * silu_derivative(g, s);
-      if (dgate16 != nullptr) dgate16[i] = f32_to_bf16(static_cast<float>(dgate));
-      else t[i] = dgate;
-      store_operand(dup, i, dy * silu);
+      store_operand(h, row + c, h_m * weight);
+      store_operand(dgate_up, gate_row + c, dy * u * silu_derivative(g, s));
+      store_operand(dgate_up, gate_row + C + c, dy * silu);
     }
     const double total = block_sum(dot);
     if (dw != nullptr && threadIdx.x == 0) dw[a] = static_cast<T>(total);
@@ -116,44 +116,41 @@ void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
-void swiglu(const Tensor& gate, const Tensor& up, Tensor& y, const Tensor& gate_kept, const Tensor& up_kept,
-            const Tensor& y_kept) {
-  const int64_t n = gate.numel();
+void swiglu(const Tensor& gate_up, Tensor& y, const Tensor& gate_up_kept, const Tensor& y_kept) {
+  const int64_t n = y.numel(), C = y.dim(-1);
   if (n == 0) return;
-  const DeviceGuard guard(gate.device().index);
+  const DeviceGuard guard(gate_up.device().index);
   auto bits = [](const Tensor& kept) { return kept.defined() ? static_cast<uint16_t*>(kept.raw_data()) : nullptr; };
-  LT_FLOAT_SWITCH(gate.dtype(), T, LT_KEPT_SWITCH(y, T, Y, {
+  LT_FLOAT_SWITCH(gate_up.dtype(), T, LT_KEPT_SWITCH(y, T, Y, {
                     LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, swiglu_kernel<T, Y>)(
-                        gate.data<T>(), up.data<T>(), static_cast<Y*>(y.raw_data()), bits(gate_kept), bits(up_kept),
-                        bits(y_kept), n);
+                        gate_up.data<T>(), static_cast<Y*>(y.raw_data()), bits(gate_up_kept), bits(y_kept), n, C);
                   }));
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
-void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup) {
-  const int64_t n = dy.numel();
+void swiglu_backward(const Tensor& gate_up, const Tensor& dy, Tensor& dgate_up) {
+  const int64_t n = dy.numel(), C = dy.dim(-1);
   if (n == 0) return;
   const DeviceGuard guard(dy.device().index);
-  LT_FLOAT_SWITCH(dy.dtype(), T, LT_KEPT_SWITCH(gate, T, KG, LT_KEPT_SWITCH(up, T, KU, {
-                    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, swiglu_backward_kernel<T, KG, KU>)(
-                        static_cast<const KG*>(gate.raw_data()), static_cast<const KU*>(up.raw_data()), dy.data<T>(),
-                        dgate.data<T>(), dup.data<T>(), n);
+  LT_FLOAT_SWITCH(dy.dtype(), T, LT_KEPT_SWITCH(gate_up, T, K, LT_KEPT_SWITCH(dgate_up, T, D, {
+                    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, swiglu_backward_kernel<T, K, D>)(
+                        static_cast<const K*>(gate_up.raw_data()), dy.data<T>(), static_cast<D*>(dgate_up.raw_data()),
+                        n, C);
                   })));
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
-void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate, const Tensor& up, Tensor& t,
-                             Tensor& h, Tensor& dup, Tensor& dw, const Tensor& dgate_bf16) {
+void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate_up, const Tensor& t, Tensor& h,
+                             Tensor& dgate_up, Tensor& dw) {
   const int64_t assignments = w.numel(), C = t.dim(1);
   if (assignments == 0) return;
   const DeviceGuard guard(t.device().index);
-  uint16_t* dgate16 = dgate_bf16.defined() ? static_cast<uint16_t*>(dgate_bf16.raw_data()) : nullptr;
-  LT_FLOAT_SWITCH(t.dtype(), T, LT_KEPT_SWITCH(gate, T, KG, LT_KEPT_SWITCH(up, T, KU, LT_KEPT_SWITCH(h, T, KH, {
-                    LT_CUDA_LAUNCH(row_blocks(assignments), kRowThreads, swiglu_combine_backward_kernel<T, KG, KU, KH>)
-                    (w.data<T>(), pos.data<int32_t>(), assignments, C, static_cast<const KG*>(gate.raw_data()),
-                     static_cast<const KU*>(up.raw_data()), t.data<T>(), static_cast<KH*>(h.raw_data()),
-                     static_cast<KH*>(dup.raw_data()), dw.defined() ? dw.data<T>() : nullptr, dgate16);
-                  }))));
+  LT_FLOAT_SWITCH(t.dtype(), T, LT_KEPT_SWITCH(gate_up, T, K, LT_KEPT_SWITCH(h, T, KH, {
+                    LT_CUDA_LAUNCH(row_blocks(assignments), kRowThreads, swiglu_combine_backward_kernel<T, K, KH>)
+                    (w.data<T>(), pos.data<int32_t>(), assignments, C, static_cast<const K*>(gate_up.raw_data()),
+                     t.data<T>(), static_cast<KH*>(h.raw_data()), static_cast<KH*>(dgate_up.raw_data()),
+                     dw.defined() ? dw.data<T>() : nullptr);
+                  })));
   LT_CUDA_CHECK(cudaGetLastError());
 }
 

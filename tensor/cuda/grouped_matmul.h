@@ -1,6 +1,6 @@
 // The definitions of lt::cuda::grouped_matmuls and grouped_weight_grads: one grouped GEMM
 // (cuda::grouped_gemm, a single cuBLAS call) per product, or per pair of products that neither reads nor
-// writes what the other writes (gate and up), whose problems are the experts with rows, in expert order.
+// writes what the other writes, whose problems are the experts with rows, in expert order.
 // Included by exactly one file of a program: tensor/cuda/gemm.cu, or tests/cuda/emulated_gpu.cpp where
 // that stands in for the backend (after tensor/cuda/emulation.h, which then runs the kernel below).
 //
@@ -22,7 +22,7 @@
 namespace lt::cuda {
 namespace {
 
-// The products one grouped call takes together: gate and up, forward and in their weight gradients.
+// The products one grouped call takes together (two independent products over the same segments).
 constexpr int64_t kMaxParts = 2;
 
 // How an operand steps, in elements: per expert (a stacked weight) and per row (a segment's rows).

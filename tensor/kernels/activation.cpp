@@ -22,34 +22,34 @@ void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   cpu::silu_backward(x, dy, dx);
 }
 
-void swiglu(const Tensor& gate, const Tensor& up, Tensor& y, const Tensor& gate_kept, const Tensor& up_kept,
-            const Tensor& y_kept) {
+void swiglu(const Tensor& gate_up, Tensor& y, const Tensor& gate_up_kept, const Tensor& y_kept) {
   const char* op = "swiglu";
-  check_float(gate, op, "gate");
-  check_same(up, gate, op, "up");
-  check_kept_same(y, gate, op, "y");
-  for (const auto& [kept, what] :
-       {std::pair{&gate_kept, "gate_kept"}, std::pair{&up_kept, "up_kept"}, std::pair{&y_kept, "y_kept"}}) {
-    if (!kept->defined()) continue;
-    check_bf16_copy(*kept, gate, op, what);
+  check_float(gate_up, op, "gate_up");
+  check_gate_up(gate_up, y, gate_up, op, "y");
+  check_outputs_apart(op, {{&y, "y"}}, {{&gate_up, "gate_up"}});
+  if (gate_up_kept.defined()) check_bf16_copy(gate_up_kept, gate_up, op, "gate_up_kept");
+  if (y_kept.defined()) {
+    LT_CHECK(y_kept.dtype() == DType::BF16, op, ": y_kept must be bf16, got ", y_kept.str());
+    check_gate_up(gate_up, y_kept, gate_up, op, "y_kept");
   }
   if constexpr (kCudaBackend) {
-    if (!gate.is_cpu()) return cuda::swiglu(gate, up, y, gate_kept, up_kept, y_kept);
+    if (!gate_up.is_cpu()) return cuda::swiglu(gate_up, y, gate_up_kept, y_kept);
   }
-  cpu::swiglu(gate, up, y, gate_kept, up_kept, y_kept);
+  cpu::swiglu(gate_up, y, gate_up_kept, y_kept);
 }
 
-void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup) {
+void swiglu_backward(const Tensor& gate_up, const Tensor& dy, Tensor& dgate_up) {
   const char* op = "swiglu_backward";
   check_float(dy, op, "dy");
-  check_kept_same(gate, dy, op, "gate");
-  check_kept_same(up, dy, op, "up");
-  check_same(dgate, dy, op, "dgate");
-  check_same(dup, dy, op, "dup");
+  check_kept(gate_up, dy, op, "gate_up");
+  check_gate_up(gate_up, dy, dy, op, "dy");
+  check_kept(dgate_up, dy, op, "dgate_up");
+  check_shape(dgate_up, gate_up.shape(), op, "dgate_up");
+  check_outputs_apart(op, {{&dgate_up, "dgate_up"}}, {{&gate_up, "gate_up"}, {&dy, "dy"}});
   if constexpr (kCudaBackend) {
-    if (!dy.is_cpu()) return cuda::swiglu_backward(gate, up, dy, dgate, dup);
+    if (!dy.is_cpu()) return cuda::swiglu_backward(gate_up, dy, dgate_up);
   }
-  cpu::swiglu_backward(gate, up, dy, dgate, dup);
+  cpu::swiglu_backward(gate_up, dy, dgate_up);
 }
 
 }  // namespace lt::kernels

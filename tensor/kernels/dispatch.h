@@ -70,6 +70,19 @@ inline void check_same(const Tensor& t, const Tensor& ref, const char* op, const
   check_shape(t, ref.shape(), op, what);
 }
 
+// A fused gate and up projection gate_up [..., 2C] (gate in the first C columns, up in the last) and a
+// tensor of its halves' shape [..., C], `half` (check_kept against ref: its dtype may be a kept copy's).
+inline void check_gate_up(const Tensor& gate_up, const Tensor& half, const Tensor& ref, const char* op,
+                          const char* what) {
+  LT_CHECK(gate_up.ndim() >= 1 && gate_up.dim(-1) % 2 == 0, op, ": gate_up must end in an even dimension (gate and up "
+           "side by side), got ", gate_up.str());
+  check_kept(half, ref, op, what);
+  const bool fits = half.ndim() == gate_up.ndim() && half.dim(-1) * 2 == gate_up.dim(-1) &&
+                    half.numel() * 2 == gate_up.numel();
+  LT_CHECK(fits, op, ": ", what, " has shape ", shape_str(half.shape()), ", expected gate_up's ",
+           shape_str(gate_up.shape()), " with its last dimension halved");
+}
+
 // `out`, which the op writes while it still reads `in`, shares no byte with it (their contiguous spans
 // of storage are disjoint): an op summing into its outputs as it goes would read its own partial sums.
 inline void check_disjoint(const Tensor& out, const Tensor& in, const char* op, const char* out_name,

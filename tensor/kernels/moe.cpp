@@ -76,28 +76,26 @@ void combine_rows(const Tensor& y, const Tensor& w, const Tensor& pos, Tensor& o
   cpu::combine_rows(y, w, pos, out, add_to_out);
 }
 
-void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate, const Tensor& up, Tensor& t,
-                             Tensor& h, Tensor& dup, Tensor& dw, const Tensor& dgate_bf16) {
+void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate_up, const Tensor& t, Tensor& h,
+                             Tensor& dgate_up, Tensor& dw) {
   const char* op = "swiglu_combine_backward";
   check_combine(t, w, pos, op);
-  check_kept_same(gate, t, op, "gate");
-  check_kept_same(up, t, op, "up");
+  check_kept(gate_up, t, op, "gate_up");
+  check_gate_up(gate_up, t, t, op, "t");
   check_kept_same(h, t, op, "h");
-  check_kept_same(dup, t, op, "dup");
-  check_outputs_apart(op, {{&t, "t"}, {&h, "h"}, {&dup, "dup"}}, {{&gate, "gate"}, {&up, "up"}, {&w, "w"}});
-  if (dgate_bf16.defined()) {
-    check_bf16_copy(dgate_bf16, t, op, "dgate_bf16");
-    check_outputs_apart(op, {{&dgate_bf16, "dgate_bf16"}},
-                        {{&t, "t"}, {&h, "h"}, {&dup, "dup"}, {&gate, "gate"}, {&up, "up"}, {&w, "w"}});
-  }
+  check_kept(dgate_up, t, op, "dgate_up");
+  check_shape(dgate_up, gate_up.shape(), op, "dgate_up");
+  LT_CHECK(dgate_up.dtype() == h.dtype(), op, ": dgate_up ", dgate_up.str(), " and h ", h.str(),
+           " must share a dtype (both GEMM operands)");
+  check_outputs_apart(op, {{&h, "h"}, {&dgate_up, "dgate_up"}}, {{&gate_up, "gate_up"}, {&t, "t"}, {&w, "w"}});
   if (dw.defined()) {
     check_same(dw, w, op, "dw");
     check_disjoint(dw, w, op, "dw", "w");
   }
   if constexpr (kCudaBackend) {
-    if (!t.is_cpu()) return cuda::swiglu_combine_backward(w, pos, gate, up, t, h, dup, dw, dgate_bf16);
+    if (!t.is_cpu()) return cuda::swiglu_combine_backward(w, pos, gate_up, t, h, dgate_up, dw);
   }
-  cpu::swiglu_combine_backward(w, pos, gate, up, t, h, dup, dw, dgate_bf16);
+  cpu::swiglu_combine_backward(w, pos, gate_up, t, h, dgate_up, dw);
 }
 
 }  // namespace lt::kernels

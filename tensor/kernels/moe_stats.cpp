@@ -167,8 +167,8 @@ int64_t checked_operand_rows(const Tensor& a, const Tensor& rows, const char* op
 }
 
 // The CUDA path multiplies whole matrices (cuBLAS): an operand gathered by row is gathered first, once
-// per distinct operand and index of a call (the gate and up projections, and their weight gradients,
-// read the same x through the same token_of). Under mixed precision an f32 operand is gathered into bf16,
+// per distinct operand and index of a call (two products of one call may read the same x through the same
+// token_of). Under mixed precision an f32 operand is gathered into bf16,
 // the rounding that the GEMM would make in a pass of its own.
 class GatheredCopies {
  public:

@@ -189,14 +189,15 @@ OpCase activation_case(DType dtype, double tolerance) {
               Tensor gate = Tensor::empty(shape, dtype, device);
               kernels::scale(x, 6.0, gate);
               Tensor y = Tensor::empty(shape, dtype, device), dx = Tensor::empty(shape, dtype, device);
-              Tensor glu = Tensor::empty(shape, dtype, device), dgate = Tensor::empty(shape, dtype, device);
-              Tensor dup = Tensor::empty(shape, dtype, device);
+              Tensor glu = Tensor::empty(shape, dtype, device);
               kernels::silu(gate, y);
               kernels::silu_backward(gate, dy, dx);
-              kernels::swiglu(gate, up, glu);
-              kernels::swiglu_backward(gate, up, dy, dgate, dup);
+              const Tensor gate_up = test::side_by_side(gate, up);
+              Tensor dgate_up = Tensor::empty(gate_up.shape(), dtype, device);
+              kernels::swiglu(gate_up, glu);
+              kernels::swiglu_backward(gate_up, dy, dgate_up);
               for (const auto& [what, out] : std::vector<std::pair<std::string, Tensor>>{
-                       {"silu", y}, {"silu dx", dx}, {"swiglu", glu}, {"swiglu dgate", dgate}, {"swiglu dup", dup}})
+                       {"silu", y}, {"silu dx", dx}, {"swiglu", glu}, {"swiglu dgate_up", dgate_up}})
                 outputs.push_back({what + " " + shape_str(shape), out});
             }
             return outputs;
@@ -557,10 +558,10 @@ OpCase moe_case(DType dtype, double tolerance) {
               kernels::combine_rows(y, weights, position, combined);
               Tensor combined_added = input({N, C}, 60, dtype, device);
               kernels::combine_rows(y, weights, position, combined_added, 1.0);
-              const Tensor gate = input({M, C}, 57, dtype, device), up = input({M, C}, 58, dtype, device);
-              Tensor t = input({M, C}, 53, dtype, device), h = Tensor::empty({M, C}, dtype, device);
-              Tensor dup = Tensor::empty({M, C}, dtype, device), dw = Tensor::empty({N, k}, dtype, device);
-              kernels::swiglu_combine_backward(weights, position, gate, up, t, h, dup, dw);
+              const Tensor gate_up = input({M, 2 * C}, 57, dtype, device), t = input({M, C}, 53, dtype, device);
+              Tensor h = Tensor::empty({M, C}, dtype, device), dgate_up = Tensor::empty({M, 2 * C}, dtype, device);
+              Tensor dw = Tensor::empty({N, k}, dtype, device);
+              kernels::swiglu_combine_backward(weights, position, gate_up, t, h, dgate_up, dw);
               // The experts' up projection over the sorted rows, and its weight gradient; then the same
               // from the tokens' rows read through the dispatch (gathered first on the GPU).
               Tensor rows_out = Tensor::empty({M, F}, dtype, device), w_grad = Tensor::empty({E, F, C}, dtype, device);
@@ -596,9 +597,8 @@ OpCase moe_case(DType dtype, double tolerance) {
                                                      {"offsets", as_float(offsets)},
                                                      {"combined", combined},
                                                      {"combined added to out", combined_added},
-                                                     {"dgate", t},
+                                                     {"dgate_up", dgate_up},
                                                      {"h", h},
-                                                     {"dup", dup},
                                                      {"dw", dw},
                                                      {"grouped_matmul", rows_out},
                                                      {"grouped_weight_grad", w_grad},

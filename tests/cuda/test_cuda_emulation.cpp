@@ -290,77 +290,81 @@ TEST(CudaEmulation, ActivationsMatchTheCpuKernels) {
       const Tensor dy = test::random_tensor({n}, 7 + static_cast<uint64_t>(n), dtype);
       auto fresh = [&]() { return Tensor::full({n}, NAN, dtype); };
       Tensor y = fresh(), y_emulated = fresh(), dx = fresh(), dx_emulated = fresh();
-      Tensor glu = fresh(), glu_emulated = fresh(), dgate = fresh(), dgate_emulated = fresh();
-      Tensor dup = fresh(), dup_emulated = fresh();
+      Tensor glu = fresh(), glu_emulated = fresh();
       kernels::silu(gate, y);
       cuda_emulated::silu(gate, y_emulated);
       kernels::silu_backward(gate, dy, dx);
       cuda_emulated::silu_backward(gate, dy, dx_emulated);
-      kernels::swiglu(gate, up, glu);
-      cuda_emulated::swiglu(gate, up, glu_emulated);
-      kernels::swiglu_backward(gate, up, dy, dgate, dup);
-      cuda_emulated::swiglu_backward(gate, up, dy, dgate_emulated, dup_emulated);
+      // Three rows of a fused gate_up (n columns each): the kernel's row / column split at every width.
+      const Tensor gate_up = test::side_by_side(gate.reshape({1, n}), up.reshape({1, n})).reshape({2 * n});
+      const Tensor rows3 = test::side_by_side(test::random_tensor({3, n}, 8, dtype, 4.0),
+                                              test::random_tensor({3, n}, 9, dtype));
+      Tensor dgate_up = Tensor::full({2 * n}, NAN, dtype), dgate_up_emulated = Tensor::full({2 * n}, NAN, dtype);
+      Tensor glu3 = Tensor::full({3, n}, NAN, dtype), glu3_emulated = Tensor::full({3, n}, NAN, dtype);
+      kernels::swiglu(gate_up, glu);
+      cuda_emulated::swiglu(gate_up, glu_emulated);
+      kernels::swiglu(rows3, glu3);
+      cuda_emulated::swiglu(rows3, glu3_emulated);
+      kernels::swiglu_backward(gate_up, dy, dgate_up);
+      cuda_emulated::swiglu_backward(gate_up, dy, dgate_up_emulated);
       const std::string where = std::string(dtype_name(dtype)) + " n " + std::to_string(n);
       test::expect_close(values(y_emulated), values(y), tolerance, tolerance, "silu " + where);
       test::expect_close(values(dx_emulated), values(dx), tolerance, tolerance, "silu dx " + where);
       test::expect_close(values(glu_emulated), values(glu), tolerance, tolerance, "swiglu " + where);
-      test::expect_close(values(dgate_emulated), values(dgate), tolerance, tolerance, "swiglu dgate " + where);
-      test::expect_close(values(dup_emulated), values(dup), tolerance, tolerance, "swiglu dup " + where);
+      test::expect_close(values(glu3_emulated), values(glu3), tolerance, tolerance, "swiglu 3 rows " + where);
+      test::expect_close(values(dgate_up_emulated), values(dgate_up), tolerance, tolerance,
+                         "swiglu dgate_up " + where);
     }
 }
 
-// Under mixed precision the SwiGLU writes the bf16 copies autograd keeps of its inputs (the host's rounding)
-// beside its output, and the backward kernels read gate and up as kept, widening each element as they read
-// it: the same bits as the kernels on the widened f32 tensors.
+// Under mixed precision the SwiGLU writes the bf16 copies autograd keeps of its input and output (the
+// host's rounding) beside its output, and the backward kernels read gate_up as kept, widening each element
+// as they read it: the same bits as the kernels on the widened f32 tensors; their outputs that only GEMMs
+// read, written in bf16, are the roundings of the f32 results.
 TEST(CudaEmulation, SwigluWritesAndItsBackwardsReadKeptBf16Copies) {
   const int64_t N = 5, k = 2, C = 300, M = N * k;
   Tensor gate = Tensor::empty({M, C}, DType::F32);
   kernels::scale(test::random_tensor({M, C}, 71, DType::F32), 6.0, gate);
-  const Tensor up = test::random_tensor({M, C}, 72, DType::F32), dy = test::random_tensor({M, C}, 73, DType::F32);
-  const Tensor gate16 = gate.to(DType::BF16), up16 = up.to(DType::BF16);
+  const Tensor gate_up = test::side_by_side(gate, test::random_tensor({M, C}, 72, DType::F32));
+  const Tensor dy = test::random_tensor({M, C}, 73, DType::F32);
+  const Tensor gate_up16 = gate_up.to(DType::BF16);
   Tensor y = Tensor::empty({M, C}, DType::F32), y_keeping = Tensor::empty({M, C}, DType::F32);
-  Tensor gate_kept = Tensor::empty({M, C}, DType::BF16), up_kept = Tensor::empty({M, C}, DType::BF16);
+  Tensor gate_up_kept = Tensor::empty({M, 2 * C}, DType::BF16);
   Tensor y_kept = Tensor::empty({M, C}, DType::BF16), y_operand = Tensor::empty({M, C}, DType::BF16);
-  cuda_emulated::swiglu(gate, up, y);
-  cuda_emulated::swiglu(gate, up, y_keeping, gate_kept, up_kept, y_kept);
-  cuda_emulated::swiglu(gate, up, y_operand);
+  cuda_emulated::swiglu(gate_up, y);
+  cuda_emulated::swiglu(gate_up, y_keeping, gate_up_kept, y_kept);
+  cuda_emulated::swiglu(gate_up, y_operand);
   expect_same_bits(y_keeping, y, "swiglu keeping copies: y");
-  expect_same_bits(gate_kept, gate16, "swiglu: gate's kept copy");
-  expect_same_bits(up_kept, up16, "swiglu: up's kept copy");
+  expect_same_bits(gate_up_kept, gate_up16, "swiglu: gate_up's kept copy");
   expect_same_bits(y_kept, y.to(DType::BF16), "swiglu: y's kept copy");
   expect_same_bits(y_operand, y.to(DType::BF16), "swiglu: y written as a bf16 GEMM operand");
 
-  const Tensor gate_widened = gate16.to(DType::F32), up_widened = up16.to(DType::F32);
-  auto fresh = [&] { return Tensor::full({M, C}, NAN, DType::F32); };
-  Tensor dgate = fresh(), dup = fresh(), dgate_kept = fresh(), dup_kept = fresh();
-  cuda_emulated::swiglu_backward(gate_widened, up_widened, dy, dgate, dup);
-  cuda_emulated::swiglu_backward(gate16, up16, dy, dgate_kept, dup_kept);
-  expect_same_bits(dgate_kept, dgate, "swiglu_backward dgate");
-  expect_same_bits(dup_kept, dup, "swiglu_backward dup");
+  const Tensor gate_up_widened = gate_up16.to(DType::F32);
+  auto fresh = [&](int64_t columns) { return Tensor::full({M, columns}, NAN, DType::F32); };
+  auto fresh16 = [&](int64_t columns) { return Tensor::full({M, columns}, NAN, DType::BF16); };
+  Tensor dgate_up = fresh(2 * C), dgate_up_kept = fresh(2 * C), dgate_up16 = fresh16(2 * C);
+  cuda_emulated::swiglu_backward(gate_up_widened, dy, dgate_up);
+  cuda_emulated::swiglu_backward(gate_up16, dy, dgate_up_kept);
+  cuda_emulated::swiglu_backward(gate_up16, dy, dgate_up16);
+  expect_same_bits(dgate_up_kept, dgate_up, "swiglu_backward dgate_up");
+  expect_same_bits(dgate_up16, dgate_up.to(DType::BF16), "swiglu_backward dgate_up in bf16");
 
   std::vector<int32_t> order(static_cast<size_t>(M));
   std::iota(order.begin(), order.end(), 0);
   std::reverse(order.begin(), order.end());
   const Tensor pos = Tensor::from_vector<int32_t>({M}, order), w = test::random_tensor({N, k}, 74, DType::F32);
-  Tensor t = dy.clone(), h = fresh(), dup_combined = fresh(), dw = Tensor::full({N, k}, NAN, DType::F32);
-  Tensor t_kept = dy.clone(), h_kept = fresh(), dup_combined_kept = fresh();
-  Tensor dw_kept = Tensor::full({N, k}, NAN, DType::F32);
-  cuda_emulated::swiglu_combine_backward(w, pos, gate_widened, up_widened, t, h, dup_combined, dw);
-  cuda_emulated::swiglu_combine_backward(w, pos, gate16, up16, t_kept, h_kept, dup_combined_kept, dw_kept);
-  expect_same_bits(t_kept, t, "swiglu_combine_backward t");
+  Tensor h = fresh(C), dgate_up_combined = fresh(2 * C), dw = Tensor::full({N, k}, NAN, DType::F32);
+  Tensor h_kept = fresh(C), dgate_up_combined_kept = fresh(2 * C), dw_kept = Tensor::full({N, k}, NAN, DType::F32);
+  cuda_emulated::swiglu_combine_backward(w, pos, gate_up_widened, dy, h, dgate_up_combined, dw);
+  cuda_emulated::swiglu_combine_backward(w, pos, gate_up16, dy, h_kept, dgate_up_combined_kept, dw_kept);
   expect_same_bits(h_kept, h, "swiglu_combine_backward h");
-  expect_same_bits(dup_combined_kept, dup_combined, "swiglu_combine_backward dup");
+  expect_same_bits(dgate_up_combined_kept, dgate_up_combined, "swiglu_combine_backward dgate_up");
   expect_same_bits(dw_kept, dw, "swiglu_combine_backward dw");
 
-  // The operands only the GEMMs read written in bf16: the roundings of the f32 results, t left as it was.
-  auto fresh16 = [&] { return Tensor::full({M, C}, NAN, DType::BF16); };
-  Tensor t_read = dy.clone(), h16 = fresh16(), dup16 = fresh16(), dgate16 = fresh16();
-  Tensor dw_rounded = Tensor::full({N, k}, NAN, DType::F32);
-  cuda_emulated::swiglu_combine_backward(w, pos, gate16, up16, t_read, h16, dup16, dw_rounded, dgate16);
-  expect_same_bits(t_read, dy, "swiglu_combine_backward t, only read");
-  expect_same_bits(dgate16, t.to(DType::BF16), "swiglu_combine_backward dgate in bf16");
+  Tensor h16 = fresh16(C), dgate_up_combined16 = fresh16(2 * C), dw_rounded = Tensor::full({N, k}, NAN, DType::F32);
+  cuda_emulated::swiglu_combine_backward(w, pos, gate_up16, dy, h16, dgate_up_combined16, dw_rounded);
   expect_same_bits(h16, h.to(DType::BF16), "swiglu_combine_backward h in bf16");
-  expect_same_bits(dup16, dup_combined.to(DType::BF16), "swiglu_combine_backward dup in bf16");
+  expect_same_bits(dgate_up_combined16, dgate_up_combined.to(DType::BF16), "swiglu_combine_backward dgate_up in bf16");
   expect_same_bits(dw_rounded, dw, "swiglu_combine_backward dw beside bf16 operands");
 }
 
@@ -1077,17 +1081,17 @@ TEST(CudaEmulation, RouterAndCombineMatchTheCpuKernels) {
           const double tolerance = dtype == DType::F32 ? 1e-5 : 1e-13;
           Tensor gate = Tensor::empty({M, width}, dtype);
           kernels::scale(test::random_tensor({M, width}, 135, dtype), 6.0, gate);  // saturating too
-          const Tensor up = test::random_tensor({M, width}, 136, dtype),
-                       t0 = test::random_tensor({M, width}, 137, dtype);
-          Tensor t = t0.clone(), t_e = t0.clone();
+          const Tensor gate_up = test::side_by_side(gate, test::random_tensor({M, width}, 136, dtype));
+          const Tensor t = test::random_tensor({M, width}, 137, dtype);
           auto fresh = [&](const Shape& shape) { return Tensor::full(shape, NAN, dtype); };
-          Tensor h = fresh({M, width}), h_e = fresh({M, width}), dup = fresh({M, width}), dup_e = fresh({M, width});
+          Tensor h = fresh({M, width}), h_e = fresh({M, width});
+          Tensor dgate_up = fresh({M, 2 * width}), dgate_up_e = fresh({M, 2 * width});
           Tensor dw = fresh({N, k}), dw_e = fresh({N, k});
-          kernels::swiglu_combine_backward(weights, pos, gate, up, t, h, dup, dw);
-          cuda_emulated::swiglu_combine_backward(weights, pos, gate, up, t_e, h_e, dup_e, dw_e);
-          test::expect_close(values(t_e), values(t), tolerance, tolerance, "swiglu_combine_backward dgate " + at);
+          kernels::swiglu_combine_backward(weights, pos, gate_up, t, h, dgate_up, dw);
+          cuda_emulated::swiglu_combine_backward(weights, pos, gate_up, t, h_e, dgate_up_e, dw_e);
+          test::expect_close(values(dgate_up_e), values(dgate_up), tolerance, tolerance,
+                             "swiglu_combine_backward dgate_up " + at);
           test::expect_close(values(h_e), values(h), tolerance, tolerance, "swiglu_combine_backward h " + at);
-          test::expect_close(values(dup_e), values(dup), tolerance, tolerance, "swiglu_combine_backward dup " + at);
           test::expect_close(values(dw_e), values(dw), tolerance, tolerance, "swiglu_combine_backward dw " + at);
         }
       }

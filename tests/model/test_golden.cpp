@@ -49,24 +49,12 @@ std::unique_ptr<LingForCausalLM> golden_model(DType dtype) {
   return model;
 }
 
-// The routed experts' stacked tensors [E, ...] split into the per-expert Hugging Face names, as
-// hf_state_dict does for the values; `of` picks the value or the gradient.
+// The parameters' values or gradients (`of` picks which) under their Hugging Face names (model/hf_names.h).
 template <class Of>
 NamedTensors by_hf_name(LingForCausalLM& model, Of of) {
-  const std::string marker = ".mlp.experts.";
-  NamedTensors out;
-  for (const Parameter& p : model.parameters()) {
-    const Tensor t = of(*p.value);
-    const size_t at = p.name.find(marker);
-    if (at == std::string::npos) {
-      out.emplace_back(p.name, t);
-      continue;
-    }
-    const std::string prefix = p.name.substr(0, at + marker.size()), leaf = p.name.substr(at + marker.size());
-    for (int64_t e = 0; e < t.dim(0); ++e)
-      out.emplace_back(prefix + std::to_string(e) + "." + leaf, t.narrow(e, 1).reshape({t.dim(1), t.dim(2)}));
-  }
-  return out;
+  NamedTensors by_parameter;
+  for (const Parameter& p : model.parameters()) by_parameter.emplace_back(p.name, of(*p.value));
+  return hf_named(by_parameter);
 }
 
 // The largest error of a group of tensors, relative to each tensor's largest expected magnitude:

@@ -92,6 +92,42 @@ TEST(HfNames, ExpertsAreSplitUnderHuggingFaceNames) {
   EXPECT_EQ(shapes.at("model.layers.1.mlp.shared_experts.up_proj.weight"), (Shape{16, 32}));
   EXPECT_EQ(shapes.at("model.norm.weight"), (Shape{32}));
   EXPECT_EQ(shapes.count("model.layers.1.mlp.experts.gate_proj.weight"), 0u);
+  // Gate and up, one fused weight in lingtrain, are apart under their Hugging Face names.
+  EXPECT_EQ(shapes.at("model.layers.0.mlp.up_proj.weight"), (Shape{48, 32}));
+  EXPECT_EQ(shapes.at("model.layers.1.mlp.experts.3.gate_proj.weight"), (Shape{16, 32}));
+  EXPECT_EQ(shapes.at("model.layers.1.mlp.experts.3.up_proj.weight"), (Shape{16, 32}));
+  EXPECT_EQ(shapes.at("model.layers.1.mlp.shared_experts.gate_proj.weight"), (Shape{16, 32}));
+  for (const auto& [name, shape] : shapes) EXPECT_EQ(name.find("gate_up"), std::string::npos) << name;
+}
+
+// The Hugging Face gate_proj and up_proj are the first and the second half of the rows of lingtrain's fused
+// gate_up_proj, expert by expert; and they hold what two separate projections drawn gate first would hold.
+TEST(HfNames, GateAndUpAreTheHalvesOfTheFusedWeight) {
+  LingForCausalLM model(small_config(), 1);
+  std::map<std::string, Tensor> hf;
+  for (const auto& [name, t] : hf_state_dict(model)) hf[name] = t;
+  std::map<std::string, Tensor> params;
+  for (const Parameter& p : model.parameters()) params[p.name] = p.value->value();
+  const Tensor experts = params.at("model.layers.1.mlp.experts.gate_up_proj.weight");  // [E, 2I, H]
+  ASSERT_EQ(experts.shape(), (Shape{4, 32, 32}));
+  const std::vector<float> expert3 = experts.narrow(3, 1).to_vector<float>();
+  const std::vector<float> gate3 = hf.at("model.layers.1.mlp.experts.3.gate_proj.weight").to_vector<float>();
+  const std::vector<float> up3 = hf.at("model.layers.1.mlp.experts.3.up_proj.weight").to_vector<float>();
+  EXPECT_EQ(std::vector<float>(expert3.begin(), expert3.begin() + 16 * 32), gate3);
+  EXPECT_EQ(std::vector<float>(expert3.begin() + 16 * 32, expert3.end()), up3);
+  const Tensor dense = params.at("model.layers.0.mlp.gate_up_proj.weight");  // [2I, H]
+  ASSERT_EQ(dense.shape(), (Shape{96, 32}));
+  EXPECT_EQ(dense.narrow(48, 48).to_vector<float>(), hf.at("model.layers.0.mlp.up_proj.weight").to_vector<float>());
+
+  Rng rng(5), same(5);
+  const Tensor fused = init_gate_up({2, 3, 4}, 0.5, rng);
+  const Tensor gate = init_normal({2, 3, 4}, 0.5, same), up = init_normal({2, 3, 4}, 0.5, same);
+  ASSERT_EQ(fused.shape(), (Shape{2, 6, 4}));
+  for (int64_t e = 0; e < 2; ++e) {
+    const Tensor rows = fused.narrow(e, 1).reshape({6, 4});
+    EXPECT_EQ(rows.narrow(0, 3).to_vector<float>(), gate.narrow(e, 1).to_vector<float>()) << "expert " << e;
+    EXPECT_EQ(rows.narrow(3, 3).to_vector<float>(), up.narrow(e, 1).to_vector<float>()) << "expert " << e;
+  }
 }
 
 TEST(Checkpoint, RoundTripRestoresEveryWeight) {

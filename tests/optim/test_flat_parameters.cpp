@@ -12,7 +12,7 @@ namespace {
 
 TEST(FlatParameters, LayerOfNames) {
   EXPECT_EQ(FlatParameters::layer_of("model.layers.3.attention.dense.weight"), "model.layers.3");
-  EXPECT_EQ(FlatParameters::layer_of("model.layers.12.mlp.experts.gate_proj.weight"), "model.layers.12");
+  EXPECT_EQ(FlatParameters::layer_of("model.layers.12.mlp.experts.gate_up_proj.weight"), "model.layers.12");
   EXPECT_EQ(FlatParameters::layer_of("model.word_embeddings.weight"), "model.word_embeddings");
   EXPECT_EQ(FlatParameters::layer_of("model.norm.weight"), "model.norm");
   EXPECT_EQ(FlatParameters::layer_of("lm_head.weight"), "lm_head");

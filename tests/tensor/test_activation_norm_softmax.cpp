@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -76,15 +77,18 @@ void check_activations(const Tensor& gate, const Tensor& up, const Tensor& dy, c
     dgate[i] = dyv[i] * u[i] * derivative;
     dup[i] = dyv[i] * g[i] * s;
   }
-  Tensor y = Tensor::empty_like(gate), dx = Tensor::empty_like(gate), dg = Tensor::empty_like(gate),
-         du = Tensor::empty_like(gate);
+  Tensor y = Tensor::empty_like(gate), dx = Tensor::empty_like(gate), dg, du;
   kernels::silu(gate, y);
   expect_matches<T>(y, silu, "silu " + what);
   kernels::silu_backward(gate, dy, dx);
   expect_matches<T>(dx, dsilu, "silu_backward " + what);
-  kernels::swiglu(gate, up, y);
+  // gate and up side by side, as the fused projection writes them.
+  const Tensor gate_up = test::side_by_side(gate, up);
+  kernels::swiglu(gate_up, y);
   expect_matches<T>(y, swiglu, "swiglu " + what);
-  kernels::swiglu_backward(gate, up, dy, dg, du);
+  Tensor dgate_up = Tensor::empty_like(gate_up);
+  kernels::swiglu_backward(gate_up, dy, dgate_up);
+  std::tie(dg, du) = test::halves(dgate_up);
   expect_matches<T>(dg, dgate, "swiglu_backward dgate " + what);
   expect_matches<T>(du, dup, "swiglu_backward dup " + what);
 }

@@ -30,7 +30,7 @@ RunResult run_block(uint64_t seed, int64_t B = 2, int64_t T = 33) {
   const Variable norm_w = param({C}, 1.0);
   const Variable w_qkv = param({C, (Hq + 2 * Hkv) * D}, 0.1);
   const Variable w_o = param({C, C}, 0.1);
-  const Variable w_gate = param({C, F}, 0.1), w_up = param({C, F}, 0.1), w_down = param({F, C}, 0.1);
+  const Variable w_gate_up = param({C, 2 * F}, 0.1), w_down = param({F, C}, 0.1);
   const Variable w_router = param({C, E}, 0.1);
   const Variable expert_bias = param({E, C}, 0.1);
   const Variable w_head = param({C, V}, 0.1);
@@ -57,7 +57,7 @@ RunResult run_block(uint64_t seed, int64_t B = 2, int64_t T = 33) {
 
   // Feed-forward: SwiGLU, plus a silu branch so both activations run.
   const Variable x2_NC = reshape(x2_BTC, {B * T, C});
-  const Variable ffn_NC = matmul(swiglu(matmul(x2_NC, w_gate), matmul(x2_NC, w_up)), w_down);
+  const Variable ffn_NC = matmul(swiglu(matmul(x2_NC, w_gate_up)), w_down);
   const Variable x3_NC = add(x2_NC, sub(ffn_NC, scale(silu(x2_NC), 0.1)));
 
   // Routing: softmax -> top-2 -> gathered log-probabilities; a per-expert term gathered by the chosen

@@ -88,7 +88,7 @@ TEST(MoEKernels, CombineRowsSumsEachTokensExpertRowsInSlotOrder) {
   }
 }
 
-// The three passes the fused kernel replaces, in T: h = swiglu(gate, up); per assignment a at row m,
+// The three passes the fused kernel replaces, in T: h = swiglu(gate_up); per assignment a at row m,
 // dw[a] = dot(t[m], h[m]) (here in f64), h[m] *= w[a], t[m] *= w[a]; then swiglu_backward of t.
 template <class T>
 void check_swiglu_combine_backward(DType dtype, int64_t C) {
@@ -98,12 +98,12 @@ void check_swiglu_combine_backward(DType dtype, int64_t C) {
   const Tensor pos = Tensor::from_vector<int32_t>({M}, position);
   Tensor gate = Tensor::empty({M, C}, dtype);
   kernels::scale(random_tensor({M, C}, 34, dtype), 6.0, gate);  // saturating sigmoids too
-  const Tensor up = random_tensor({M, C}, 35, dtype), t0 = random_tensor({M, C}, 36, dtype);
-  const Tensor w = random_tensor({N, k}, 37, dtype);
+  const Tensor gate_up = test::side_by_side(gate, random_tensor({M, C}, 35, dtype));
+  const Tensor t = random_tensor({M, C}, 36, dtype), w = random_tensor({N, k}, 37, dtype);
 
   Tensor h_want = Tensor::empty({M, C}, dtype);
-  kernels::swiglu(gate, up, h_want);
-  Tensor dy = t0.clone();
+  kernels::swiglu(gate_up, h_want);
+  Tensor dy = t.clone();
   std::vector<double> dw_want(M);
   {
     T* hv = h_want.data<T>();
@@ -118,16 +118,17 @@ void check_swiglu_combine_backward(DType dtype, int64_t C) {
       }
     }
   }
-  Tensor dgate_want = Tensor::empty({M, C}, dtype), dup_want = Tensor::empty({M, C}, dtype);
-  kernels::swiglu_backward(gate, up, dy, dgate_want, dup_want);
+  Tensor dgate_up_want = Tensor::empty({M, 2 * C}, dtype);
+  kernels::swiglu_backward(gate_up, dy, dgate_up_want);
 
   for (bool with_dw : {true, false}) {
-    Tensor t = t0.clone(), h = Tensor::full({M, C}, NAN, dtype), dup = Tensor::full({M, C}, NAN, dtype);
+    const Tensor t_before = t.clone();
+    Tensor h = Tensor::full({M, C}, NAN, dtype), dgate_up = Tensor::full({M, 2 * C}, NAN, dtype);
     Tensor dw = with_dw ? Tensor::full({N, k}, NAN, dtype) : Tensor();
-    kernels::swiglu_combine_backward(w, pos, gate, up, t, h, dup, dw);
-    EXPECT_EQ(t.to_vector<T>(), dgate_want.to_vector<T>()) << "dgate, C " << C;
+    kernels::swiglu_combine_backward(w, pos, gate_up, t, h, dgate_up, dw);
+    EXPECT_EQ(dgate_up.to_vector<T>(), dgate_up_want.to_vector<T>()) << "dgate_up, C " << C;
     EXPECT_EQ(h.to_vector<T>(), h_want.to_vector<T>()) << "h, C " << C;
-    EXPECT_EQ(dup.to_vector<T>(), dup_want.to_vector<T>()) << "dup, C " << C;
+    EXPECT_EQ(t.to_vector<T>(), t_before.to_vector<T>()) << "t is only read, C " << C;
     const double tol = dtype == DType::F32 ? 1e-5 : 1e-13;
     if (with_dw) expect_close(dw.to(DType::F64).to_vector<double>(), dw_want, tol, tol, "dw");
   }
@@ -143,21 +144,38 @@ TEST(MoEKernels, SwigluCombineBackwardIsSwigluThenTheCombinesBackwardThenSwigluB
 TEST(MoEKernels, SwigluCombineBackwardRejectsOutputsThatShareMemory) {
   const int64_t N = 2, k = 2, M = N * k, C = 8;
   const Tensor w = random_tensor({N, k}, 38), pos = Tensor::from_vector<int32_t>({M}, {2, 0, 3, 1});
-  const Tensor gate = random_tensor({M, C}, 39), up = random_tensor({M, C}, 40);
-  Tensor t = random_tensor({M, C}, 41), h = Tensor::empty({M, C}), dup = Tensor::empty({M, C}), dw;
-  Tensor gate_view = gate;
-  EXPECT_THROW(kernels::swiglu_combine_backward(w, pos, gate, up, t, gate_view, dup, dw), Error);
-  EXPECT_THROW(kernels::swiglu_combine_backward(w, pos, gate, up, t, h, h, dw), Error);
-  EXPECT_THROW(kernels::swiglu_combine_backward(w, pos, gate, up, t, t, dup, dw), Error);
+  const Tensor gate_up = random_tensor({M, 2 * C}, 39), t = random_tensor({M, C}, 41);
+  Tensor h = Tensor::empty({M, C}), dgate_up = Tensor::empty({M, 2 * C}), dw;
+  Tensor t_view = t, gate_up_view = gate_up;
+  Tensor h_inside_dgate_up = dgate_up.reshape({2 * M, C}).narrow(0, M);
+  EXPECT_THROW(kernels::swiglu_combine_backward(w, pos, gate_up, t, t_view, dgate_up, dw), Error);
+  EXPECT_THROW(kernels::swiglu_combine_backward(w, pos, gate_up, t, h, gate_up_view, dw), Error);
+  EXPECT_THROW(kernels::swiglu_combine_backward(w, pos, gate_up, t, h_inside_dgate_up, dgate_up, dw), Error);
   EXPECT_THROW(
-      kernels::swiglu_combine_backward(w, Tensor::from_vector<int32_t>({M}, {0, 1, 2, 4}), gate, up, t, h, dup, dw),
+      kernels::swiglu_combine_backward(w, Tensor::from_vector<int32_t>({M}, {0, 1, 2, 4}), gate_up, t, h, dgate_up, dw),
       Error);
+  // gate_up must be t's rows with twice the columns.
+  Tensor not_twice = random_tensor({M, C}, 42);
+  EXPECT_THROW(kernels::swiglu_combine_backward(w, pos, not_twice, t, h, dgate_up, dw), Error);
   // Operands written in bf16 for the GEMMs are a GPU's under mixed precision only.
-  Tensor h16 = Tensor::empty({M, C}, DType::BF16), dgate16 = Tensor::empty({M, C}, DType::BF16);
-  EXPECT_THROW(kernels::swiglu_combine_backward(w, pos, gate, up, t, h16, dup, dw), Error);
-  EXPECT_THROW(kernels::swiglu_combine_backward(w, pos, gate, up, t, h, dup, dw, dgate16), Error);
-  EXPECT_THROW(kernels::swiglu(gate, up, h16), Error);
-  EXPECT_NO_THROW(kernels::swiglu_combine_backward(w, pos, gate, up, t, h, dup, dw));
+  Tensor h16 = Tensor::empty({M, C}, DType::BF16), dgate_up16 = Tensor::empty({M, 2 * C}, DType::BF16);
+  EXPECT_THROW(kernels::swiglu_combine_backward(w, pos, gate_up, t, h16, dgate_up, dw), Error);
+  EXPECT_THROW(kernels::swiglu_combine_backward(w, pos, gate_up, t, h, dgate_up16, dw), Error);
+  EXPECT_THROW(kernels::swiglu(gate_up, h16), Error);
+  EXPECT_NO_THROW(kernels::swiglu_combine_backward(w, pos, gate_up, t, h, dgate_up, dw));
+}
+
+TEST(MoEKernels, SwigluRejectsAGateUpThatIsNotTwiceItsOutput) {
+  const Tensor gate_up = random_tensor({3, 10}, 43);
+  Tensor wrong_width = Tensor::empty({3, 4}), wrong_rows = Tensor::empty({2, 5}), odd_input = Tensor::empty({3, 2});
+  EXPECT_THROW(kernels::swiglu(gate_up, wrong_width), Error);
+  EXPECT_THROW(kernels::swiglu(gate_up, wrong_rows), Error);
+  EXPECT_THROW(kernels::swiglu(random_tensor({3, 5}, 44), odd_input), Error);
+  Tensor dgate_up = Tensor::empty({3, 10}), dgate_up_short = Tensor::empty({3, 8});
+  EXPECT_THROW(kernels::swiglu_backward(gate_up, random_tensor({3, 4}, 45), dgate_up), Error);
+  EXPECT_THROW(kernels::swiglu_backward(gate_up, random_tensor({3, 5}, 45), dgate_up_short), Error);
+  Tensor y = Tensor::empty({3, 5});
+  EXPECT_NO_THROW(kernels::swiglu(gate_up, y));
 }
 
 TEST(MoEKernels, CombineRowsRejectsAPositionOutOfRange) {
