@@ -133,6 +133,22 @@ cublasHandle_t cublas_handle(int index) {
   return handles[index];
 }
 
+LtDevice cublaslt_device(int index) {
+  check_device_index(index);
+  // Leaked on purpose, as the cuBLAS handle. The workspace comes from the driver once per device, outside the
+  // caching allocator (which never sees it, so no step's figures count it).
+  static std::mutex mutex;
+  static std::array<LtDevice, kMaxDevices> devices{};
+  const std::lock_guard<std::mutex> lock(mutex);
+  LtDevice& device = devices[index];
+  if (device.handle == nullptr) {
+    const DeviceGuard guard(index);
+    LT_CUBLAS_CHECK(cublasLtCreate(&device.handle));
+    LT_CUDA_CHECK(cudaMalloc(&device.workspace, kLtWorkspaceBytes));
+  }
+  return device;
+}
+
 namespace {
 
 // Host-to-device copies of up to kStagedCopyBytes go through pinned staging slots, so they are queued

@@ -8,6 +8,7 @@
 // Every kernel, copy and cuBLAS call runs on the legacy default stream of its device, so they execute
 // in the order they were issued without explicit synchronisation.
 #pragma once
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -18,6 +19,13 @@ namespace lt::cuda {
 
 // The cuBLAS handle of device `index`, created on first use.
 cublasHandle_t cublas_handle(int index);
+// The cuBLASLt handle of device `index` and its workspace (kLtWorkspaceBytes), created on first use.
+struct LtDevice {
+  cublasLtHandle_t handle;
+  void* workspace;
+};
+inline constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+LtDevice cublaslt_device(int index);
 
 // Makes `index` the current device for the guard's lifetime, then restores the previous one, so a
 // call never leaves the caller on a different device.

@@ -1,7 +1,9 @@
 // Matrix multiply on the GPU through cuBLAS: c = alpha * op(a) @ op(b) + beta * c, plain or batched,
-// in one strided-batched call; and the experts' grouped GEMMs, one grouped-batched call each (with the
-// small kernel of grouped_matmul.h that writes their addresses). nvcc compiles it with the CUDA backend.
+// in one strided-batched call; c = op(a) @ op(b) + addend through cuBLASLt, whose epilogue reads the addend
+// as it writes c; and the experts' grouped GEMMs, one grouped-batched call each (with the small kernel of
+// grouped_matmul.h that writes their addresses). nvcc compiles it with the CUDA backend.
 #include <atomic>
+#include <utility>
 #include <vector>
 
 #include "tensor/cuda/cuda_runtime.h"
@@ -91,6 +93,102 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
                   LT_CUBLAS_CHECK(gemm_strided_batched(handle, op_b, op_a, N, rows, K, T(alpha), b.data<T>(), ld_b,
                                                        stride_b, a.data<T>(), ld_a, M * K, T(beta), c.data<T>(), N,
                                                        M * N, batches)));
+}
+
+namespace {
+
+// The descriptors of one cuBLASLt call, destroyed with it.
+struct LtCall {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  LtCall() = default;
+  LtCall(const LtCall&) = delete;
+  LtCall& operator=(const LtCall&) = delete;
+  ~LtCall() {
+    if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+    for (cublasLtMatrixLayout_t layout : {first, second, out})
+      if (layout != nullptr) cublasLtMatrixLayoutDestroy(layout);
+    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// A row-major [rows, cols] matrix as cuBLASLt's column-major layout: [cols, rows], leading dimension cols.
+cublasLtMatrixLayout_t row_major_layout(cudaDataType_t type, int64_t rows, int64_t cols) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  LT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(cols), static_cast<uint64_t>(rows),
+                                             cols));
+  return layout;
+}
+
+// The largest power of two, up to 256 bytes, that divides the address of t's first element: cuBLASLt's
+// heuristic assumes 256-byte aligned operands unless told otherwise, and a view may start anywhere.
+uint32_t alignment_of(const Tensor& t) {
+  const auto address = reinterpret_cast<uintptr_t>(t.raw_data());
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+}  // namespace
+
+bool matmul_add(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& addend, Tensor& c,
+                MatmulPrecision precision) {
+  // One product: a 2-D a, or a stack of untransposed a against one shared b (a single tall GEMM, as in
+  // matmul). Other batched products go apart.
+  const bool tall = a.ndim() == 2 || (b.ndim() == 2 && !trans_a);
+  if (!tall) return false;
+  const int64_t K = trans_a ? a.dim(-2) : a.dim(-1);
+  const int64_t N = trans_b ? b.dim(-2) : b.dim(-1);
+  const int64_t rows = c.numel() / N;
+  if (K == 0 || rows == 0) return false;
+  const int device = a.device().index;
+  const DeviceGuard guard(device);
+  const bool f64 = c.dtype() == DType::F64;
+  const bool bf16 = precision == MatmulPrecision::BF16Inputs && !f64;
+  const cudaDataType_t out_type = f64 ? CUDA_R_64F : CUDA_R_32F;
+  const cudaDataType_t operand_type = bf16 ? CUDA_R_16BF : out_type;
+  const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F
+                                      : precision == MatmulPrecision::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                             : CUBLAS_COMPUTE_32F;
+  // Column-major, as matmul: c^T = op(b)^T op(a)^T, b first. Each operand's stored matrix, row-major.
+  const Tensor first = bf16 ? bf16_operand(b) : b, second = bf16 ? bf16_operand(a) : a;
+  LtCall call;
+  LT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.op, compute, f64 ? CUDA_R_64F : CUDA_R_32F));
+  const cublasOperation_t op_first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  LT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
+  LT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
+  call.first = row_major_layout(operand_type, b.dim(-2), b.dim(-1));
+  call.second = row_major_layout(operand_type, a.numel() / a.dim(-1), a.dim(-1));
+  call.out = row_major_layout(out_type, rows, N);  // the addend's and c's
+  const LtDevice lt = cublaslt_device(device);
+  LT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&call.preference));
+  const size_t workspace_bytes = kLtWorkspaceBytes;
+  LT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(call.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &workspace_bytes, sizeof workspace_bytes));
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, const Tensor*> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &first},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &second},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &addend},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c}};
+  for (const auto& [attribute, operand] : alignments) {
+    const uint32_t alignment = alignment_of(*operand);
+    LT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(call.preference, attribute, &alignment, sizeof alignment));
+  }
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  const cublasStatus_t asked = cublasLtMatmulAlgoGetHeuristic(lt.handle, call.op, call.first, call.second, call.out,
+                                                               call.out, call.preference, 1, &heuristic, &found);
+  if (asked != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+  device_count::blas_call(2 * static_cast<uint64_t>(rows) * static_cast<uint64_t>(N * K));
+  const double one64 = 1.0;
+  const float one32 = 1.0f;
+  const void* one = f64 ? static_cast<const void*>(&one64) : static_cast<const void*>(&one32);
+  LT_CUBLAS_CHECK(cublasLtMatmul(lt.handle, call.op, one, first.raw_data(), call.first, second.raw_data(), call.second,
+                                 one, addend.raw_data(), call.out, c.raw_data(), call.out, &heuristic.algo,
+                                 lt.workspace, kLtWorkspaceBytes, nullptr));
+  return true;
 }
 
 }  // namespace lt::cuda

@@ -104,6 +104,12 @@ bool grouped_gemm_takes_bf16();
 // with f32 accumulation; with TF32, f32 operands go to the tensor cores as TF32 (f32 sums).
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta,
             MatmulPrecision precision);
+// c = op(a) @ op(b) + addend with the contract of kernels::matmul_add, in one cuBLASLt call whose epilogue
+// reads the addend as it writes c (no pass of its own). False, having queued nothing, where the product
+// is not one GEMM (a batched a against a batched b) or cuBLASLt offers no algorithm for it: the caller
+// then multiplies and adds apart.
+bool matmul_add(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& addend, Tensor& c,
+                MatmulPrecision precision);
 
 // y (bf16) = x (f32) rounded to nearest even, element by element (elementwise.cu).
 void round_to_bf16(const Tensor& x, Tensor& y);

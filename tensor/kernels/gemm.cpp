@@ -60,8 +60,10 @@ void matmul_add(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, co
   check_outputs_apart(op, {{&c, "c"}}, {{&a, "a"}, {&b, "b"}, {&addend, "addend"}});
   if (!any) return;
   if constexpr (kCudaBackend) {
-    // On a GPU, the parts: cuBLAS's epilogue would round alpha acc + beta c as one, not the product first.
+    // On a GPU, cuBLASLt's epilogue adds the f32 (f64) addend to the finished f32 (f64) sums: one rounding,
+    // as the CPU's. Where it cannot be one call, the product and then the add.
     if (!a.is_cpu()) {
+      if (cuda::matmul_add(a, trans_a, b, trans_b, addend, c, matmul_precision())) return;
       cuda::matmul(a, trans_a, b, trans_b, c, 1.0, 0.0, matmul_precision());
       return cuda::binary(BinaryOp::Add, addend, c, c, c.numel());
     }

@@ -127,6 +127,20 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   cpu::matmul(rounded(a), trans_a, rounded(b), trans_b, c, alpha, beta, MatmulPrecision::F32);
 }
 
+// cuBLASLt's product with the addend in its epilogue: one call, the CPU GEMM that adds the addend to the
+// finished sums; a product that is not one GEMM (or has nothing to sum) goes apart, as on a GPU.
+bool matmul_add(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& addend, Tensor& c,
+                MatmulPrecision precision) {
+  const bool one_gemm = a.ndim() == 2 || (b.ndim() == 2 && !trans_a);
+  const int64_t K = trans_a ? a.dim(-2) : a.dim(-1);
+  if (!one_gemm || K == 0) return false;
+  device_count::blas_call(2 * static_cast<uint64_t>(c.numel()) * static_cast<uint64_t>(K));
+  const bool rounded = precision == MatmulPrecision::BF16Inputs && c.dtype() == DType::F32;
+  auto operand = [rounded](const Tensor& x) { return rounded ? multiplied(bf16_operand(x)) : x; };
+  cpu::matmul(operand(a), trans_a, operand(b), trans_b, c, 1.0, 0.0, MatmulPrecision::F32, addend);
+  return true;
+}
+
 bool grouped_gemm_takes_bf16() { return true; }
 
 // cuBLAS's grouped call: one call, counted with all its problems' FLOPs, whose problems are the CPU's
