@@ -20,7 +20,14 @@ thread_local PendingGrads* running_pending = nullptr;
 // Node::gradient_feeds_gemms_only.
 using Uses = std::unordered_map<const Node*, int>;
 thread_local const Uses* running_uses = nullptr;
+// The innermost LeafGradientsReady of this thread, or null.
+thread_local const LeafGradientsReady::Callback* leaf_ready = nullptr;
 }  // namespace
+
+LeafGradientsReady::LeafGradientsReady(Callback ready) : ready_(std::move(ready)), previous_(leaf_ready) {
+  leaf_ready = &ready_;
+}
+LeafGradientsReady::~LeafGradientsReady() { leaf_ready = previous_; }
 
 bool grad_enabled() { return grad_mode; }
 NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
@@ -141,6 +148,7 @@ void Variable::backward(const Tensor& seed_grad) const {
 
   if (impl_->grad_fn == nullptr) {  // backward from a leaf: the seed is its gradient
     accumulate_leaf(*impl_, seed_grad);
+    if (leaf_ready != nullptr) (*leaf_ready)(*impl_);
     return;
   }
 
@@ -150,11 +158,15 @@ void Variable::backward(const Tensor& seed_grad) const {
   std::vector<Node*> order;
   std::unordered_set<Node*> visited{root};
   Uses uses;
+  // With a LeafGradientsReady listening, the edges to each leaf still to run.
+  std::unordered_map<const VariableImpl*, int> leaf_edges_left;
   std::vector<std::pair<Node*, size_t>> stack{{root, 0}};
   while (!stack.empty()) {
     auto& [node, next_edge] = stack.back();
     if (next_edge < node->edges_.size()) {
-      Node* in = node->edges_[next_edge++].node.get();
+      const Node::Edge& edge = node->edges_[next_edge++];
+      Node* in = edge.node.get();
+      if (leaf_ready != nullptr && edge.leaf != nullptr) ++leaf_edges_left[edge.leaf.get()];
       if (in != nullptr) ++uses[in];
       if (in != nullptr && visited.insert(in).second) stack.push_back({in, 0});
       continue;
@@ -209,6 +221,10 @@ void Variable::backward(const Tensor& seed_grad) const {
       owner = edge.node;
       accumulate_pending(pending_grad, input_grads[i]);
     }
+    // A gradient written in place (grad_target) counts as well as one returned: the node has run.
+    if (leaf_ready != nullptr)
+      for (const Node::Edge& edge : node->edges_)
+        if (edge.leaf != nullptr && --leaf_edges_left[edge.leaf.get()] == 0) (*leaf_ready)(*edge.leaf);
   }
 }
 

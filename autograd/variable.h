@@ -8,6 +8,7 @@
 // reaching each node over all its uses, accumulates the gradients of the leaves, and drops every node
 // it passed, so the graph (and the activations it holds) is freed as soon as its gradients exist.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -117,6 +118,23 @@ class Node {
   std::vector<Edge> edges_;
   Shape output_shape_;                  // the shape every gradient flowing into this node must have
   std::weak_ptr<VariableImpl> output_;  // the result, cut from the graph once this node has run
+};
+
+// While a LeafGradientsReady lives on this thread, each backward calls `ready` with every leaf it reaches
+// as soon as that leaf's gradient from this backward is complete: the last node with an edge to the leaf
+// has run (its kernels queued, on a GPU). A data-parallel reduction may then start on that gradient while
+// the rest of the backward runs (dist/data_parallel.h). A leaf whose nodes get no gradient is never named.
+class LeafGradientsReady {
+ public:
+  using Callback = std::function<void(const VariableImpl& leaf)>;
+  explicit LeafGradientsReady(Callback ready);
+  ~LeafGradientsReady();
+  LeafGradientsReady(const LeafGradientsReady&) = delete;
+  LeafGradientsReady& operator=(const LeafGradientsReady&) = delete;
+
+ private:
+  Callback ready_;
+  const Callback* previous_;
 };
 
 // Grad mode: while a NoGradGuard lives on this thread, ops record nothing.

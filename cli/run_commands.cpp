@@ -79,6 +79,8 @@ std::vector<FlagSpec> run_flags(StageKind kind) {
       {"stop-at", "0", "the global step after which the run stops with a checkpoint (0: run to the end)"},
       {"dist", "dp", "under mpirun: dp (gradients averaged every step), edit (local SGD, layer-wise sync) or aedit "
                      "(edit, synced by time); a resume keeps its checkpoint's"},
+      {"overlap-grads", "1", "dp under mpirun: 1 averages the gradients in buckets while the backward goes on, 0 "
+                             "after it (the same bits)"},
       {"straggle", "", "RANK:FACTOR: that rank's steps take FACTOR times as long (to measure uneven hardware)"},
       {"tokenizer", "", "a byte-level BPE tokenizer.json (kept in checkpoints; default: the byte tokenizer)"},
       {"device", "cpu", "cpu, cuda or cuda:N (under mpirun one GPU per rank, --dist dp)"},
@@ -353,6 +355,9 @@ int run_command(const Args& args, StageKind kind) {
   options.time_limit_seconds = flags.number("time-limit");
   options.stop_at_step = flags.integer("stop-at");
   options.dist = parse_dist_mode(flags.str("dist"));
+  if (flags.str("overlap-grads") != "0" && flags.str("overlap-grads") != "1")
+    fail("flag --overlap-grads must be 0 or 1, got '", flags.str("overlap-grads"), "'");
+  options.overlap_grads = flags.str("overlap-grads") == "1";
   const bool dist_from_checkpoint = !options.resume.empty() && !flags.was_set("dist");
   options.edit = edit_from_flags(flags, dist_from_checkpoint ? std::nullopt : std::optional(options.dist));
   options.named_dist_settings = named_edit_settings(flags, options.edit);

@@ -122,6 +122,11 @@ class Mpi : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string describe() const override { return "MPI (" + std::to_string(size_) + " ranks)"; }
+  bool callable_from_another_thread() const override {
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    return level >= MPI_THREAD_SERIALIZED;
+  }
 
   // Rank r owns elements [r n / P, (r + 1) n / P): it receives them from everyone, sums them in rank
   // order, and the owned sums are gathered back into x.
@@ -317,6 +322,9 @@ class DeviceRouted : public Communicator {
   int rank() const override { return host_.rank(); }
   int size() const override { return host_.size(); }
   std::string describe() const override { return device_->describe() + " with " + host_.describe() + " for host data"; }
+  bool callable_from_another_thread() const override {
+    return host_.callable_from_another_thread() && device_->callable_from_another_thread();
+  }
 
   void all_reduce(Tensor& x, ReduceOp op) override {
     route(x, [&](Communicator& c) { c.all_reduce(x, op); });
@@ -368,7 +376,8 @@ std::unique_ptr<Communicator> make_world_communicator() {
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "Init_thread");
+    // Serialized: the gradient average may run on a thread of its own while the main thread makes no call.
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "Init_thread");
     std::atexit(finalize_mpi);
   }
   return std::make_unique<Mpi>(MPI_COMM_WORLD, false);

@@ -44,6 +44,11 @@ class Communicator {
   // and columns of a 2-D mesh). Collective: every rank calls it.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
+  // Whether a thread other than the one that made the communicator may make its calls, one thread at a
+  // time (MPI's MPI_THREAD_SERIALIZED): the gradient average that runs during the backward needs it
+  // (dist/data_parallel.h).
+  virtual bool callable_from_another_thread() const { return true; }
+
   // The payload bytes this rank has sent to other ranks through this communicator (what it puts on the
   // wire, whatever the library adds): the measure behind "bytes moved per step".
   int64_t bytes_sent() const { return bytes_sent_; }

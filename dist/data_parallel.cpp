@@ -1,6 +1,11 @@
 #include "dist/data_parallel.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 namespace lt {
 
@@ -21,6 +26,120 @@ void DataParallel::average(FlatParameters& params, Module& module) {
       comm_.all_reduce(bucket, ReduceOp::Mean);
     }
   for (const Buffer& buffer : module.buffers()) comm_.all_reduce(*buffer.value, ReduceOp::Mean);
+}
+
+// One thread that runs the queued all-reduces in order. Shared with the thread itself, so that a worker
+// left running when the run unwinds after an error (its collective waiting for ranks that will not come)
+// keeps what it uses alive, and is left behind rather than joined.
+struct OverlappedAverage::Worker {
+  Communicator& comm;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<Tensor> queue;
+  bool busy = false, stopping = false;
+  std::exception_ptr error;
+  std::thread thread;
+
+  explicit Worker(Communicator& c) : comm(c) {}
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      changed.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (queue.empty()) return;
+      Tensor bucket = std::move(queue.front());
+      queue.pop_front();
+      busy = true;
+      lock.unlock();
+      try {
+        if (!error) comm.all_reduce(bucket, ReduceOp::Mean);
+      } catch (...) {
+        const std::lock_guard<std::mutex> relock(mutex);
+        error = std::current_exception();
+      }
+      lock.lock();
+      busy = false;
+      changed.notify_all();
+    }
+  }
+};
+
+OverlappedAverage::OverlappedAverage(DataParallel& data_parallel, FlatParameters& params, int64_t bucket_elements)
+    : data_parallel_(data_parallel), grads_(params.grads()) {
+  const auto& parameters = params.parameters();
+  bucket_of_.assign(parameters.size(), -1);
+  // Last parameters first; a bucket is a contiguous stretch (padding included), closed once it holds
+  // bucket_elements.
+  int64_t elements = 0;
+  for (size_t i = parameters.size(); i-- > 0;) {
+    if (!parameters[i].parameter.value->requires_grad()) continue;
+    const int64_t begin = parameters[i].range.begin;
+    const int64_t end = i + 1 < parameters.size() ? parameters[i + 1].range.begin : params.numel();
+    if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= bucket_elements ||
+        buckets_.back().begin != end)
+      buckets_.push_back({end, end, 0});
+    Bucket& bucket = buckets_.back();
+    bucket.begin = begin;
+    ++bucket.parameters;
+    bucket_of_[i] = static_cast<int>(buckets_.size() - 1);
+    elements += end - begin;
+  }
+  // The ranks' buckets must be the same, or their collectives would pair different data.
+  Communicator& comm = data_parallel_.comm();
+  Tensor check = Tensor::full({1}, static_cast<double>(elements), DType::F64);
+  comm.all_reduce(check, ReduceOp::Mean);
+  LT_CHECK(check.item() == static_cast<double>(elements), "data parallel: rank ", comm.rank(), " trains ", elements,
+           " parameter elements, the ranks' mean is ", check.item(), ": the ranks' models differ");
+  for (const Bucket& bucket : buckets_) waiting_.push_back(bucket.parameters);
+  worker_ = std::make_shared<Worker>(comm);
+  worker_->thread = std::thread([worker = worker_] { worker->run(); });
+}
+
+OverlappedAverage::~OverlappedAverage() {
+  std::unique_lock<std::mutex> lock(worker_->mutex);
+  worker_->stopping = true;
+  worker_->changed.notify_all();
+  const bool idle = !worker_->busy && worker_->queue.empty();
+  worker_->queue.clear();
+  lock.unlock();
+  if (idle) worker_->thread.join();
+  else worker_->thread.detach();
+}
+
+void OverlappedAverage::gradient_ready(size_t index) {
+  if (index >= bucket_of_.size() || bucket_of_[index] < 0) return;
+  const int bucket = bucket_of_[index];
+  if (--waiting_[static_cast<size_t>(bucket)] == 0) start_ready_buckets(/*all=*/false);
+}
+
+void OverlappedAverage::start_ready_buckets(bool all) {
+  const std::lock_guard<std::mutex> lock(worker_->mutex);
+  while (next_to_start_ < buckets_.size() && (all || waiting_[next_to_start_] <= 0)) {
+    const Bucket& bucket = buckets_[next_to_start_++];
+    worker_->queue.push_back(grads_.narrow(bucket.begin, bucket.end - bucket.begin));
+  }
+  worker_->changed.notify_all();
+}
+
+void OverlappedAverage::finish(FlatParameters& params, Module& module) {
+  start_ready_buckets(/*all=*/true);
+  {
+    std::unique_lock<std::mutex> lock(worker_->mutex);
+    worker_->changed.wait(lock, [&] { return worker_->queue.empty() && !worker_->busy; });
+    if (worker_->error) std::rethrow_exception(std::exchange(worker_->error, nullptr));
+  }
+  next_to_start_ = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) waiting_[b] = buckets_[b].parameters;
+  // As average(): the ranks must agree on which parameters took a gradient this step.
+  Communicator& comm = data_parallel_.comm();
+  int64_t elements = 0;
+  for (const FlatParameters::Run& run : params.runs_with_grad(/*split_by_decay=*/false))
+    elements += run.end - run.begin;
+  Tensor check = Tensor::full({1}, static_cast<double>(elements), DType::F64);
+  comm.all_reduce(check, ReduceOp::Mean);
+  LT_CHECK(check.item() == static_cast<double>(elements), "data parallel: rank ", comm.rank(), " has gradients for ",
+           elements, " elements, the ranks' mean is ", check.item(), ": the ranks' models or batches differ");
+  for (const Buffer& buffer : module.buffers()) comm.all_reduce(*buffer.value, ReduceOp::Mean);
 }
 
 void DataParallel::sum(std::vector<double>& values) {

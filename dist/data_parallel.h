@@ -5,6 +5,7 @@
 // holds the same state and rank 0's checkpoint is everyone's.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -33,6 +34,48 @@ class DataParallel {
 
  private:
   Communicator& comm_;
+};
+
+// The same average begun during the step's last backward, so that the all-reduce of the last layers'
+// gradients overlaps the backward of the first: the trainable parameters in buckets of about
+// DataParallel::kBucketElements, last parameters first (the order a backward completes them), and a
+// bucket's all-reduce starts on a thread of this object's as soon as the backward has completed every
+// gradient in it (gradient_ready, from autograd's LeafGradientsReady through the trainer's hook). Buckets
+// start in their fixed order on every rank, whatever the order their gradients complete in, so the ranks'
+// collectives pair up. finish() starts the buckets the backward did not complete (parameters that got no
+// gradient), waits for them all, then averages the buffers and checks the ranks agree, as average()
+// does. The results are average()'s to the bit: an all-reduce sums each element in rank order, whatever
+// bucket carries it. While buckets are in flight the main thread makes no call on the communicator
+// (Communicator::callable_from_another_thread).
+class OverlappedAverage {
+ public:
+  OverlappedAverage(DataParallel& data_parallel, FlatParameters& params,
+                    int64_t bucket_elements = DataParallel::kBucketElements);
+  ~OverlappedAverage();
+  OverlappedAverage(const OverlappedAverage&) = delete;
+  OverlappedAverage& operator=(const OverlappedAverage&) = delete;
+
+  // Parameter `index` (of FlatParameters::parameters()) has its complete gradient for this step.
+  void gradient_ready(size_t index);
+  // Every gradient averaged, the buffers of `module` too; ready for the next step.
+  void finish(FlatParameters& params, Module& module);
+
+  struct Worker;  // the thread and its queue (dist/data_parallel.cpp)
+
+ private:
+  DataParallel& data_parallel_;
+  struct Bucket {
+    int64_t begin = 0, end = 0;  // in the flat buffers
+    int parameters = 0;          // trainable parameters in it
+  };
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;    // per parameter: its bucket, or -1 when it takes no gradient
+  std::vector<int> waiting_;      // per bucket: its parameters whose gradient is not complete yet
+  size_t next_to_start_ = 0;
+  std::shared_ptr<Worker> worker_;
+  Tensor grads_;
+
+  void start_ready_buckets(bool all);
 };
 
 }  // namespace lt

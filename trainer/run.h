@@ -69,6 +69,9 @@ struct RunOptions {
   int64_t stop_at_step = 0;          // stop (with a checkpoint) after this global step; 0: run to the end
   std::FILE* progress = stderr;      // the live progress lines (rank 0's only)
   DistMode dist = DistMode::DataParallel;  // under mpirun
+  // --overlap-grads: dp averages each bucket of gradients while the rest of the backward runs
+  // (dist/data_parallel.h OverlappedAverage), or after it; the same bits either way.
+  bool overlap_grads = true;
   EditSettings edit;                 // edit / aedit: the mesh, the sync and its penalties
   SpikeGuardSettings spike_guard;    // loss spikes and non-finite steps (optim/spike_guard.h)
   std::vector<Injection> injections;

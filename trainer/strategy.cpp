@@ -1,5 +1,7 @@
 #include "trainer/strategy.h"
 
+#include <memory>
+
 #include "trainer/edit_strategy.h"
 #include "trainer/lockstep_strategy.h"
 
@@ -10,7 +12,19 @@ namespace {
 class DataParallelStrategy : public LockstepStrategy {
  public:
   explicit DataParallelStrategy(RunSetup& setup) : LockstepStrategy(setup.world()), setup_(setup) {}
+  // The average overlaps the last backward (OverlappedAverage) unless --overlap-grads 0 or the MPI library
+  // lets only the main thread call it; both give the same bits.
   void attach(Trainer& trainer) override {
+    Communicator& world = setup_.world();
+    overlapped_.reset();
+    if (setup_.options().overlap_grads && world.size() > 1 && world.callable_from_another_thread()) {
+      overlapped_ = std::make_unique<OverlappedAverage>(data_parallel_, trainer.parameters());
+      trainer.hooks().gradient_ready = [this](size_t index) { overlapped_->gradient_ready(index); };
+      trainer.hooks().after_backward = [this](FlatParameters& params) {
+        overlapped_->finish(params, setup_.model());
+      };
+      return;
+    }
     trainer.hooks().after_backward = [this](FlatParameters& params) { data_parallel_.average(params, setup_.model()); };
   }
   Communicator& agreeing() override { return setup_.world(); }
@@ -19,6 +33,7 @@ class DataParallelStrategy : public LockstepStrategy {
 
  private:
   RunSetup& setup_;
+  std::unique_ptr<OverlappedAverage> overlapped_;
 };
 
 }  // namespace

@@ -33,6 +33,8 @@ Trainer::Trainer(LingForCausalLM& model, TrainerSettings settings, Objective obj
       params_(model.parameters(), settings_.shards),
       optimizer_(params_, settings_.adam, settings_.shard, settings_.shards) {
   state_.routing_rng = Rng(derive_seed(settings_.seed, kRoutingNoiseStream));
+  for (size_t i = 0; i < params_.parameters().size(); ++i)
+    parameter_index_[params_.parameters()[i].parameter.value->impl()] = i;
 }
 
 double Trainer::next_lr() const {
@@ -170,6 +172,12 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
       if (check_batch_ids_on_host(batch, model_.config().vocab_size)) trusted.emplace();
       const LossBreakdown loss = objective_(model_, batch, context);
       t1 = Clock::now();
+      std::optional<LeafGradientsReady> listening;
+      if (hooks_.gradient_ready && i + 1 == micro_batches.size())
+        listening.emplace([this](const VariableImpl& leaf) {
+          const auto found = parameter_index_.find(&leaf);
+          if (found != parameter_index_.end()) hooks_.gradient_ready(found->second);
+        });
       scale(loss.total, weights[i]).backward();
       MicroBatchFigures f;
       f.losses = readback.add({loss.total.value(), loss.lm.value(), loss.aux, loss.balance, loss.z});

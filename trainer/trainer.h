@@ -4,7 +4,8 @@
 //
 // A step, in order:
 //   for each micro-batch: objective forward (the graph is built) -> backward (the gradient, scaled by
-//     1 / micro-batches, accumulates in the flat gradient buffer)
+//     1 / micro-batches, accumulates in the flat gradient buffer); during the last one's backward, hook
+//     gradient_ready as each parameter's gradient is complete (dist may start averaging it)
 //   hook after_backward   the gradients of this process are complete (dist averages them here)
 //   gradient norm         one reduction over the flat gradient buffer (hook complete_grad_sum_squares
 //                         adds the other shards' parts when the optimiser is sharded)
@@ -15,6 +16,7 @@
 #pragma once
 #include <cmath>
 #include <functional>
+#include <unordered_map>
 #include <vector>
 
 #include "data/batch_sampler.h"
@@ -67,6 +69,9 @@ struct StepStats {
 };
 
 struct StepHooks {
+  // During the step's last backward: parameter `index` (of FlatParameters::parameters()) holds its
+  // complete gradient for the step (autograd's LeafGradientsReady), so its reduction may start.
+  std::function<void(size_t index)> gradient_ready;
   std::function<void(FlatParameters&)> after_backward;
   // The squared gradient norm of this process's shard -> of all shards (sharded optimiser only).
   std::function<double(double)> complete_grad_sum_squares;
@@ -108,6 +113,7 @@ class Trainer {
   TrainerSettings settings_;
   Objective objective_;
   FlatParameters params_;
+  std::unordered_map<const VariableImpl*, size_t> parameter_index_;  // a leaf -> its FlatParameters index
   AdamW optimizer_;
   Tensor values_bf16_;  // the values rounded to bf16 for a step's matmuls (--dtype bf16 on a GPU)
   StepHooks hooks_;

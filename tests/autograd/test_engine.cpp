@@ -29,6 +29,39 @@ TEST(Engine, BackwardFromAScalar) {
   EXPECT_EQ(grad_of(b), (std::vector<double>{1, 2, 3}));
 }
 
+// Each leaf is named once, when its gradient from this backward is complete: the gradient it holds then is
+// its final one. A leaf used by two nodes waits for both; the one used last in the forward comes first.
+TEST(Engine, NamesEachLeafOnceItsGradientIsComplete) {
+  // L = sum((a * b) * c + a): a is used twice (its second use, the add, runs first in the backward).
+  const Variable a = leaf({1, 2, 3}), b = leaf({4, 5, 6}), c = leaf({7, 8, 9});
+  const Variable frozen = leaf({1, 1, 1}, /*requires_grad=*/false);
+  const Variable loss = sum(add(mul(mul(mul(a, b), c), frozen), a));
+  std::vector<std::pair<const VariableImpl*, std::vector<double>>> named;
+  {
+    const LeafGradientsReady listening([&](const VariableImpl& leaf) {
+      named.push_back({&leaf, leaf.grad.to_vector<double>()});
+    });
+    loss.backward();
+  }
+  ASSERT_EQ(named.size(), 3u);
+  EXPECT_EQ(named[0].first, c.impl());  // c's one use is the last product's
+  for (const auto& [leaf, grad] : named) {
+    const Variable* v = leaf == a.impl() ? &a : leaf == b.impl() ? &b : &c;
+    EXPECT_EQ(grad, grad_of(*v)) << "a leaf was named before its gradient was complete";
+  }
+  EXPECT_EQ(grad_of(a), (std::vector<double>{29, 41, 55}));  // b c + 1
+  // Without a listener nothing is named; a backward from a leaf names that leaf.
+  named.clear();
+  sum(a).backward();
+  EXPECT_TRUE(named.empty());
+  {
+    const LeafGradientsReady listening([&](const VariableImpl& leaf) { named.push_back({&leaf, {}}); });
+    b.backward(Tensor::from_vector<double>({3}, {1, 1, 1}));
+  }
+  ASSERT_EQ(named.size(), 1u);
+  EXPECT_EQ(named[0].first, b.impl());
+}
+
 TEST(Engine, ExplicitSeedForNonScalars) {
   const Variable x = leaf({1, 2, 3});
   const Variable y = scale(x, 3.0);

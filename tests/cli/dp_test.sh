@@ -42,6 +42,21 @@ mpiexec -n 2 "$bin" pretrain --resume part/checkpoint --out part --threads 1 --s
   --ckpt-every 0 >/dev/null 2>&1 || fail "dp resume"
 cmp -s full/checkpoint/model.safetensors part/checkpoint/model.safetensors || fail "dp: resumed weights differ"
 cmp -s full/checkpoint/optimizer.safetensors part/checkpoint/optimizer.safetensors || fail "dp: resumed optimizer differs"
+# The gradient average begun during the backward (the default) has the bits of the average after it, with
+# gradient accumulation too (only the last micro-batch's backward overlaps).
+mpiexec -n 2 "$bin" pretrain "${common[@]}" --routing-warmup 5 --batch 2 --overlap-grads 0 --out after \
+  >/dev/null 2>&1 || fail "dp --overlap-grads 0"
+cmp -s full/checkpoint/model.safetensors after/checkpoint/model.safetensors ||
+  fail "dp: the average overlapping the backward differs from the average after it"
+for overlap in 0 1; do
+  mpiexec -n 4 "$bin" pretrain "${common[@]}" --batch 1 --accum 2 --overlap-grads $overlap --out accum$overlap \
+    >/dev/null 2>&1 || fail "dp --accum 2 --overlap-grads $overlap"
+done
+cmp -s accum0/checkpoint/model.safetensors accum1/checkpoint/model.safetensors ||
+  fail "dp --accum 2: the average overlapping the last backward differs from the average after it"
+"$bin" pretrain "${common[@]}" --batch 2 --overlap-grads 2 --out badoverlap >/dev/null 2>bo.err &&
+  fail "--overlap-grads 2 accepted"
+grep -q "overlap-grads must be 0 or 1" bo.err || fail "--overlap-grads: no clear line ($(head -1 bo.err))"
 
 # Faults. Ranks started with different settings refuse to start.
 mpiexec -n 1 "$bin" pretrain "${common[@]}" --batch 2 --out mm : -n 1 "$bin" pretrain "${common[@]}" --batch 2 --steps 7 \
