@@ -16,6 +16,7 @@ DecoderLayer::DecoderLayer(const LingConfig& c, int64_t index, Rng& rng)
           add_module("post_attention_layernorm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps))) {
   if (c.is_moe_layer(index)) {
     MoESettings s;
+    s.layer = index;
     s.hidden = c.hidden_size;
     s.intermediate = c.moe_intermediate_size;
     s.num_experts = c.num_experts;

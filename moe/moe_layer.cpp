@@ -38,12 +38,11 @@ Variable MoEBlock::forward(const Variable& x_BTH, MoEContext& context) {
   router.warmup_steps = context.warmup_steps;
   router.step = context.step;
   router.training = context.training;
-  router.noise_rank = context.noise_rank;
-  router.noise_ranks = context.noise_ranks;
-  LT_CHECK(context.rng != nullptr || !context.training, "MoEBlock: training needs a random generator");
-  Rng no_rng(0);
-  const Routing routing =
-      route(x_NH, *gate_weight_EH_, router, *router_warmup_, context.rng ? *context.rng : no_rng);
+  router.noise_seed = context.noise_seed;
+  router.layer = settings_.layer;
+  router.first_sequence = context.first_sequence;
+  router.tokens_per_sequence = T;
+  const Routing routing = route(x_NH, *gate_weight_EH_, router, *router_warmup_);
   context.aux_losses.push_back(routing.aux_loss);
   if (context.routing_trace != nullptr)
     context.routing_trace->push_back({routing.expert_ids.to(Device::cpu()), routing.weights.value().to(Device::cpu()),

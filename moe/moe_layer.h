@@ -19,14 +19,15 @@ struct RoutingSnapshot {
   Tensor lse_N;          // logsumexp of the router logits: the z whose square the z-loss averages
 };
 
-// What one forward pass shares across MoE layers: the step (for the routing warmup), the generator
-// for its noise, and what the layers hand back (the weighted auxiliary losses and router statistics).
+// What one forward pass shares across MoE layers: the step and where its tokens sit in the step's global
+// batch (for the routing warmup's noise: moe/router.h), and what the layers hand back (the weighted
+// auxiliary losses and router statistics).
 struct MoEContext {
   int64_t step = 0;
   bool training = false;
   int64_t warmup_steps = 0;
-  Rng* rng = nullptr;
-  int noise_rank = 0, noise_ranks = 1;  // data parallel: this rank's share of the warmup noise (moe/router.h)
+  uint64_t noise_seed = 0;     // the run's stream for the warmup noise
+  int64_t first_sequence = 0;  // the index of this forward's first row in the step's global batch
   std::vector<Variable> aux_losses;  // per MoE layer: aux_coef * balance + z_coef * z
   std::vector<ExpertStats> stats;    // per MoE layer
   // When set, each MoE layer appends its routing here (inspection only: it copies to the host).
@@ -37,6 +38,7 @@ struct MoESettings {
   int64_t hidden = 0, intermediate = 0, num_experts = 0, top_k = 1, num_shared = 0;
   bool norm_topk_prob = true;
   double aux_loss_coef = 0.015, z_loss_coef = 1e-4;
+  int64_t layer = 0;  // the decoder layer (the warmup noise's stream)
 };
 
 class MoEBlock : public Module {

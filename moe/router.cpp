@@ -2,7 +2,9 @@
 
 #include "autograd/ops.h"
 #include "autograd/profile.h"
+#include "tensor/derive_seed.h"
 #include "tensor/kernels.h"
+#include "tensor/random.h"
 
 namespace lt {
 
@@ -39,8 +41,23 @@ struct RouterAuxNode : Node {
 
 Tensor routing_warmup_stats() { return Tensor::from_vector<double>({3}, {0.0, 1.0, 0.0}); }
 
-Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSettings& settings, Tensor& warmup_stats,
-              Rng& rng) {
+Tensor warmup_noise(const RouterSettings& settings, int64_t N, int64_t E) {
+  LT_CHECK(settings.tokens_per_sequence >= 1, "router: tokens_per_sequence must be positive, got ",
+           settings.tokens_per_sequence);
+  Tensor eps = Tensor::empty({N, E}, DType::F64);
+  double* out = eps.data<double>();
+  const uint64_t step_seed = derive_seed(derive_seed(settings.noise_seed, static_cast<uint64_t>(settings.step)),
+                                         static_cast<uint64_t>(settings.layer));
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t sequence = settings.first_sequence + n / settings.tokens_per_sequence;
+    const int64_t position = n % settings.tokens_per_sequence;
+    Rng rng(derive_seed(derive_seed(step_seed, static_cast<uint64_t>(sequence)), static_cast<uint64_t>(position)));
+    for (int64_t e = 0; e < E; ++e) out[n * E + e] = rng.normal();
+  }
+  return eps;
+}
+
+Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSettings& settings, Tensor& warmup_stats) {
   LT_PROFILE_SCOPE("router");
   const Variable logits = matmul(x_NH, gate_EH, false, true);  // [N, E]
   const Tensor& s = logits.value();
@@ -52,10 +69,9 @@ Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSetting
   if (settings.training && settings.warmup_steps > 0 && settings.step < settings.warmup_steps) {
     if (settings.update_warmup_stats) kernels::routing_warmup_observe(s, kRoutingWarmupMomentum, warmup_stats);
     alpha = static_cast<double>(settings.step) / static_cast<double>(settings.warmup_steps);
-    // s_hat = alpha s + (1 - alpha)(mu + sigma eps). eps is drawn on the host from the trainer's generator
-    // in element order and in double (a copy to the device, never a wait for it); mu and sigma stay there.
-    const Tensor eps = Tensor::randn({settings.noise_ranks * N, E}, rng, 1.0, DType::F64, s.device())
-                           .narrow(settings.noise_rank * N, N);
+    // s_hat = alpha s + (1 - alpha)(mu + sigma eps). eps is drawn on the host, per token, in double (a copy
+    // to the device, never a wait for it); mu and sigma stay there.
+    const Tensor eps = warmup_noise(settings, N, E).to(s.device());
     r.logits = Tensor::empty_like(s);
     kernels::routing_warmup_noise(warmup_stats, eps, alpha, r.logits);
     kernels::axpy(alpha, s, r.logits);

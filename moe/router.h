@@ -30,10 +30,14 @@ struct RouterSettings {
   int64_t step = 0;          // the global optimiser step (alpha = min(step / W, 1))
   bool training = false;     // warmup and its statistics apply only in training
   bool update_warmup_stats = true;  // false keeps mu/sigma fixed (gradient checks)
-  // Data parallel: this process routes rows [noise_rank N, (noise_rank + 1) N) of a batch of
-  // noise_ranks N rows. Every rank draws the noise of the whole batch and keeps its rows, so the
-  // generator stays in step on every rank and the noise is what one process would draw for it.
-  int noise_rank = 0, noise_ranks = 1;
+  // The warmup noise of a token is a function of where it is, not of who routes it: the E normals of the
+  // token at position t of the step's global sequence g, in decoder layer `layer`, come from a generator
+  // seeded by (noise_seed, step, layer, g, t) (warmup_noise below). Row n of x is position n % T of
+  // sequence first_sequence + n / T (T = tokens_per_sequence). So every layout of a step (ranks,
+  // micro-batches, expert parallel, sharding) gives a token the same noise, and a resumed run needs no
+  // generator state.
+  uint64_t noise_seed = 0;
+  int64_t layer = 0, first_sequence = 0, tokens_per_sequence = 1;
 };
 
 // The router is two fused ops on the projection's logits s = x W_g^T: the choice (warmup mixing,
@@ -54,9 +58,10 @@ struct Routing {
   Variable aux_loss;       // scalar [1]: aux_loss_coef * balance + z_loss_coef * z
 };
 
-// warmup_stats: the layer's routing-warmup statistics (above), updated in place while the warmup runs;
-// rng: the trainer's generator, from which the warmup noise is drawn on the host in element order.
-Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSettings& settings, Tensor& warmup_stats,
-              Rng& rng);
+// The standard normals eps [N, E] (f64, on the host) of the warmup noise of N rows (RouterSettings).
+Tensor warmup_noise(const RouterSettings& settings, int64_t N, int64_t E);
+
+// warmup_stats: the layer's routing-warmup statistics (above), updated in place while the warmup runs.
+Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSettings& settings, Tensor& warmup_stats);
 
 }  // namespace lt

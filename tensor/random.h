@@ -1,6 +1,7 @@
-// A small, fast, serialisable random generator (xoshiro256** seeded by splitmix64). Everything random
-// in lingtrain (init, dropout-free noise for routing warmup, shuffling, sampling) draws from one of
-// these, so a seed fixes a run and a checkpoint can store the exact state.
+// A small, fast random generator (xoshiro256** seeded by splitmix64). Everything random in lingtrain
+// (init, the routing warmup's noise, shuffling, sampling) draws from one of these, seeded from the run's
+// seed and what it draws for (tensor/derive_seed.h), so a seed fixes a run and a checkpoint needs no
+// generator state.
 #pragma once
 #include <array>
 #include <cmath>
@@ -55,19 +56,6 @@ class Rng {
     spare_normal_ = radius * std::sin(angle);
     has_spare_normal_ = true;
     return radius * std::cos(angle);
-  }
-
-  // The full state, for checkpoints.
-  struct State {
-    std::array<uint64_t, 4> words;
-    bool has_spare_normal;
-    double spare_normal;
-  };
-  State state() const { return {state_, has_spare_normal_, spare_normal_}; }
-  void set_state(const State& s) {
-    state_ = s.words;
-    has_spare_normal_ = s.has_spare_normal;
-    spare_normal_ = s.spare_normal;
   }
 
  private:

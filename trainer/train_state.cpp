@@ -5,13 +5,6 @@
 
 namespace lt {
 
-Json rng_to_json(const Rng& rng) {
-  const Rng::State s = rng.state();
-  return Json{{"words", Json::array({s.words[0], s.words[1], s.words[2], s.words[3]})},
-              {"has_spare_normal", s.has_spare_normal},
-              {"spare_normal", s.spare_normal}};
-}
-
 namespace {
 
 // nlohmann's get<integer>() casts a floating-point value without a range check (undefined behaviour for
@@ -27,18 +20,6 @@ Integer exact_integer(const Json& value, const std::string& source, const std::s
 
 }  // namespace
 
-void rng_from_json(const Json& json, Rng& rng, const std::string& source) {
-  try {
-    Rng::State s;
-    for (size_t i = 0; i < 4; ++i) s.words[i] = exact_integer<uint64_t>(json.at("words").at(i), source, "rng word");
-    s.has_spare_normal = json.at("has_spare_normal").get<bool>();
-    s.spare_normal = json.at("spare_normal").get<double>();
-    rng.set_state(s);
-  } catch (const nlohmann::json::exception& e) {
-    fail(source, ": malformed random-generator state (", e.what(), ")");
-  }
-}
-
 Json train_state_to_json(const TrainState& state, Module& model) {
   Json buffers = Json::object();
   for (const Buffer& b : model.buffers()) {
@@ -51,7 +32,6 @@ Json train_state_to_json(const TrainState& state, Module& model) {
               {"stage", state.stage},
               {"stage_step", state.stage_step},
               {"stage_tokens", state.stage_tokens},
-              {"rng", {{"routing", rng_to_json(state.routing_rng)}}},
               {"data_cursor", {{"epoch", state.data_cursor.epoch}, {"position", state.data_cursor.position}}},
               {"module_buffers", buffers}};
 }
@@ -66,8 +46,8 @@ void train_state_from_json(const Json& json, const std::string& source, TrainSta
   LT_CHECK(state.step >= 0 && state.tokens_seen >= 0 && state.stage >= 0 && state.stage_step >= 0 &&
                state.stage_tokens >= 0,
            source, ": step, tokens and stage counters must be >= 0");
-  LT_CHECK(json.contains("rng") && json.at("rng").contains("routing"), source, ": no rng.routing state");
-  rng_from_json(json.at("rng").at("routing"), state.routing_rng, source);
+  // Checkpoints written before the warmup noise became a function of each token's place kept the state of
+  // its generator under "rng"; nothing needs it now.
   const JsonObject cursor = o.object("data_cursor");
   const int64_t epoch = cursor.get<int64_t>("epoch"), position = cursor.get<int64_t>("position");
   LT_CHECK(epoch >= 0 && position >= 0, source, ": data_cursor epoch and position must be >= 0, got ", epoch, " and ",

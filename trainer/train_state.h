@@ -19,7 +19,6 @@ struct TrainState {
   int64_t stage = 0;         // the recipe stage being run (trainer/recipe.h)
   int64_t stage_step = 0;    // steps taken in that stage: the schedule's position
   int64_t stage_tokens = 0;  // tokens consumed in that stage: the wsd halving point's position
-  Rng routing_rng;           // the routing-warmup noise
   SamplerCursor data_cursor;  // of the current stage's sampler
 };
 
@@ -27,9 +26,5 @@ struct TrainState {
 Json train_state_to_json(const TrainState& state, Module& model);
 // Restores both; errors name `source` (a trainer_state.json) and the key or buffer at fault.
 void train_state_from_json(const Json& json, const std::string& source, TrainState& state, Module& model);
-
-// Rng state as JSON: integers as integers, the spare normal with 17 digits, so it round-trips exactly.
-Json rng_to_json(const Rng& rng);
-void rng_from_json(const Json& json, Rng& rng, const std::string& source);
 
 }  // namespace lt

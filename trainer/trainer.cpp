@@ -32,7 +32,6 @@ Trainer::Trainer(LingForCausalLM& model, TrainerSettings settings, Objective obj
       objective_(std::move(objective)),
       params_(model.parameters(), settings_.shards),
       optimizer_(params_, settings_.adam, settings_.shard, settings_.shards) {
-  state_.routing_rng = Rng(derive_seed(settings_.seed, kRoutingNoiseStream));
   for (size_t i = 0; i < params_.parameters().size(); ++i)
     parameter_index_[params_.parameters()[i].parameter.value->impl()] = i;
 }
@@ -163,9 +162,10 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     context.step = state_.step;
     context.training = true;
     context.warmup_steps = settings_.routing_warmup_steps;
-    context.rng = &state_.routing_rng;
-    context.noise_rank = settings_.rank;
-    context.noise_ranks = settings_.world_size;
+    // Micro-batch i of rank r holds rows [(i W + r) B, (i W + r + 1) B) of the step's global batch (the
+    // samplers' layout: data/batch_sampler.h), which fixes each token's warmup noise.
+    context.noise_seed = derive_seed(settings_.seed, kRoutingNoiseStream);
+    context.first_sequence = (static_cast<int64_t>(i) * settings_.world_size + settings_.rank) * batch.inputs.dim(0);
     Clock::time_point t1;
     {
       std::optional<kernels::TrustedDeviceIndices> trusted;

@@ -11,6 +11,42 @@
 namespace lt {
 namespace {
 
+// A token's warmup noise depends on where it is in the step's global batch, not on which rows a call
+// routes: six sequences in one call equal two calls of three (ranks, micro-batches); the step and the
+// layer change it; the values are standard normals.
+TEST(Router, WarmupNoiseIsAFunctionOfEachTokensPlace) {
+  const int64_t T = 5, E = 4;
+  RouterSettings whole;
+  whole.noise_seed = 77;
+  whole.step = 3;
+  whole.layer = 2;
+  whole.tokens_per_sequence = T;
+  const std::vector<double> all = warmup_noise(whole, 6 * T, E).to_vector<double>();
+  RouterSettings second_half = whole;
+  second_half.first_sequence = 3;
+  std::vector<double> halves = warmup_noise(whole, 3 * T, E).to_vector<double>();
+  const std::vector<double> later = warmup_noise(second_half, 3 * T, E).to_vector<double>();
+  halves.insert(halves.end(), later.begin(), later.end());
+  EXPECT_EQ(halves, all);
+  for (auto change : {+[](RouterSettings& s) { ++s.step; }, +[](RouterSettings& s) { ++s.layer; },
+                      +[](RouterSettings& s) { ++s.noise_seed; }}) {
+    RouterSettings other = whole;
+    change(other);
+    const std::vector<double> moved = warmup_noise(other, 6 * T, E).to_vector<double>();
+    int same = 0;
+    for (size_t i = 0; i < all.size(); ++i) same += moved[i] == all[i] ? 1 : 0;
+    EXPECT_EQ(same, 0);
+  }
+  RouterSettings many = whole;
+  many.tokens_per_sequence = 64;
+  const std::vector<double> draws = warmup_noise(many, 64 * 40, 16).to_vector<double>();
+  double mean = 0, square = 0;
+  for (double v : draws) mean += v / static_cast<double>(draws.size());
+  for (double v : draws) square += (v - mean) * (v - mean) / static_cast<double>(draws.size());
+  EXPECT_NEAR(mean, 0.0, 0.02);
+  EXPECT_NEAR(square, 1.0, 0.03);
+}
+
 TEST(Router, StatisticsMatchTheirDefinitions) {
   const int64_t N = 37, H = 6, E = 8, k = 3;
   const Variable x(test::random_tensor({N, H}, 41, DType::F64), true);
@@ -20,8 +56,7 @@ TEST(Router, StatisticsMatchTheirDefinitions) {
   settings.aux_loss_coef = 0.25;
   settings.z_loss_coef = 0.5;
   Tensor warmup = routing_warmup_stats();
-  Rng rng(1);
-  const Routing r = route(x, gate, settings, warmup, rng);
+  const Routing r = route(x, gate, settings, warmup);
 
   const std::vector<double> p = r.probs.to_vector<double>();
   const std::vector<double> s = matmul(x, gate, false, true).value().to_vector<double>();

@@ -60,8 +60,6 @@ TEST(FlatParameters, GradientsLandInTheFlatBufferAndRunsSplitByDecay) {
   LingForCausalLM model(config, 1);
   FlatParameters flat(model.parameters());
   MoEContext context;
-  Rng rng(3);
-  context.rng = &rng;
   const Tensor ids = Tensor::from_vector<int32_t>({1, 4}, {1, 2, 3, 4});
   model.loss(ids, ids, context).total.backward();
   for (const FlatParameters::ParameterRange& p : flat.parameters()) {

@@ -185,8 +185,6 @@ TEST(TrainState, JsonRoundTripWithBuffers) {
   state.stage = 1;
   state.stage_step = 2;
   state.stage_tokens = 300;
-  state.routing_rng = Rng(42);
-  state.routing_rng.normal();  // leaves a spare normal in the state
   state.data_cursor = {3, 5};
   a.stats.data<double>()[1] = 2.0 / 7.0;
   const Json json = parse_json(train_state_to_json(state, a).dump(), "dumped");
@@ -198,8 +196,6 @@ TEST(TrainState, JsonRoundTripWithBuffers) {
   EXPECT_EQ(back.stage_step, 2);
   EXPECT_EQ(back.stage_tokens, 300);
   EXPECT_EQ(back.data_cursor, (SamplerCursor{3, 5}));
-  EXPECT_EQ(back.routing_rng.normal(), state.routing_rng.normal());
-  EXPECT_EQ(back.routing_rng.next_u64(), state.routing_rng.next_u64());
   EXPECT_EQ(b.stats.to_vector<double>(), a.stats.to_vector<double>());  // exact, through 17 digits
 
   Json missing = json;
@@ -221,10 +217,10 @@ TEST(TrainState, OutOfRangeIntegersAreCleanErrors) {
   TrainState state;
   const Json good = parse_json(train_state_to_json(state, model).dump(), "dumped");
 
-  Json word_too_large = good;
-  word_too_large["rng"]["routing"]["words"][3] = parse_json("18446744073709551716", "literal");
-  test::expect_error([&] { train_state_from_json(word_too_large, "s.json", state, model); },
-                     {"s.json: rng word must be a non-negative integer, got 1.8446744073709552e+19"});
+  // A checkpoint from before the warmup noise was drawn per token kept a generator's state: ignored.
+  Json with_old_rng = good;
+  with_old_rng["rng"]["routing"]["words"][3] = parse_json("18446744073709551716", "literal");
+  EXPECT_NO_THROW(train_state_from_json(with_old_rng, "s.json", state, model));
   Json shape_float = good;
   shape_float["module_buffers"]["stats"]["shape"] = Json::array({1e300});
   test::expect_error([&] { train_state_from_json(shape_float, "s.json", state, model); },

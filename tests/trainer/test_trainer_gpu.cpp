@@ -47,9 +47,13 @@ TEST(Trainer, StepsOnTheGpuMatchTheStepsOnTheCpu) {
     for (size_t l = 0; l < expected.moe_layers.size(); ++l)
       EXPECT_EQ(actual.moe_layers[l].tokens_per_expert, expected.moe_layers[l].tokens_per_expert) << "step " << step;
   }
+  // AdamW divides each gradient by its own running magnitude, so a weight moves by about lr a step however
+  // small its gradient, and where the gradient is small (a router's during the warmup, reached through
+  // alpha) the two summation orders can part it by a percent of lr over these steps: 2e-4 is 2% of one
+  // step's move at lr 1e-2.
   const std::vector<float> cpu_values = values_of(on_cpu), gpu_values = values_of(on_gpu);
   ASSERT_EQ(gpu_values.size(), cpu_values.size());
-  for (size_t i = 0; i < cpu_values.size(); ++i) ASSERT_NEAR(gpu_values[i], cpu_values[i], 1e-4) << "weight " << i;
+  for (size_t i = 0; i < cpu_values.size(); ++i) ASSERT_NEAR(gpu_values[i], cpu_values[i], 2e-4) << "weight " << i;
 }
 
 // Mixed precision (--dtype bf16): the GPU's matmuls take bf16 operands. The steps differ from the f32
@@ -90,10 +94,9 @@ TEST(Trainer, Bf16KeepsTheActivationsInAboutHalfTheMemory) {
     for (const auto& p : model.parameters()) p.value->zero_grad();
     CachingAllocator& allocator = allocator_for(gpu);
     const uint64_t before = allocator.stats().bytes_in_use;
-    Rng routing_rng(9);
     MoEContext context;
     context.training = true;
-    context.rng = &routing_rng;
+    context.noise_seed = 9;
     const LossBreakdown loss = model.loss(ids, targets, context);
     const uint64_t held = allocator.stats().bytes_in_use - before;
     loss.total.backward();
