@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #ifdef LINGTRAIN_MPI
@@ -21,6 +22,26 @@ void check_contiguous_cpu(const Tensor& t, const char* op, const char* what) {
   LT_CHECK(t.defined() && t.is_cpu(), op, ": ", what, " must be a CPU tensor (the MPI communicator moves host memory), got ",
            t.defined() ? t.str() : "undefined");
 }
+
+}  // namespace
+
+std::vector<int64_t> all_to_all_offsets(const std::vector<int64_t>& counts, int ranks, const Tensor& t,
+                                        const char* what) {
+  LT_CHECK(static_cast<int>(counts.size()) == ranks, "all_to_all: ", counts.size(), " ", what,
+           " counts for ", ranks, " ranks");
+  std::vector<int64_t> offsets(counts.size());
+  int64_t total = 0;
+  for (size_t j = 0; j < counts.size(); ++j) {
+    LT_CHECK(counts[j] >= 0, "all_to_all: ", what, " count ", counts[j], " for rank ", j, " is negative");
+    offsets[j] = total;
+    total += counts[j];
+  }
+  LT_CHECK(t.defined() && total == t.numel(), "all_to_all: the ", what, " counts add up to ", total,
+           " elements, the buffer holds ", t.defined() ? t.numel() : 0);
+  return offsets;
+}
+
+namespace {
 
 void check_reducible(const Tensor& t, const char* op, const char* what) {
   check_contiguous_cpu(t, op, what);
@@ -67,6 +88,13 @@ class SingleProcess : public Communicator {
     all_gather(in, out);
   }
   void broadcast(Tensor&, int root) override { LT_CHECK(root == 0, "broadcast: root ", root, " outside 1 rank"); }
+  void all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
+                  const std::vector<int64_t>& recv_counts) override {
+    all_to_all_offsets(send_counts, 1, in, "send");
+    all_to_all_offsets(recv_counts, 1, out, "receive");
+    LT_CHECK(in.dtype() == out.dtype(), "all_to_all: out ", out.str(), " is not in's dtype ", dtype_name(in.dtype()));
+    out.copy_from(in.reshape(out.shape()));
+  }
   void barrier() override {}
   std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<SingleProcess>(); }
 };
@@ -167,6 +195,34 @@ class Mpi : public Communicator {
       return MPI_Iallgather(in.raw_data(), bytes, MPI_BYTE, out.raw_data(), bytes, MPI_BYTE, comm_, request);
     });
     bytes_sent_ += static_cast<int64_t>(bytes) * (size_ - 1);
+  }
+
+  // In bytes, so that any dtype travels; MPI's counts are ints.
+  void all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
+                  const std::vector<int64_t>& recv_counts) override {
+    check_contiguous_cpu(in, "all_to_all", "in");
+    check_contiguous_cpu(out, "all_to_all", "out");
+    LT_CHECK(in.dtype() == out.dtype(), "all_to_all: out ", out.str(), " is not in's dtype ", dtype_name(in.dtype()));
+    const std::vector<int64_t> send_offsets = all_to_all_offsets(send_counts, size_, in, "send");
+    const std::vector<int64_t> recv_offsets = all_to_all_offsets(recv_counts, size_, out, "receive");
+    const int64_t element = static_cast<int64_t>(dtype_size(in.dtype()));
+    auto in_bytes = [&](const std::vector<int64_t>& elements) {
+      std::vector<int> bytes(elements.size());
+      for (size_t j = 0; j < elements.size(); ++j) {
+        LT_CHECK(elements[j] * element <= std::numeric_limits<int>::max(), "all_to_all: ", elements[j] * element,
+                 " bytes at one offset exceed MPI's int counts");
+        bytes[j] = static_cast<int>(elements[j] * element);
+      }
+      return bytes;
+    };
+    const std::vector<int> sends = in_bytes(send_counts), send_at = in_bytes(send_offsets);
+    const std::vector<int> receives = in_bytes(recv_counts), receive_at = in_bytes(recv_offsets);
+    run_collective("Ialltoallv", [&](MPI_Request* request) {
+      return MPI_Ialltoallv(in.raw_data(), sends.data(), send_at.data(), MPI_BYTE, out.raw_data(), receives.data(),
+                            receive_at.data(), MPI_BYTE, comm_, request);
+    });
+    for (int j = 0; j < size_; ++j)
+      if (j != rank_) bytes_sent_ += sends[static_cast<size_t>(j)];
   }
 
   void gather(const Tensor& in, Tensor& out, int root) override {
@@ -309,6 +365,14 @@ std::vector<std::string> gather_text(Communicator& comm, const std::string& text
 
 std::unique_ptr<Communicator> make_single_process_communicator() { return std::make_unique<SingleProcess>(); }
 
+void Communicator::all_to_all(const Tensor& in, Tensor& out) {
+  const int ranks = size();
+  LT_CHECK(in.defined() && in.numel() % ranks == 0, "all_to_all: ", in.defined() ? in.numel() : 0,
+           " elements do not split into ", ranks, " equal parts");
+  const std::vector<int64_t> counts(static_cast<size_t>(ranks), in.numel() / ranks);
+  all_to_all(in, counts, out, counts);
+}
+
 namespace {
 
 class DeviceRouted : public Communicator {
@@ -340,6 +404,10 @@ class DeviceRouted : public Communicator {
   }
   void broadcast(Tensor& x, int root) override {
     route(x, [&](Communicator& c) { c.broadcast(x, root); });
+  }
+  void all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
+                  const std::vector<int64_t>& recv_counts) override {
+    route(in, [&](Communicator& c) { c.all_to_all(in, send_counts, out, recv_counts); });
   }
   void barrier() override { host_.barrier(); }
   std::unique_ptr<Communicator> split(int color, int key) override {

@@ -39,6 +39,15 @@ class Communicator {
   virtual void gather(const Tensor& in, Tensor& out, int root) = 0;
   // x takes root's value on every rank.
   virtual void broadcast(Tensor& x, int root) = 0;
+  // Rank r's `in` holds size() consecutive parts, part j (send_counts[j] elements) for rank j; `out`
+  // receives every rank's part for r, in rank order (recv_counts[j] elements from rank j, which must be
+  // rank j's send_counts[r]). Any dtype, in and out alike; a part may be empty. A pure exchange, so the
+  // same bytes whatever the timing; bytes_sent counts the parts that leave this rank. Checked before any
+  // transfer: counts that do not fit in and out, or a count missing, is one clear error on that rank.
+  virtual void all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
+                          const std::vector<int64_t>& recv_counts) = 0;
+  // Equal parts: in and out hold size() parts of in.numel() / size() elements each.
+  void all_to_all(const Tensor& in, Tensor& out);
   virtual void barrier() = 0;
   // The ranks that pass the same color form a new communicator, ordered by key then by rank (the rows
   // and columns of a 2-D mesh). Collective: every rank calls it.
@@ -78,6 +87,12 @@ std::unique_ptr<Communicator> make_single_process_communicator();
 // (MPI). Both span the same ranks in the same order; split() splits both, so the groups of an EDiT mesh
 // route the same way. `host` must outlive the result.
 std::unique_ptr<Communicator> route_by_device(Communicator& host, std::unique_ptr<Communicator> device);
+
+// For the communicators' all_to_all: the element offsets of a buffer's parts (one count per rank), after
+// checking that the counts are `ranks` non-negative numbers that tile t exactly (what: "send" or
+// "receive", for the error).
+std::vector<int64_t> all_to_all_offsets(const std::vector<int64_t>& counts, int ranks, const Tensor& t,
+                                        const char* what);
 
 // This process's rank in a multi-process run, or -1 when it runs alone (for error messages).
 int process_rank();

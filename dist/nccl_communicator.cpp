@@ -148,6 +148,35 @@ class Nccl : public Communicator {
     bytes_sent_ += n * (size_ - 1) * static_cast<int64_t>(dtype_size(in.dtype()));
   }
 
+  // Point to point, every pair in one group (NCCL has no all-to-all of its own), in bytes so that any dtype
+  // travels. Both sides of a pair see the same count, so skipping the empty parts keeps the pairs matched.
+  void all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
+                  const std::vector<int64_t>& recv_counts) override {
+    check_on_device(in, "all_to_all", "in");
+    check_on_device(out, "all_to_all", "out");
+    LT_CHECK(in.dtype() == out.dtype(), "all_to_all: out ", out.str(), " is not in's dtype ", dtype_name(in.dtype()));
+    const std::vector<int64_t> send_at = all_to_all_offsets(send_counts, size_, in, "send");
+    const std::vector<int64_t> receive_at = all_to_all_offsets(recv_counts, size_, out, "receive");
+    const auto element = static_cast<int64_t>(dtype_size(in.dtype()));
+    const char* data = static_cast<const char*>(in.raw_data());
+    char* received = static_cast<char*>(out.raw_data());
+    const cuda::DeviceGuard guard(device_.index);
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    for (int q = 0; q < size_; ++q) {
+      const auto j = static_cast<size_t>(q);
+      if (send_counts[j] > 0)
+        check_nccl(ncclSend(data + send_at[j] * element, static_cast<size_t>(send_counts[j] * element), ncclUint8, q,
+                            comm_, kStream),
+                   "ncclSend");
+      if (recv_counts[j] > 0)
+        check_nccl(ncclRecv(received + receive_at[j] * element, static_cast<size_t>(recv_counts[j] * element),
+                            ncclUint8, q, comm_, kStream),
+                   "ncclRecv");
+      if (q != rank_) bytes_sent_ += send_counts[j] * element;
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+  }
+
   void broadcast(Tensor& x, int root) override {
     check_on_device(x, "broadcast", "x");
     LT_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside ", size_, " ranks");

@@ -27,6 +27,9 @@ class Recording : public Communicator {
   void reduce_scatter(const Tensor& in, Tensor&, ReduceOp) override { record("reduce_scatter", in); }
   void gather(const Tensor& in, Tensor&, int) override { record("gather", in); }
   void broadcast(Tensor& x, int) override { record("broadcast", x); }
+  void all_to_all(const Tensor& in, const std::vector<int64_t>&, Tensor&, const std::vector<int64_t>&) override {
+    record("all_to_all", in);
+  }
   void barrier() override { log_.push_back(name_ + ".barrier"); }
   std::unique_ptr<Communicator> split(int color, int key) override {
     log_.push_back(name_ + ".split");
@@ -50,11 +53,13 @@ void call_every_collective(Communicator& comm, const Tensor& t) {
   comm.reduce_scatter(t, out, ReduceOp::Mean);
   comm.gather(t, out, 0);
   comm.broadcast(x, 0);
+  comm.all_to_all(t, {t.numel(), 0}, out, {t.numel(), 0});
 }
 
 void expect_every_call_went_to(const std::vector<std::string>& log, const std::string& name) {
-  ASSERT_EQ(log.size(), 5u);
-  const std::vector<std::string> calls = {"all_reduce", "all_gather", "reduce_scatter", "gather", "broadcast"};
+  ASSERT_EQ(log.size(), 6u);
+  const std::vector<std::string> calls = {"all_reduce", "all_gather", "reduce_scatter", "gather", "broadcast",
+                                          "all_to_all"};
   for (size_t i = 0; i < calls.size(); ++i) EXPECT_EQ(log[i], name + "." + calls[i]);
 }
 
@@ -66,7 +71,7 @@ TEST(RouteByDevice, CpuTensorsGoThroughTheHostCommunicator) {
   EXPECT_EQ(routed->size(), 4);
   call_every_collective(*routed, Tensor::zeros({6}));
   expect_every_call_went_to(log, "mpi");
-  EXPECT_EQ(routed->bytes_sent(), 5 * 6);
+  EXPECT_EQ(routed->bytes_sent(), 6 * 6);
   log.clear();
   routed->barrier();
   EXPECT_EQ(log, (std::vector<std::string>{"mpi.barrier"}));
@@ -79,7 +84,7 @@ TEST(RouteByDevice, CudaTensorsGoThroughTheDeviceCommunicatorAndSplitsRouteAlike
   auto routed = route_by_device(host, std::make_unique<Recording>("nccl", 0, 2, log));
   call_every_collective(*routed, Tensor::zeros({5}, DType::F32, Device::cuda(0)));
   expect_every_call_went_to(log, "nccl");
-  EXPECT_EQ(routed->bytes_sent(), 5 * 5);
+  EXPECT_EQ(routed->bytes_sent(), 6 * 5);
   log.clear();
   auto group = routed->split(3, 0);
   EXPECT_EQ(log, (std::vector<std::string>{"mpi.split", "nccl.split"}));
@@ -89,7 +94,7 @@ TEST(RouteByDevice, CudaTensorsGoThroughTheDeviceCommunicatorAndSplitsRouteAlike
   group->all_reduce(on_gpu, ReduceOp::Sum);
   EXPECT_EQ(log, (std::vector<std::string>{"mpi/3.all_reduce", "nccl/3.all_reduce"}));
   EXPECT_EQ(group->bytes_sent(), 4);
-  EXPECT_EQ(routed->bytes_sent(), 5 * 5);
+  EXPECT_EQ(routed->bytes_sent(), 6 * 5);
 }
 
 TEST(RouteByDevice, RefusesGroupsThatDifferWithOneLine) {

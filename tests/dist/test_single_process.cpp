@@ -22,6 +22,12 @@ TEST(SingleProcess, CollectivesAreIdentities) {
   Tensor scattered = Tensor::empty({3});
   world->reduce_scatter(x, scattered, ReduceOp::Sum);
   EXPECT_EQ(scattered.to_vector<float>(), x.to_vector<float>());
+  Tensor exchanged = Tensor::empty({3});
+  world->all_to_all(x, exchanged);
+  EXPECT_EQ(exchanged.to_vector<float>(), x.to_vector<float>());
+  Tensor two = Tensor::empty({2});
+  EXPECT_THROW(world->all_to_all(x, {3}, two, {2}), Error);
+  EXPECT_THROW(world->all_to_all(x, {2, 1}, exchanged, {3}), Error);
   EXPECT_THROW(world->broadcast(x, 1), Error);
   EXPECT_EQ(world->split(0, 0)->size(), 1);
   Tensor ids = Tensor::zeros({2}, DType::I32);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "dist/communicator.h"
 #include "tensor/derive_seed.h"
@@ -88,6 +89,52 @@ TEST(Collectives, AllGatherReduceScatterBroadcast) {
   Tensor b = Tensor::full({5}, static_cast<double>(r), DType::I64);
   world->broadcast(b, P - 1);
   EXPECT_EQ(b.to_vector<int64_t>(), std::vector<int64_t>(5, P - 1));
+  world->barrier();
+}
+
+// What rank `from` sends rank `to` in the all_to_all tests: a count that depends on both (some zero) and
+// values that name sender, receiver and position.
+int64_t part_count(int from, int to) { return (from + 2 * to) % 3 + (from == to ? 1 : 0); }
+int32_t part_value(int from, int to, int64_t i) { return 1000 * from + 100 * to + static_cast<int32_t>(i); }
+
+// All-to-all with equal parts (f64) and with parts whose sizes differ by pair, empty ones included (i32):
+// every rank receives each rank's part for it, in rank order, and counts the bytes of the parts it sends
+// away; counts that do not tile the buffers are one error on every rank, before any transfer.
+TEST(Collectives, AllToAllDeliversEachPartToItsRank) {
+  const int P = world->size(), r = world->rank();
+  const int64_t n = 5;
+  Tensor equal_in = values_of(r, P * n, DType::F64, 16), equal_out = Tensor::empty({P * n}, DType::F64);
+  world->all_to_all(equal_in, equal_out);
+  for (int q = 0; q < P; ++q)
+    EXPECT_EQ(equal_out.narrow(q * n, n).to_vector<double>(),
+              values_of(q, P * n, DType::F64, 16).narrow(r * n, n).to_vector<double>());
+
+  std::vector<int64_t> send_counts, recv_counts;
+  std::vector<int32_t> sent, expected;
+  for (int q = 0; q < P; ++q) {
+    send_counts.push_back(part_count(r, q));
+    recv_counts.push_back(part_count(q, r));
+    for (int64_t i = 0; i < part_count(r, q); ++i) sent.push_back(part_value(r, q, i));
+    for (int64_t i = 0; i < part_count(q, r); ++i) expected.push_back(part_value(q, r, i));
+  }
+  const Tensor in = Tensor::from_vector<int32_t>({static_cast<int64_t>(sent.size())}, sent);
+  Tensor out = Tensor::full({static_cast<int64_t>(expected.size())}, -1, DType::I32);
+  const int64_t before = world->bytes_sent();
+  world->all_to_all(in, send_counts, out, recv_counts);
+  EXPECT_EQ(out.to_vector<int32_t>(), expected);
+  int64_t away = 0;
+  for (int q = 0; q < P; ++q)
+    if (q != r) away += part_count(r, q) * 4;
+  EXPECT_EQ(world->bytes_sent() - before, away);
+
+  std::vector<int64_t> too_many = send_counts;
+  too_many[0] += 1;
+  EXPECT_THROW(world->all_to_all(in, too_many, out, recv_counts), Error);
+  EXPECT_THROW(world->all_to_all(in, std::vector<int64_t>(send_counts.begin(), send_counts.end() - 1), out,
+                                 recv_counts),
+               Error);
+  Tensor wrong_dtype = Tensor::empty(out.shape(), DType::F32);
+  EXPECT_THROW(world->all_to_all(in, send_counts, wrong_dtype, recv_counts), Error);
   world->barrier();
 }
 
