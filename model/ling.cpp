@@ -160,6 +160,10 @@ void LingForCausalLM::set_aux_loss_coefficients(double aux_loss_coef, double z_l
   for (MoEBlock* block : moe_blocks()) block->set_loss_coefficients(aux_loss_coef, z_loss_coef);
 }
 
+void LingForCausalLM::fold_routing_warmup() {
+  for (MoEBlock* block : moe_blocks()) block->fold_routing_warmup();
+}
+
 void LingForCausalLM::extend_context(int64_t positions) {
   config_.max_position_embeddings = std::max(config_.max_position_embeddings, positions);
 }

@@ -98,6 +98,8 @@ class LingForCausalLM : public Module {
   // Every layer's RoPE base and the config's rope_theta (what a saved config.json then says).
   void set_rope_theta(double theta);
   // The weights of every MoE layer's load-balance and z losses, and the config's (what a saved config.json says).
+  // Every MoE layer folds its step's routing-warmup observations into its statistics (MoEBlock).
+  void fold_routing_warmup();
   void set_aux_loss_coefficients(double aux_loss_coef, double z_loss_coef);
   // Raises max_position_embeddings (RoPE has no position table, so no parameter changes): a stage that
   // trains on longer sequences extends the context, as Ling's long-context stages do.

@@ -28,10 +28,9 @@ Variable routed_output(const Inputs& x, int64_t k, bool norm, int64_t warmup_ste
   s.warmup_steps = warmup_steps;
   s.step = step;
   s.training = true;
-  s.update_warmup_stats = false;
   Tensor warmup = Tensor::from_vector<double>({3}, {0.3, 0.7, 1.0});  // mean, std, observed
   s.noise_seed = 11;
-  const Routing r = route(x[0], x[1], s, warmup);
+  const Routing r = route(x[0], x[1], s, warmup, nullptr);
   // One scalar over every differentiable path: each weight (through a fixed random projection, as
   // their row sums are constant) and the auxiliary loss.
   return add(sum(mul(r.weights, fixed_projection(r.weights.shape()))), r.aux_loss);

@@ -5,6 +5,7 @@
 #include "autograd/ops.h"
 #include "moe/dispatch.h"
 #include "moe/ops.h"
+#include "tensor/kernels.h"
 
 namespace lt {
 MoEBlock::MoEBlock(const MoESettings& s, double init_std, Rng& rng) : settings_(s) {
@@ -22,6 +23,7 @@ MoEBlock::MoEBlock(const MoESettings& s, double init_std, Rng& rng) : settings_(
                             .weight;
   down_proj_EHI_ = &add_module("experts.down_proj", std::make_unique<WeightModule>(init_normal({E, H, I}, init_std, rng), true)).weight;
   router_warmup_ = &add_buffer("router_warmup", routing_warmup_stats());
+  router_warmup_observations_ = &add_buffer("router_warmup_observations", Tensor::zeros({3}, DType::F64));
   if (s.num_shared > 0)
     shared_experts_ = &add_module("shared_experts", std::make_unique<SwiGLUMLP>(H, I * s.num_shared, init_std, rng));
 }
@@ -42,7 +44,7 @@ Variable MoEBlock::forward(const Variable& x_BTH, MoEContext& context) {
   router.layer = settings_.layer;
   router.first_sequence = context.first_sequence;
   router.tokens_per_sequence = T;
-  const Routing routing = route(x_NH, *gate_weight_EH_, router, *router_warmup_);
+  const Routing routing = route(x_NH, *gate_weight_EH_, router, *router_warmup_, router_warmup_observations_);
   context.aux_losses.push_back(routing.aux_loss);
   if (context.routing_trace != nullptr)
     context.routing_trace->push_back({routing.expert_ids.to(Device::cpu()), routing.weights.value().to(Device::cpu()),
@@ -54,6 +56,10 @@ Variable MoEBlock::forward(const Variable& x_BTH, MoEContext& context) {
   // The shared experts' down projection adds the routed experts' sum as it writes its result.
   if (shared_experts_ != nullptr) out_NH = shared_experts_->forward(x_NH, out_NH);
   return reshape(out_NH, {B, T, H});
+}
+
+void MoEBlock::fold_routing_warmup() {
+  kernels::routing_warmup_fold(*router_warmup_observations_, kRoutingWarmupMomentum, *router_warmup_);
 }
 
 }  // namespace lt

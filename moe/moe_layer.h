@@ -48,6 +48,9 @@ class MoEBlock : public Module {
 
   const MoESettings& settings() const { return settings_; }
   // The weights of the load-balance and z losses (post-training may set its own).
+  // Folds the step's routing-warmup observations into the statistics (moe/router.h), once its backward
+  // is done (and, under data parallel, the buffers averaged).
+  void fold_routing_warmup();
   void set_loss_coefficients(double aux_loss_coef, double z_loss_coef) {
     settings_.aux_loss_coef = aux_loss_coef;
     settings_.z_loss_coef = z_loss_coef;
@@ -60,6 +63,7 @@ class MoEBlock : public Module {
   Variable* down_proj_EHI_;
   SwiGLUMLP* shared_experts_ = nullptr;
   Tensor* router_warmup_;  // buffer "router_warmup": the routing-warmup statistics (moe/router.h)
+  Tensor* router_warmup_observations_;  // buffer "router_warmup_observations": this step's, until folded
 };
 
 }  // namespace lt

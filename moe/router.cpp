@@ -57,7 +57,8 @@ Tensor warmup_noise(const RouterSettings& settings, int64_t N, int64_t E) {
   return eps;
 }
 
-Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSettings& settings, Tensor& warmup_stats) {
+Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSettings& settings,
+              const Tensor& warmup_stats, Tensor* observations) {
   LT_PROFILE_SCOPE("router");
   const Variable logits = matmul(x_NH, gate_EH, false, true);  // [N, E]
   const Tensor& s = logits.value();
@@ -67,7 +68,7 @@ Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSetting
   r.logits = s;
   double alpha = 1;
   if (settings.training && settings.warmup_steps > 0 && settings.step < settings.warmup_steps) {
-    if (settings.update_warmup_stats) kernels::routing_warmup_observe(s, kRoutingWarmupMomentum, warmup_stats);
+    if (observations != nullptr) kernels::routing_warmup_observe(s, warmup_stats, *observations);
     alpha = static_cast<double>(settings.step) / static_cast<double>(settings.warmup_steps);
     // s_hat = alpha s + (1 - alpha)(mu + sigma eps). eps is drawn on the host, per token, in double (a copy
     // to the device, never a wait for it); mu and sigma stay there.

@@ -18,6 +18,10 @@ namespace lt {
 // The statistics are a tensor on the router's device (the MoE block's "router_warmup" buffer, saved
 // with the training state), so neither the update nor the mixing reads them on the host:
 //   f64 [3] = [mean, std, observed], observed 0 until the first step has set mean and std.
+// They stay fixed during a step: each forward adds its logits to the step's observations (the block's
+// "router_warmup_observations" buffer, which data parallel averages with the others), folded into the
+// statistics once the step's backward is done (kernels::routing_warmup_fold). So the micro-batches and
+// ranks of a step see the same statistics and together fold the same figures, whatever the layout.
 inline constexpr double kRoutingWarmupMomentum = 0.99;
 Tensor routing_warmup_stats();  // [0, 1, 0]: nothing observed yet
 
@@ -29,7 +33,6 @@ struct RouterSettings {
   int64_t warmup_steps = 0;  // W; 0 disables the warmup
   int64_t step = 0;          // the global optimiser step (alpha = min(step / W, 1))
   bool training = false;     // warmup and its statistics apply only in training
-  bool update_warmup_stats = true;  // false keeps mu/sigma fixed (gradient checks)
   // The warmup noise of a token is a function of where it is, not of who routes it: the E normals of the
   // token at position t of the step's global sequence g, in decoder layer `layer`, come from a generator
   // seeded by (noise_seed, step, layer, g, t) (warmup_noise below). Row n of x is position n % T of
@@ -61,7 +64,9 @@ struct Routing {
 // The standard normals eps [N, E] (f64, on the host) of the warmup noise of N rows (RouterSettings).
 Tensor warmup_noise(const RouterSettings& settings, int64_t N, int64_t E);
 
-// warmup_stats: the layer's routing-warmup statistics (above), updated in place while the warmup runs.
-Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSettings& settings, Tensor& warmup_stats);
+// warmup_stats: the layer's routing-warmup statistics (above); observations, where not null, receives
+// this forward's logits while the warmup runs (kernels::routing_warmup_observe).
+Routing route(const Variable& x_NH, const Variable& gate_EH, const RouterSettings& settings,
+              const Tensor& warmup_stats, Tensor* observations);
 
 }  // namespace lt

@@ -1,7 +1,7 @@
 // The MoE router's per-token arithmetic, shared by the CPU kernels (tensor/cpu/moe.cc, a thread per
 // chunk of rows) and the CUDA kernels (tensor/cuda/moe.cu, a thread per row), so both backends run the
 // same code: the softmax over the experts with its log-sum-exp, the top-k choice and renormalisation,
-// and the router's two backwards.
+// the router's two backwards, and the routing warmup's fold of a step's observations.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -11,6 +11,26 @@
 #include "tensor/topk_row.h"
 
 namespace lt {
+
+// routing_warmup_fold (tensor/kernels.def): observations [count, sum of d, sum of d^2] (d = logit - the
+// statistics' mean) into stats [mean, std, observed], then the observations zeroed.
+LT_HOST_DEVICE inline void fold_warmup_observations(double* observations, double momentum, double* stats) {
+  const double count = observations[0];
+  if (count > 0) {
+    const double shift = observations[1] / count;
+    const double variance = observations[2] / count - shift * shift;
+    const double mean = stats[0] + shift, deviation = sqrt(variance > 0 ? variance : 0.0);
+    if (stats[2] == 0) {
+      stats[0] = mean;
+      stats[1] = deviation;
+      stats[2] = 1;
+    } else {
+      stats[0] = momentum * stats[0] + (1 - momentum) * mean;
+      stats[1] = momentum * stats[1] + (1 - momentum) * deviation;
+    }
+  }
+  observations[0] = observations[1] = observations[2] = 0;
+}
 
 // Row n of router_topk: probs = softmax(logits) with the sum in f64 (exact to the dtype whatever E),
 // lse, then the k most probable experts and their (renormalised) weights.

@@ -197,6 +197,10 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   bf16_weights.reset();
   const Clock::time_point t2 = Clock::now();
   if (hooks_.after_backward) hooks_.after_backward(params_);
+  // The routing warmup's statistics take the step's observations now that the hook has averaged them
+  // across ranks: every micro-batch of the step routed with the same statistics (moe/router.h).
+  if (settings_.routing_warmup_steps > 0 && state_.step < settings_.routing_warmup_steps)
+    model_.fold_routing_warmup();
   {
     LT_PROFILE_PHASE_SCOPE("grad_norm", profile::Phase::Optimizer);
     const size_t grad_parts = readback.add({optimizer_.grad_sum_squares_parts()});

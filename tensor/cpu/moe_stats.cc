@@ -10,31 +10,33 @@
 #include "tensor/cpu/kernels.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/grouped_gemm.h"
+#include "tensor/moe_rows.h"
 #include "tensor/threadpool.h"
 
 namespace lt::cpu {
 
-void routing_warmup_observe(const Tensor& logits, double momentum, Tensor& stats) {
+void routing_warmup_observe(const Tensor& logits, const Tensor& stats, Tensor& observations) {
   const int64_t n = logits.numel();
-  double* st = stats.data<double>();
+  const double shift = stats.data<double>()[0];
+  double* obs = observations.data<double>();
   LT_FLOAT_SWITCH(logits.dtype(), T, {
     const T* s = logits.data<T>();
-    // Two passes (mean, then squared deviations) rather than sum and sum of squares: no cancellation
-    // when the logits sit far from zero.
     double sum = 0, sum_sq = 0;
-    for (int64_t i = 0; i < n; ++i) sum += s[i];
-    const double mean = sum / static_cast<double>(n);
-    for (int64_t i = 0; i < n; ++i) sum_sq += (s[i] - mean) * (s[i] - mean);
-    const double std = std::sqrt(sum_sq / static_cast<double>(n));
-    if (st[2] == 0) {
-      st[0] = mean;
-      st[1] = std;
-      st[2] = 1;
-    } else {
-      st[0] = momentum * st[0] + (1 - momentum) * mean;
-      st[1] = momentum * st[1] + (1 - momentum) * std;
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = static_cast<double>(s[i]) - shift;
+      sum += d;
+      sum_sq += d * d;
     }
+    obs[0] += static_cast<double>(n);
+    obs[1] += sum;
+    obs[2] += sum_sq;
   });
+}
+
+void routing_warmup_fold(Tensor& observations, double momentum, Tensor& stats) {
+  double* obs = observations.data<double>();
+  double* st = stats.data<double>();
+  fold_warmup_observations(obs, momentum, st);
 }
 
 void routing_warmup_noise(const Tensor& stats, const Tensor& eps, double alpha, Tensor& noise) {

@@ -44,37 +44,41 @@ struct LogitOf {
   const T* s;
   __device__ double operator()(int64_t i) const { return static_cast<double>(s[i]); }
 };
-// (s - mean)^2 with the mean's sum read on the device.
+// d = s - shift and d^2, the shift (the statistics' mean) read on the device.
 template <class T>
-struct SquaredDeviation {
+struct ShiftedLogit {
   const T* s;
-  const double* sum;
-  int64_t n;
+  const double* shift;
+  __device__ double operator()(int64_t i) const { return static_cast<double>(s[i]) - shift[0]; }
+};
+template <class T>
+struct ShiftedSquare {
+  const T* s;
+  const double* shift;
   __device__ double operator()(int64_t i) const {
-    const double mean = sum[0] / static_cast<double>(n);
-    return (s[i] - mean) * (s[i] - mean);
+    const double d = static_cast<double>(s[i]) - shift[0];
+    return d * d;
   }
 };
 
-// The squared deviations' reduction (`blocks` blocks), whose last block moves the statistics.
+// Both sums over n logits in one launch (`blocks` blocks, partial_B holding both reductions' partials),
+// whose last block adds them and n to the observations.
 template <class T>
-__global__ void warmup_update_kernel(SquaredDeviation<T> deviation, int64_t blocks, double momentum, double* partial_B,
-                                     double* stats) {
-  const int64_t n = deviation.n;
-  write_block_partial(n, blocks, deviation, SumOp{}, 0.0, partial_B);
+__global__ void warmup_observe_kernel(ShiftedLogit<T> d, ShiftedSquare<T> d2, int64_t n, int64_t blocks,
+                                      double* partial_B, double* observations) {
+  write_block_partial(n, blocks, d, SumOp{}, 0.0, partial_B);
+  write_block_partial(n, blocks, d2, SumOp{}, 0.0, partial_B + blocks);
   if (!last_block_to_finish()) return;
-  const double squares = total_of_partials(partial_B, blocks, SumOp{}, 0.0);
+  const double sum = total_of_partials(partial_B, blocks, SumOp{}, 0.0);
+  const double sum_sq = total_of_partials(partial_B + blocks, blocks, SumOp{}, 0.0);
   if (threadIdx.x != 0) return;
-  const double mean = deviation.sum[0] / static_cast<double>(n);
-  const double std = sqrt(squares / static_cast<double>(n));
-  if (stats[2] == 0) {
-    stats[0] = mean;
-    stats[1] = std;
-    stats[2] = 1;
-  } else {
-    stats[0] = momentum * stats[0] + (1 - momentum) * mean;
-    stats[1] = momentum * stats[1] + (1 - momentum) * std;
-  }
+  observations[0] += static_cast<double>(n);
+  observations[1] += sum;
+  observations[2] += sum_sq;
+}
+
+__global__ void warmup_fold_kernel(double* observations, double momentum, double* stats) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) fold_warmup_observations(observations, momentum, stats);
 }
 
 template <class T>
@@ -292,17 +296,21 @@ __global__ void accumulate_f64_kernel(const T* x, int64_t n, double* sum) {
 
 }  // namespace
 
-void routing_warmup_observe(const Tensor& logits, double momentum, Tensor& stats) {
+void routing_warmup_observe(const Tensor& logits, const Tensor& stats, Tensor& observations) {
   const int64_t n = logits.numel(), blocks = partial_blocks(n);
   const DeviceGuard guard(logits.device().index);
-  Tensor sum = Tensor::empty({1}, DType::F64, logits.device());
-  Tensor partial_B = Tensor::empty({blocks}, DType::F64, logits.device());
+  Tensor partial_B = Tensor::empty({2 * blocks}, DType::F64, logits.device());
   LT_FLOAT_SWITCH(logits.dtype(), T, {
-    sum_terms(n, LogitOf<T>{logits.data<T>()}, sum.data<double>(), logits.device());
-    LT_CUDA_LAUNCH(static_cast<int>(blocks), kRowThreads, warmup_update_kernel<T>)(
-        SquaredDeviation<T>{logits.data<T>(), sum.data<double>(), n}, blocks, momentum, partial_B.data<double>(),
-        stats.data<double>());
+    LT_CUDA_LAUNCH(static_cast<int>(blocks), kRowThreads, warmup_observe_kernel<T>)(
+        ShiftedLogit<T>{logits.data<T>(), stats.data<double>()}, ShiftedSquare<T>{logits.data<T>(), stats.data<double>()},
+        n, blocks, partial_B.data<double>(), observations.data<double>());
   });
+  LT_CUDA_CHECK(cudaGetLastError());
+}
+
+void routing_warmup_fold(Tensor& observations, double momentum, Tensor& stats) {
+  const DeviceGuard guard(stats.device().index);
+  LT_CUDA_LAUNCH(1, 1, warmup_fold_kernel)(observations.data<double>(), momentum, stats.data<double>());
   LT_CUDA_CHECK(cudaGetLastError());
 }
 

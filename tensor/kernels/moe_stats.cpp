@@ -67,15 +67,30 @@ void check_aux_loss_outputs(const Tensor& probs, int64_t assignments, const Tens
 
 }  // namespace
 
-void routing_warmup_observe(const Tensor& logits, double momentum, Tensor& stats) {
+void routing_warmup_observe(const Tensor& logits, const Tensor& stats, Tensor& observations) {
   const char* op = "routing_warmup_observe";
   check_float(logits, op, "logits");
   check_f64(stats, {3}, logits, op, "stats");
+  check_f64(observations, {3}, logits, op, "observations");
+  check_outputs_apart(op, {{&observations, "observations"}}, {{&stats, "stats"}});
   if (logits.numel() == 0) return;
   if constexpr (kCudaBackend) {
-    if (!logits.is_cpu()) return cuda::routing_warmup_observe(logits, momentum, stats);
+    if (!logits.is_cpu()) return cuda::routing_warmup_observe(logits, stats, observations);
   }
-  cpu::routing_warmup_observe(logits, momentum, stats);
+  cpu::routing_warmup_observe(logits, stats, observations);
+}
+
+void routing_warmup_fold(Tensor& observations, double momentum, Tensor& stats) {
+  const char* op = "routing_warmup_fold";
+  LT_CHECK(stats.defined() && stats.dtype() == DType::F64 && stats.shape() == Shape{3}, op,
+           ": stats must be f64 [3], got ", stats.defined() ? stats.str() : "undefined");
+  check_f64(observations, {3}, stats, op, "observations");
+  check_outputs_apart(op, {{&observations, "observations"}, {&stats, "stats"}}, {});
+  LT_CHECK(momentum >= 0 && momentum <= 1, op, ": momentum must be in [0, 1], got ", momentum);
+  if constexpr (kCudaBackend) {
+    if (!stats.is_cpu()) return cuda::routing_warmup_fold(observations, momentum, stats);
+  }
+  cpu::routing_warmup_fold(observations, momentum, stats);
 }
 
 void routing_warmup_noise(const Tensor& stats, const Tensor& eps, double alpha, Tensor& noise) {

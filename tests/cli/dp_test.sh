@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Data parallel under mpiexec: N ranks x batch B train like one process with N micro-batches of B (the
-# same windows, the same mean gradient; only the summation order of the gradient average differs),
+# same windows, the same mean gradient, the routing warmup's noise and statistics alike; only the
+# summation order of the gradient average differs),
 # rank 0 alone reports, a run resumes bit for bit at the same world size, routing warmup included, and
 # faults end the whole run promptly: mismatched settings, an error on one rank, a killed rank.
 # Usage: dp_test.sh path/to/lingtrain
@@ -21,10 +22,11 @@ close() {
 
 for ranks in 2 4; do
   batch=$((4 / ranks))
-  "$bin" pretrain "${common[@]}" --routing-warmup 0 --batch $batch --accum $ranks --out one$ranks >/dev/null 2>&1 ||
+  # The routing warmup (4 of the 6 steps) runs in both.
+  "$bin" pretrain "${common[@]}" --routing-warmup 4 --batch $batch --accum $ranks --out one$ranks >/dev/null 2>&1 ||
     fail "one process, $ranks micro-batches"
-  mpiexec -n $ranks "$bin" pretrain "${common[@]}" --routing-warmup 0 --batch $batch --out dp$ranks >out$ranks.txt 2>err$ranks.txt ||
-    fail "mpiexec -n $ranks"
+  mpiexec -n $ranks "$bin" pretrain "${common[@]}" --routing-warmup 4 --batch $batch --out dp$ranks >out$ranks.txt \
+    2>err$ranks.txt || fail "mpiexec -n $ranks"
   close one$ranks/metrics.jsonl dp$ranks/metrics.jsonl || fail "$ranks ranks: losses differ from one process beyond 1e-5"
   # The largest router logit of a step is the largest of any rank's (each MoE layer of the tiny model: 3 per step).
   close one$ranks/metrics.jsonl dp$ranks/metrics.jsonl max_logit 18 ||

@@ -577,7 +577,9 @@ OpCase moe_case(DType dtype, double tolerance) {
               kernels::grouped_weight_grads(
                   {{rows_out, x, x_grad, 0.0, {}, token}, {x_out2, x, x_grad2, 0.0, {}, token}}, offsets);
               Tensor stats = Tensor::zeros({3}, DType::F64, device), noise = Tensor::empty({N, E}, dtype, device);
-              kernels::routing_warmup_observe(logits, 0.9, stats);
+              Tensor observations = Tensor::zeros({3}, DType::F64, device);
+              kernels::routing_warmup_observe(logits, stats, observations);
+              kernels::routing_warmup_fold(observations, 0.9, stats);
               kernels::routing_warmup_noise(stats, random_tensor({N, E}, 56, DType::F64).to(device), 0.25, noise);
               auto as_float = [device](const Tensor& t) { return t.to(Device::cpu()).to(DType::F64).to(device); };
               for (const auto& [what, out] : Outputs{{"probs", probs},

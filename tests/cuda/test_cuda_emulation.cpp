@@ -1141,13 +1141,21 @@ TEST(CudaEmulation, DispatchAndRoutingStatisticsMatchTheCpuKernels) {
       test::expect_close(values(entropy_e), values(entropy), 1e-12, 1e-14, "entropy " + typed);
       expect_same_bits(max_logit_e, max_logit, "max_logit " + typed);
 
-      // Warmup statistics: a first observation, then a moving average; the noise from them.
+      // Warmup statistics: the observations of a step's two forwards, folded into a first observation,
+      // then into a moving average; the noise from them.
       Tensor stats = Tensor::zeros({3}, DType::F64), stats_e = Tensor::zeros({3}, DType::F64);
+      Tensor observations = Tensor::zeros({3}, DType::F64), observations_e = Tensor::zeros({3}, DType::F64);
       for (uint64_t round = 0; round < 2; ++round) {
-        const Tensor observed = test::random_tensor({N, E}, 142 + round, dtype, 3.0);
-        kernels::routing_warmup_observe(observed, 0.9, stats);
-        cuda_emulated::routing_warmup_observe(observed, 0.9, stats_e);
+        for (uint64_t forward = 0; forward < 2; ++forward) {
+          const Tensor observed = test::random_tensor({N, E}, 142 + 2 * round + forward, dtype, 3.0);
+          kernels::routing_warmup_observe(observed, stats, observations);
+          cuda_emulated::routing_warmup_observe(observed, stats_e, observations_e);
+          test::expect_close(values(observations_e), values(observations), 1e-12, 1e-12, "warmup sums " + typed);
+        }
+        kernels::routing_warmup_fold(observations, 0.9, stats);
+        cuda_emulated::routing_warmup_fold(observations_e, 0.9, stats_e);
         test::expect_close(values(stats_e), values(stats), 1e-13, 1e-15, "warmup stats " + typed);
+        expect_same_bits(observations_e, observations, "warmup observations zeroed " + typed);
       }
       const Tensor eps = test::random_tensor({N, E}, 144, DType::F64);
       Tensor noise = Tensor::empty({N, E}, dtype), noise_e = Tensor::full({N, E}, NAN, dtype);

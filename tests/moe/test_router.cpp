@@ -56,7 +56,7 @@ TEST(Router, StatisticsMatchTheirDefinitions) {
   settings.aux_loss_coef = 0.25;
   settings.z_loss_coef = 0.5;
   Tensor warmup = routing_warmup_stats();
-  const Routing r = route(x, gate, settings, warmup);
+  const Routing r = route(x, gate, settings, warmup, nullptr);
 
   const std::vector<double> p = r.probs.to_vector<double>();
   const std::vector<double> s = matmul(x, gate, false, true).value().to_vector<double>();

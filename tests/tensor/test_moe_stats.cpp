@@ -41,43 +41,64 @@ std::vector<double> as_double(const Tensor& t) {
   return std::vector<double>(v.begin(), v.end());
 }
 
-// The warmup statistics' update as a host loop, one step.
+// The warmup statistics' update as a host loop: one step over the logits of all its forwards, two passes
+// (mean, then squared deviations).
 template <class T>
-void observe_reference(const std::vector<T>& s, double momentum, double stats[3]) {
+void step_reference(const std::vector<T>& s, double momentum, double stats[3]) {
   const int64_t n = static_cast<int64_t>(s.size());
   double sum = 0, sum_sq = 0;
   for (int64_t i = 0; i < n; ++i) sum += s[i];
   const double mean = sum / static_cast<double>(n);
   for (int64_t i = 0; i < n; ++i) sum_sq += (s[i] - mean) * (s[i] - mean);
-  const double std = std::sqrt(sum_sq / static_cast<double>(n));
+  const double deviation = std::sqrt(sum_sq / static_cast<double>(n));
   if (stats[2] == 0) {
     stats[0] = mean;
-    stats[1] = std;
+    stats[1] = deviation;
     stats[2] = 1;
     return;
   }
   stats[0] = momentum * stats[0] + (1 - momentum) * mean;
-  stats[1] = momentum * stats[1] + (1 - momentum) * std;
+  stats[1] = momentum * stats[1] + (1 - momentum) * deviation;
 }
 
+// Steps of two forwards each, observed then folded: the statistics of all the step's logits (the host's
+// two passes, to the rounding of the shifted sums), the observations zeroed; the same step observed as
+// one forward folds to the same figures; no observation leaves the statistics as they are.
 template <class T>
-void check_warmup_observe(DType dtype) {
+void check_warmup_observe_and_fold(DType dtype) {
   Tensor stats = Tensor::from_vector<double>({3}, {0.0, 1.0, 0.0});
+  Tensor observations = Tensor::zeros({3}, DType::F64);
   double want[3] = {0.0, 1.0, 0.0};
   for (uint64_t step = 0; step < 3; ++step) {
-    const Tensor logits = random_tensor({37, 9}, 50 + step, dtype, 1.5 + static_cast<double>(step));
-    kernels::routing_warmup_observe(logits, 0.99, stats);
-    observe_reference(logits.to_vector<T>(), 0.99, want);
-    EXPECT_EQ(stats.to_vector<double>(), std::vector<double>(want, want + 3)) << "step " << step;
+    const Tensor first = random_tensor({37, 9}, 50 + step, dtype, 1.5 + static_cast<double>(step));
+    const Tensor second = random_tensor({20, 9}, 60 + step, dtype, 2.0);
+    Tensor one_stats = stats.clone(), one_observations = Tensor::zeros({3}, DType::F64);
+    kernels::routing_warmup_observe(first, stats, observations);
+    kernels::routing_warmup_observe(second, stats, observations);
+    kernels::routing_warmup_observe(Tensor::empty({0, 9}, dtype), stats, observations);
+    kernels::routing_warmup_fold(observations, 0.99, stats);
+    std::vector<T> all = first.to_vector<T>();
+    const std::vector<T> more = second.to_vector<T>();
+    all.insert(all.end(), more.begin(), more.end());
+    step_reference(all, 0.99, want);
+    const std::vector<double> got = stats.to_vector<double>();
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(got[i], want[i], 1e-12 * std::abs(want[i])) << "step " << step;
+    EXPECT_EQ(observations.to_vector<double>(), std::vector<double>(3, 0.0)) << "step " << step;
+    const Tensor whole = Tensor::from_vector<T>({static_cast<int64_t>(all.size())}, all);
+    kernels::routing_warmup_observe(whole, one_stats, one_observations);
+    kernels::routing_warmup_fold(one_observations, 0.99, one_stats);
+    const std::vector<double> one = one_stats.to_vector<double>();
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(one[i], got[i], 1e-14 * std::abs(got[i])) << "step " << step;
   }
   const std::vector<double> before = stats.to_vector<double>();
-  kernels::routing_warmup_observe(Tensor::empty({0, 9}, dtype), 0.99, stats);
-  EXPECT_EQ(stats.to_vector<double>(), before) << "empty logits";
+  kernels::routing_warmup_fold(observations, 0.99, stats);
+  EXPECT_EQ(stats.to_vector<double>(), before) << "nothing observed";
+  EXPECT_THROW(kernels::routing_warmup_observe(random_tensor({2, 3}, 1, dtype), stats, stats), Error);
 }
 
-TEST(MoEStats, WarmupObserveIsTheHostLoop) {
-  check_warmup_observe<float>(DType::F32);
-  check_warmup_observe<double>(DType::F64);
+TEST(MoEStats, WarmupStatisticsFoldEachStepsObservations) {
+  check_warmup_observe_and_fold<float>(DType::F32);
+  check_warmup_observe_and_fold<double>(DType::F64);
 }
 
 template <class T>
