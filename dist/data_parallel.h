@@ -1,8 +1,9 @@
 // Data parallel: every rank holds the whole model and optimiser, trains on its own rows of each step's
-// batch, and after the backward the gradients are averaged across ranks (the trainer's after_backward
-// hook), so every rank takes the identical optimiser step. The modules' buffers (the routing-warmup
-// statistics, which each rank updates from its own rows) are averaged in the same hook, so every rank
-// holds the same state and rank 0's checkpoint is everyone's.
+// batch, and the gradients are averaged across ranks after the backward (average) or during its last
+// one (OverlappedAverage), done by the trainer's after_backward hook, so every rank takes the identical
+// optimiser step. The modules' buffers (the routing warmup's observations of the step, which each rank
+// makes from its own rows) are averaged in the same hook, so every rank holds the same state and rank
+// 0's checkpoint is everyone's.
 #pragma once
 #include <cstdint>
 #include <memory>
