@@ -23,10 +23,8 @@ void check_contiguous_cpu(const Tensor& t, const char* op, const char* what) {
            t.defined() ? t.str() : "undefined");
 }
 
-}  // namespace
-
-std::vector<int64_t> all_to_all_offsets(const std::vector<int64_t>& counts, int ranks, const Tensor& t,
-                                        const char* what) {
+// The element offsets of a buffer's parts (what: "send" or "receive", for the error).
+std::vector<int64_t> part_offsets(const std::vector<int64_t>& counts, int ranks, const Tensor& t, const char* what) {
   LT_CHECK(static_cast<int>(counts.size()) == ranks, "all_to_all: ", counts.size(), " ", what,
            " counts for ", ranks, " ranks");
   std::vector<int64_t> offsets(counts.size());
@@ -39,6 +37,15 @@ std::vector<int64_t> all_to_all_offsets(const std::vector<int64_t>& counts, int 
   LT_CHECK(t.defined() && total == t.numel(), "all_to_all: the ", what, " counts add up to ", total,
            " elements, the buffer holds ", t.defined() ? t.numel() : 0);
   return offsets;
+}
+
+}  // namespace
+
+AllToAllParts all_to_all_parts(const Tensor& in, const std::vector<int64_t>& send_counts, const Tensor& out,
+                               const std::vector<int64_t>& recv_counts, int ranks) {
+  AllToAllParts parts{part_offsets(send_counts, ranks, in, "send"), part_offsets(recv_counts, ranks, out, "receive")};
+  LT_CHECK(in.dtype() == out.dtype(), "all_to_all: out ", out.str(), " is not in's dtype ", dtype_name(in.dtype()));
+  return parts;
 }
 
 namespace {
@@ -90,9 +97,7 @@ class SingleProcess : public Communicator {
   void broadcast(Tensor&, int root) override { LT_CHECK(root == 0, "broadcast: root ", root, " outside 1 rank"); }
   void all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
                   const std::vector<int64_t>& recv_counts) override {
-    all_to_all_offsets(send_counts, 1, in, "send");
-    all_to_all_offsets(recv_counts, 1, out, "receive");
-    LT_CHECK(in.dtype() == out.dtype(), "all_to_all: out ", out.str(), " is not in's dtype ", dtype_name(in.dtype()));
+    all_to_all_parts(in, send_counts, out, recv_counts, 1);
     out.copy_from(in.reshape(out.shape()));
   }
   void barrier() override {}
@@ -202,9 +207,7 @@ class Mpi : public Communicator {
                   const std::vector<int64_t>& recv_counts) override {
     check_contiguous_cpu(in, "all_to_all", "in");
     check_contiguous_cpu(out, "all_to_all", "out");
-    LT_CHECK(in.dtype() == out.dtype(), "all_to_all: out ", out.str(), " is not in's dtype ", dtype_name(in.dtype()));
-    const std::vector<int64_t> send_offsets = all_to_all_offsets(send_counts, size_, in, "send");
-    const std::vector<int64_t> recv_offsets = all_to_all_offsets(recv_counts, size_, out, "receive");
+    const AllToAllParts parts = all_to_all_parts(in, send_counts, out, recv_counts, size_);
     const int64_t element = static_cast<int64_t>(dtype_size(in.dtype()));
     auto in_bytes = [&](const std::vector<int64_t>& elements) {
       std::vector<int> bytes(elements.size());
@@ -215,8 +218,8 @@ class Mpi : public Communicator {
       }
       return bytes;
     };
-    const std::vector<int> sends = in_bytes(send_counts), send_at = in_bytes(send_offsets);
-    const std::vector<int> receives = in_bytes(recv_counts), receive_at = in_bytes(recv_offsets);
+    const std::vector<int> sends = in_bytes(send_counts), send_at = in_bytes(parts.send_at);
+    const std::vector<int> receives = in_bytes(recv_counts), receive_at = in_bytes(parts.receive_at);
     run_collective("Ialltoallv", [&](MPI_Request* request) {
       return MPI_Ialltoallv(in.raw_data(), sends.data(), send_at.data(), MPI_BYTE, out.raw_data(), receives.data(),
                             receive_at.data(), MPI_BYTE, comm_, request);

@@ -88,11 +88,13 @@ std::unique_ptr<Communicator> make_single_process_communicator();
 // route the same way. `host` must outlive the result.
 std::unique_ptr<Communicator> route_by_device(Communicator& host, std::unique_ptr<Communicator> device);
 
-// For the communicators' all_to_all: the element offsets of a buffer's parts (one count per rank), after
-// checking that the counts are `ranks` non-negative numbers that tile t exactly (what: "send" or
-// "receive", for the error).
-std::vector<int64_t> all_to_all_offsets(const std::vector<int64_t>& counts, int ranks, const Tensor& t,
-                                        const char* what);
+// For the communicators' all_to_all: the element offsets of the parts of in and of out, after checking
+// that they share a dtype and that each side's counts are `ranks` non-negative numbers tiling it exactly.
+struct AllToAllParts {
+  std::vector<int64_t> send_at, receive_at;
+};
+AllToAllParts all_to_all_parts(const Tensor& in, const std::vector<int64_t>& send_counts, const Tensor& out,
+                               const std::vector<int64_t>& recv_counts, int ranks);
 
 // This process's rank in a multi-process run, or -1 when it runs alone (for error messages).
 int process_rank();

@@ -13,18 +13,26 @@ void DataParallel::average(FlatParameters& params, Module& module) {
   if (comm_.size() == 1) return;
   const std::vector<FlatParameters::Run> runs = params.runs_with_grad(/*split_by_decay=*/false);
   // Every rank must reduce the same stretches, or the collectives below would pair different data.
-  int64_t elements = 0;
-  for (const FlatParameters::Run& run : runs) elements += run.end - run.begin;
-  Tensor check = Tensor::full({1}, static_cast<double>(elements), DType::F64);
-  comm_.all_reduce(check, ReduceOp::Mean);
-  LT_CHECK(check.item() == static_cast<double>(elements), "data parallel: rank ", comm_.rank(), " has gradients for ",
-           elements, " elements, the ranks' mean is ", check.item(), ": the ranks' models or batches differ");
+  check_gradients_agree(runs);
   Tensor& grads = params.grads();
   for (const FlatParameters::Run& run : runs)
     for (int64_t begin = run.begin; begin < run.end; begin += kBucketElements) {
       Tensor bucket = grads.narrow(begin, std::min(kBucketElements, run.end - begin));
       comm_.all_reduce(bucket, ReduceOp::Mean);
     }
+  average_buffers(module);
+}
+
+void DataParallel::check_gradients_agree(const std::vector<FlatParameters::Run>& runs) {
+  int64_t elements = 0;
+  for (const FlatParameters::Run& run : runs) elements += run.end - run.begin;
+  Tensor check = Tensor::full({1}, static_cast<double>(elements), DType::F64);
+  comm_.all_reduce(check, ReduceOp::Mean);
+  LT_CHECK(check.item() == static_cast<double>(elements), "data parallel: rank ", comm_.rank(), " has gradients for ",
+           elements, " elements, the ranks' mean is ", check.item(), ": the ranks' models or batches differ");
+}
+
+void DataParallel::average_buffers(Module& module) {
   for (const Buffer& buffer : module.buffers()) comm_.all_reduce(*buffer.value, ReduceOp::Mean);
 }
 
@@ -70,7 +78,6 @@ OverlappedAverage::OverlappedAverage(DataParallel& data_parallel, FlatParameters
   bucket_of_.assign(parameters.size(), -1);
   // Last parameters first; a bucket is a contiguous stretch (padding included), closed once it holds
   // bucket_elements.
-  int64_t elements = 0;
   for (size_t i = parameters.size(); i-- > 0;) {
     if (!parameters[i].parameter.value->requires_grad()) continue;
     const int64_t begin = parameters[i].range.begin;
@@ -82,16 +89,13 @@ OverlappedAverage::OverlappedAverage(DataParallel& data_parallel, FlatParameters
     bucket.begin = begin;
     ++bucket.parameters;
     bucket_of_[i] = static_cast<int>(buckets_.size() - 1);
-    elements += end - begin;
   }
   // The ranks' buckets must be the same, or their collectives would pair different data.
-  Communicator& comm = data_parallel_.comm();
-  Tensor check = Tensor::full({1}, static_cast<double>(elements), DType::F64);
-  comm.all_reduce(check, ReduceOp::Mean);
-  LT_CHECK(check.item() == static_cast<double>(elements), "data parallel: rank ", comm.rank(), " trains ", elements,
-           " parameter elements, the ranks' mean is ", check.item(), ": the ranks' models differ");
+  std::vector<FlatParameters::Run> trained;
+  for (const Bucket& bucket : buckets_) trained.push_back({bucket.begin, bucket.end, false});
+  data_parallel_.check_gradients_agree(trained);
   for (const Bucket& bucket : buckets_) waiting_.push_back(bucket.parameters);
-  worker_ = std::make_shared<Worker>(comm);
+  worker_ = std::make_shared<Worker>(data_parallel_.comm());
   worker_->thread = std::thread([worker = worker_] { worker->run(); });
 }
 
@@ -131,15 +135,8 @@ void OverlappedAverage::finish(FlatParameters& params, Module& module) {
   next_to_start_ = 0;
   for (size_t b = 0; b < buckets_.size(); ++b) waiting_[b] = buckets_[b].parameters;
   // As average(): the ranks must agree on which parameters took a gradient this step.
-  Communicator& comm = data_parallel_.comm();
-  int64_t elements = 0;
-  for (const FlatParameters::Run& run : params.runs_with_grad(/*split_by_decay=*/false))
-    elements += run.end - run.begin;
-  Tensor check = Tensor::full({1}, static_cast<double>(elements), DType::F64);
-  comm.all_reduce(check, ReduceOp::Mean);
-  LT_CHECK(check.item() == static_cast<double>(elements), "data parallel: rank ", comm.rank(), " has gradients for ",
-           elements, " elements, the ranks' mean is ", check.item(), ": the ranks' models or batches differ");
-  for (const Buffer& buffer : module.buffers()) comm.all_reduce(*buffer.value, ReduceOp::Mean);
+  data_parallel_.check_gradients_agree(params.runs_with_grad(/*split_by_decay=*/false));
+  data_parallel_.average_buffers(module);
 }
 
 void DataParallel::sum(std::vector<double>& values) {

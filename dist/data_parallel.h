@@ -27,6 +27,10 @@ class DataParallel {
   // Averages the gradients in the flat buffer (the stretches that hold one) and the buffers of `module`.
   // Fails with one clear line when the ranks disagree on which parameters have gradients.
   void average(FlatParameters& params, Module& module);
+  // average()'s parts that OverlappedAverage shares: the check that every rank has gradients for as
+  // many elements (one clear line when not), and the buffers' average.
+  void check_gradients_agree(const std::vector<FlatParameters::Run>& runs);
+  void average_buffers(Module& module);
 
   // Sums a few step statistics across ranks (losses to average, counts to add), rank-order exact.
   void sum(std::vector<double>& values);

@@ -154,9 +154,7 @@ class Nccl : public Communicator {
                   const std::vector<int64_t>& recv_counts) override {
     check_on_device(in, "all_to_all", "in");
     check_on_device(out, "all_to_all", "out");
-    LT_CHECK(in.dtype() == out.dtype(), "all_to_all: out ", out.str(), " is not in's dtype ", dtype_name(in.dtype()));
-    const std::vector<int64_t> send_at = all_to_all_offsets(send_counts, size_, in, "send");
-    const std::vector<int64_t> receive_at = all_to_all_offsets(recv_counts, size_, out, "receive");
+    const AllToAllParts parts = all_to_all_parts(in, send_counts, out, recv_counts, size_);
     const auto element = static_cast<int64_t>(dtype_size(in.dtype()));
     const char* data = static_cast<const char*>(in.raw_data());
     char* received = static_cast<char*>(out.raw_data());
@@ -165,11 +163,11 @@ class Nccl : public Communicator {
     for (int q = 0; q < size_; ++q) {
       const auto j = static_cast<size_t>(q);
       if (send_counts[j] > 0)
-        check_nccl(ncclSend(data + send_at[j] * element, static_cast<size_t>(send_counts[j] * element), ncclUint8, q,
+        check_nccl(ncclSend(data + parts.send_at[j] * element, static_cast<size_t>(send_counts[j] * element), ncclUint8, q,
                             comm_, kStream),
                    "ncclSend");
       if (recv_counts[j] > 0)
-        check_nccl(ncclRecv(received + receive_at[j] * element, static_cast<size_t>(recv_counts[j] * element),
+        check_nccl(ncclRecv(received + parts.receive_at[j] * element, static_cast<size_t>(recv_counts[j] * element),
                             ncclUint8, q, comm_, kStream),
                    "ncclRecv");
       if (q != rank_) bytes_sent_ += send_counts[j] * element;
