@@ -375,7 +375,8 @@ elif ! command -v "$peer_python" >/dev/null; then
   peer=
 fi
 
-# CONFIG MODE: the peer on the GPU in bf16 as a PyTorch user would run the model. Its shape is
+# CONFIG MODE: the peer on the GPU in bf16 as a PyTorch user would run the model (through
+# scripts/peer_on_device.py, which puts the peer's RoPE tables and mask on the GPU it runs on). Its shape is
 # lingtrain's (SHAPE, else the shape of lingtrain's first bench of CONFIG that ran); the peer knows
 # moe-s and moe-m by name and reads any other config as a Hugging Face config.json.
 run_peer() {
@@ -397,7 +398,8 @@ run_peer() {
   args+=("${steps[@]}")
   [ -n "$batch" ] && args+=(--batch "$batch" --seq "$seq")
   [ "$mode" = compile ] && args+=(--compile)
-  run_part peer "$config" "$mode" "$part_s" "$(stem_of peer "$config" "$mode")" env PYTHONUNBUFFERED=1 "$peer_python" "$peer" "${args[@]}"
+  run_part peer "$config" "$mode" "$part_s" "$(stem_of peer "$config" "$mode")" env PYTHONUNBUFFERED=1 "$peer_python" \
+    "$repo/scripts/peer_on_device.py" "$peer" "${args[@]}"
 }
 
 for config in "${configs[@]}"; do

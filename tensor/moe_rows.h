@@ -18,7 +18,7 @@ LT_HOST_DEVICE inline void fold_warmup_observations(double* observations, double
   const double count = observations[0];
   if (count > 0) {
     const double shift = observations[1] / count;
-    const double variance = observations[2] / count - shift * shift;
+    const double variance = multiply_then_add(-shift, shift, observations[2] / count);
     const double mean = stats[0] + shift, deviation = sqrt(variance > 0 ? variance : 0.0);
     if (stats[2] == 0) {
       stats[0] = mean;

@@ -57,6 +57,9 @@ inline void check_cublas(cublasStatus_t status, const char* call, const char* fi
 // (tensor/device_counters.h); written this way, a launch also compiles as plain C++ for the CPU
 // emulation of the kernels (tensor/cuda/emulation.h).
 #define LT_CUDA_LAUNCH(grid, block, ...) ::lt::device_count::launch(), __VA_ARGS__<<<(grid), (block)>>>
+// The same for a kernel that is a GEMM (tensor/cuda/grouped_gemm_bf16.cu): counted as a GEMM call of
+// `flops`, beside cuBLAS's, not as a launch.
+#define LT_CUDA_GEMM_LAUNCH(flops, grid, block, ...) ::lt::device_count::blas_call(flops), __VA_ARGS__<<<(grid), (block)>>>
 
 // Zeroes `bytes` at `data` on the stream, counted as a launch.
 #define LT_CUDA_ZERO_ASYNC(data, bytes) \

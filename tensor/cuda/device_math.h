@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "tensor/cuda/kernels.h"
+#include "tensor/host_device.h"
 
 namespace lt::LT_CUDA_NAMESPACE {
 
@@ -17,17 +18,6 @@ __host__ __device__ inline double logarithm(double x) { return log(x); }
 // round as they do (nvcc would otherwise choose which products to contract).
 __host__ __device__ inline float fused_multiply_add(float a, float b, float c) { return fmaf(a, b, c); }
 __host__ __device__ inline double fused_multiply_add(double a, double b, double c) { return fma(a, b, c); }
-
-// a * b + c with the product rounded before the sum, as the CPU kernels' plain loops compute it (built
-// without FMA instructions); nvcc would otherwise contract it into one FMA, which rounds once and, for
-// f64 operands, gives other bits.
-__host__ __device__ inline double multiply_then_add(double a, double b, double c) {
-#ifdef __CUDA_ARCH__
-  return __dadd_rn(__dmul_rn(a, b), c);
-#else
-  return a * b + c;
-#endif
-}
 
 __host__ __device__ inline float square_root(float x) { return sqrtf(x); }
 __host__ __device__ inline double square_root(double x) { return sqrt(x); }

@@ -62,6 +62,11 @@
     ::lt::device_count::launch();                                                                \
     ::lt::cuda_emulation::run_grid((grid), (block), [&] { __VA_ARGS__(lt_launch_args...); });    \
   }
+#define LT_CUDA_GEMM_LAUNCH(flops, grid, block, ...)                                             \
+  [&](auto&&... lt_launch_args) {                                                                \
+    ::lt::device_count::blas_call(flops);                                                        \
+    ::lt::cuda_emulation::run_grid((grid), (block), [&] { __VA_ARGS__(lt_launch_args...); });    \
+  }
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;

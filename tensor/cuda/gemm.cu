@@ -2,7 +2,6 @@
 // in one strided-batched call; c = op(a) @ op(b) + addend through cuBLASLt, whose epilogue reads the addend
 // as it writes c; and the experts' grouped GEMMs, one grouped-batched call each (with the small kernel of
 // grouped_matmul.h that writes their addresses). nvcc compiles it with the CUDA backend.
-#include <atomic>
 #include <utility>
 #include <vector>
 
@@ -191,19 +190,12 @@ bool matmul_add(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, co
   return true;
 }
 
-}  // namespace lt::cuda
-
-namespace lt::cuda {
-namespace {
-
-// Set once this process's cuBLAS has refused bf16 inputs with an f32 result in a grouped call.
-std::atomic<bool> grouped_bf16_refused{false};
-
-}  // namespace
-
-bool grouped_gemm_takes_bf16() { return !grouped_bf16_refused.load(std::memory_order_relaxed); }
-
 bool grouped_gemm(const GroupedGemm& g, MatmulPrecision precision) {
+  if (g.parts.front().a.dtype() == DType::BF16) {
+    if (!grouped_gemm_bf16_takes(g)) return false;
+    grouped_gemm_bf16(g);
+    return true;
+  }
   // Column-major, as matmul above: problem j's c_j^T = op(b_j)^T op(a_j)^T, so b comes first and a
   // second, each with its own transpose flag and its stored row length as leading dimension. One group per
   // problem: the experts' row counts differ.
@@ -238,20 +230,13 @@ bool grouped_gemm(const GroupedGemm& g, MatmulPrecision precision) {
     return true;
   }
   const std::vector<float> alpha32(problems, 1.0f), beta32(beta.begin(), beta.end());
-  const bool bf16 = first.a.dtype() == DType::BF16;
-  const cudaDataType_t operand_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   // TF32 on the tensor cores only where every matrix is aligned for them; otherwise exact f32.
   const cublasComputeType_t compute =
-      precision == MatmulPrecision::TF32 && !bf16 && g.aligned16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  const cublasStatus_t status = cublasGemmGroupedBatchedEx_64(
-      handle, op_b.data(), op_a.data(), g.n.data(), g.m.data(), g.k.data(), alpha32.data(), b_j, operand_type,
-      ld_b.data(), a_j, operand_type, ld_a.data(), beta32.data(), c_j, CUDA_R_32F, ld_c.data(), problems,
-      group_size.data(), compute);
-  if (bf16 && (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)) {
-    grouped_bf16_refused.store(true, std::memory_order_relaxed);
-    return false;
-  }
-  LT_CUBLAS_CHECK(status);
+      precision == MatmulPrecision::TF32 && g.aligned16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  LT_CUBLAS_CHECK(cublasGemmGroupedBatchedEx_64(
+      handle, op_b.data(), op_a.data(), g.n.data(), g.m.data(), g.k.data(), alpha32.data(), b_j, CUDA_R_32F,
+      ld_b.data(), a_j, CUDA_R_32F, ld_a.data(), beta32.data(), c_j, CUDA_R_32F, ld_c.data(), problems,
+      group_size.data(), compute));
   device_count::blas_call(g.flops());
   return true;
 }

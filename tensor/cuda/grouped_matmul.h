@@ -37,15 +37,19 @@ struct OperandLayout {
   int64_t expert_bytes, row_bytes;
 };
 
-// The operands (a, b, c) of a call's parts: part p's problems are columns [p * per_part, (p + 1) *
-// per_part) of pointers [3, stride].
+// The size of a problem that is the expert's rows, in CallLayout::sizes.
+constexpr int64_t kExpertRows = -1;
+
+// The operands (a, b, c) and sizes (m, n, k: a number, or kExpertRows) of a call's parts: part p's
+// problems are columns [p * per_part, (p + 1) * per_part) of pointers [6, stride].
 struct CallLayout {
   OperandLayout operands[kMaxParts][3];
+  int64_t sizes[kMaxParts][3];
   int64_t parts, per_part, stride;
 };
 
-// The addresses of a, b and c of each part's problem j, the j-th expert with rows. A thread per expert
-// counts the experts with rows before it: E is at most a few hundred.
+// The addresses of a, b and c and the sizes m, n, k of each part's problem j, the j-th expert with rows.
+// A thread per expert counts the experts with rows before it: E is at most a few hundred.
 __global__ void grouped_pointers_kernel(const int64_t* offsets, int64_t E, CallLayout call, int64_t* pointers) {
   for (int64_t e = first_index(); e < E; e += grid_stride()) {
     const int64_t first = offsets[e];
@@ -57,6 +61,8 @@ __global__ void grouped_pointers_kernel(const int64_t* offsets, int64_t E, CallL
         const OperandLayout& l = call.operands[p][o];
         const char* address = l.base + e * l.expert_bytes + first * l.row_bytes;
         pointers[o * call.stride + p * call.per_part + j] = static_cast<int64_t>(reinterpret_cast<intptr_t>(address));
+        const int64_t size = call.sizes[p][o];
+        pointers[(3 + o) * call.stride + p * call.per_part + j] = size == kExpertRows ? offsets[e + 1] - first : size;
       }
   }
 }
@@ -101,8 +107,10 @@ OperandLayout layout_of(const Tensor& t, Steps steps) {
   return {static_cast<const char*>(t.raw_data()), steps.expert * bytes, steps.row * bytes};
 }
 
-bool aligned16(const OperandLayout& l) {
-  return reinterpret_cast<uintptr_t>(l.base) % 16 == 0 && l.expert_bytes % 16 == 0 && l.row_bytes % 16 == 0;
+// Every row of the operand starts on 16 bytes: its segments and experts, and its rows (the row length).
+bool aligned16(const Tensor& t, const OperandLayout& l) {
+  return reinterpret_cast<uintptr_t>(l.base) % 16 == 0 && l.expert_bytes % 16 == 0 && l.row_bytes % 16 == 0 &&
+         t.dim(-1) * static_cast<int64_t>(dtype_size(t.dtype())) % 16 == 0;
 }
 
 // cuBLAS reads whole matrices: the front door gathers an operand by row before it reaches here.
@@ -140,13 +148,12 @@ void round_inputs(std::vector<GroupedGemm::Part>& parts) {
 }
 
 // The call over the experts with rows (g's parts and problems filled in, steps[p] the a, b and c steps of
-// part p): the addresses written from the device's offsets, then one grouped GEMM. False, with nothing
-// queued, where it cannot be one call: bf16 operands whose rows are not aligned for cuBLAS's tensor-core
-// kernels, or a cuBLAS that refuses them. The caller then goes expert by expert.
+// part p, sizes[p] its problems' m, n and k): the addresses and sizes written from the device's offsets,
+// then one grouped GEMM. False, with nothing queued, where it cannot be one call: bf16 operands whose
+// rows are not aligned for the tensor-core kernel. The caller then goes expert by expert.
 bool grouped_over_experts(GroupedGemm& g, const Tensor& offsets, const std::vector<std::array<Steps, 3>>& steps,
-                          MatmulPrecision precision) {
+                          const std::vector<std::array<int64_t, 3>>& sizes, MatmulPrecision precision) {
   const bool rounded = bf16_inputs(g.parts.front().c, precision);
-  if (rounded && !grouped_gemm_takes_bf16()) return false;
   if (g.m.empty()) return true;
   if (rounded) round_inputs(g.parts);
   const int64_t E = offsets.numel() - 1;
@@ -162,12 +169,13 @@ bool grouped_over_experts(GroupedGemm& g, const Tensor& offsets, const std::vect
     const Tensor* operands[3] = {&part.a, &part.b, &part.c};
     for (int o = 0; o < 3; ++o) {
       call.operands[p][o] = layout_of(*operands[o], steps[static_cast<size_t>(p)][static_cast<size_t>(o)]);
-      g.aligned16 = g.aligned16 && aligned16(call.operands[p][o]);
+      call.sizes[p][o] = sizes[static_cast<size_t>(p)][static_cast<size_t>(o)];
+      g.aligned16 = g.aligned16 && aligned16(*operands[o], call.operands[p][o]);
     }
   }
-  if (rounded && !g.aligned16) return false;
+  if (rounded && !grouped_gemm_bf16_takes(g)) return false;
   const DeviceGuard guard(offsets.device().index);
-  g.pointers = Tensor::empty({3, call.stride}, DType::I64, offsets.device());
+  g.pointers = Tensor::empty({6, call.stride}, DType::I64, offsets.device());
   LT_CUDA_LAUNCH(blocks_for(E), kThreadsPerBlock, grouped_pointers_kernel)(offsets.data<int64_t>(), E, call,
                                                                           g.pointers.data<int64_t>());
   LT_CUDA_CHECK(cudaGetLastError());
@@ -221,6 +229,7 @@ void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& 
       [&](size_t first, size_t last) {
         GroupedGemm g{{}, {}, {}, {}, Tensor(), false};
         std::vector<std::array<Steps, 3>> steps;
+        std::vector<std::array<int64_t, 3>> sizes;
         for (size_t i = first; i < last; ++i) {
           const GroupedProduct& p = products[i];
           const int64_t K = p.a.dim(1), N = p.out.dim(1);
@@ -229,6 +238,7 @@ void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& 
           if (K == 0 || N == 0) return by_segments(first, last);
           g.parts.push_back({p.a, p.w, p.out, false, p.trans_w, p.beta});
           steps.push_back({Steps{0, K}, Steps{N * K, 0}, Steps{0, N}});
+          sizes.push_back({kExpertRows, N, K});
           for (int64_t e = 0; e < E; ++e) {
             if (off[e + 1] == off[e]) continue;
             g.m.push_back(off[e + 1] - off[e]);
@@ -236,7 +246,7 @@ void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& 
             g.k.push_back(K);
           }
         }
-        if (!grouped_over_experts(g, offsets, steps, precision)) by_segments(first, last);
+        if (!grouped_over_experts(g, offsets, steps, sizes, precision)) by_segments(first, last);
       });
 }
 
@@ -253,6 +263,7 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
       [&](size_t first, size_t last) {
         GroupedGemm g{{}, {}, {}, {}, Tensor(), false};
         std::vector<std::array<Steps, 3>> steps;
+        std::vector<std::array<int64_t, 3>> sizes;
         IdleExpertGrads idle{{}, {}, 0};
         int64_t idle_experts = 0;
         for (int64_t e = 0; e < E; ++e) idle_experts += off[e + 1] == off[e] ? 1 : 0;
@@ -262,6 +273,7 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
           if (P == 0 || Q == 0) return by_segments(first, last);
           g.parts.push_back({grad.a, grad.b, grad.dw, true, false, grad.beta});
           steps.push_back({Steps{0, P}, Steps{0, Q}, Steps{P * Q, 0}});
+          sizes.push_back({P, Q, kExpertRows});
           for (int64_t e = 0; e < E; ++e) {
             if (off[e + 1] == off[e]) continue;
             g.m.push_back(P);
@@ -273,7 +285,7 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
             idle.words[idle.parts++] = P * Q * static_cast<int64_t>(dtype_size(grad.dw.dtype())) / 4;
           }
         }
-        if (!grouped_over_experts(g, offsets, steps, precision)) return by_segments(first, last);
+        if (!grouped_over_experts(g, offsets, steps, sizes, precision)) return by_segments(first, last);
         if (idle.parts > 0) zero_idle_experts(offsets, idle);
       });
 }

@@ -65,8 +65,8 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
 
 // One grouped GEMM of one or more parts: problem j of part p is the row-major c_j [m_j, n_j] = op(a_j)
 // op(b_j) + beta c_j, where a_j, b_j and c_j are whole rows of the part's (row-major, contiguous)
-// operands a, b and c, start at the addresses in pointers (i64 [3, stride >= problems] on the device:
-// a_j's, b_j's, c_j's in column j) and keep the operands' row lengths. Part p's problems are
+// operands a, b and c, start at the addresses in pointers (i64 [6, stride >= problems] on the device:
+// a_j's, b_j's, c_j's addresses and m_j, n_j, k_j in column j) and keep the operands' row lengths. Part p's problems are
 // [p P, (p + 1) P), P = problems_per_part(). a and b are f32, f64, or bf16 (rounded copies: products
 // summed in f32) with c f32; every part has the same dtypes.
 struct GroupedGemm {
@@ -83,21 +83,31 @@ struct GroupedGemm {
 
   int64_t problems_per_part() const { return static_cast<int64_t>(m.size() / parts.size()); }
   const Part& part_of(int64_t j) const { return parts[static_cast<size_t>(j / problems_per_part())]; }
-  // 2 m n k summed over the problems, as the device counters count a BLAS call's work.
-  uint64_t flops() const {
+  // 2 m n k summed over part p's problems (over every part's: flops()), as the device counters count a
+  // GEMM call's work.
+  uint64_t part_flops(size_t p) const {
+    const auto per_part = static_cast<size_t>(problems_per_part());
     uint64_t sum = 0;
-    for (size_t j = 0; j < m.size(); ++j)
+    for (size_t j = p * per_part; j < (p + 1) * per_part; ++j)
       sum += 2 * static_cast<uint64_t>(m[j]) * static_cast<uint64_t>(n[j]) * static_cast<uint64_t>(k[j]);
     return sum;
   }
+  uint64_t flops() const {
+    uint64_t sum = 0;
+    for (size_t p = 0; p < parts.size(); ++p) sum += part_flops(p);
+    return sum;
+  }
 };
-// The grouped GEMM in one call (gemm.cu: cuBLAS's grouped-batched GEMM, one group per problem since the
-// experts' row counts differ; TF32 precision multiplies aligned f32 operands on the tensor cores).
-// Returns false, having queued nothing, where this cuBLAS refuses bf16 inputs with an f32 result
-// (the combination is not in every version's list for the grouped call); grouped_gemm_takes_bf16()
-// then says false, and the caller multiplies expert by expert.
+// The grouped GEMM in one call (gemm.cu): cuBLAS's grouped-batched GEMM for f32 and f64 operands, one
+// group per problem since the experts' row counts differ (TF32 precision multiplies aligned f32 operands
+// on the tensor cores); bf16 operands go to grouped_gemm_bf16. Returns false, having queued nothing,
+// where bf16 operands are not rows that kernel takes; the caller then multiplies expert by expert.
 bool grouped_gemm(const GroupedGemm& g, MatmulPrecision precision);
-bool grouped_gemm_takes_bf16();
+// The bf16 one (grouped_gemm_bf16.cu, lingtrain's own tensor-core kernel: cuBLAS's grouped call has no
+// bf16-operand, f32-result form): a launch per part, for bf16 a and b whose rows are 16-byte multiples
+// (grouped_gemm_bf16_takes) and g.pointers holding the problems' sizes too (rows m, n, k below a, b, c).
+bool grouped_gemm_bf16_takes(const GroupedGemm& g);
+void grouped_gemm_bf16(const GroupedGemm& g);
 
 // c = alpha * op(a) @ op(b) + beta * c with the contract of kernels::matmul, f32 or f64, via cuBLAS;
 // with BF16Inputs, f32 operands are rounded to bf16 (round_to_bf16) and multiplied on the tensor cores

@@ -48,6 +48,7 @@ class DeviceGuard {
 #include "tensor/cuda/attention_decode.cu"
 #include "tensor/cuda/dpo.cu"
 #include "tensor/cuda/elementwise.cu"
+#include "tensor/cuda/grouped_gemm_bf16.cu"
 #include "tensor/cuda/index.cu"
 #include "tensor/cuda/moe.cu"
 #include "tensor/cuda/moe_stats.cu"
@@ -141,14 +142,28 @@ bool matmul_add(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, co
   return true;
 }
 
-bool grouped_gemm_takes_bf16() { return true; }
+// The most work a grouped bf16 GEMM gives the tensor-core kernel itself (grouped_gemm_bf16.cu, run
+// through the emulation as every kernel here): the emulated fragments repeat each product in every lane
+// of a warp, which the GEMMs of the kernel tests take in milliseconds and a bench step's in minutes.
+// Larger calls take the stand-in below, counted as that kernel counts (a GEMM call per part).
+constexpr uint64_t kEmulatedTensorCoreFlops = uint64_t{1} << 24;
 
 // cuBLAS's grouped call: one call, counted with all its problems' FLOPs, whose problems are the CPU's
 // GEMMs (uncounted) on the matrices at the addresses that the pointer kernel wrote, so that those
-// addresses are checked here as cuBLAS would use them.
+// addresses are checked here as cuBLAS would use them. bf16 operands as on a GPU: the tensor-core kernel.
 bool grouped_gemm(const GroupedGemm& g, MatmulPrecision) {
   const auto problems = static_cast<int64_t>(g.m.size());
-  device_count::blas_call(g.flops());
+  const bool bf16 = g.parts.front().a.dtype() == DType::BF16;
+  if (bf16 && !grouped_gemm_bf16_takes(g)) return false;
+  if (bf16 && g.flops() <= kEmulatedTensorCoreFlops) {
+    grouped_gemm_bf16(g);
+    return true;
+  }
+  if (bf16) {
+    for (size_t p = 0; p < g.parts.size(); ++p) device_count::blas_call(g.part_flops(p));
+  } else {
+    device_count::blas_call(g.flops());
+  }
   const int64_t* pointers = g.pointers.data<int64_t>();
   const int64_t stride = g.pointers.dim(1);
   for (int64_t j = 0; j < problems; ++j) {
@@ -158,6 +173,9 @@ bool grouped_gemm(const GroupedGemm& g, MatmulPrecision) {
     Tensor c = rows_at(part.c, pointers[2 * stride + j], g.m[j]);
     LT_CHECK(c.dim(1) == g.n[j] && a.dim(1) == (part.trans_a ? g.m[j] : g.k[j]),
              "emulated grouped GEMM: problem ", j, " does not fit its operands");
+    LT_CHECK(pointers[3 * stride + j] == g.m[j] && pointers[4 * stride + j] == g.n[j] &&
+                 pointers[5 * stride + j] == g.k[j],
+             "emulated grouped GEMM: the table's sizes of problem ", j, " are not the host's");
     cpu::matmul(multiplied(a), part.trans_a, multiplied(b), part.trans_b, c, 1.0, part.beta, MatmulPrecision::F32);
   }
   return true;
