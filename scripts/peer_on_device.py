@@ -15,6 +15,7 @@ import sys
 def load(path):
     spec = importlib.util.spec_from_file_location("torch_ling_peer", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # torch.compile looks the peer's functions up by their module's name
     spec.loader.exec_module(module)
     return module
 

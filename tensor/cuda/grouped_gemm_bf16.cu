@@ -152,7 +152,9 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_bf16_kernel(Part part) 
   using LayoutB = std::conditional_t<kTransB, wmma::col_major, wmma::row_major>;
   constexpr int kStrideA = (kTransA ? kTileM : kTileK) + kPad, kStrideB = (kTransB ? kTileK : kTileN) + kPad;
   Accumulator acc[kFragsM][kFragsN];
+#pragma unroll
   for (auto& row : acc)
+#pragma unroll
     for (Accumulator& f : row) wmma::fill_fragment(f, 0.0f);
 
   const int64_t k_tiles = (p.k + kTileK - 1) / kTileK;
@@ -165,19 +167,23 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_bf16_kernel(Part part) 
     for (int kk = 0; kk < kTileK; kk += kSide) {
       wmma::fragment<wmma::matrix_a, kSide, kSide, kSide, __nv_bfloat16, LayoutA> a[kFragsM];
       wmma::fragment<wmma::matrix_b, kSide, kSide, kSide, __nv_bfloat16, LayoutB> b[kFragsN];
+#pragma unroll
       for (int fm = 0; fm < kFragsM; ++fm) {
-        if (fm >= frags_m) break;
         const int row = warp_m + fm * kSide;
-        wmma::load_matrix_sync(a[fm], as_bf16(shared.a + (kTransA ? kk * kStrideA + row : row * kStrideA + kk)),
-                               kStrideA);
+        if (fm < frags_m)
+          wmma::load_matrix_sync(a[fm], as_bf16(shared.a + (kTransA ? kk * kStrideA + row : row * kStrideA + kk)),
+                                 kStrideA);
       }
+#pragma unroll
       for (int fn = 0; fn < kFragsN; ++fn) {
-        if (fn >= frags_n) break;
         const int col = warp_n + fn * kSide;
-        wmma::load_matrix_sync(b[fn], as_bf16(shared.b + (kTransB ? col * kStrideB + kk : kk * kStrideB + col)),
-                               kStrideB);
+        if (fn < frags_n)
+          wmma::load_matrix_sync(b[fn], as_bf16(shared.b + (kTransB ? col * kStrideB + kk : kk * kStrideB + col)),
+                                 kStrideB);
       }
+#pragma unroll
       for (int fm = 0; fm < kFragsM; ++fm)
+#pragma unroll
         for (int fn = 0; fn < kFragsN; ++fn)
           if (fm < frags_m && fn < frags_n) wmma::mma_sync(acc[fm][fn], a[fm], b[fn], acc[fm][fn]);
     }
@@ -191,8 +197,11 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_bf16_kernel(Part part) 
 
   // Each fragment through the warp's staging to c: c = sums + beta c (c not read where beta is 0).
   float* staging = shared.staging[warp];
-  for (int fm = 0; fm < frags_m; ++fm)
-    for (int fn = 0; fn < frags_n; ++fn) {
+#pragma unroll
+  for (int fm = 0; fm < kFragsM; ++fm)
+#pragma unroll
+    for (int fn = 0; fn < kFragsN; ++fn) {
+      if (fm >= frags_m || fn >= frags_n) continue;  // the fragments' indices stay constants: registers
       wmma::store_matrix_sync(staging, acc[fm][fn], kSide, wmma::mem_row_major);
       __syncwarp();
       for (int e = lane; e < kSide * kSide; e += 32) {
