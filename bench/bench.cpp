@@ -138,7 +138,7 @@ Json report_device_counters(const DeviceCounters& c, const AllocatorStats& start
   if (print)
     std::printf(
       "per step on the device: %.0f launches, %.1f host syncs, %.1f copies to the host (%.1f KiB), %.1f from it "
-      "(%.1f KiB), %.1f within it; %.0f cuBLAS calls (%.2f GFLOP); %.0f allocations, %.1f from the driver\n",
+      "(%.1f KiB), %.1f within it; %.0f GEMM calls (%.2f GFLOP); %.0f allocations, %.1f from the driver\n",
       per_step(c.launches), per_step(c.host_syncs), per_step(c.d2h_copies), per_step(c.d2h_bytes) / 1024,
       per_step(c.h2d_copies), per_step(c.h2d_bytes) / 1024, per_step(c.d2d_copies), per_step(c.blas_calls),
       per_step(c.blas_flops) / 1e9, per_step(allocations), per_step(driver_allocations));

@@ -3,7 +3,7 @@
 # binaries built beforehand (on a machine without a GPU: `scripts/gpu_check.sh --prepare`). It runs
 #   - the GPU tests of lingtrain_tests (GPU_TESTS below; without a GPU they skip),
 #   - `lingtrain bench --device cuda` for every config in CONFIGS and dtype in DTYPES, with the device
-#     counters (launches, host syncs, cuBLAS calls, ...),
+#     counters (launches, host syncs, GEMM calls, ...),
 #   - the PyTorch peer on the same GPU for each config, bf16 autocast with SDPA attention and fused AdamW,
 #     eager and then under torch.compile (PEER; "peer: not found" when it is absent),
 #   - a profile of one training step (PROFILE) under nsys, else ncu, else none,
@@ -282,7 +282,7 @@ if peer_note:
     lines.append(f"- {peer_note}")
 torch_version = next((p["result"].get("torch") for p in result["peer"] if p["result"]), None)
 lines += [f"- {result['elapsed_s']} s of the {total_s} s budget", "",
-          "| program | config | dtype | B x T | status | tokens/s | step ms | MFU | peak MiB | launches | host syncs | cuBLAS calls | x peer eager |",
+          "| program | config | dtype | B x T | status | tokens/s | step ms | MFU | peak MiB | launches | host syncs | GEMM calls | x peer eager |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for b in result["bench"]:
     r = b["result"] or {}

@@ -49,11 +49,12 @@ for mesh in "2 1" "4 2"; do
 done
 
 # A-EDiT: rank 1 three times slower. The fast replica takes more of the steps, and the stage's budget
-# (steps x replicas) is met exactly. The rounds (0.1 s) are short against the run, so several of them
+# (steps x replicas) is met exactly, every step in rounds (no synchronous warmup, where the two replicas
+# step together). The rounds (0.1 s) are short against the run, so several of them
 # end by the timer: in one long round the first quotas (half the budget each) would cap the fast
 # replica, and the split would measure the machine's speed rather than the replicas' pace.
 mpiexec -n 2 "$bin" pretrain "${common[@]}" --steps 60 --dist aedit --sync-seconds 0.1 --min-total-steps 4 \
-  --straggle 1:3 --eval-every 7 --out aedit >aedit.txt 2>aedit.err || fail "aedit: $(tail -1 aedit.err)"
+  --local-sgd-warmup 0 --straggle 1:3 --eval-every 7 --out aedit >aedit.txt 2>aedit.err || fail "aedit: $(tail -1 aedit.err)"
 # Every --eval-every point a round passed (but the run's last step) has its held-out loss at that
 # round's end; the end of the run has one more, over all of the held-out data.
 awk -F'"step":' 'NF > 1 && !/"heldout"/ { split($2, s, /[,}]/); step = s[1] + 0;
@@ -64,6 +65,17 @@ awk -F'"step":' 'NF > 1 && !/"heldout"/ { split($2, s, /[,}]/); step = s[1] + 0;
 grep -q '"tokens":3840,' aedit.txt || fail "aedit: the summary does not count 60 x 2 x 32 tokens: $(cat aedit.txt)"
 awk -F'"replica_steps":\\[' 'NF > 1 { split($2, s, /[],]/); a += s[1]; b += s[2] } END { exit !(a > 1.5 * b && a + b == 120) }' \
   aedit/metrics.jsonl || fail "aedit: the fast replica did not take most of the 120 steps: $(grep -o 'replica_steps[^]]*' aedit/metrics.jsonl | tr '\n' ' ')"
+
+# --dist edit alone runs the EDiT README's example settings, the synchronous warmup a third of the run
+# (30 steps: 10), then a sync every 10 steps (at 20 and 30).
+mpiexec -n 2 "$bin" pretrain "${common[@]}" --steps 30 --dist edit --out defaults >/dev/null 2>defaults.err ||
+  fail "edit with its defaults: $(tail -1 defaults.err)"
+for setting in '"sync_interval": 10,' '"local_sgd_warmup": 10,' '"outer_optimizer": "sgd",' \
+  '"clip_pseudo_grad": 10.0,' '"weight_by_norm": true' '"skip_anomaly": true,' '"ewma_warmup_steps": 10,'; do
+  sed -n '/"edit": {/,/}/p' defaults/checkpoint/trainer_state.json | grep -qF "$setting" ||
+    fail "edit's defaults: the checkpoint's settings lack $setting"
+done
+[ "$(grep -c '"sync":{' defaults/metrics.jsonl)" = 2 ] || fail "edit's defaults: not 2 syncs in 30 steps"
 
 # Misuse: one clear line each.
 expect_error "edit flag under dp" "belongs to --dist edit" "$bin" pretrain "${common[@]}" --sync-interval 4

@@ -57,7 +57,7 @@ for e in errors:
 sys.exit(1 if errors else 0)
 EOF
 md=out/gpu_check.md
-grep -q '^| program | config | dtype | B x T | status | tokens/s | step ms | MFU | peak MiB | launches | host syncs | cuBLAS calls |' $md ||
+grep -q '^| program | config | dtype | B x T | status | tokens/s | step ms | MFU | peak MiB | launches | host syncs | GEMM calls |' $md ||
   fail "no table header in $md: $(cat $md)"
 for row in '| lingtrain | tiny | f32 | 1x16 | ok |' '| lingtrain | tiny | bf16 | 1x16 | ok |' '| lingtrain | tiny | tf32 |' \
   'eager (SDPA, fused AdamW) | tiny | bf16 autocast | 1x16 | ok | 1,000 |' '| failed: RuntimeError: no torch.compile'; do

@@ -1,6 +1,6 @@
 // The device counters (tensor/device_counters.h) on the emulated GPU: what each kind of work counts,
 // and a training step with moe-m's structure held under ceilings, so that a change which adds launches,
-// host waits, cuBLAS calls or driver allocations to the GPU step fails here, on a machine without one.
+// host waits, GEMM calls or driver allocations to the GPU step fails here, on a machine without one.
 #include <gtest/gtest.h>
 
 #include "bench/bench.h"
