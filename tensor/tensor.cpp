@@ -7,6 +7,7 @@
 #include "tensor/device_counters.h"
 #include "tensor/device_runtime.h"
 #include "tensor/random.h"
+#include "tensor/threadpool.h"
 
 namespace lt {
 
@@ -51,22 +52,29 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
 }
 
 namespace {
-template <class Draw>
-Tensor draw_values(const Shape& shape, DType dtype, Device device, Draw draw) {
+// The values drawn in f64 on the host by fill(values, n), then in dtype on the device.
+template <class Fill>
+Tensor draw_values(const Shape& shape, DType dtype, Device device, Fill fill) {
   LT_CHECK(is_floating(dtype), "random tensors must be floating point, not ", dtype_name(dtype));
   Tensor host = Tensor::empty(shape, DType::F64);
-  double* values = host.data<double>();
-  for (int64_t i = 0; i < host.numel(); ++i) values[i] = draw();
+  fill(host.data<double>(), host.numel());
   return host.to(dtype).to(device);
 }
 }  // namespace
 
 Tensor Tensor::randn(const Shape& shape, Rng& rng, double std, DType dtype, Device device) {
-  return draw_values(shape, dtype, device, [&] { return std * rng.normal(); });
+  return draw_values(shape, dtype, device, [&](double* values, int64_t n) {
+    rng.fill_normal(values, n);
+    parallel_for(n, 1 << 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) values[i] *= std;
+    });
+  });
 }
 
 Tensor Tensor::uniform(const Shape& shape, Rng& rng, double lo, double hi, DType dtype, Device device) {
-  return draw_values(shape, dtype, device, [&] { return lo + (hi - lo) * rng.uniform(); });
+  return draw_values(shape, dtype, device, [&](double* values, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) values[i] = lo + (hi - lo) * rng.uniform();
+  });
 }
 
 template <class T>

@@ -260,6 +260,22 @@ TEST(Rng, SameSeedSameStream) {
   for (int i = 0; i < 100; ++i) EXPECT_EQ(a.normal(), b.normal());
 }
 
+// fill_normal gives what as many normal() calls give, in order: the spare carried in (an odd count
+// before it) and out (an odd count), blocks of pairs longer than one transform block, nothing for n = 0.
+TEST(Rng, FillNormalGivesTheValuesOfNormalCalls) {
+  Rng one_by_one(5), filled(5);
+  for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{7}, int64_t{3} << 20, int64_t{4}, int64_t{1}}) {
+    std::vector<double> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+    for (double& v : want) v = one_by_one.normal();
+    filled.fill_normal(got.data(), n);
+    ASSERT_EQ(got, want) << "n = " << n;
+    ASSERT_EQ(one_by_one.normal(), filled.normal()) << "after n = " << n;
+  }
+  Rng r1(9), r2(9);
+  const Tensor t = Tensor::randn({3, 5}, r1, 0.5, DType::F64);
+  for (const double v : t.to_vector<double>()) EXPECT_EQ(v, 0.5 * r2.normal());
+}
+
 TEST(Rng, RangesAndRandomTensors) {
   Rng rng(3);
   for (int i = 0; i < 10000; ++i) {
