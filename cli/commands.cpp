@@ -11,6 +11,7 @@ Command find_command(const std::string& name) {
       {"version", cmd_version},
       {"gradcheck", cmd_gradcheck},
       {"params", cmd_params},
+      {"plan", cmd_plan},
       {"bench", cmd_bench},
       {"pretrain", cmd_pretrain},
       {"sft", cmd_sft},
@@ -93,6 +94,9 @@ void print_usage(std::FILE* out) {
                "  report --run DIR [--out FILE (DIR/report.html)] [--domain NAME=FILE ...]\n"
                "                                 the training report: one self-contained HTML page\n"
                "  params [--model NAME|config.json]           parameter counts, nothing allocated\n"
+               "  plan [--model M] [--ranks N] [--dist dp|edit --shard-group S] [--expert-parallel E]\n"
+               "       [--shard-params on] [--batch B --seq T] [--dtype f32|bf16] [--device cpu|cuda]\n"
+               "       [--device-memory GB]                   memory per rank and bytes per step, nothing allocated\n"
                "  bench [--config moe-s|moe-m|dense-124m] [--threads N] [--steps S] [--warmup W] [--profile 1]\n"
                "        [--device cuda|cuda:N (with --config; e.g. --config ling-lite --batch 1 --seq 2048)]\n"
                "        [--dtype bf16|tf32 (with --config: bf16 on a GPU or a CPU with AVX512_BF16; tf32 a GPU\n"

@@ -16,6 +16,7 @@
 #include "tensor/error.h"
 #include "tensor/kernels.h"
 #include "tensor/threadpool.h"
+#include "trainer/plan.h"
 
 namespace lt::cli {
 
@@ -91,6 +92,84 @@ int cmd_params(const Args& args) {
                            {"total_billions", count.total / 1e9}, {"active_billions", count.active / 1e9}}
                           .dump()
                           .c_str());
+  return 0;
+}
+
+// lingtrain plan: a layout's memory per rank and traffic per step (trainer/plan.h), nothing allocated.
+int cmd_plan(const Args& args) {
+  const Flags flags(
+      "lingtrain plan: memory per rank and bytes sent per step of a model in a layout, counted from the shapes\n"
+      "(nothing allocated; last line JSON)",
+      {{"model", "tiny", "a preset name or a config.json"},
+       {"ranks", "1", "processes (mpirun -n)"},
+       {"dist", "dp", "dp or edit (edit and aedit share a layout: replicas of --shard-group ranks)"},
+       {"shard-group", "1", "edit: ranks per replica (ZeRO-2)"},
+       {"sync-interval", "10", "edit: steps between syncs"},
+       {"expert-parallel", "1", "ranks that split each MoE layer's routed experts"},
+       {"shard-params", "off", "on: each rank keeps 1/D of the values, gradients and AdamW state (ZeRO-3)"},
+       {"batch", "1", "sequences per rank and step"},
+       {"seq", "2048", "tokens per sequence"},
+       {"dtype", "f32", "f32 or bf16"},
+       {"device", "cuda", "cpu or cuda (a GPU keeps activations in bf16 under --dtype bf16, with a bf16 weight copy)"},
+       {"device-memory", "0", "GiB per device: says whether the peak fits (0: not asked)"}},
+      args);
+  const LingConfig config = resolve_config(flags.str("model"));
+  PlanLayout layout;
+  layout.ranks = flags.positive("ranks");
+  const std::string dist = flags.str("dist");
+  if (dist != "dp" && dist != "edit" && dist != "aedit") fail("flag --dist needs dp, edit or aedit, got '", dist, "'");
+  layout.edit = dist != "dp";
+  layout.shard_group = flags.positive("shard-group");
+  layout.sync_interval = flags.positive("sync-interval");
+  layout.expert_parallel = flags.positive("expert-parallel");
+  layout.shard_params = flags.on_off("shard-params");
+  PlanShape shape;
+  shape.batch = flags.positive("batch");
+  shape.seq = flags.positive("seq");
+  const std::string dtype = flags.str("dtype"), device = flags.str("device");
+  if (dtype != "f32" && dtype != "bf16") fail("flag --dtype needs f32 or bf16, got '", dtype, "'");
+  if (device != "cpu" && device != "cuda") fail("flag --device needs cpu or cuda, got '", device, "'");
+  shape.matmul_dtype = dtype == "bf16" ? DType::BF16 : DType::F32;
+  shape.on_gpu = device == "cuda";
+  const double device_gib = flags.number("device-memory");
+  if (!(device_gib >= 0)) fail("flag --device-memory must be >= 0 GiB, got ", device_gib);
+  const Plan plan = plan_training(config, layout, shape);
+
+  const RankMemory& m = plan.memory;
+  const StepTraffic& t = plan.traffic;
+  auto gib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
+  auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+  std::printf("%s: %.3fB parameters (%.3fB in routed experts); %lld ranks, %s%s, expert parallel %lld, parameters %s;"
+              " %lld x %lld tokens per rank, %s on a %s\n",
+              config.name.c_str(), plan.total_params / 1e9, plan.routed_expert_params / 1e9,
+              static_cast<long long>(layout.ranks), layout.edit ? "EDiT, replicas of " : "data parallel",
+              layout.edit ? (std::to_string(layout.shard_group) + " ranks").c_str() : "",
+              static_cast<long long>(layout.expert_parallel), layout.shard_params ? "sharded" : "not sharded",
+              static_cast<long long>(shape.batch), static_cast<long long>(shape.seq), dtype.c_str(),
+              shape.on_gpu ? "GPU" : "CPU");
+  std::printf("per rank: %.3fB parameters\n", m.params / 1e9);
+  const std::pair<const char*, int64_t> rows[] = {
+      {"weights (f32)", m.weights},   {"gradients (f32)", m.gradients},       {"AdamW state (f32)", m.adamw},
+      {"bf16 weight copy", m.bf16_copy}, {"a layer gathered", m.gathered},   {"activations kept", m.activations},
+      {"transient (head chunk, gradients)", m.transient}};
+  for (const auto& [name, bytes] : rows)
+    if (bytes > 0) std::printf("  %-36s %12.2f GiB\n", name, gib(bytes));
+  std::printf("  %-36s %12.2f GiB\n  %-36s %12.2f GiB", "held between steps", gib(m.held()), "peak", gib(m.peak()));
+  if (device_gib > 0)
+    std::printf(" (%s %.0f GiB)", gib(m.peak()) <= device_gib ? "fits" : "does not fit", device_gib);
+  std::printf("\nbytes sent per step by one rank:\n");
+  const std::pair<const char*, int64_t> sends[] = {
+      {layout.edit ? "gradient all-reduce (each warmup step)" : "gradient all-reduce", t.gradient_all_reduce},
+      {"parameter all-gather", t.parameter_all_gather},
+      {"gradient reduce-scatter", t.gradient_reduce_scatter},
+      {"expert all-to-all", t.expert_all_to_all},
+      {"EDiT syncs (per step after the warmup)", t.edit_sync}};
+  for (const auto& [name, bytes] : sends)
+    if (bytes > 0) std::printf("  %-40s %12.2f MiB\n", name, mib(bytes));
+  if (!plan.runs) std::printf("the trainer does not run %s yet\n", plan.not_yet.c_str());
+  Json out = plan.to_json();
+  out["model"] = config.name;
+  std::printf("%s\n", out.dump().c_str());
   return 0;
 }
 

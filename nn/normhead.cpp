@@ -57,10 +57,17 @@ struct ColumnNormalizeNode : Node {
 // (moe-m's 2,048 tokens in one chunk; Ling-Lite's 126k vocabulary in chunks of 265 rows).
 constexpr int64_t kHeadRowsPerChunk = 256;
 constexpr int64_t kGpuHeadChunkBytes = int64_t{128} << 20;
-int64_t head_rows_per_chunk(const Tensor& w_VH) {
-  if (w_VH.is_cpu()) return kHeadRowsPerChunk;
-  const int64_t row_bytes = w_VH.dim(0) * static_cast<int64_t>(dtype_size(w_VH.dtype()));
+}  // namespace
+
+int64_t head_rows_per_chunk(int64_t vocab, DType dtype, bool on_gpu) {
+  if (!on_gpu) return kHeadRowsPerChunk;
+  const int64_t row_bytes = vocab * static_cast<int64_t>(dtype_size(dtype));
   return std::max(kHeadRowsPerChunk, kGpuHeadChunkBytes / std::max<int64_t>(row_bytes, 1));
+}
+
+namespace {
+int64_t head_rows_per_chunk(const Tensor& w_VH) {
+  return head_rows_per_chunk(w_VH.dim(0), w_VH.dtype(), !w_VH.is_cpu());
 }
 
 // One pass of the rows of h [N, H] through the head W [V, H] against targets [N], chunk by chunk. Of the

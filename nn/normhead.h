@@ -13,6 +13,10 @@ namespace lt {
 // backward (the Hugging Face training path); otherwise the full Jacobian of the normalisation is used.
 Variable column_normalize(const Variable& w_VH, bool detached);
 
+// The rows of h whose logits exist at a time in the head's chunked passes ([rows, vocab] of dtype): 256
+// on a CPU; on a GPU up to 128 MiB of logits (fewer, larger chunks: each costs launches).
+int64_t head_rows_per_chunk(int64_t vocab, DType dtype, bool on_gpu);
+
 // How the head enters the loss: as it is (norm_head false), or column-normalised with the norm
 // detached or with its full Jacobian, as in column_normalize.
 enum class HeadNorm { None, Detached, Full };

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# lingtrain plan against real runs: the memory it plans for a rank (held between steps, the step's peak)
+# against what the bench measures on the CPU (tiny and moe-s, two shapes each: within 10%), the bytes it
+# plans a rank to send against what the communicator counted in data parallel and EDiT runs under
+# mpiexec (within 1%: the runs also send a few numbers of statistics), and one clear line for a layout the
+# model does not allow. Usage: plan_test.sh path/to/lingtrain
+source "$(dirname "$0")/common.sh"
+
+# json_field FILE KEY: the number after "KEY": in the last line of FILE.
+json_field() { tail -n 1 "$1" | grep -o "\"$2\":[0-9.e+-]*" | head -n 1 | cut -d: -f2; }
+# within A B TOLERANCE: |A - B| <= TOLERANCE * B.
+within() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= t * b) }'; }
+
+for run in "tiny 4 128" "tiny 8 128" "moe-s 4 256" "moe-s 8 256"; do
+  set -- $run
+  "$bin" bench --config $1 --batch $2 --seq $3 --steps 1 --warmup 1 --threads 2 >bench.txt 2>&1 ||
+    { fail "bench $run: $(tail -1 bench.txt)"; continue; }
+  "$bin" plan --model $1 --batch $2 --seq $3 --device cpu >plan.txt 2>&1 ||
+    { fail "plan $run: $(tail -1 plan.txt)"; continue; }
+  held=$(json_field bench.txt held_between_steps_mb) peak=$(json_field bench.txt peak_in_use_mb)
+  planned_held=$(json_field plan.txt held_bytes) planned_peak=$(json_field plan.txt peak_bytes)
+  mb() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1048576 }'; }
+  within "$(mb "$planned_held")" "$held" 0.01 || fail "$run: planned held $(mb "$planned_held") MiB, measured $held"
+  within "$(mb "$planned_peak")" "$peak" 0.10 || fail "$run: planned peak $(mb "$planned_peak") MiB, measured $peak"
+done
+
+# Bytes sent per step by rank 0: data parallel's gradient all-reduce, and EDiT without a warmup (a sync
+# every 5 steps over 10 steps, so two syncs and their share of each step).
+make_text_shards
+common=(--model tiny --data data/train_000000.bin --val data/val_000000.bin --seq 32 --threads 1 --sample-prompt ""
+  --eval-every 0 --ckpt-every 0 --warmup-steps 2 --batch 1)
+mpiexec -n 2 "$bin" pretrain "${common[@]}" --steps 4 --out dp >dp.txt 2>dp.err || fail "dp run: $(tail -1 dp.err)"
+"$bin" plan --model tiny --ranks 2 >plan_dp.txt 2>&1 || fail "plan dp: $(tail -1 plan_dp.txt)"
+planned=$(json_field plan_dp.txt gradient_all_reduce) sent=$(json_field dp.txt comm_bytes_per_step)
+within "$planned" "$sent" 0.01 || fail "dp: planned $planned bytes a step, sent $sent"
+mpiexec -n 2 "$bin" pretrain "${common[@]}" --steps 10 --dist edit --local-sgd-warmup 0 --sync-interval 5 \
+  --out edit >edit.txt 2>edit.err || fail "edit run: $(tail -1 edit.err)"
+"$bin" plan --model tiny --ranks 2 --dist edit --sync-interval 5 >plan_edit.txt 2>&1 || fail "plan edit"
+planned=$(json_field plan_edit.txt edit_sync) sent=$(json_field edit.txt comm_bytes_per_step)
+within "$planned" "$sent" 0.01 || fail "edit: planned $planned bytes a step, sent $sent"
+
+# Layouts: Ling-Plus planned without allocating it; the expert-parallel split of its routed experts, and
+# with sharding everything, shrinks a rank's share.
+"$bin" plan --model ling-plus --ranks 64 --expert-parallel 8 --shard-params on --dtype bf16 \
+  --device-memory 80 >plus.txt 2>&1 || fail "plan ling-plus: $(tail -1 plus.txt)"
+grep -q '"not_yet":"expert parallelism and parameter sharding"' plus.txt ||
+  fail "ling-plus: the layouts not run yet are not named"
+"$bin" plan --model moe-s --ranks 4 >one.txt && "$bin" plan --model moe-s --ranks 4 --expert-parallel 4 >ep.txt &&
+  "$bin" plan --model moe-s --ranks 4 --expert-parallel 4 --shard-params on >sharded.txt || fail "plan moe-s layouts"
+whole=$(json_field one.txt params) ep=$(json_field ep.txt params) sharded=$(json_field sharded.txt params)
+awk -v whole="$whole" -v ep="$ep" -v sharded="$sharded" -v routed="$(json_field one.txt routed_expert_params)" \
+  'BEGIN { exit !(whole - ep == routed * 3 / 4 && sharded * 4 <= whole + 4) }' ||
+  fail "moe-s on 4 ranks: parameters per rank $whole, expert parallel $ep, sharded $sharded"
+
+expect_error "experts do not split" "8 experts per layer do not split over --expert-parallel 3" \
+  "$bin" plan --model tiny --ranks 3 --expert-parallel 3
+expect_error "degree does not divide the ranks" "--expert-parallel 2 does not divide the ranks (3)" \
+  "$bin" plan --model tiny --ranks 3 --expert-parallel 2
+expect_error "dense model split by experts" "has no routed experts" \
+  "$bin" plan --model dense-124m --ranks 2 --expert-parallel 2
+expect_error "shard group under dp" "--shard-group belongs to --dist edit" \
+  "$bin" plan --model tiny --ranks 2 --shard-group 2
+
+finish plan
