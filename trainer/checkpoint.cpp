@@ -1,5 +1,7 @@
 #include "trainer/checkpoint.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -8,6 +10,7 @@
 #include "io/safetensors.h"
 #include "io/safetensors_folder.h"
 #include "model/hf_names.h"
+#include "tensor/kernels.h"
 
 namespace lt {
 
@@ -71,16 +74,79 @@ std::unique_ptr<Tokenizer> resolve_tokenizer(const std::string& flag_path, const
   return tokenizer;
 }
 
-void load_checkpoint_optimizer(const std::string& dir, AdamW& optimizer) {
-  const std::string path = checkpoint_folder(dir) + "/optimizer.safetensors";
-  const SafetensorsFile file = load_safetensors(path);
+namespace {
+
+// optimizer.safetensors and its update count.
+std::pair<SafetensorsFile, int64_t> load_optimizer_file(const std::string& dir, std::string& path) {
+  path = checkpoint_folder(dir) + "/optimizer.safetensors";
+  SafetensorsFile file = load_safetensors(path);
   const auto steps = file.metadata.find(kStepsTakenKey);
   LT_CHECK(steps != file.metadata.end(), path, ": no '", kStepsTakenKey, "' in the metadata");
   char* end = nullptr;
   const long long steps_taken = std::strtoll(steps->second.c_str(), &end, 10);
   LT_CHECK(!steps->second.empty() && *end == '\0' && steps_taken >= 0, path, ": '", kStepsTakenKey,
            "' must be a count, got '", steps->second, "'");
+  return {std::move(file), steps_taken};
+}
+
+}  // namespace
+
+void load_checkpoint_optimizer(const std::string& dir, AdamW& optimizer) {
+  std::string path;
+  const auto [file, steps_taken] = load_optimizer_file(dir, path);
   optimizer.load_state(NamedTensors(file.tensors.begin(), file.tensors.end()), steps_taken, path);
+}
+
+std::string checkpoint_rank_path(const std::string& folder, int rank) {
+  char name[48];
+  std::snprintf(name, sizeof name, "/edit/rank-%05d.safetensors", rank);
+  return folder + name;
+}
+
+WholeMoments load_checkpoint_moments(const std::string& dir, const FlatParameters& params, bool per_rank_shards,
+                                     int world_size, int shard_group) {
+  WholeMoments whole{Tensor::zeros({params.numel()}, DType::F32), Tensor::zeros({params.numel()}, DType::F32), 0};
+  const std::pair<const char*, Tensor*> moments[] = {{"exp_avg", &whole.exp_avg}, {"exp_avg_sq", &whole.exp_avg_sq}};
+  if (!per_rank_shards) {
+    std::string path;
+    const auto [file, steps_taken] = load_optimizer_file(dir, path);
+    for (size_t i = 0; i < params.parameters().size(); ++i)
+      for (const auto& [suffix, flat] : moments) {
+        const std::string name = params.parameters()[i].parameter.name + "." + suffix;
+        const auto it = file.tensors.find(name);
+        LT_CHECK(it != file.tensors.end(), path, ": optimiser state has no tensor '", name, "'");
+        Tensor slot = params.view(*flat, i);
+        LT_CHECK(it->second.shape() == slot.shape(), path, ": optimiser tensor '", name, "' has shape ",
+                 shape_str(it->second.shape()), ", the model needs ", shape_str(slot.shape()));
+        slot.copy_from(it->second.to(DType::F32));
+      }
+    whole.steps_taken = steps_taken;
+    return whole;
+  }
+  const std::string folder = checkpoint_folder(dir);
+  LT_CHECK(shard_group >= 1 && world_size % shard_group == 0, folder, ": ", world_size,
+           " ranks do not form replicas of ", shard_group);
+  const int replicas = world_size / shard_group;
+  // Summed in replica order, then divided: the same bytes on every rank that reads them.
+  for (int rank = 0; rank < world_size; ++rank) {
+    const std::string path = checkpoint_rank_path(folder, rank);
+    LT_CHECK(std::filesystem::exists(path), path, ": missing (the checkpoint was written by ", world_size, " ranks)");
+    const SafetensorsFile file = load_safetensors(path);
+    const auto text = file.metadata.find("state");
+    LT_CHECK(text != file.metadata.end(), path, ": no 'state' in the metadata");
+    whole.steps_taken = std::max<int64_t>(whole.steps_taken,
+                                          JsonObject(parse_json(text->second, path), path).get<int64_t>("adamw_steps"));
+    for (const auto& [name, flat] : moments) {
+      const Tensor shard = file.get(name);
+      const int64_t at = (rank % shard_group) * shard.numel();
+      const int64_t n = std::max<int64_t>(0, std::min(shard.numel(), params.numel() - at));
+      if (n == 0) continue;
+      Tensor slot = flat->narrow(at, n);
+      kernels::axpy(1.0, shard.narrow(0, n).to(DType::F32), slot);
+    }
+  }
+  for (const auto& [name, flat] : moments) kernels::scale(*flat, 1.0 / replicas, *flat);
+  return whole;
 }
 
 }  // namespace lt

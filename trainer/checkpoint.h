@@ -50,4 +50,20 @@ std::unique_ptr<Tokenizer> resolve_tokenizer(const std::string& flag_path, const
                                              int64_t model_vocab_size);
 void load_checkpoint_optimizer(const std::string& dir, AdamW& optimizer);
 
+// Where a checkpoint folder keeps EDiT rank r's own state (edit/rank-NNNNN.safetensors).
+std::string checkpoint_rank_path(const std::string& folder, int rank);
+
+// The AdamW moments of a checkpoint over the whole flat layout of `params` (host f32 [params.numel()],
+// zeros in the padding), whatever layout wrote them: optimizer.safetensors by parameter name, or EDiT's
+// per-rank shards (world_size ranks in replicas of shard_group: each replica's shards end to end, then
+// the replicas' moments averaged, since after a sync the replicas share their weights but each kept its
+// own moments), with the update count (the largest of the ranks': A-EDiT's replicas take different counts).
+// What a resume on another layout gives its optimiser, whole or a shard of it.
+struct WholeMoments {
+  Tensor exp_avg, exp_avg_sq;
+  int64_t steps_taken = 0;
+};
+WholeMoments load_checkpoint_moments(const std::string& dir, const FlatParameters& params, bool per_rank_shards,
+                                     int world_size, int shard_group);
+
 }  // namespace lt

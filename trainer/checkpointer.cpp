@@ -8,17 +8,6 @@
 
 namespace lt {
 
-namespace {
-
-// Where a checkpoint folder keeps rank r's own state.
-std::string rank_state_path(const std::string& folder, int rank) {
-  char name[48];
-  std::snprintf(name, sizeof name, "/edit/rank-%05d.safetensors", rank);
-  return folder + name;
-}
-
-}  // namespace
-
 Checkpointer::Checkpointer(RunSetup& setup, Trainer& trainer, SpikeGuard& guard, RankState* rank_state)
     : setup_(setup), trainer_(trainer), guard_(guard), rank_state_(rank_state), dir_(setup.checkpoint_dir()) {}
 
@@ -63,7 +52,7 @@ void Checkpointer::save(int64_t seq_len) {
       NamedTensors rank_tensors;
       for (size_t i = 0; i < own.size(); ++i)
         rank_tensors.emplace_back(own[i].first, all[i].narrow(r * own[i].second.numel(), own[i].second.numel()));
-      save_safetensors(rank_state_path(staging, r), rank_tensors, {{"state", texts[static_cast<size_t>(r)]}});
+      save_safetensors(checkpoint_rank_path(staging, r), rank_tensors, {{"state", texts[static_cast<size_t>(r)]}});
     }
   }, weights_dtype);
 }
@@ -77,12 +66,25 @@ void Checkpointer::restore(const std::string& dir, bool reloading) {
   train_state_from_json(saved.at("state"), folder + "/trainer_state.json", state, model);
   // A reload keeps the guard as it is: its count of reloads and its cuts must outlive the reload.
   if (!reloading && saved.contains("spike_guard")) guard_.load(saved.at("spike_guard"), folder + "/trainer_state.json");
+  if (setup_.relayout()) {
+    // Another layout: the moments, whole, then this rank's part of them; EDiT's own state starts afresh
+    // (the anchor is taken when its local steps begin, from the weights every replica loaded).
+    const RunSetup::Layout& from = setup_.checkpoint_layout();
+    const WholeMoments whole = load_checkpoint_moments(dir, trainer_.parameters(), from.mode != DistMode::DataParallel,
+                                                       from.world_size, from.shard_group);
+    AdamW& adamw = trainer_.optimizer();
+    const FlatParameters::Range owned = adamw.owned();
+    adamw.load_shard_state({{"exp_avg", whole.exp_avg.narrow(owned.begin, owned.size())},
+                            {"exp_avg_sq", whole.exp_avg_sq.narrow(owned.begin, owned.size())}},
+                           whole.steps_taken, folder);
+    return;
+  }
   if (rank_state_ == nullptr) {
     load_checkpoint_optimizer(dir, trainer_.optimizer());
     return;
   }
-  const std::string path = rank_state_path(folder, setup_.world().rank());
-  LT_CHECK(std::filesystem::exists(path), path, ": missing (resume an EDiT checkpoint with the same number of ranks)");
+  const std::string path = checkpoint_rank_path(folder, setup_.world().rank());
+  LT_CHECK(std::filesystem::exists(path), path, ": missing");
   const SafetensorsFile file = load_safetensors(path);
   const auto text = file.metadata.find("state");
   LT_CHECK(text != file.metadata.end(), path, ": no 'state' in the metadata");

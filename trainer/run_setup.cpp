@@ -87,10 +87,10 @@ std::string ensure_default_corpus(const std::string& out_dir, const RunTokenizer
 }  // namespace
 
 RunSetup::RunSetup(const Recipe& requested, const RunOptions& options) : options_(options), recipe_(requested) {
-  if (resuming()) resume_recipe(requested);
-  resume_dist_settings();
   LT_CHECK(options_.straggle_factor >= 1, "--straggle: the factor must be >= 1, got ", options_.straggle_factor);
   open_world();
+  if (resuming()) resume_recipe(requested);
+  resume_dist_settings();
   LT_CHECK(options_.straggle_rank < world_->size(), "--straggle: rank ", options_.straggle_rank, " is outside the ",
            world_->size(), " ranks");
   // --dtype bf16 on a CPU without a bf16 GEMM (no AVX512_BF16), and --dtype tf32 (a GPU mode) on any CPU,
@@ -139,16 +139,32 @@ void RunSetup::resume_recipe(const Recipe& requested) {
            " is not in its recipe");
   const int64_t stage_step = saved_state_.at("state").value("stage_step", int64_t{0});
   Json& saved_stage = recipe_json["stages"][stage];
+  const Recipe saved_recipe = Recipe::from_json(recipe_json, source);
+  const StageSettings& saved_settings = saved_recipe.stages[static_cast<size_t>(stage)];
+  const int saved_world = saved_state_.value("dist", Json::object()).value("world_size", 1);
+  // Another number of ranks mid-stage may divide the step's sequences otherwise (--batch x --accum x
+  // ranks), as long as there are as many: the data cursor counts the windows every step takes.
+  const bool regrouped = stage_step > 0 && saved_world != world_->size();
   for (const auto& [key, value] : options_.stage_overrides.items()) {
     const Json saved = saved_stage.value(key, value);
     // The data cursor counts windows of the saved shape: mid-stage, the shape of a batch is fixed.
-    LT_CHECK(stage_step == 0 || !key_has(key, kFixedMidStage) || saved == value, "flag --", flag_of(key),
-             " cannot change in the middle of a stage when resuming (the checkpoint's is ", saved.dump(), ")");
+    LT_CHECK(stage_step == 0 || !key_has(key, kFixedMidStage) || saved == value ||
+                 (regrouped && (key == "batch" || key == "accum")),
+             "flag --", flag_of(key), " cannot change in the middle of a stage when resuming (the checkpoint's is ",
+             saved.dump(), ")");
     LT_CHECK(!key_has(key, kFixedOnResume) || saved == value, "flag --", flag_of(key),
              " cannot change when resuming: the checkpoint's is ", saved.dump(), ", the command line's ", value.dump());
     saved_stage[key] = value;
   }
   recipe_ = Recipe::from_json(recipe_json, source);
+  if (regrouped) {
+    const StageSettings& now = recipe_.stages[static_cast<size_t>(stage)];
+    const int64_t saved_sequences = saved_settings.batch * saved_settings.accum * saved_world;
+    LT_CHECK(now.batch * now.accum * world_->size() == saved_sequences, "a resume on ", world_->size(),
+             " ranks in the middle of a stage takes the checkpoint's ", saved_sequences, " sequences a step (",
+             saved_settings.batch, " x ", saved_settings.accum, " x ", saved_world, " ranks): --batch ", now.batch,
+             " x --accum ", now.accum, " x ", world_->size(), " ranks is ", now.batch * now.accum * world_->size());
+  }
   LT_CHECK(recipe_.stages[static_cast<size_t>(stage)].steps >= stage_step, "--steps ",
            recipe_.stages[static_cast<size_t>(stage)].steps, " is below the ", stage_step,
            " steps the checkpoint's stage has already taken");
@@ -164,19 +180,35 @@ void RunSetup::resume_dist_settings() {
   const std::string folder = checkpoint_folder(options_.resume);
   const Json saved = saved_state_.value("dist", Json{{"mode", "dp"}});
   const std::string source = folder + "/trainer_state.json";
-  dist_ = parse_dist_mode(saved.value("mode", std::string("dp")));
-  edit_ = saved.contains("edit") ? EditSettings::from_json(saved.at("edit"), source) : EditSettings{};
-  const Json saved_edit = edit_.to_json();
-  for (const auto& [key, value] : options_.named_dist_settings.items()) {
-    if (key == "mode") {
-      LT_CHECK(value == dist_mode_name(dist_), folder, ": written by a --dist ", dist_mode_name(dist_),
-               " run, and the command line says --dist ", value.get<std::string>(), "; resume it with that --dist");
-      continue;
+  const EditSettings saved_edit =
+      saved.contains("edit") ? EditSettings::from_json(saved.at("edit"), source) : EditSettings{};
+  checkpoint_layout_ = {parse_dist_mode(saved.value("mode", std::string("dp"))), saved.value("world_size", 1),
+                        saved_edit.shard_group};
+  const Json& named = options_.named_dist_settings;
+  dist_ = named.contains("mode") ? options_.dist : checkpoint_layout_.mode;
+  if (dist_ == checkpoint_layout_.mode) {
+    // The checkpoint's settings, with what the command line names.
+    Json settings = saved_edit.to_json();
+    for (const auto& [key, value] : named.items()) {
+      if (key == "mode") continue;
+      LT_CHECK(dist_ != DistMode::DataParallel, folder, ": written by a --dist dp run, which has no EDiT setting '",
+               key, "'");
+      settings[key] = value;
     }
-    LT_CHECK(dist_ != DistMode::DataParallel, folder, ": written by a --dist dp run, which has no EDiT setting '", key, "'");
-    LT_CHECK(saved_edit.value(key, Json()) == value, "EDiT setting '", key, "' cannot change when resuming: the ",
-             "checkpoint's is ", saved_edit.value(key, Json()).dump(), ", the command line's ", value.dump());
+    edit_ = EditSettings::from_json(settings, source);
+  } else {
+    edit_ = options_.edit;
   }
+  edit_.time_based = dist_ == DistMode::AEdit;
+  relayout_ = dist_ != checkpoint_layout_.mode || world_->size() != checkpoint_layout_.world_size ||
+              (dist_ != DistMode::DataParallel && edit_.shard_group != checkpoint_layout_.shard_group);
+  if (relayout_) return;
+  // An exact resume continues the run as it was: its settings cannot change.
+  const Json saved_json = saved_edit.to_json();
+  for (const auto& [key, value] : named.items())
+    LT_CHECK(key == "mode" || saved_json.value(key, Json()) == value, "EDiT setting '", key,
+             "' cannot change when resuming on the same layout: the checkpoint's is ",
+             saved_json.value(key, Json()).dump(), ", the command line's ", value.dump());
 }
 
 Json RunSetup::dist_json() const {

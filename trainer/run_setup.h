@@ -39,6 +39,17 @@ class RunSetup {
   const EditSettings& edit() const { return edit_; }
   // What a checkpoint records of them.
   Json dist_json() const;
+  // A resume on another layout than its checkpoint's (another --dist, number of ranks or --shard-group):
+  // the weights, the training state and the AdamW moments carry over (Checkpointer::restore), the
+  // distribution settings are the command line's (the checkpoint's where a resume names none and keeps
+  // the mode), and EDiT's own state starts afresh. On the same layout a resume is exact.
+  struct Layout {
+    DistMode mode = DistMode::DataParallel;
+    int world_size = 1;
+    int shard_group = 1;
+  };
+  bool relayout() const { return relayout_; }
+  const Layout& checkpoint_layout() const { return checkpoint_layout_; }
 
   // Tensors on GPUs travel through NCCL, host data (the agreement between ranks, statistics, EDiT's
   // tables) through MPI; this is the one the model's tensors use.
@@ -72,6 +83,8 @@ class RunSetup {
   Json saved_state_;  // the resumed checkpoint's trainer_state.json
   DistMode dist_ = DistMode::DataParallel;
   EditSettings edit_;
+  bool relayout_ = false;
+  Layout checkpoint_layout_;
   std::unique_ptr<Communicator> host_world_, gpu_world_;
   Communicator* world_ = nullptr;
   Device device_;

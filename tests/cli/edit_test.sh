@@ -83,11 +83,6 @@ expect_error "sync-interval under aedit" "aedit syncs by time" "$bin" pretrain "
 mpiexec -n 2 "$bin" pretrain "${common[@]}" --dist edit --shard-group 3 --out sg >/dev/null 2>sg.err &&
   fail "a shard group that does not divide the ranks accepted"
 grep -q "must divide the number of ranks (2)" sg.err || fail "shard group 3 of 2 ranks: no clear line ($(head -1 sg.err))"
-expect_error "edit checkpoint resumed as dp" "resume it with that --dist" "$bin" pretrain --resume full2/checkpoint --out x \
-  --threads 1 --steps 9 --dist dp
-expect_error "edit resume with another knob" "EDiT setting 'sync_interval' cannot change when resuming: the checkpoint's is 2, the command line's 3" \
-  "$bin" pretrain --resume full2/checkpoint --out x --threads 1 --dist edit --sync-interval 3
-expect_error "edit checkpoint on another world" "same number of ranks" "$bin" pretrain --resume full2/checkpoint --out y \
-  --threads 1 --dist edit --steps 9
+# (Resumes on another layout: tests/cli/layouts_test.sh.)
 
 finish edit
