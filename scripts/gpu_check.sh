@@ -45,6 +45,7 @@ cd "$repo" || exit 1
 
 die() { echo "gpu_check: $*" >&2; exit 1; }
 commit_file_of() { echo "$(dirname "$1")/gpu_check_commit.txt"; }
+libs_dir_of() { echo "$(dirname "$1")/gpu_check_libs"; }
 git_commit() {
   local commit
   commit=$(git -C "$repo" rev-parse --short=12 HEAD 2>/dev/null) || return 1
@@ -65,7 +66,15 @@ if [ "${1:-}" = "--prepare" ]; then
     die "$build/lingtrain has no CUDA backend (configure $build with -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)"
   commit=$(git_commit) || die "no git here to name the commit"
   echo "$commit" >"$(commit_file_of "$build/lingtrain")"
-  echo "gpu_check: $build/lingtrain and $build/lingtrain_tests built at $commit"
+  # The shared libraries the binaries take from this machine's packages (MPI, Highway, PCRE2 and theirs),
+  # which a GPU machine with only CUDA and PyTorch lacks; the C and C++ runtimes and CUDA's own libraries
+  # (cuBLAS, cuBLASLt, NCCL) are the GPU machine's.
+  libs=$(libs_dir_of "$build/lingtrain")
+  rm -rf "$libs" && mkdir -p "$libs" || die "cannot make $libs"
+  ldd "$build/lingtrain" "$build/lingtrain_tests" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
+    grep -vE '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/usr/local/cuda|/libcuda\.so' |
+    while read -r lib; do cp -L "$lib" "$libs/"; done
+  echo "gpu_check: $build/lingtrain and $build/lingtrain_tests built at $commit; $(ls "$libs" | wc -l) libraries in $libs"
   exit 0
 fi
 [ $# -eq 0 ] || die "usage: OUT=DIR scripts/gpu_check.sh, or scripts/gpu_check.sh --prepare (see the top of $0)"
@@ -85,6 +94,8 @@ tests_s=${TESTS_S:-120}
 for n in total_s part_s tests_s profile_kernels; do [[ ${!n} =~ ^[1-9][0-9]*$ ]] || die "${n^^} must be a positive integer, got '${!n}'"; done
 [[ -z $shape || $shape =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || die "SHAPE must be BxT (e.g. 1x32), got '$shape'"
 [ -x "$lingtrain" ] || die "no lingtrain at $lingtrain (build it first: scripts/gpu_check.sh --prepare)"
+# The libraries --prepare collected beside the binaries: the builds the binaries were linked against.
+[ -d "$(libs_dir_of "$lingtrain")" ] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(libs_dir_of "$lingtrain")
 [ ${#profile[@]} -eq 2 ] || [ "${profile[*]}" = none ] || die "PROFILE must be 'CONFIG DTYPE' or none, got '${PROFILE:-}'"
 command -v python3 >/dev/null || die "needs python3 for its report"
 mkdir -p "$out" || die "cannot make $out"
