@@ -81,33 +81,4 @@ Tensor ExpertExchange::from_experts(const Tensor& rows_RH) const {
   return exchange(by_source, recv_rows_, send_rows_);
 }
 
-namespace {
-
-struct ExchangeNode : Node {
-  std::shared_ptr<const ExpertExchange> exchange;
-  bool to_experts = true;
-  const char* name() const override { return to_experts ? "exchange_to_experts" : "exchange_from_experts"; }
-  std::vector<Tensor> backward(const Tensor& g) override {
-    return {to_experts ? exchange->from_experts(g) : exchange->to_experts(g)};
-  }
-};
-
-Variable exchanged(const Variable& rows, std::shared_ptr<const ExpertExchange> exchange, bool to_experts) {
-  Tensor out = to_experts ? exchange->to_experts(rows.value()) : exchange->from_experts(rows.value());
-  auto node = std::make_shared<ExchangeNode>();
-  node->exchange = std::move(exchange);
-  node->to_experts = to_experts;
-  return make_result(out, node, {rows});
-}
-
-}  // namespace
-
-Variable exchange_to_experts(const Variable& rows_MH, std::shared_ptr<const ExpertExchange> exchange) {
-  return exchanged(rows_MH, std::move(exchange), true);
-}
-
-Variable exchange_from_experts(const Variable& rows_RH, std::shared_ptr<const ExpertExchange> exchange) {
-  return exchanged(rows_RH, std::move(exchange), false);
-}
-
 }  // namespace lt

@@ -1,8 +1,9 @@
-// Expert parallelism's token exchange across real ranks (dist/expert_exchange.h): each rank's rows reach
-// the rank of their expert laid out expert by expert (each expert's rows in source-rank order), come back
-// to where they were bit for bit, and the autograd ops send gradients back the other way (each is the
-// other's adjoint). Counts differ by rank and by expert, zeros included (an expert no rank routes to, a
-// rank that sends another nothing).
+// Expert parallelism across real ranks: the token exchange (dist/expert_exchange.h) delivers each rank's
+// rows to the rank of their expert laid out expert by expert (each expert's rows in source-rank order),
+// brings them back bit for bit, and its autograd ops send gradients back the other way (each is the
+// other's adjoint); the experts' output through it (moe/expert_parallel.h) equals every rank holding all
+// the experts. Counts differ by rank and by expert, zeros included (an expert no rank routes to, a rank
+// that sends another nothing).
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -10,7 +11,12 @@
 
 #include "autograd/ops.h"
 #include "dist/expert_exchange.h"
+#include "moe/dispatch.h"
+#include "moe/expert_parallel.h"
+#include "moe/ops.h"
+#include "tensor/random.h"
 #include "tests/mpi/mpi_world.h"
+#include "tests/test_util.h"
 
 namespace lt {
 namespace {
@@ -101,6 +107,53 @@ TEST(ExpertExchange, EachDirectionIsTheOthersGradient) {
 TEST(ExpertExchange, ExpertsThatDoNotSplitAreOneError) {
   const std::vector<int64_t> counts(static_cast<size_t>(world->size() * 2 + 1), 1);
   EXPECT_THROW(ExpertExchange(*world, counts), Error);
+}
+
+// The routed experts split over the ranks against every rank holding all of them, in f64: each rank's
+// tokens (its own x, routing and plan) give the same output and the same gradients for x and the routing
+// weights as moe_experts with all the experts, and a rank's experts' weight gradients are the sum over the
+// ranks of what moe_experts gives each rank's tokens for those experts. Some experts get no rows.
+TEST(ExpertExchange, ExpertParallelExpertsEqualAllExpertsOnEveryRank) {
+  const int G = world->size(), r = world->rank();
+  const int64_t L = 2, E = G * L, k = 2, N = 7 + r, H = 6, I = 4;
+  auto random = [](const Shape& shape, uint64_t seed) {
+    Rng rng(seed);
+    return Tensor::randn(shape, rng, 0.5, DType::F64);
+  };
+  // The same weights on every rank; this rank's tokens and routing of its own.
+  const Tensor gate_up = random({E, 2 * I, H}, 11), down = random({E, H, I}, 12);
+  const Tensor x = random({N, H}, 100 + static_cast<uint64_t>(r)), w = random({N, k}, 200 + static_cast<uint64_t>(r));
+  const Tensor out_grad = random({N, H}, 300 + static_cast<uint64_t>(r));
+  // Experts 1 and E - 1 get no rows anywhere; a token's two slots take two different experts.
+  auto expert_of = [&](int64_t n, int64_t slot) {
+    const int64_t v = (n * 3 + slot + r) % (E - 2);
+    return static_cast<int32_t>(v + (v >= 1 ? 1 : 0));
+  };
+  std::vector<int32_t> ids;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t slot = 0; slot < k; ++slot) ids.push_back(expert_of(n, slot));
+  const DispatchPlan plan = plan_dispatch(Tensor::from_vector<int32_t>({N, k}, ids), E);
+
+  Variable x_all(x, true), w_all(w, true), gate_up_all(gate_up, true), down_all(down, true);
+  sum(mul(moe_experts(x_all, w_all, plan, gate_up_all, down_all), Variable(out_grad))).backward();
+
+  Variable x_ep(x, true), w_ep(w, true);
+  Variable gate_up_ep(gate_up.narrow(r * L, L).clone(), true), down_ep(down.narrow(r * L, L).clone(), true);
+  ExpertCommunicatorGroup group(*world);
+  const Variable out_ep = expert_parallel_experts(x_ep, w_ep, plan, gate_up_ep, down_ep, group);
+  sum(mul(out_ep, Variable(out_grad))).backward();
+
+  const Tensor out_all = moe_experts(Variable(x), Variable(w), plan, Variable(gate_up), Variable(down)).value();
+  test::expect_close(out_ep.value().to_vector<double>(), out_all.to_vector<double>(), 1e-12, 1e-12, "output");
+  test::expect_close(x_ep.grad().to_vector<double>(), x_all.grad().to_vector<double>(), 1e-12, 1e-12, "dx");
+  test::expect_close(w_ep.grad().to_vector<double>(), w_all.grad().to_vector<double>(), 1e-12, 1e-12, "dw");
+  // Every rank's gradients of all the experts, summed; this rank's slice of them.
+  Tensor dgate_up = gate_up_all.grad().clone(), ddown = down_all.grad().clone();
+  world->all_reduce(dgate_up, ReduceOp::Sum);
+  world->all_reduce(ddown, ReduceOp::Sum);
+  test::expect_close(gate_up_ep.grad().to_vector<double>(), dgate_up.narrow(r * L, L).to_vector<double>(), 1e-12, 1e-12,
+               "dgate_up");
+  test::expect_close(down_ep.grad().to_vector<double>(), ddown.narrow(r * L, L).to_vector<double>(), 1e-12, 1e-12, "ddown");
 }
 
 }  // namespace
