@@ -58,10 +58,10 @@ int64_t allocated(int64_t bytes) {
   return static_cast<int64_t>(CachingAllocator::size_class(static_cast<size_t>(bytes)));
 }
 
+int64_t moe_layers(const LingConfig& c) { return static_cast<int64_t>(c.moe_layer_indices().size()); }
+
 int64_t routed_expert_params(const LingConfig& c) {
-  int64_t moe_layers = 0;
-  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) moe_layers += c.is_moe_layer(layer) ? 1 : 0;
-  return moe_layers * c.num_experts * 3 * c.moe_intermediate_size * c.hidden_size;  // gate_up [2I, H], down [H, I]
+  return moe_layers(c) * c.num_experts * 3 * c.moe_intermediate_size * c.hidden_size;  // gate_up [2I, H], down [H, I]
 }
 
 // What an all-reduce of n elements sends from one rank of `ranks` (dist/communicator.cpp: every element
@@ -155,11 +155,10 @@ Plan plan_training(const LingConfig& c, const PlanLayout& l, const PlanShape& s)
     t.edit_sync = t.gradient_all_reduce / l.sync_interval;
   }
   if (ep > 1) {
-    int64_t moe_layers = 0;
-    for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) moe_layers += c.is_moe_layer(layer) ? 1 : 0;
     // k rows of H per token to their experts and back, forward and backward; (ep - 1) / ep of them leave
     // the rank when the experts are evenly loaded.
-    t.expert_all_to_all = moe_layers * 4 * tokens * c.num_experts_per_tok * c.hidden_size * act_bytes * (ep - 1) / ep;
+    t.expert_all_to_all =
+        moe_layers(c) * 4 * tokens * c.num_experts_per_tok * c.hidden_size * act_bytes * (ep - 1) / ep;
   }
   if (ep > 1 || l.shard_params) {
     plan.runs = false;
