@@ -2,6 +2,7 @@
 # The GPU check of issue 40, one script for a machine with a GPU, run from the repository root with the
 # binaries built beforehand (on a machine without a GPU: `scripts/gpu_check.sh --prepare`). It runs
 #   - the GPU tests of lingtrain_tests (GPU_TESTS below; without a GPU they skip),
+#   - the tiny model trained twice in bf16 (SAME_BITS_STEPS steps, 20), the weights compared byte for byte,
 #   - `lingtrain bench --device cuda` for every config in CONFIGS and dtype in DTYPES, with the device
 #     counters (launches, host syncs, GEMM calls, ...),
 #   - the PyTorch peer on the same GPU for each config, bf16 autocast with SDPA attention and fused AdamW,
@@ -26,7 +27,7 @@
 #   PEER (../shared/peers/torch_ling.py; "none" skips it), PEER_PYTHON (python3)
 #   PROFILE ("moe-m bf16": config and dtype of the profiled step; "none" skips it), PROFILE_KERNELS
 #   (4000: ncu times at most so many launches, each alone, so that a slow profiler still ends in time)
-#   GPU_TESTS (gtest filter), TOTAL_S (450), PART_S (120), TESTS_S (120)
+#   GPU_TESTS (gtest filter), TOTAL_S (450), PART_S (120), TESTS_S (120), SAME_BITS_STEPS (20; 0 skips it)
 #   GIT_COMMIT (the commit to record; else git's, else the file --prepare writes beside LINGTRAIN)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -91,6 +92,8 @@ gpu_tests=${GPU_TESTS:-CudaBuild.*:CudaCases.*:*CudaMatchesCpu.*:CudaDevice.*:Ro
 total_s=${TOTAL_S:-450}
 part_s=${PART_S:-120}
 tests_s=${TESTS_S:-120}
+same_bits_steps=${SAME_BITS_STEPS:-20}
+[[ $same_bits_steps =~ ^[0-9]+$ ]] || die "SAME_BITS_STEPS must be a count (0 skips that part), got '$same_bits_steps'"
 for n in total_s part_s tests_s profile_kernels; do [[ ${!n} =~ ^[1-9][0-9]*$ ]] || die "${n^^} must be a positive integer, got '${!n}'"; done
 [[ -z $shape || $shape =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || die "SHAPE must be BxT (e.g. 1x32), got '$shape'"
 [ -x "$lingtrain" ] || die "no lingtrain at $lingtrain (build it first: scripts/gpu_check.sh --prepare)"
@@ -233,12 +236,14 @@ result = {
     "lingtrain_version": env.get("lingtrain_version", ""), "host": env.get("host", ""),
     "options": {k[len("option."):]: v for k, v in env.items() if k.startswith("option.")},
     "total_budget_s": total_s, "elapsed_s": int(time.time()) - started,
-    "tests": None, "bench": [], "peer": [], "profile": None, "parts": parts,
+    "tests": None, "same_bits": None, "bench": [], "peer": [], "profile": None, "parts": parts,
 }
 for part in parts:
     entry = {"config": part["config"], "status": part["status"], "seconds": part["seconds"]}
     if part["kind"] == "tests":
         result["tests"] = tests_summary(part)
+    elif part["kind"] == "same_bits":
+        result["same_bits"] = dict(entry, dtype=part["variant"], steps=env.get("same_bits_steps", ""))
     elif part["kind"] == "bench":
         result["bench"].append(dict(entry, dtype=part["variant"], result=last_json(part["stem"])))
     elif part["kind"] == "peer":
@@ -279,6 +284,10 @@ if tests and "tests" in tests:
                  f"{tests['skipped']} skipped in {tests['seconds']} s ({tests['status']})")
 elif tests:
     lines.append(f"- GPU tests: {tests['status']}")
+same_bits = result["same_bits"]
+if same_bits:
+    lines.append(f"- same bits run to run ({same_bits['config']} trained twice, {same_bits['dtype']}, "
+                 f"{same_bits['steps']} steps, the weights compared byte for byte): {same_bits['status']}")
 profile = result["profile"]
 if profile and "tool" in profile:
     top = "; ".join(f"{k['kernel'][:60]} {k['percent']}%" for k in profile["kernels"][:5])
@@ -365,6 +374,26 @@ elif [ -x "$tests_bin" ]; then
   run_part tests - - "$tests_s" tests "$tests_bin" --gtest_filter="$gpu_tests" --gtest_output=json:"$work/tests.json"
 else
   record tests - - "skipped: no test binary at $tests_bin" 0 0 tests
+fi
+
+# Same bits run to run: the tiny model trained twice on the GPU in bf16, the two checkpoints' weights
+# compared byte for byte (the kernels keep a fixed order of sums: no floating-point atomics).
+printf 'same_bits_steps\t%s\n' "$same_bits_steps" >>"$work/env.tsv"
+if ((same_bits_steps == 0)); then
+  record same_bits tiny bf16 "skipped: SAME_BITS_STEPS=0" 0 0 same_bits
+else
+  run_part same_bits tiny bf16 "$part_s" same_bits bash -c '
+  mkdir -p "$3" && cd "$3" || exit 1
+  for i in $(seq 1 300); do echo "line $i: the quick brown fox $((i * 7 % 13)) jumps over $((i % 5)) lazy dogs."; done >text.txt
+  head -n 3 text.txt >val.txt  # a held-out set of a few windows: the run ends with a pass over all of it
+  "$1" shards --out data/train text.txt >/dev/null && "$1" shards --out data/val val.txt >/dev/null || exit 1
+  for run in a b; do
+    "$1" pretrain --model tiny --device cuda --dtype bf16 --steps "$2" --batch 2 --seq 32 --eval-every 0 \
+      --ckpt-every 0 --sample-prompt "" --data data/train_000000.bin --val data/val_000000.bin --out $run >/dev/null ||
+      exit 1
+  done
+  cmp -s a/checkpoint/model.safetensors b/checkpoint/model.safetensors ||
+    { echo "error: the two runs'"'"' weights differ" >&2; exit 1; }' _ "$lingtrain" "$same_bits_steps" "$work/same_bits"
 fi
 
 # CONFIG: the bench flags for its steps and shape.

@@ -29,7 +29,8 @@ print(json.dumps({"config": "tiny", "batch": 1, "seq": 16, "tokens_per_s": 1000.
 EOF
 
 OUT=out LINGTRAIN=$bin LINGTRAIN_TESTS=$tests_bin CONFIGS=tiny SHAPE=1x16 STEPS=1 WARMUP=0 PEER=peer.py \
-  PROFILE="tiny f32" GIT_COMMIT=c0ffee "$script" >log.txt 2>&1 || fail "gpu_check.sh exited non-zero: $(tail -5 log.txt)"
+  PROFILE="tiny f32" SAME_BITS_STEPS=1 GIT_COMMIT=c0ffee "$script" >log.txt 2>&1 ||
+  fail "gpu_check.sh exited non-zero: $(tail -5 log.txt)"
 for file in gpu_check.json gpu_check.md gpu_check_logs.tar.gz; do [ -s "out/$file" ] || fail "no out/$file"; done
 python3 - out/gpu_check.json <<'EOF' || fail "gpu_check.json: see above"
 import json, sys
@@ -65,11 +66,12 @@ for row in '| lingtrain | tiny | f32 | 1x16 | ok |' '| lingtrain | tiny | bf16 |
 done
 grep -q '^- GPU tests (`lingtrain_tests`): [0-9]* passed, 0 failed' $md || fail "no tests line in $md"
 grep -q '^- profile' $md || fail "no profile line in $md"
+grep -q '^- same bits run to run (tiny trained twice, bf16, 1 steps, .*): ok$' $md || fail "no same-bits line in $md"
 
 # A part that outlives PART_S is recorded and the script goes on; once less than a part's minimum is
 # left of TOTAL_S, the rest is recorded as skipped.
 OUT=budget LINGTRAIN=$bin LINGTRAIN_TESTS=none CONFIGS=$config DTYPES="f32 bf16" SHAPE=1x32 STEPS=1 WARMUP=1 PEER=none \
-  PROFILE=none PART_S=8 TOTAL_S=40 "$script" >budget.txt 2>&1 || fail "gpu_check.sh exited non-zero: $(tail -5 budget.txt)"
+  PROFILE=none SAME_BITS_STEPS=0 PART_S=8 TOTAL_S=40 "$script" >budget.txt 2>&1 || fail "gpu_check.sh exited non-zero: $(tail -5 budget.txt)"
 grep -qF '| lingtrain | moe-m-structure.json | f32 | – | timed out after 8 s |' budget/gpu_check.md ||
   fail "no timed-out row: $(cat budget/gpu_check.md)"
 grep -qF '| lingtrain | moe-m-structure.json | bf16 | – | skipped: the total budget of 40 s was spent |' budget/gpu_check.md ||
