@@ -15,8 +15,10 @@
 #include "moe/expert_parallel.h"
 #include "moe/ops.h"
 #include "tensor/random.h"
+#include "model/config.h"
 #include "tests/mpi/mpi_world.h"
 #include "tests/test_util.h"
+#include "trainer/plan.h"
 
 namespace lt {
 namespace {
@@ -102,6 +104,36 @@ TEST(ExpertExchange, EachDirectionIsTheOthersGradient) {
   world->all_reduce(both, ReduceOp::Sum);
   const std::vector<double> sums = both.to_vector<double>();
   EXPECT_DOUBLE_EQ(sums[0], sums[1]);
+}
+
+// The bytes the exchange sends against `lingtrain plan`'s all-to-all (trainer/plan.h), with every expert
+// given the same rows as the plan assumes: one MoE layer's rows to their experts and back, forward and
+// backward (the backward is the same two exchanges the other way), are what the plan counts for the
+// layer; the counts cross first, E / G integers to each other rank.
+TEST(ExpertExchange, BytesSentAreThePlansAllToAll) {
+  const int G = world->size();
+  LingConfig c = preset_config("tiny");
+  c.num_hidden_layers = 1;
+  c.first_k_dense_replace = 0;
+  c.num_experts = 2 * G;
+  c.num_experts_per_tok = 2;
+  const int64_t E = c.num_experts, k = c.num_experts_per_tok, H = c.hidden_size, T = E;  // 2 rows per expert
+  const std::vector<int64_t> counts(static_cast<size_t>(E), T * k / E);
+  const Tensor rows = Tensor::zeros({T * k, H});
+  const int64_t before = world->bytes_sent();
+  const ExpertExchange exchange(*world, counts);
+  const int64_t after_counts = world->bytes_sent();
+  exchange.from_experts(exchange.to_experts(rows));
+  const int64_t forward = world->bytes_sent() - after_counts;
+  EXPECT_EQ(after_counts - before, (E / G) * 8 * (G - 1));
+
+  PlanLayout layout;
+  layout.ranks = G;
+  layout.expert_parallel = G;
+  PlanShape shape;
+  shape.seq = T;
+  shape.on_gpu = false;
+  EXPECT_EQ(2 * forward, plan_training(c, layout, shape).traffic.expert_all_to_all);
 }
 
 TEST(ExpertExchange, ExpertsThatDoNotSplitAreOneError) {
