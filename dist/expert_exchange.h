@@ -33,7 +33,8 @@ class ExpertExchange : public TokenExchange {
  private:
   static int64_t total(const std::vector<int64_t>& v);
   // An all-to-all of whole rows: send_rows[j] rows to rank j, recv_rows[j] from it.
-  Tensor exchange(const Tensor& rows, const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows) const;
+  Tensor exchange(const Tensor& rows, const std::vector<int64_t>& send_rows,
+                  const std::vector<int64_t>& recv_rows) const;
 
   Communicator& group_;
   int64_t experts_per_rank_ = 0;

@@ -2,6 +2,7 @@
 
 #include "autograd/ops.h"
 #include "moe/dispatch.h"
+#include "moe/expert_parallel.h"
 #include "moe/moe_layer.h"
 #include "moe/ops.h"
 
@@ -36,6 +37,27 @@ Variable routed_output(const Inputs& x, int64_t k, bool norm, int64_t warmup_ste
   return add(sum(mul(r.weights, fixed_projection(r.weights.shape()))), r.aux_loss);
 }
 
+// A group of one rank: every expert is local and the rows arrive as they were sent, so its exchange is
+// the identity (as dist's ExpertExchange is on one rank). The gradient check of expert_parallel_experts
+// runs through it; the exchange across ranks is checked in tests/mpi/test_expert_exchange.cpp.
+class OneRankGroup : public ExpertGroup {
+  struct Identity : TokenExchange {
+    std::vector<int64_t> offsets;
+    int64_t experts_per_rank() const override { return static_cast<int64_t>(offsets.size()) - 1; }
+    const std::vector<int64_t>& local_offsets() const override { return offsets; }
+    Tensor to_experts(const Tensor& rows) const override { return rows.clone(); }
+    Tensor from_experts(const Tensor& rows) const override { return rows.clone(); }
+  };
+
+ public:
+  std::shared_ptr<const TokenExchange> exchange(const std::vector<int64_t>& counts_E) override {
+    auto identity = std::make_shared<Identity>();
+    identity->offsets = {0};
+    for (const int64_t c : counts_E) identity->offsets.push_back(identity->offsets.back() + c);
+    return identity;
+  }
+};
+
 }  // namespace
 
 std::vector<GradCase> moe_gradcheck_cases() {
@@ -54,6 +76,14 @@ std::vector<GradCase> moe_gradcheck_cases() {
     cases.push_back(simple("moe_experts", ec.what,
                            {{ec.N, ec.H}, {ec.N, ec.k}, {ec.E, 2 * ec.I, ec.H}, {ec.E, ec.H, ec.I}},
                            [plan](const Inputs& x) { return moe_experts(x[0], x[1], plan, x[2], x[3]); }));
+    // The same through the expert-parallel path: rows out by the exchange, the experts at one slot of
+    // weight 1 per row, back, and combined with the routing weights.
+    cases.push_back(simple("expert_parallel_experts", ec.what + ", one rank",
+                           {{ec.N, ec.H}, {ec.N, ec.k}, {ec.E, 2 * ec.I, ec.H}, {ec.E, ec.H, ec.I}},
+                           [plan](const Inputs& x) {
+                             OneRankGroup group;
+                             return expert_parallel_experts(x[0], x[1], plan, x[2], x[3], group);
+                           }));
   }
   // Permute/unpermute: gather by the plan's token order, scatter-add back.
   cases.push_back(simple("permute_unpermute", "17 tokens, k=3 of 5 experts", {{17, 3}}, [](const Inputs& x) {

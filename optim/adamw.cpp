@@ -82,19 +82,8 @@ std::vector<std::pair<std::string, Tensor>> AdamW::state() const {
 void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps_taken,
                        const std::string& origin) {
   LT_CHECK(owned_.size() == params_.numel(), "AdamW::load_state: a sharded optimiser loads load_shard_state()");
-  std::map<std::string, Tensor> by_name(state.begin(), state.end());
-  for (size_t i = 0; i < params_.parameters().size(); ++i) {
-    const std::string& param = params_.parameters()[i].parameter.name;
-    for (auto [suffix, flat] : {std::pair{".exp_avg", &exp_avg_}, std::pair{".exp_avg_sq", &exp_avg_sq_}}) {
-      const std::string name = param + suffix;
-      auto it = by_name.find(name);
-      LT_CHECK(it != by_name.end(), origin, ": optimiser state has no tensor '", name, "'");
-      Tensor slot = params_.view(*flat, i);
-      LT_CHECK(it->second.shape() == slot.shape(), origin, ": optimiser tensor '", name, "' has shape ",
-               shape_str(it->second.shape()), ", the model needs ", shape_str(slot.shape()));
-      slot.copy_from(it->second.to(slot.dtype()).to(slot.device()));
-    }
-  }
+  copy_named_moments(params_, std::map<std::string, Tensor>(state.begin(), state.end()), exp_avg_, exp_avg_sq_,
+                     origin);
   t_ = steps_taken;
 }
 
@@ -113,6 +102,22 @@ void AdamW::load_shard_state(const std::vector<std::pair<std::string, Tensor>>& 
     slot->copy_from(it->second.to(slot->dtype()).to(slot->device()));
   }
   t_ = steps_taken;
+}
+
+void copy_named_moments(const FlatParameters& params, const std::map<std::string, Tensor>& named, Tensor& exp_avg,
+                        Tensor& exp_avg_sq, const std::string& origin) {
+  for (size_t i = 0; i < params.parameters().size(); ++i) {
+    const std::string& param = params.parameters()[i].parameter.name;
+    for (auto [suffix, flat] : {std::pair{".exp_avg", &exp_avg}, std::pair{".exp_avg_sq", &exp_avg_sq}}) {
+      const std::string name = param + suffix;
+      auto it = named.find(name);
+      LT_CHECK(it != named.end(), origin, ": optimiser state has no tensor '", name, "'");
+      Tensor slot = params.view(*flat, i);
+      LT_CHECK(it->second.shape() == slot.shape(), origin, ": optimiser tensor '", name, "' has shape ",
+               shape_str(it->second.shape()), ", the model needs ", shape_str(slot.shape()));
+      slot.copy_from(it->second.to(slot.dtype()).to(slot.device()));
+    }
+  }
 }
 
 }  // namespace lt

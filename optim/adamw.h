@@ -10,6 +10,7 @@
 // buffers; its moments cover that shard only, and it reads the gradients and updates the values there
 // alone. The gradient norm is then this shard's part; the caller completes it across the shards.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -60,5 +61,12 @@ class AdamW {
   int64_t t_ = 0;
   double grad_scale_ = 1.0;  // set by clip_to for the next step
 };
+
+// Moments by parameter name ("<name>.exp_avg", "<name>.exp_avg_sq", as AdamW::state() names them) into
+// two buffers over the whole flat layout of `params`: AdamW::load_state's, and a checkpoint's moments
+// read whole for a resume on another layout (trainer/checkpoint.h). Fails naming `origin` on a missing
+// tensor or a shape the model does not have.
+void copy_named_moments(const FlatParameters& params, const std::map<std::string, Tensor>& named, Tensor& exp_avg,
+                        Tensor& exp_avg_sq, const std::string& origin);
 
 }  // namespace lt

@@ -75,7 +75,8 @@ if [ "${1:-}" = "--prepare" ]; then
   ldd "$build/lingtrain" "$build/lingtrain_tests" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
     grep -vE '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/usr/local/cuda|/libcuda\.so' |
     while read -r lib; do cp -L "$lib" "$libs/"; done
-  echo "gpu_check: $build/lingtrain and $build/lingtrain_tests built at $commit; $(ls "$libs" | wc -l) libraries in $libs"
+  echo "gpu_check: $build/lingtrain and $build/lingtrain_tests built at $commit;" \
+    "$(ls "$libs" | wc -l) libraries in $libs"
   exit 0
 fi
 [ $# -eq 0 ] || die "usage: OUT=DIR scripts/gpu_check.sh, or scripts/gpu_check.sh --prepare (see the top of $0)"
@@ -98,7 +99,8 @@ for n in total_s part_s tests_s profile_kernels; do [[ ${!n} =~ ^[1-9][0-9]*$ ]]
 [[ -z $shape || $shape =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || die "SHAPE must be BxT (e.g. 1x32), got '$shape'"
 [ -x "$lingtrain" ] || die "no lingtrain at $lingtrain (build it first: scripts/gpu_check.sh --prepare)"
 # The libraries --prepare collected beside the binaries: the builds the binaries were linked against.
-[ -d "$(libs_dir_of "$lingtrain")" ] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(libs_dir_of "$lingtrain")
+libs=$(libs_dir_of "$lingtrain")
+[ -d "$libs" ] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$libs
 [ ${#profile[@]} -eq 2 ] || [ "${profile[*]}" = none ] || die "PROFILE must be 'CONFIG DTYPE' or none, got '${PROFILE:-}'"
 command -v python3 >/dev/null || die "needs python3 for its report"
 mkdir -p "$out" || die "cannot make $out"
@@ -384,7 +386,8 @@ if ((same_bits_steps == 0)); then
 else
   run_part same_bits tiny bf16 "$part_s" same_bits bash -c '
   mkdir -p "$3" && cd "$3" || exit 1
-  for i in $(seq 1 300); do echo "line $i: the quick brown fox $((i * 7 % 13)) jumps over $((i % 5)) lazy dogs."; done >text.txt
+  for i in $(seq 1 300); do echo "line $i: the quick brown fox $((i * 7 % 13)) jumps over $((i % 5)) dogs."; done \
+    >text.txt
   head -n 3 text.txt >val.txt  # a held-out set of a few windows: the run ends with a pass over all of it
   "$1" shards --out data/train text.txt >/dev/null && "$1" shards --out data/val val.txt >/dev/null || exit 1
   for run in a b; do

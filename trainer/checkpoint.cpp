@@ -110,16 +110,7 @@ WholeMoments load_checkpoint_moments(const std::string& dir, const FlatParameter
   if (!per_rank_shards) {
     std::string path;
     const auto [file, steps_taken] = load_optimizer_file(dir, path);
-    for (size_t i = 0; i < params.parameters().size(); ++i)
-      for (const auto& [suffix, flat] : moments) {
-        const std::string name = params.parameters()[i].parameter.name + "." + suffix;
-        const auto it = file.tensors.find(name);
-        LT_CHECK(it != file.tensors.end(), path, ": optimiser state has no tensor '", name, "'");
-        Tensor slot = params.view(*flat, i);
-        LT_CHECK(it->second.shape() == slot.shape(), path, ": optimiser tensor '", name, "' has shape ",
-                 shape_str(it->second.shape()), ", the model needs ", shape_str(slot.shape()));
-        slot.copy_from(it->second.to(DType::F32));
-      }
+    copy_named_moments(params, file.tensors, whole.exp_avg, whole.exp_avg_sq, path);
     whole.steps_taken = steps_taken;
     return whole;
   }

@@ -59,7 +59,8 @@ inline void check_cublas(cublasStatus_t status, const char* call, const char* fi
 #define LT_CUDA_LAUNCH(grid, block, ...) ::lt::device_count::launch(), __VA_ARGS__<<<(grid), (block)>>>
 // The same for a kernel that is a GEMM (tensor/cuda/grouped_gemm_bf16.cu): counted as a GEMM call of
 // `flops`, beside cuBLAS's, not as a launch.
-#define LT_CUDA_GEMM_LAUNCH(flops, grid, block, ...) ::lt::device_count::blas_call(flops), __VA_ARGS__<<<(grid), (block)>>>
+#define LT_CUDA_GEMM_LAUNCH(flops, grid, block, ...) \
+  ::lt::device_count::blas_call(flops), __VA_ARGS__<<<(grid), (block)>>>
 
 // Zeroes `bytes` at `data` on the stream, counted as a launch.
 #define LT_CUDA_ZERO_ASYNC(data, bytes) \

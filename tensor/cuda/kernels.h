@@ -66,9 +66,9 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
 // One grouped GEMM of one or more parts: problem j of part p is the row-major c_j [m_j, n_j] = op(a_j)
 // op(b_j) + beta c_j, where a_j, b_j and c_j are whole rows of the part's (row-major, contiguous)
 // operands a, b and c, start at the addresses in pointers (i64 [6, stride >= problems] on the device:
-// a_j's, b_j's, c_j's addresses and m_j, n_j, k_j in column j) and keep the operands' row lengths. Part p's problems are
-// [p P, (p + 1) P), P = problems_per_part(). a and b are f32, f64, or bf16 (rounded copies: products
-// summed in f32) with c f32; every part has the same dtypes.
+// a_j's, b_j's, c_j's addresses and m_j, n_j, k_j in column j) and keep the operands' row lengths.
+// Part p's problems are [p P, (p + 1) P), P = problems_per_part(). a and b are f32, f64, or bf16
+// (rounded copies: products summed in f32) with c f32; every part has the same dtypes.
 struct GroupedGemm {
   struct Part {
     Tensor a, b, c;

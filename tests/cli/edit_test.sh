@@ -54,7 +54,8 @@ done
 # end by the timer: in one long round the first quotas (half the budget each) would cap the fast
 # replica, and the split would measure the machine's speed rather than the replicas' pace.
 mpiexec -n 2 "$bin" pretrain "${common[@]}" --steps 60 --dist aedit --sync-seconds 0.1 --min-total-steps 4 \
-  --local-sgd-warmup 0 --straggle 1:3 --eval-every 7 --out aedit >aedit.txt 2>aedit.err || fail "aedit: $(tail -1 aedit.err)"
+  --local-sgd-warmup 0 --straggle 1:3 --eval-every 7 --out aedit >aedit.txt 2>aedit.err ||
+  fail "aedit: $(tail -1 aedit.err)"
 # Every --eval-every point a round passed (but the run's last step) has its held-out loss at that
 # round's end; the end of the run has one more, over all of the held-out data.
 awk -F'"step":' 'NF > 1 && !/"heldout"/ { split($2, s, /[,}]/); step = s[1] + 0;

@@ -71,7 +71,8 @@ grep -q '^- same bits run to run (tiny trained twice, bf16, 1 steps, .*): ok$' $
 # A part that outlives PART_S is recorded and the script goes on; once less than a part's minimum is
 # left of TOTAL_S, the rest is recorded as skipped.
 OUT=budget LINGTRAIN=$bin LINGTRAIN_TESTS=none CONFIGS=$config DTYPES="f32 bf16" SHAPE=1x32 STEPS=1 WARMUP=1 PEER=none \
-  PROFILE=none SAME_BITS_STEPS=0 PART_S=8 TOTAL_S=40 "$script" >budget.txt 2>&1 || fail "gpu_check.sh exited non-zero: $(tail -5 budget.txt)"
+  PROFILE=none SAME_BITS_STEPS=0 PART_S=8 TOTAL_S=40 "$script" >budget.txt 2>&1 ||
+  fail "gpu_check.sh exited non-zero: $(tail -5 budget.txt)"
 grep -qF '| lingtrain | moe-m-structure.json | f32 | – | timed out after 8 s |' budget/gpu_check.md ||
   fail "no timed-out row: $(cat budget/gpu_check.md)"
 grep -qF '| lingtrain | moe-m-structure.json | bf16 | – | skipped: the total budget of 40 s was spent |' budget/gpu_check.md ||

@@ -56,7 +56,8 @@ expect_error "other sequences a step" "takes the checkpoint's 4 sequences a step
   "$bin" pretrain --resume two/checkpoint --steps 8 --out x "${resumed[@]}"
 
 # On the same layout a resume stays exact, so its settings cannot change.
-"$bin" pretrain "${common[@]}" --dist edit --sync-interval 2 --stop-at 3 --out same >/dev/null 2>&1 || fail "edit, 1 rank"
+"$bin" pretrain "${common[@]}" --dist edit --sync-interval 2 --stop-at 3 --out same >/dev/null 2>&1 ||
+  fail "edit, 1 rank"
 expect_error "another knob on the same layout" "cannot change when resuming on the same layout" \
   "$bin" pretrain --resume same/checkpoint --out x "${resumed[@]}" --sync-interval 3
 

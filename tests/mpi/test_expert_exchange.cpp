@@ -185,7 +185,8 @@ TEST(ExpertExchange, ExpertParallelExpertsEqualAllExpertsOnEveryRank) {
   world->all_reduce(ddown, ReduceOp::Sum);
   test::expect_close(gate_up_ep.grad().to_vector<double>(), dgate_up.narrow(r * L, L).to_vector<double>(), 1e-12, 1e-12,
                "dgate_up");
-  test::expect_close(down_ep.grad().to_vector<double>(), ddown.narrow(r * L, L).to_vector<double>(), 1e-12, 1e-12, "ddown");
+  test::expect_close(down_ep.grad().to_vector<double>(), ddown.narrow(r * L, L).to_vector<double>(), 1e-12, 1e-12,
+                     "ddown");
 }
 
 }  // namespace
