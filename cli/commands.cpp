@@ -17,6 +17,7 @@ Command find_command(const std::string& name) {
       {"sft", cmd_sft},
       {"dpo", cmd_dpo},
       {"eval", cmd_eval},
+      {"compare", cmd_compare},
       {"sample", cmd_sample},
       {"score", cmd_score},
       {"eval-tools", cmd_eval_tools},
@@ -83,6 +84,8 @@ void print_usage(std::FILE* out) {
                "  tool-data --out DIR [--seed S] [--sft N] [--dpo N] [--copy N]   the embedded post-training\n"
                "                                 data: a knowledge graph, tool-use SFT conversations, preference\n"
                "                                 pairs, copy instructions\n"
+               "  compare --ckpt A --vs B         how far apart two checkpoints' weights are: per tensor\n"
+               "                                 ||A - B|| / ||B||, the largest and its tensor (last line JSON)\n"
                "  eval-tools --ckpt DIR --data F.jsonl [--graph knowledge_graph.json] [--limit N]\n"
                "                                 the model plays tool conversations: call exact match, format\n"
                "                                 validity, final-answer accuracy (last line JSON)\n"

@@ -15,6 +15,7 @@ using Args = std::vector<std::string>;  // the arguments after the command's nam
 int cmd_version(const Args& args);
 int cmd_gradcheck(const Args& args);
 int cmd_params(const Args& args);
+int cmd_compare(const Args& args);
 int cmd_plan(const Args& args);
 int cmd_bench(const Args& args);
 int cmd_pretrain(const Args& args);

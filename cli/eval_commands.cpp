@@ -1,5 +1,5 @@
-// eval, sample, score, eval-tools: what a checkpoint does with held-out data, prompts, conversations
-// and tool calls.
+// eval, sample, score, eval-tools, compare: what a checkpoint does with held-out data, prompts, conversations
+// and tool calls, and how far it is from another.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -24,6 +24,19 @@
 #include "trainer/tool_eval.h"
 
 namespace lt::cli {
+
+int cmd_compare(const Args& args) {
+  const Flags flags("lingtrain compare --ckpt A --vs B: how far apart two checkpoints' weights are (per tensor\n"
+                    "||A - B|| / ||B||: the largest and its tensor, and the largest |A - B|; last line JSON)",
+                    {{"ckpt", "", "checkpoint A (required)"}, {"vs", "", "checkpoint B (required)"}}, args);
+  if (flags.str("ckpt").empty() || flags.str("vs").empty()) fail("compare needs --ckpt A and --vs B");
+  const WeightsDifference d = compare_checkpoint_weights(flags.str("ckpt"), flags.str("vs"));
+  std::printf("%s\n", Json{{"tensors", d.tensors}, {"max_relative", d.max_relative}, {"worst", d.worst},
+                           {"max_abs", d.max_abs}}
+                          .dump()
+                          .c_str());
+  return 0;
+}
 
 int cmd_eval(const Args& args) {
   const Flags flags("lingtrain eval --ckpt DIR --data FILE.bin: the mean next-token loss over the whole file",

@@ -81,6 +81,9 @@ std::vector<FlagSpec> run_flags(StageKind kind) {
                      "(edit, synced by time); a resume keeps its checkpoint's"},
       {"overlap-grads", "1", "dp under mpirun: 1 averages the gradients in buckets while the backward goes on, 0 "
                              "after it (the same bits)"},
+      {"expert-parallel", "1", "under mpirun, --dist dp: split each MoE layer's routed experts over this many "
+                               "consecutive ranks (tokens reach their experts by all-to-all), data parallel across "
+                               "those groups; a resume on as many ranks keeps its checkpoint's, on another number 1"},
       {"straggle", "", "RANK:FACTOR: that rank's steps take FACTOR times as long (to measure uneven hardware)"},
       {"tokenizer", "", "a byte-level BPE tokenizer.json (kept in checkpoints; default: the byte tokenizer)"},
       {"device", "cpu", "cpu, cuda or cuda:N (under mpirun one GPU per rank, --dist dp)"},
@@ -373,6 +376,8 @@ int run_command(const Args& args, StageKind kind) {
                                  recipe.total_steps());
   options.named_dist_settings = named_edit_settings(flags, options.edit);
   if (flags.was_set("dist")) options.named_dist_settings["mode"] = flags.str("dist");
+  options.expert_parallel = static_cast<int>(flags.positive("expert-parallel"));
+  if (flags.was_set("expert-parallel")) options.named_dist_settings["expert_parallel"] = options.expert_parallel;
   options.spike_guard = spike_guard_from_flags(flags);
   if (!flags.str("inject").empty()) options.injections = injections_from_flag(flags.str("inject"));
   if (!flags.str("straggle").empty()) parse_straggle(flags.str("straggle"), options);

@@ -7,7 +7,17 @@
 #include <mutex>
 #include <thread>
 
+#include "tensor/error.h"
+#include "tensor/kernels.h"
+
 namespace lt {
+
+void DataParallel::all_reduce_mean(Communicator& comm, Tensor& grads, int64_t begin, int64_t end) {
+  for (; begin < end; begin += kBucketElements) {
+    Tensor bucket = grads.narrow(begin, std::min(kBucketElements, end - begin));
+    comm.all_reduce(bucket, ReduceOp::Mean);
+  }
+}
 
 void DataParallel::average(FlatParameters& params, Module& module) {
   if (comm_.size() == 1) return;
@@ -15,12 +25,61 @@ void DataParallel::average(FlatParameters& params, Module& module) {
   // Every rank must reduce the same stretches, or the collectives below would pair different data.
   check_gradients_agree(runs);
   Tensor& grads = params.grads();
-  for (const FlatParameters::Run& run : runs)
-    for (int64_t begin = run.begin; begin < run.end; begin += kBucketElements) {
-      Tensor bucket = grads.narrow(begin, std::min(kBucketElements, run.end - begin));
-      comm_.all_reduce(bucket, ReduceOp::Mean);
+  for (const Piece& piece : pieces(runs)) {
+    if (!piece.experts) {
+      all_reduce_mean(comm_, grads, piece.begin, piece.end);
+      continue;
     }
+    // The group's size is a power of two in every layout worth running, where this division is exact.
+    Tensor experts = grads.narrow(piece.begin, piece.end - piece.begin);
+    kernels::scale(experts, 1.0 / expert_group_->size(), experts);
+    if (expert_copies_->size() > 1) all_reduce_mean(*expert_copies_, grads, piece.begin, piece.end);
+  }
   average_buffers(module);
+}
+
+void DataParallel::set_expert_parallel(Communicator& group, Communicator& copies,
+                                       std::vector<FlatParameters::Range> expert_ranges) {
+  std::sort(expert_ranges.begin(), expert_ranges.end(),
+            [](const FlatParameters::Range& a, const FlatParameters::Range& b) { return a.begin < b.begin; });
+  expert_group_ = &group;
+  expert_copies_ = &copies;
+  expert_ranges_ = std::move(expert_ranges);
+}
+
+std::vector<DataParallel::Piece> DataParallel::pieces(const std::vector<FlatParameters::Run>& runs) const {
+  std::vector<Piece> out;
+  for (const FlatParameters::Run& run : runs) {
+    int64_t at = run.begin;
+    for (const FlatParameters::Range& experts : expert_ranges_) {
+      const int64_t begin = std::max(at, experts.begin), end = std::min(run.end, experts.end);
+      if (begin >= end) continue;
+      if (at < begin) out.push_back({at, begin, false});
+      out.push_back({begin, end, true});
+      at = end;
+    }
+    if (at < run.end) out.push_back({at, run.end, false});
+  }
+  return out;
+}
+
+double DataParallel::grad_sum_squares(const FlatParameters& params) {
+  LT_CHECK(expert_group_ != nullptr, "data parallel: grad_sum_squares is for expert parallelism");
+  const std::vector<Piece> parts = pieces(params.runs_with_grad(/*split_by_decay=*/false));
+  const Tensor& grads = params.grads();
+  Tensor sums = Tensor::empty({static_cast<int64_t>(parts.size())}, grads.dtype(), grads.device());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    Tensor sum = sums.narrow(static_cast<int64_t>(i), 1);
+    kernels::sum_squares(grads.narrow(parts[i].begin, parts[i].end - parts[i].begin), sum);
+  }
+  // Each part summed in order on the host: the replicated ones give every rank the same figure, the expert
+  // ones are summed over the group in rank order (and are the same on every copy of the group).
+  const std::vector<double> host = sums.to(Device::cpu()).to(DType::F64).to_vector<double>();
+  double replicated = 0, experts = 0;
+  for (size_t i = 0; i < parts.size(); ++i) (parts[i].experts ? experts : replicated) += host[i];
+  Tensor group_experts = Tensor::full({1}, experts, DType::F64);
+  expert_group_->all_reduce(group_experts, ReduceOp::Sum);
+  return replicated + group_experts.item();
 }
 
 void DataParallel::check_gradients_agree(const std::vector<FlatParameters::Run>& runs) {

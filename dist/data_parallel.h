@@ -32,13 +32,37 @@ class DataParallel {
   void check_gradients_agree(const std::vector<FlatParameters::Run>& runs);
   void average_buffers(Module& module);
 
+  // Expert parallelism (--expert-parallel G): the ranks of `group` (G consecutive ranks) hold different
+  // routed experts, which sit in the stretches `expert_ranges` of the flat buffers (the same stretches on
+  // every rank: each holds E / G experts of every MoE layer). A rank's expert gradients already sum the
+  // contributions of every token of its group routed to its experts (the exchange's backward brings them
+  // home), each rank's loss the mean over its own tokens: so they are divided by G and averaged over
+  // `copies` (the ranks holding the same experts) alone, where the other gradients average over all ranks.
+  // Both results are the gradient of the mean loss over every rank's tokens.
+  void set_expert_parallel(Communicator& group, Communicator& copies, std::vector<FlatParameters::Range> expert_ranges);
+  // The squared gradient norm of the whole model, identical on every rank: the replicated parameters'
+  // part, plus the expert parts summed over the group. Only with set_expert_parallel.
+  double grad_sum_squares(const FlatParameters& params);
+
   // Sums a few step statistics across ranks (losses to average, counts to add), rank-order exact.
   void sum(std::vector<double>& values);
 
   Communicator& comm() { return comm_; }
 
  private:
+  // A stretch of the flat buffers, and whether it lies in a rank's own experts.
+  struct Piece {
+    int64_t begin = 0, end = 0;
+    bool experts = false;
+  };
+  // The runs cut where an expert stretch begins or ends.
+  std::vector<Piece> pieces(const std::vector<FlatParameters::Run>& runs) const;
+  void all_reduce_mean(Communicator& comm, Tensor& grads, int64_t begin, int64_t end);
+
   Communicator& comm_;
+  Communicator* expert_group_ = nullptr;
+  Communicator* expert_copies_ = nullptr;
+  std::vector<FlatParameters::Range> expert_ranges_;  // sorted, disjoint
 };
 
 // The same average begun during the step's last backward, so that the all-reduce of the last layers'

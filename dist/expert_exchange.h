@@ -3,9 +3,8 @@
 // step's rows of a MoE layer, ExpertCommunicatorGroup makes one per step from an expert-parallel group.
 //
 // The exchange: every rank's row counts for each rank's experts cross in one all-to-all of E integers;
-// then to_experts sends each rank's run of rows for rank g's experts to g (one all-to-all of rows) and
-// lays what arrives out expert by expert with one row gather, and from_experts gathers back to the
-// source-by-source order and sends the rows home. The permutation is built on the host from the counts.
+// then to_experts sends each rank's run of rows for rank g's experts to g (one all-to-all of rows, which
+// delivers them source by source), and from_experts sends them home the same way back.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -23,7 +22,7 @@ class ExpertExchange : public TokenExchange {
   ExpertExchange(Communicator& group, const std::vector<int64_t>& counts_E);
 
   int64_t experts_per_rank() const override { return experts_per_rank_; }
-  const std::vector<int64_t>& local_offsets() const override { return local_offsets_; }
+  const std::vector<int64_t>& counts_from_ranks() const override { return counts_from_ranks_; }
   Tensor to_experts(const Tensor& rows_MH) const override;
   Tensor from_experts(const Tensor& rows_RH) const override;
   // The rows this rank sends (all of its rows) and receives (every rank's rows for its experts).
@@ -39,10 +38,7 @@ class ExpertExchange : public TokenExchange {
   Communicator& group_;
   int64_t experts_per_rank_ = 0;
   std::vector<int64_t> send_rows_, recv_rows_;  // per rank of the group
-  std::vector<int64_t> local_offsets_;          // [L + 1]
-  // Row r of the expert-by-expert layout is row by_expert_[r] of the source-by-source one that the
-  // all-to-all delivers (i32 [rows_received()]), and row r of the latter is row by_source_[r] of the former.
-  Tensor by_expert_, by_source_;
+  std::vector<int64_t> counts_from_ranks_;      // [G L]
 };
 
 class ExpertCommunicatorGroup : public ExpertGroup {

@@ -35,7 +35,7 @@ void add_matrix(NamedTensors& out, const std::string& name, const Tensor& matrix
 
 }  // namespace
 
-NamedTensors hf_named(const NamedTensors& by_parameter_name) {
+NamedTensors hf_named(const NamedTensors& by_parameter_name, int64_t first_expert) {
   NamedTensors out;
   for (const auto& [name, value] : by_parameter_name) {
     std::string prefix, leaf;
@@ -45,7 +45,7 @@ NamedTensors hf_named(const NamedTensors& by_parameter_name) {
     }
     const Shape expert_shape{value.dim(1), value.dim(2)};
     for (int64_t e = 0; e < value.dim(0); ++e)
-      add_matrix(out, prefix + std::to_string(e) + "." + leaf, value.narrow(e, 1).reshape(expert_shape));
+      add_matrix(out, prefix + std::to_string(first_expert + e) + "." + leaf, value.narrow(e, 1).reshape(expert_shape));
   }
   return out;
 }
@@ -53,7 +53,19 @@ NamedTensors hf_named(const NamedTensors& by_parameter_name) {
 NamedTensors hf_state_dict(LingForCausalLM& model) {
   NamedTensors values;
   for (const Parameter& p : model.parameters()) values.emplace_back(p.name, p.value->value());
-  return hf_named(values);
+  return hf_named(values, model.expert_slice().first(model.config().num_experts));
+}
+
+bool is_stacked_experts(const std::string& parameter_name) {
+  std::string prefix, leaf;
+  return split_stacked(parameter_name, prefix, leaf);
+}
+
+Tensor held_part(const LingForCausalLM& model, const std::string& parameter_name, const Tensor& whole) {
+  const ExpertSlice& slice = model.expert_slice();
+  if (slice.ranks == 1 || !is_stacked_experts(parameter_name)) return whole;
+  const int64_t E = model.config().num_experts;
+  return whole.narrow(slice.first(E), slice.held(E));
 }
 
 void load_hf_state_dict(LingForCausalLM& model, const SafetensorsFile& file) {
@@ -69,8 +81,19 @@ void load_hf_state_dict(LingForCausalLM& model, const SafetensorsFile& file) {
     destination.copy_from(stored.to(destination.dtype()).to(destination.device()));
     expected.insert(name);
   }
+  // Under expert parallelism the other ranks' experts are in the file too: all E experts' names (from
+  // stand-ins of [E, 2, 1]: a name depends on the expert's number and the projection only).
+  std::set<std::string> whole_model;
+  if (model.expert_slice().ranks > 1) {
+    NamedTensors all_experts;
+    for (const Parameter& p : model.parameters())
+      if (is_stacked_experts(p.name))
+        all_experts.emplace_back(p.name, Tensor::empty({model.config().num_experts, 2, 1}));
+    for (const auto& [name, view] : hf_named(all_experts)) whole_model.insert(name);
+  }
   for (const auto& [name, tensor] : file.tensors)
-    LT_CHECK(expected.count(name), file.path, ": tensor '", name, "' does not belong to this model config");
+    LT_CHECK(expected.count(name) || whole_model.count(name), file.path, ": tensor '", name,
+             "' does not belong to this model config");
 }
 
 }  // namespace lt

@@ -16,13 +16,20 @@
 namespace lt {
 
 // The model's weights under Hugging Face names, per-expert and per-projection tensors as views of the
-// stacked and fused ones.
+// stacked and fused ones. A model holding a slice of its experts (expert parallel) names them by their
+// global numbers.
 NamedTensors hf_state_dict(LingForCausalLM& model);
 // The same mapping for any tensors laid out like the parameters (their gradients, say), given under the
-// parameters' lingtrain names.
-NamedTensors hf_named(const NamedTensors& by_parameter_name);
+// parameters' lingtrain names; stacked experts are numbered from first_expert.
+NamedTensors hf_named(const NamedTensors& by_parameter_name, int64_t first_expert = 0);
+// Whether a lingtrain parameter name is a MoE layer's stacked routed experts ([E, ...]).
+bool is_stacked_experts(const std::string& parameter_name);
+// This model's part of a whole-model tensor of parameter `parameter_name` (a checkpoint's weight or
+// AdamW moment): the held experts' rows of stacked experts under expert parallelism, else all of it.
+Tensor held_part(const LingForCausalLM& model, const std::string& parameter_name, const Tensor& whole);
 // Copies a checkpoint's tensors into the model; every name must be present with the expected shape
-// (errors name `file`). Extra tensors in the file are an error too: they mean a different model.
+// (errors name `file`). Extra tensors in the file are an error too: they mean a different model (the
+// experts another expert-parallel rank holds excepted).
 void load_hf_state_dict(LingForCausalLM& model, const SafetensorsFile& file);
 
 }  // namespace lt

@@ -6,7 +6,7 @@
 #include "tensor/kernels.h"
 
 namespace lt {
-DecoderLayer::DecoderLayer(const LingConfig& c, int64_t index, Rng& rng)
+DecoderLayer::DecoderLayer(const LingConfig& c, int64_t index, const ExpertSlice& experts, Rng& rng)
     : input_layernorm_(add_module("input_layernorm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps))),
       attention_(add_module("attention", std::make_unique<Attention>(
                                              AttentionShape{c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
@@ -20,6 +20,7 @@ DecoderLayer::DecoderLayer(const LingConfig& c, int64_t index, Rng& rng)
     s.hidden = c.hidden_size;
     s.intermediate = c.moe_intermediate_size;
     s.num_experts = c.num_experts;
+    s.experts = experts;
     s.top_k = c.num_experts_per_tok;
     s.num_shared = c.num_shared_experts;
     s.norm_topk_prob = c.norm_topk_prob;
@@ -43,7 +44,7 @@ ResidualStream DecoderLayer::forward(const ResidualStream& x, MoEContext& contex
   return {dense_mlp_->forward(normed, h), Variable()};
 }
 
-LingBackbone::LingBackbone(const LingConfig& c, Rng& rng)
+LingBackbone::LingBackbone(const LingConfig& c, const ExpertSlice& experts, Rng& rng)
     : word_embeddings_(add_module("word_embeddings",
                                   std::make_unique<Embedding>(c.vocab_size, c.hidden_size, c.initializer_range, rng))) {
   // The Hugging Face _init_weights zeroes the padding_idx row of the embedding.
@@ -52,7 +53,7 @@ LingBackbone::LingBackbone(const LingConfig& c, Rng& rng)
     table.narrow(c.pad_token_id, 1).zero_();
   }
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    layers_.push_back(&add_module("layers." + std::to_string(i), std::make_unique<DecoderLayer>(c, i, rng)));
+    layers_.push_back(&add_module("layers." + std::to_string(i), std::make_unique<DecoderLayer>(c, i, experts, rng)));
   norm_ = &add_module("norm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps));
 }
 
@@ -64,10 +65,11 @@ Variable LingBackbone::forward(const Tensor& ids, MoEContext& context, int64_t p
   return norm_->forward(h.stream, h.pending).normed;
 }
 
-LingForCausalLM::LingForCausalLM(const LingConfig& config, uint64_t seed) : config_(config) {
+LingForCausalLM::LingForCausalLM(const LingConfig& config, uint64_t seed, const ExpertSlice& experts)
+    : config_(config), experts_(experts) {
   config_.validate(config.name);
   Rng rng(seed);
-  model_ = &add_module("model", std::make_unique<LingBackbone>(config_, rng));
+  model_ = &add_module("model", std::make_unique<LingBackbone>(config_, experts_, rng));
   lm_head_VH_ = &add_module("lm_head", std::make_unique<WeightModule>(
                                      init_normal({config_.vocab_size, config_.hidden_size}, config_.initializer_range, rng),
                                      true))
@@ -166,6 +168,10 @@ void LingForCausalLM::fold_routing_warmup() {
 
 void LingForCausalLM::extend_context(int64_t positions) {
   config_.max_position_embeddings = std::max(config_.max_position_embeddings, positions);
+}
+
+void LingForCausalLM::set_expert_group(ExpertGroup* group) {
+  for (MoEBlock* block : moe_blocks()) block->set_expert_group(group);
 }
 
 std::vector<MoEBlock*> LingForCausalLM::moe_blocks() {

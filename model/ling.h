@@ -22,7 +22,7 @@ struct ResidualStream {
 
 class DecoderLayer : public Module {
  public:
-  DecoderLayer(const LingConfig& config, int64_t index, Rng& rng);
+  DecoderLayer(const LingConfig& config, int64_t index, const ExpertSlice& experts, Rng& rng);
   // x1 = x + attention(norm(x)); x2 = x1 + mlp(norm(x1)), x2 returned with mlp(norm(x1)) pending where the
   // mlp is an MoE block.
   ResidualStream forward(const ResidualStream& x, MoEContext& context, int64_t pos_offset, KVCache* cache,
@@ -40,7 +40,7 @@ class DecoderLayer : public Module {
 
 class LingBackbone : public Module {
  public:
-  LingBackbone(const LingConfig& config, Rng& rng);
+  LingBackbone(const LingConfig& config, const ExpertSlice& experts, Rng& rng);
   Variable forward(const Tensor& ids_BT, MoEContext& context, int64_t pos_offset, std::vector<KVCache>* caches,
                    const Tensor& doc_start_BT = Tensor());
   std::vector<DecoderLayer*>& layers() { return layers_; }
@@ -66,8 +66,13 @@ struct LossBreakdown {
 
 class LingForCausalLM : public Module {
  public:
-  LingForCausalLM(const LingConfig& config, uint64_t seed);
+  // experts: the routed experts this process holds (all of them unless expert parallel); the initial
+  // values are the ones the whole model draws from `seed`, whatever the slice.
+  LingForCausalLM(const LingConfig& config, uint64_t seed, const ExpertSlice& experts = {});
   const LingConfig& config() const { return config_; }
+  const ExpertSlice& expert_slice() const { return experts_; }
+  // Under expert parallelism: the group every MoE layer's forward exchanges its rows through.
+  void set_expert_group(ExpertGroup* group);
   // Where the weights live (Module::to moves them). Token ids, targets and document starts given on
   // another device (the host, where batches are made) are copied here as each call begins.
   Device device() const { return lm_head_VH_->value().device(); }
@@ -114,6 +119,7 @@ class LingForCausalLM : public Module {
   Tensor here(const Tensor& t) const { return t.defined() ? t.to(device()) : t; }
 
   LingConfig config_;
+  ExpertSlice experts_;
   LingBackbone* model_;
   Variable* lm_head_VH_;
 };

@@ -5,10 +5,14 @@
 //
 // An expert-parallel group of G ranks splits a MoE layer's E routed experts: rank g holds the L = E / G
 // consecutive experts [g L, (g + 1) L). Each rank routes its own tokens and sorts its rows by expert (the
-// dispatch); to_experts delivers every rank's rows for this rank's experts laid out expert by expert (each
-// expert's rows in source-rank order, then in that rank's order), from_experts takes results back to
-// where their rows came from. Both are exchanges and row permutations: no arithmetic, so the same bits
-// whatever the timing, and each is the other's adjoint.
+// dispatch); to_experts delivers every rank's rows for this rank's experts source by source (rank 0's rows
+// for them, in its expert order, then rank 1's, ...), from_experts takes results back to where their rows
+// came from. Both are exchanges: no arithmetic, so the same bits whatever the timing, and each is the
+// other's adjoint.
+//
+// The experts multiply each source rank's rows as a group of its own, the products one process makes for
+// a micro-batch: a GEMM's result for a row may depend on the other rows of its segment (the kernel's
+// tiling), so rows from several ranks in one segment would not have the bits of one process with --accum.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -23,11 +27,12 @@ class TokenExchange {
  public:
   virtual ~TokenExchange() = default;
   virtual int64_t experts_per_rank() const = 0;
-  // Local expert j's rows are [local_offsets()[j], local_offsets()[j + 1]) of to_experts' result.
-  virtual const std::vector<int64_t>& local_offsets() const = 0;
-  // This rank's rows [M, H] in expert order -> [R, H], every rank's rows for this rank's experts.
+  // Rows from rank s for local expert j at [s L + j] (G L counts): the layout of to_experts' result.
+  virtual const std::vector<int64_t>& counts_from_ranks() const = 0;
+  // This rank's rows [M, H] in expert order -> [R, H], every rank's rows for this rank's experts, source by
+  // source. Any dtype and width.
   virtual Tensor to_experts(const Tensor& rows_MH) const = 0;
-  // [R, H] expert by expert -> [M, H] in this rank's order.
+  // [R, H] source by source -> [M, H] in this rank's order.
   virtual Tensor from_experts(const Tensor& rows_RH) const = 0;
 };
 
@@ -39,17 +44,14 @@ class ExpertGroup {
   virtual std::shared_ptr<const TokenExchange> exchange(const std::vector<int64_t>& counts_E) = 0;
 };
 
-// The exchange as autograd ops: each one's backward is the other's forward (the nodes keep the exchange,
-// which must outlive the backward).
-Variable exchange_to_experts(const Variable& rows_MH, std::shared_ptr<const TokenExchange> exchange);
-Variable exchange_from_experts(const Variable& rows_RH, std::shared_ptr<const TokenExchange> exchange);
-
 // moe_experts (moe/ops.h) with the experts split over `group`: x_NH and the routing weights w_NK of this
 // rank's tokens with their plan over all E experts; this rank's experts' stacked weights, gate_up [L, 2I,
 // H] and down [L, H, I]. The rows go to their experts' ranks, each rank multiplies its experts' segments
-// of every rank's rows (moe_experts at one slot of weight 1 per row), the results come back and are
-// combined with the routing weights. Collective over the group, forward and backward. Per token the
-// arithmetic of moe_experts with all the experts; a local expert's weight gradient sums every rank's rows.
+// of every rank's rows, the results come back and are combined with the routing weights; the backward
+// sends the incoming gradient's rows and their weights the same way and brings dx and dw home. Collective
+// over the group, forward and backward. Every result has the bits one process holding all E experts gives
+// with rank s's tokens as its micro-batch s (--accum G): the output, dx and dw of each rank's tokens, and a
+// local expert's weight gradients, accumulated over the source ranks in rank order.
 Variable expert_parallel_experts(const Variable& x_NH, const Variable& w_NK, const DispatchPlan& plan,
                                  const Variable& gate_up_L2IH, const Variable& down_LHI, ExpertGroup& group);
 

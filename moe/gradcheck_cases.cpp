@@ -42,9 +42,9 @@ Variable routed_output(const Inputs& x, int64_t k, bool norm, int64_t warmup_ste
 // runs through it; the exchange across ranks is checked in tests/mpi/test_expert_exchange.cpp.
 class OneRankGroup : public ExpertGroup {
   struct Identity : TokenExchange {
-    std::vector<int64_t> offsets;
-    int64_t experts_per_rank() const override { return static_cast<int64_t>(offsets.size()) - 1; }
-    const std::vector<int64_t>& local_offsets() const override { return offsets; }
+    std::vector<int64_t> counts;
+    int64_t experts_per_rank() const override { return static_cast<int64_t>(counts.size()); }
+    const std::vector<int64_t>& counts_from_ranks() const override { return counts; }
     Tensor to_experts(const Tensor& rows) const override { return rows.clone(); }
     Tensor from_experts(const Tensor& rows) const override { return rows.clone(); }
   };
@@ -52,8 +52,7 @@ class OneRankGroup : public ExpertGroup {
  public:
   std::shared_ptr<const TokenExchange> exchange(const std::vector<int64_t>& counts_E) override {
     auto identity = std::make_shared<Identity>();
-    identity->offsets = {0};
-    for (const int64_t c : counts_E) identity->offsets.push_back(identity->offsets.back() + c);
+    identity->counts = counts_E;
     return identity;
   }
 };
@@ -120,7 +119,8 @@ std::vector<GradCase> moe_gradcheck_cases() {
   cases.push_back({"moe_block", "B=2 T=3 H=4 E=4 I=5 k=2 shared=1",
                    [block](Rng& rng) {
                      Rng init_rng(3);
-                     *block = std::make_unique<MoEBlock>(MoESettings{4, 5, 4, 2, 1, true, 0.015, 1e-4}, 0.5, init_rng);
+                     *block = std::make_unique<MoEBlock>(MoESettings{4, 5, 4, 2, 1, true, 0.015, 1e-4, 0, {}}, 0.5,
+                                                         init_rng);
                      Inputs inputs{grad_input({2, 3, 4}, rng)};
                      for (const Parameter& p : (*block)->parameters()) {
                        p.value->value() = p.value->value().to(DType::F64);

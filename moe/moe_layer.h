@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "moe/expert_parallel.h"
 #include "moe/router.h"
 #include "moe/stats.h"
 #include "nn/layers.h"
@@ -34,11 +35,20 @@ struct MoEContext {
   std::vector<RoutingSnapshot>* routing_trace = nullptr;
 };
 
+// The routed experts this process holds: all of them, or under expert parallelism (--expert-parallel,
+// moe/expert_parallel.h) rank `rank`'s E / ranks consecutive ones of an expert-parallel group of `ranks`.
+struct ExpertSlice {
+  int64_t rank = 0, ranks = 1;
+  int64_t held(int64_t num_experts) const { return num_experts / ranks; }
+  int64_t first(int64_t num_experts) const { return rank * held(num_experts); }
+};
+
 struct MoESettings {
   int64_t hidden = 0, intermediate = 0, num_experts = 0, top_k = 1, num_shared = 0;
   bool norm_topk_prob = true;
   double aux_loss_coef = 0.015, z_loss_coef = 1e-4;
   int64_t layer = 0;  // the decoder layer (the warmup noise's stream)
+  ExpertSlice experts;
 };
 
 class MoEBlock : public Module {
@@ -47,6 +57,9 @@ class MoEBlock : public Module {
   Variable forward(const Variable& x_BTH, MoEContext& context);
 
   const MoESettings& settings() const { return settings_; }
+  // The expert-parallel group this block's experts are split over (settings().experts); every forward is
+  // then collective over the group. Unset: the block holds all of its experts.
+  void set_expert_group(ExpertGroup* group) { expert_group_ = group; }
   // The weights of the load-balance and z losses (post-training may set its own).
   // Folds the step's routing-warmup observations into the statistics (moe/router.h), once its backward
   // is done (and, under data parallel, the buffers averaged).
@@ -59,9 +72,11 @@ class MoEBlock : public Module {
  private:
   MoESettings settings_;
   Variable* gate_weight_EH_;
-  Variable* gate_up_proj_E2IH_;
-  Variable* down_proj_EHI_;
+  // L: the routed experts this block holds (E, or E / ranks under expert parallelism).
+  Variable* gate_up_proj_L2IH_;
+  Variable* down_proj_LHI_;
   SwiGLUMLP* shared_experts_ = nullptr;
+  ExpertGroup* expert_group_ = nullptr;
   Tensor* router_warmup_;  // buffer "router_warmup": the routing-warmup statistics (moe/router.h)
   Tensor* router_warmup_observations_;  // buffer "router_warmup_observations": this step's, until folded
 };

@@ -7,21 +7,6 @@
 namespace lt {
 namespace {
 
-// The grouped GEMMs of the routed experts (kernels::grouped_matmuls, grouped_weight_grads) over the
-// plan's segments, counted by the profiler under `phase` (they run in both directions). Each reads the
-// segment bounds from the plan's host copy of the offsets: no wait for the device.
-void expert_matmuls(profile::Phase phase, const std::vector<kernels::GroupedProduct>& products,
-                    const DispatchPlan& plan) {
-  LT_PROFILE_PHASE_SCOPE("grouped_matmul", phase);
-  kernels::grouped_matmuls(products, plan.offsets, plan.host_offsets);
-}
-
-// Expert weight gradients, each into its target (the stacked weight's gradient buffer when it has one).
-void expert_weight_grads(const std::vector<kernels::GroupedWeightGrad>& grads, const DispatchPlan& plan) {
-  LT_PROFILE_PHASE_SCOPE("grouped_matmul", profile::Phase::Backward);
-  kernels::grouped_weight_grads(grads, plan.offsets, plan.host_offsets);
-}
-
 struct MoEExpertsNode : Node {
   SavedTensor saved_x_NH;
   SavedTensor saved_gate_up_M2I;  // the SwiGLU's pre-activations, gate and up side by side
@@ -79,6 +64,17 @@ struct MoEExpertsNode : Node {
 };
 
 }  // namespace
+
+void expert_matmuls(profile::Phase phase, const std::vector<kernels::GroupedProduct>& products,
+                    const DispatchPlan& plan) {
+  LT_PROFILE_PHASE_SCOPE("grouped_matmul", phase);
+  kernels::grouped_matmuls(products, plan.offsets, plan.host_offsets);
+}
+
+void expert_weight_grads(const std::vector<kernels::GroupedWeightGrad>& grads, const DispatchPlan& plan) {
+  LT_PROFILE_PHASE_SCOPE("grouped_matmul", profile::Phase::Backward);
+  kernels::grouped_weight_grads(grads, plan.offsets, plan.host_offsets);
+}
 
 Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchPlan& plan,
                      const Variable& gate_up_E2IH, const Variable& down_EHI) {

@@ -1,8 +1,12 @@
 // The differentiable MoE ops, each with its backward beside its forward in moe/ops.cpp. (The router's
 // ops are in moe/router.cpp.)
 #pragma once
+#include <vector>
+
+#include "autograd/profile.h"
 #include "autograd/variable.h"
 #include "moe/dispatch.h"
+#include "tensor/kernel_types.h"
 
 namespace lt {
 
@@ -21,5 +25,13 @@ namespace lt {
 // assignment), so the weighted copy, the outputs and the scatter of the unfused chain never exist.
 Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchPlan& plan,
                      const Variable& gate_up_E2IH, const Variable& down_EHI);
+
+// The grouped GEMMs of routed experts (kernels::grouped_matmuls, grouped_weight_grads) over the plan's
+// segments, counted by the profiler (the products under `phase`; they run in both directions). Each reads
+// the segment bounds from the plan's host copy of the offsets: no wait for the device. moe_experts' and
+// the expert-parallel experts' (moe/expert_parallel.h).
+void expert_matmuls(profile::Phase phase, const std::vector<kernels::GroupedProduct>& products,
+                    const DispatchPlan& plan);
+void expert_weight_grads(const std::vector<kernels::GroupedWeightGrad>& grads, const DispatchPlan& plan);
 
 }  // namespace lt

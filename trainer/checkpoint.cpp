@@ -1,6 +1,7 @@
 #include "trainer/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -22,24 +23,38 @@ namespace {
 constexpr const char* kTokenizerFile = "/tokenizer.json";
 }  // namespace
 
-void save_checkpoint(const std::string& dir, LingForCausalLM& model, const AdamW* optimizer,
+void save_checkpoint(const std::string& dir, const LingConfig& config, const CheckpointTensors& tensors,
                      const Json& trainer_state, const std::string& tokenizer_json,
                      const std::function<void(const std::string&)>& write_extra, DType weights_dtype) {
-  NamedTensors weights = hf_state_dict(model);
+  NamedTensors weights = hf_named(tensors.parameters);
   if (weights_dtype != DType::F32)
     for (auto& [name, tensor] : weights) tensor = tensor.to(Device::cpu()).to(weights_dtype);
   write_directory_atomic(dir, [&](const std::string& staging) {
-    write_json_file(staging + "/config.json", config_to_json(model.config()));
+    write_json_file(staging + "/config.json", config_to_json(config));
     save_safetensors(staging + "/model.safetensors", weights, {{"format", "pt"}});
     // The update count drives AdamW's bias corrections; it differs from the trainer's step when the
     // spike guard skipped updates.
-    if (optimizer != nullptr)
-      save_safetensors(staging + "/optimizer.safetensors", optimizer->state(),
-                       {{"format", "pt"}, {kStepsTakenKey, std::to_string(optimizer->steps_taken())}});
+    if (tensors.has_moments)
+      save_safetensors(staging + "/optimizer.safetensors", tensors.moments,
+                       {{"format", "pt"}, {kStepsTakenKey, std::to_string(tensors.steps_taken)}});
     write_json_file(staging + "/trainer_state.json", trainer_state);
     if (!tokenizer_json.empty()) write_file_atomic(staging + kTokenizerFile, tokenizer_json);
     if (write_extra) write_extra(staging);
   });
+}
+
+void save_checkpoint(const std::string& dir, LingForCausalLM& model, const AdamW* optimizer,
+                     const Json& trainer_state, const std::string& tokenizer_json,
+                     const std::function<void(const std::string&)>& write_extra, DType weights_dtype) {
+  LT_CHECK(model.expert_slice().ranks == 1, "save_checkpoint: the model holds a slice of its experts");
+  CheckpointTensors tensors;
+  for (const Parameter& p : model.parameters()) tensors.parameters.emplace_back(p.name, p.value->value());
+  if (optimizer != nullptr) {
+    tensors.has_moments = true;
+    tensors.moments = optimizer->state();
+    tensors.steps_taken = optimizer->steps_taken();
+  }
+  save_checkpoint(dir, model.config(), tensors, trainer_state, tokenizer_json, write_extra, weights_dtype);
 }
 
 std::string checkpoint_folder(const std::string& dir) {
@@ -89,12 +104,52 @@ std::pair<SafetensorsFile, int64_t> load_optimizer_file(const std::string& dir, 
   return {std::move(file), steps_taken};
 }
 
+// A checkpoint's moments by name, each the model's part of it (its own experts' rows under expert parallelism).
+std::map<std::string, Tensor> held_moments(const LingForCausalLM& model, const std::map<std::string, Tensor>& whole) {
+  std::map<std::string, Tensor> held;
+  for (const auto& [name, tensor] : whole) {
+    const size_t dot = name.rfind('.');
+    held[name] = dot == std::string::npos ? tensor : held_part(model, name.substr(0, dot), tensor);
+  }
+  return held;
+}
+
 }  // namespace
 
-void load_checkpoint_optimizer(const std::string& dir, AdamW& optimizer) {
+void load_checkpoint_optimizer(const std::string& dir, const LingForCausalLM& model, AdamW& optimizer) {
   std::string path;
   const auto [file, steps_taken] = load_optimizer_file(dir, path);
-  optimizer.load_state(NamedTensors(file.tensors.begin(), file.tensors.end()), steps_taken, path);
+  const std::map<std::string, Tensor> held = held_moments(model, file.tensors);
+  optimizer.load_state(NamedTensors(held.begin(), held.end()), steps_taken, path);
+}
+
+WeightsDifference compare_checkpoint_weights(const std::string& dir_a, const std::string& dir_b) {
+  const SafetensorsFile a = load_safetensors_folder(checkpoint_folder(dir_a));
+  const SafetensorsFile b = load_safetensors_folder(checkpoint_folder(dir_b));
+  for (const auto& [name, tensor] : b.tensors)
+    LT_CHECK(a.tensors.count(name), dir_a, ": no tensor '", name, "', which ", dir_b, " has");
+  WeightsDifference d;
+  for (const auto& [name, ta] : a.tensors) {
+    const auto found = b.tensors.find(name);
+    LT_CHECK(found != b.tensors.end(), dir_b, ": no tensor '", name, "', which ", dir_a, " has");
+    LT_CHECK(ta.shape() == found->second.shape(), "tensor '", name, "' is ", shape_str(ta.shape()), " in ", dir_a,
+             " and ", shape_str(found->second.shape()), " in ", dir_b);
+    const std::vector<double> x = ta.to(DType::F64).to_vector<double>();
+    const std::vector<double> y = found->second.to(DType::F64).to_vector<double>();
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      diff += (x[i] - y[i]) * (x[i] - y[i]);
+      norm += y[i] * y[i];
+      d.max_abs = std::max(d.max_abs, std::abs(x[i] - y[i]));
+    }
+    const double relative = diff == 0 ? 0 : std::sqrt(diff / norm);
+    if (relative > d.max_relative) {
+      d.max_relative = relative;
+      d.worst = name;
+    }
+    ++d.tensors;
+  }
+  return d;
 }
 
 std::string checkpoint_rank_path(const std::string& folder, int rank) {
@@ -103,18 +158,20 @@ std::string checkpoint_rank_path(const std::string& folder, int rank) {
   return folder + name;
 }
 
-WholeMoments load_checkpoint_moments(const std::string& dir, const FlatParameters& params, bool per_rank_shards,
-                                     int world_size, int shard_group) {
+WholeMoments load_checkpoint_moments(const std::string& dir, const LingForCausalLM& model, const FlatParameters& params,
+                                     bool per_rank_shards, int world_size, int shard_group) {
   WholeMoments whole{Tensor::zeros({params.numel()}, DType::F32), Tensor::zeros({params.numel()}, DType::F32), 0};
   const std::pair<const char*, Tensor*> moments[] = {{"exp_avg", &whole.exp_avg}, {"exp_avg_sq", &whole.exp_avg_sq}};
   if (!per_rank_shards) {
     std::string path;
     const auto [file, steps_taken] = load_optimizer_file(dir, path);
-    copy_named_moments(params, file.tensors, whole.exp_avg, whole.exp_avg_sq, path);
+    copy_named_moments(params, held_moments(model, file.tensors), whole.exp_avg, whole.exp_avg_sq, path);
     whole.steps_taken = steps_taken;
     return whole;
   }
   const std::string folder = checkpoint_folder(dir);
+  LT_CHECK(model.expert_slice().ranks == 1, folder, ": an EDiT checkpoint does not resume with --expert-parallel yet "
+           "(resume it with --dist dp first, then with --expert-parallel)");
   LT_CHECK(shard_group >= 1 && world_size % shard_group == 0, folder, ": ", world_size,
            " ranks do not form replicas of ", shard_group);
   const int replicas = world_size / shard_group;

@@ -1,7 +1,8 @@
 // Training checkpoints: a folder that is at once a Hugging Face model folder and a resumable state.
 //
 //   config.json             the model config (bailing_moe keys)
-//   model.safetensors       f32 weights under the Hugging Face names
+//   model.safetensors       f32 weights under the Hugging Face names (the whole model, whatever the layout:
+//                           under expert parallelism rank 0 gathers every rank's experts and writes them)
 //   optimizer.safetensors   AdamW moments by lingtrain parameter name; its metadata holds the update count
 //   trainer_state.json      the TrainState (trainer/train_state.h) and the recipe being run
 //   tokenizer.json          the run's BPE tokenizer, as given (absent: the byte tokenizer)
@@ -21,6 +22,7 @@
 
 #include "data/tokenizer.h"
 #include "io/json.h"
+#include "io/safetensors.h"
 #include "model/ling.h"
 #include "optim/adamw.h"
 
@@ -34,6 +36,18 @@ void save_checkpoint(const std::string& dir, LingForCausalLM& model, const AdamW
                      const Json& trainer_state, const std::string& tokenizer_json = {},
                      const std::function<void(const std::string&)>& write_extra = {},
                      DType weights_dtype = DType::F32);
+// What the folder holds of a model and its optimiser, for a writer that assembles them itself (the
+// experts of an expert-parallel run, gathered from their ranks): the whole model's parameters by
+// lingtrain name and, when has_moments, the AdamW moments by name (AdamW::state()) and the update count.
+struct CheckpointTensors {
+  NamedTensors parameters;
+  bool has_moments = false;
+  NamedTensors moments;
+  int64_t steps_taken = 0;
+};
+void save_checkpoint(const std::string& dir, const LingConfig& config, const CheckpointTensors& tensors,
+                     const Json& trainer_state, const std::string& tokenizer_json,
+                     const std::function<void(const std::string&)>& write_extra, DType weights_dtype);
 
 // The folder to read: `dir`, or the previous complete one if a writer died mid-swap. Fails naming dir
 // when no checkpoint exists there.
@@ -48,7 +62,19 @@ std::string load_checkpoint_tokenizer_json(const std::string& dir);
 // vocabulary does not fit the model's vocab_size.
 std::unique_ptr<Tokenizer> resolve_tokenizer(const std::string& flag_path, const std::string& checkpoint,
                                              int64_t model_vocab_size);
-void load_checkpoint_optimizer(const std::string& dir, AdamW& optimizer);
+// The moments of the model's parameters (of its own experts, under expert parallelism).
+void load_checkpoint_optimizer(const std::string& dir, const LingForCausalLM& model, AdamW& optimizer);
+
+// How far apart two checkpoints' weights are (two layouts' runs, a resume, two machines): per tensor the
+// relative difference ||a - b|| / ||b|| (f64; 0 when both are zero), the largest of them and its tensor,
+// and the largest elementwise |a - b|. Both must hold the same tensors in the same shapes (one clear line
+// naming the first that differs).
+struct WeightsDifference {
+  int64_t tensors = 0;
+  double max_relative = 0, max_abs = 0;
+  std::string worst;  // the tensor of max_relative ("" when every tensor is identical)
+};
+WeightsDifference compare_checkpoint_weights(const std::string& dir_a, const std::string& dir_b);
 
 // Where a checkpoint folder keeps EDiT rank r's own state (edit/rank-NNNNN.safetensors).
 std::string checkpoint_rank_path(const std::string& folder, int rank);
@@ -63,7 +89,7 @@ struct WholeMoments {
   Tensor exp_avg, exp_avg_sq;
   int64_t steps_taken = 0;
 };
-WholeMoments load_checkpoint_moments(const std::string& dir, const FlatParameters& params, bool per_rank_shards,
-                                     int world_size, int shard_group);
+WholeMoments load_checkpoint_moments(const std::string& dir, const LingForCausalLM& model, const FlatParameters& params,
+                                     bool per_rank_shards, int world_size, int shard_group);
 
 }  // namespace lt

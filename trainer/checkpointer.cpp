@@ -3,10 +3,39 @@
 #include <cmath>
 #include <filesystem>
 
+#include "model/hf_names.h"
 #include "tensor/kernels.h"
 #include "trainer/checkpoint.h"
 
 namespace lt {
+
+namespace {
+
+// Under expert parallelism: the whole model and its moments on the group's rank 0, each stacked-experts
+// tensor gathered from the group's ranks in rank order (rank g holds experts [g L, (g + 1) L), so the
+// gather lays them out [E, ...]) in host memory. Collective over the group; the other ranks get nothing.
+CheckpointTensors gather_experts(Communicator& group, Trainer& trainer) {
+  const bool lead = group.rank() == 0;
+  auto whole = [&](const std::string& parameter, const Tensor& held) {
+    if (!is_stacked_experts(parameter)) return held;
+    const Tensor flat = held.to(Device::cpu()).reshape({held.numel()});
+    Shape shape = held.shape();
+    shape[0] *= group.size();
+    Tensor all = lead ? Tensor::empty({flat.numel() * group.size()}, flat.dtype()) : Tensor();
+    group.gather(flat, all, 0);
+    return lead ? all.reshape(shape) : Tensor();
+  };
+  CheckpointTensors tensors;
+  for (const FlatParameters::ParameterRange& p : trainer.parameters().parameters())
+    tensors.parameters.emplace_back(p.parameter.name, whole(p.parameter.name, p.parameter.value->value()));
+  tensors.has_moments = true;
+  for (const auto& [name, moment] : trainer.optimizer().state())
+    tensors.moments.emplace_back(name, whole(name.substr(0, name.rfind('.')), moment));
+  tensors.steps_taken = trainer.optimizer().steps_taken();
+  return tensors;
+}
+
+}  // namespace
 
 Checkpointer::Checkpointer(RunSetup& setup, Trainer& trainer, SpikeGuard& guard, RankState* rank_state)
     : setup_(setup), trainer_(trainer), guard_(guard), rank_state_(rank_state), dir_(setup.checkpoint_dir()) {}
@@ -29,6 +58,12 @@ void Checkpointer::save(int64_t seq_len) {
   const bool lead = setup_.lead();
   const std::string& tokenizer_json = setup_.tokenizer().json_text;
   const DType weights_dtype = setup_.options().save_dtype;
+  if (Communicator* group = setup_.expert_group()) {
+    if (!setup_.evaluates()) return;  // the ranks of rank 0's group hold every expert between them
+    const CheckpointTensors whole = gather_experts(*group, trainer_);
+    if (lead) save_checkpoint(dir_, model.config(), whole, trainer_state, tokenizer_json, {}, weights_dtype);
+    return;
+  }
   if (rank_state_ == nullptr) {
     if (lead) save_checkpoint(dir_, model, &trainer_.optimizer(), trainer_state, tokenizer_json, {}, weights_dtype);
     return;
@@ -70,8 +105,9 @@ void Checkpointer::restore(const std::string& dir, bool reloading) {
     // Another layout: the moments, whole, then this rank's part of them; EDiT's own state starts afresh
     // (the anchor is taken when its local steps begin, from the weights every replica loaded).
     const RunSetup::Layout& from = setup_.checkpoint_layout();
-    const WholeMoments whole = load_checkpoint_moments(dir, trainer_.parameters(), from.mode != DistMode::DataParallel,
-                                                       from.world_size, from.shard_group);
+    const WholeMoments whole = load_checkpoint_moments(dir, model, trainer_.parameters(),
+                                                       from.mode != DistMode::DataParallel, from.world_size,
+                                                       from.shard_group);
     AdamW& adamw = trainer_.optimizer();
     const FlatParameters::Range owned = adamw.owned();
     adamw.load_shard_state({{"exp_avg", whole.exp_avg.narrow(owned.begin, owned.size())},
@@ -80,7 +116,7 @@ void Checkpointer::restore(const std::string& dir, bool reloading) {
     return;
   }
   if (rank_state_ == nullptr) {
-    load_checkpoint_optimizer(dir, trainer_.optimizer());
+    load_checkpoint_optimizer(dir, model, trainer_.optimizer());
     return;
   }
   const std::string path = checkpoint_rank_path(folder, setup_.world().rank());

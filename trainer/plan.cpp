@@ -155,16 +155,19 @@ Plan plan_training(const LingConfig& c, const PlanLayout& l, const PlanShape& s)
     t.edit_sync = t.gradient_all_reduce / l.sync_interval;
   }
   if (ep > 1) {
-    // k rows of H per token to their experts and back, forward and backward; (ep - 1) / ep of them leave
-    // the rank when the experts are evenly loaded.
+    // Per MoE layer: the row counts (E / ep integers to each other rank); k rows of H per token to their
+    // experts and back, forward and backward, and each row's routing weight there and its gradient back
+    // in the backward, all f32; (ep - 1) / ep of the rows leave the rank when the experts are evenly loaded.
+    const int64_t elements_per_row = 4 * c.hidden_size + 2;
     t.expert_all_to_all =
-        moe_layers(c) * 4 * tokens * c.num_experts_per_tok * c.hidden_size * act_bytes * (ep - 1) / ep;
+        moe_layers(c) * (c.num_experts / ep * 8 * (ep - 1) +
+                         tokens * c.num_experts_per_tok * elements_per_row * kF32 * (ep - 1) / ep);
   }
-  if (ep > 1 || l.shard_params) {
+  if (l.shard_params || (ep > 1 && l.edit)) {
     plan.runs = false;
-    plan.not_yet = ep > 1 && l.shard_params ? "expert parallelism and parameter sharding"
-                   : ep > 1                  ? "expert parallelism"
-                                             : "parameter sharding";
+    plan.not_yet = !l.shard_params ? "expert parallelism under EDiT"
+                   : ep > 1        ? "expert parallelism and parameter sharding"
+                                   : "parameter sharding";
   }
   return plan;
 }

@@ -49,7 +49,8 @@ struct StepTraffic {
   int64_t gradient_all_reduce = 0;  // data parallel (the replicated parameters over all ranks, the experts
                                     // over their copies); EDiT: each step of its warmup (then edit_sync)
   int64_t parameter_all_gather = 0, gradient_reduce_scatter = 0;  // sharding (ZeRO-2 in EDiT, ZeRO-3)
-  int64_t expert_all_to_all = 0;    // tokens to their experts and back, forward and backward
+  int64_t expert_all_to_all = 0;    // tokens to their experts and back, forward and backward (with their
+                                    // routing weights, and each layer's row counts)
   int64_t edit_sync = 0;            // EDiT after its warmup: a sync's traffic over sync_interval steps
 };
 

@@ -7,6 +7,7 @@
 #include "data/corpus.h"
 #include "data/shard.h"
 #include "io/format_text.h"
+#include "model/hf_names.h"
 #include "trainer/generate.h"
 #include "trainer/strategy.h"
 
@@ -30,6 +31,25 @@ const char* dist_mode_name(DistMode mode) {
 
 namespace {
 
+// What this rank holds of the training state, in bytes: the flat weights and gradients, the AdamW moments
+// of its shard (trainer/trainer.h), and of them the routed experts' part (a slice of them under expert
+// parallelism).
+Json rank_state_bytes(Trainer& trainer) {
+  const FlatParameters& params = trainer.parameters();
+  const FlatParameters::Range owned = trainer.optimizer().owned();
+  const auto element = static_cast<int64_t>(dtype_size(params.values().dtype()));
+  int64_t experts = 0, expert_moments = 0;
+  for (const FlatParameters::ParameterRange& p : params.parameters())
+    if (is_stacked_experts(p.parameter.name)) {
+      experts += p.range.size();
+      expert_moments += std::max<int64_t>(0, std::min(p.range.end, owned.end) - std::max(p.range.begin, owned.begin));
+    }
+  return {{"weights", element * params.numel()},
+          {"gradients", element * params.grads().numel()},
+          {"adamw", 2 * element * owned.size()},
+          {"routed_experts", element * (2 * experts + 2 * expert_moments)}};
+}
+
 // The sample at the end of a run, within the model's positions (the prompt's included); none, with a
 // note, when the prompt alone fills them.
 void add_sample(RunSetup& setup, Json& summary) {
@@ -52,8 +72,8 @@ void add_sample(RunSetup& setup, Json& summary) {
   summary["sample"] = sample_text(model, tokenizer, options.sample_prompt, sampling);
 }
 
-// The end of the run on rank 0: the held-out figures over all of the held-out data (into the metrics
-// too, as the run's last record), the checkpoint, and the summary.
+// The end of the run on the ranks that evaluate (RunSetup::evaluates): the held-out figures over all of the
+// held-out data (into the metrics too, as the run's last record), the checkpoint, and the summary.
 Json summarise(RunControl& run, double train_seconds, double comm_bytes_per_step) {
   RunSetup& setup = run.setup();
   const TrainState& state = run.state();
@@ -85,7 +105,9 @@ Json summarise(RunControl& run, double train_seconds, double comm_bytes_per_step
                   {"world_size", setup.world().size()},
                   {"dist", dist_mode_name(setup.dist())},
                   {"wall_s", train_seconds},  // the training steps of this process, without the final eval
-                  {"comm_bytes_per_step", comm_bytes_per_step}};  // sent by rank 0, per step of this run
+                  {"comm_bytes_per_step", comm_bytes_per_step},  // sent by rank 0, per step of this run
+                  {"expert_parallel", setup.expert_parallel()},
+                  {"rank_state_bytes", rank_state_bytes(run.trainer())}};  // rank 0's
   for (const auto& [name, value] : heldout.items())
     if (name != "val_loss" && name != "val_conversations") summary[name] = value;
   add_sample(setup, summary);
@@ -114,7 +136,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   if (setup.lead()) std::filesystem::create_directories(options.out_dir);
   MetricsSink sink(setup.out(), setup.lead(), setup.lead() ? metrics_path : "", setup.resuming() ? state.step : -1,
                    setup.recipe().total_steps(), state.step);
-  Evaluator evaluator(setup.model(), setup.lead(), options.eval_every, options.eval_tokens);
+  Evaluator evaluator(setup.model(), setup.evaluates(), options.eval_every, options.eval_tokens);
   FaultInjector faults(options.injections);
   RunControl run(setup, trainer, guard, checkpointer, sink, evaluator, faults, strategy->agreeing(),
                  strategy->can_reload());
@@ -137,7 +159,10 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   const double comm_bytes_per_step = static_cast<double>(strategy->bytes_sent()) / static_cast<double>(steps_run);
   checkpointer.save(run.stage().seq);
   sink.finish();
-  return setup.lead() ? summarise(run, train_seconds, comm_bytes_per_step) : Json();
+  // The ranks that evaluate all take the final figures and the sample (under expert parallelism each
+  // forward is collective over rank 0's group); rank 0 reports.
+  const Json summary = setup.evaluates() ? summarise(run, train_seconds, comm_bytes_per_step) : Json();
+  return setup.lead() ? summary : Json();
 }
 
 }  // namespace lt

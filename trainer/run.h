@@ -55,9 +55,10 @@ struct RunOptions {
   // "seed", "routing_warmup", "init", or "recipe" for a whole recipe) with their values. A named value
   // equal to the checkpoint's is accepted; one that differs is refused, naming both.
   Json named_recipe_keys = Json::object();
-  // The distribution settings the command line named: "mode" for --dist, and EDiT's flags by their
-  // EditSettings::to_json keys. A resumed run continues with its checkpoint's settings; a named one
-  // that differs from them is refused, naming both values.
+  // The distribution settings the command line named: "mode" for --dist, "expert_parallel" for
+  // --expert-parallel, and EDiT's flags by their EditSettings::to_json keys. A resumed run continues with
+  // its checkpoint's settings; a named one that differs from them is refused, naming both values, except
+  // where the resume may change the layout (trainer/run_setup.h).
   Json named_dist_settings = Json::object();
   int64_t eval_every = 200;          // held-out loss every N steps (0: only at the end)
   int64_t eval_tokens = 65536;       // over the first N held-out tokens (0: all)
@@ -72,6 +73,9 @@ struct RunOptions {
   // --overlap-grads: dp averages each bucket of gradients while the rest of the backward runs
   // (dist/data_parallel.h OverlappedAverage), or after it; the same bits either way.
   bool overlap_grads = true;
+  // --expert-parallel G: each MoE layer's routed experts split over G consecutive ranks, data parallel
+  // across those groups (moe/expert_parallel.h); 1: every rank holds every expert.
+  int expert_parallel = 1;
   EditSettings edit;                 // edit / aedit: the mesh, the sync and its penalties
   SpikeGuardSettings spike_guard;    // loss spikes and non-finite steps (optim/spike_guard.h)
   std::vector<Injection> injections;

@@ -62,6 +62,7 @@ class RunControl {
 
   double elapsed() const;
   TrainState& state() { return trainer_.state(); }
+  Trainer& trainer() { return trainer_; }
   int64_t first_step() const { return first_step_; }
   RunSetup& setup() { return setup_; }
   Checkpointer& checkpointer() { return checkpointer_; }

@@ -7,6 +7,7 @@
 
 #include "data/corpus.h"
 #include "data/shard.h"
+#include "dist/expert_exchange.h"
 #include "dist/nccl_communicator.h"
 #include "io/atomic_file.h"
 #include "io/format_text.h"
@@ -91,6 +92,7 @@ RunSetup::RunSetup(const Recipe& requested, const RunOptions& options) : options
   open_world();
   if (resuming()) resume_recipe(requested);
   resume_dist_settings();
+  open_expert_groups();
   LT_CHECK(options_.straggle_rank < world_->size(), "--straggle: rank ", options_.straggle_rank, " is outside the ",
            world_->size(), " ranks");
   // --dtype bf16 on a CPU without a bf16 GEMM (no AVX512_BF16), and --dtype tf32 (a GPU mode) on any CPU,
@@ -171,6 +173,7 @@ void RunSetup::resume_recipe(const Recipe& requested) {
 }
 
 void RunSetup::resume_dist_settings() {
+  expert_parallel_ = options_.expert_parallel;
   if (!resuming()) {
     dist_ = options_.dist;
     edit_ = options_.edit;
@@ -179,6 +182,10 @@ void RunSetup::resume_dist_settings() {
   }
   const std::string folder = checkpoint_folder(options_.resume);
   const Json saved = saved_state_.value("dist", Json{{"mode", "dp"}});
+  // The checkpoint holds the whole model whatever its expert-parallel degree, so a resume may name another;
+  // one that names none keeps the checkpoint's on as many ranks, and runs without on another number.
+  if (!options_.named_dist_settings.contains("expert_parallel"))
+    expert_parallel_ = saved.value("world_size", 1) == world_->size() ? saved.value("expert_parallel", 1) : 1;
   const std::string source = folder + "/trainer_state.json";
   const EditSettings saved_edit =
       saved.contains("edit") ? EditSettings::from_json(saved.at("edit"), source) : EditSettings{};
@@ -190,7 +197,7 @@ void RunSetup::resume_dist_settings() {
     // The checkpoint's settings, with what the command line names.
     Json settings = saved_edit.to_json();
     for (const auto& [key, value] : named.items()) {
-      if (key == "mode") continue;
+      if (key == "mode" || key == "expert_parallel") continue;
       LT_CHECK(dist_ != DistMode::DataParallel, folder, ": written by a --dist dp run, which has no EDiT setting '",
                key, "'");
       settings[key] = value;
@@ -206,13 +213,16 @@ void RunSetup::resume_dist_settings() {
   // An exact resume continues the run as it was: its settings cannot change.
   const Json saved_json = saved_edit.to_json();
   for (const auto& [key, value] : named.items())
-    LT_CHECK(key == "mode" || saved_json.value(key, Json()) == value, "EDiT setting '", key,
+    LT_CHECK(key == "mode" || key == "expert_parallel" || saved_json.value(key, Json()) == value, "EDiT setting '", key,
              "' cannot change when resuming on the same layout: the checkpoint's is ",
              saved_json.value(key, Json()).dump(), ", the command line's ", value.dump());
 }
 
 Json RunSetup::dist_json() const {
-  return {{"mode", dist_mode_name(dist_)}, {"world_size", world_->size()}, {"edit", edit_.to_json()}};
+  return {{"mode", dist_mode_name(dist_)},
+          {"world_size", world_->size()},
+          {"expert_parallel", expert_parallel_},
+          {"edit", edit_.to_json()}};
 }
 
 void RunSetup::open_world() {
@@ -226,11 +236,36 @@ void RunSetup::open_world() {
   world_ = gpu_world_ ? gpu_world_.get() : host_world_.get();
 }
 
+// The layout is checked before anything is allocated: one clear line for a degree the ranks or the run
+// cannot take (the model's experts are checked as the model is made).
+void RunSetup::open_expert_groups() {
+  const int G = expert_parallel_, ranks = world_->size();
+  if (G == 1) return;
+  LT_CHECK(G >= 1 && ranks % G == 0, "--expert-parallel ", G, " does not divide the ", ranks,
+           " ranks (mpirun -n N: N a multiple of it)");
+  LT_CHECK(dist_ == DistMode::DataParallel, "--expert-parallel runs with --dist dp; with --dist ",
+           dist_mode_name(dist_), " it is not supported yet");
+  for (const StageSettings& stage : recipe_.stages)
+    LT_CHECK(stage.kind != StageKind::Dpo, "--expert-parallel: stage '", stage.name,
+             "' is DPO, whose reference log-probs one rank computes alone; not supported yet");
+  // Consecutive ranks split the experts: on a cluster they are one node's, where the all-to-all is cheapest.
+  const int rank = world_->rank();
+  expert_group_ = world_->split(rank / G, rank);
+  expert_copies_ = world_->split(rank % G, rank);
+  expert_exchange_ = std::make_unique<ExpertCommunicatorGroup>(*expert_group_);
+}
+
 void RunSetup::make_model_and_tokenizer() {
   // The checkpoint the weights come from: the one resumed, else the recipe's starting one (post-training).
   const std::string source = resuming() ? options_.resume : recipe_.init;
   const LingConfig config = source.empty() ? resolve_config(recipe_.model) : load_checkpoint_config(source);
-  model_ = std::make_unique<LingForCausalLM>(config, recipe_.seed);
+  const int G = expert_parallel_;
+  LT_CHECK(G == 1 || config.num_experts > 0, "--expert-parallel ", G, ": model ", config.name,
+           " is dense, it has no routed experts to split");
+  LT_CHECK(G == 1 || config.num_experts % G == 0, "--expert-parallel ", G, ": model ", config.name, "'s ",
+           config.num_experts, " routed experts per MoE layer do not split over ", G, " ranks");
+  model_ = std::make_unique<LingForCausalLM>(config, recipe_.seed, ExpertSlice{world_->rank() % G, G});
+  if (expert_exchange_) model_->set_expert_group(expert_exchange_.get());
   if (!resuming() && !recipe_.init.empty()) load_checkpoint_weights(recipe_.init, *model_);
   model_->to(device_);
   // A run from a checkpoint keeps the tokenizer that checkpoint was trained with; --tokenizer may only

@@ -11,6 +11,7 @@
 
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
+#include "moe/expert_parallel.h"
 #include "model/ling.h"
 #include "tensor/kernels.h"
 #include "trainer/run.h"
@@ -51,6 +52,17 @@ class RunSetup {
   bool relayout() const { return relayout_; }
   const Layout& checkpoint_layout() const { return checkpoint_layout_; }
 
+  // --expert-parallel G (the command line's, or a resumed checkpoint's where it names none): the world's
+  // ranks form groups of G consecutive ranks that split every MoE layer's routed experts, and the ranks
+  // holding the same experts (rank mod G) form its copies, averaged as data parallel. A checkpoint holds
+  // the whole model, so a resume may change G. Null groups when G is 1.
+  int expert_parallel() const { return expert_parallel_; }
+  Communicator* expert_group() const { return expert_group_.get(); }
+  Communicator* expert_copies() const { return expert_copies_.get(); }
+  // Whether this rank takes the held-out figures and the sample: rank 0 alone, or under expert
+  // parallelism rank 0's group, whose ranks each forward is collective over (rank 0 reports).
+  bool evaluates() const { return world_->rank() < expert_parallel_; }
+
   // Tensors on GPUs travel through NCCL, host data (the agreement between ranks, statistics, EDiT's
   // tables) through MPI; this is the one the model's tensors use.
   Communicator& world() const { return *world_; }
@@ -75,6 +87,7 @@ class RunSetup {
   void resume_recipe(const Recipe& requested);
   void resume_dist_settings();
   void open_world();
+  void open_expert_groups();
   void make_model_and_tokenizer();
   void size_stages();
 
@@ -87,6 +100,9 @@ class RunSetup {
   Layout checkpoint_layout_;
   std::unique_ptr<Communicator> host_world_, gpu_world_;
   Communicator* world_ = nullptr;
+  int expert_parallel_ = 1;
+  std::unique_ptr<Communicator> expert_group_, expert_copies_;
+  std::unique_ptr<ExpertGroup> expert_exchange_;  // the MoE layers' view of expert_group_
   Device device_;
   // The run's matmul precision for its whole length, the process's previous one back after it.
   struct MatmulPrecisionScope {

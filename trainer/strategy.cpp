@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "model/hf_names.h"
 #include "trainer/edit_strategy.h"
 #include "trainer/lockstep_strategy.h"
 
@@ -13,11 +14,20 @@ class DataParallelStrategy : public LockstepStrategy {
  public:
   explicit DataParallelStrategy(RunSetup& setup) : LockstepStrategy(setup.world()), setup_(setup) {}
   // The average overlaps the last backward (OverlappedAverage) unless --overlap-grads 0 or the MPI library
-  // lets only the main thread call it; both give the same bits.
+  // lets only the main thread call it; both give the same bits. Under expert parallelism it follows the
+  // backward (its buckets would have to split where the experts' stretches begin and end).
   void attach(Trainer& trainer) override {
     Communicator& world = setup_.world();
     overlapped_.reset();
-    if (setup_.options().overlap_grads && world.size() > 1 && world.callable_from_another_thread()) {
+    if (setup_.expert_group() != nullptr) {
+      std::vector<FlatParameters::Range> experts;
+      for (const FlatParameters::ParameterRange& p : trainer.parameters().parameters())
+        if (is_stacked_experts(p.parameter.name)) experts.push_back(p.range);
+      data_parallel_.set_expert_parallel(*setup_.expert_group(), *setup_.expert_copies(), std::move(experts));
+      trainer.hooks().complete_grad_sum_squares = [this, &trainer](double) {
+        return data_parallel_.grad_sum_squares(trainer.parameters());
+      };
+    } else if (setup_.options().overlap_grads && world.size() > 1 && world.callable_from_another_thread()) {
       overlapped_ = std::make_unique<OverlappedAverage>(data_parallel_, trainer.parameters());
       trainer.hooks().gradient_ready = [this](size_t index) { overlapped_->gradient_ready(index); };
       trainer.hooks().after_backward = [this](FlatParameters& params) {
@@ -29,7 +39,11 @@ class DataParallelStrategy : public LockstepStrategy {
   }
   Communicator& agreeing() override { return setup_.world(); }
   void run_stage(RunControl& run) override { run_lockstep(run, run.stage().steps); }
-  int64_t bytes_sent() const override { return setup_.world().bytes_sent(); }
+  int64_t bytes_sent() const override {
+    const Communicator* group = setup_.expert_group();
+    return setup_.world().bytes_sent() +
+           (group != nullptr ? group->bytes_sent() + setup_.expert_copies()->bytes_sent() : 0);
+  }
 
  private:
   RunSetup& setup_;

@@ -39,6 +39,8 @@ expect_error "eval without ckpt" "eval needs --ckpt" "$bin" eval --data "$val"
 expect_error "eval missing ckpt" "gone: no checkpoint here" "$bin" eval --ckpt gone --data "$val"
 expect_error "eval missing data" "nodata.bin: cannot open" "$bin" eval --ckpt "$ckpt" --data nodata.bin
 expect_error "sample missing ckpt" "gone: no checkpoint here" "$bin" sample --ckpt gone --prompt hi
+expect_error "compare without vs" "compare needs --ckpt A and --vs B" "$bin" compare --ckpt "$ckpt"
+expect_error "compare missing ckpt" "gone: no checkpoint here" "$bin" compare --ckpt "$ckpt" --vs gone
 expect_error "shards missing text" "nothing.txt" "$bin" shards --out s/x nothing.txt
 expect_error "shards output under a file" "notadir" "$bin" shards --out notadir/x a.txt
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # lingtrain plan against real runs: the memory it plans for a rank (held between steps, the step's peak)
 # against what the bench measures on the CPU (tiny and moe-s, two shapes each: within 10%), the bytes it
-# plans a rank to send against what the communicator counted in data parallel and EDiT runs under
-# mpiexec (within 1%: the runs also send a few numbers of statistics), and one clear line for a layout the
+# plans a rank to send against what the communicator counted in data parallel, EDiT and expert-parallel
+# runs under mpiexec (within 1%: the runs also send a few numbers of statistics; 2% with expert
+# parallelism, whose real loads are uneven), and one clear line for a layout the
 # model does not allow. Usage: plan_test.sh path/to/lingtrain
 source "$(dirname "$0")/common.sh"
 
@@ -38,6 +39,16 @@ mpiexec -n 2 "$bin" pretrain "${common[@]}" --steps 10 --dist edit --local-sgd-w
 "$bin" plan --model tiny --ranks 2 --dist edit --sync-interval 5 >plan_edit.txt 2>&1 || fail "plan edit"
 planned=$(json_field plan_edit.txt edit_sync) sent=$(json_field edit.txt comm_bytes_per_step)
 within "$planned" "$sent" 0.01 || fail "edit: planned $planned bytes a step, sent $sent"
+# Expert parallel x data parallel: 2 copies of 2 experts' shards, the gradient all-reduces (the replicated
+# parameters over all 4 ranks, the experts over their copies) and the tokens' all-to-all, which the plan
+# counts at even expert loads (within 2%: a real run's loads are not even).
+mpiexec -n 4 "$bin" pretrain "${common[@]}" --steps 4 --expert-parallel 2 --out ep >ep_run.txt 2>ep.err ||
+  fail "expert-parallel run: $(tail -1 ep.err)"
+"$bin" plan --model tiny --ranks 4 --expert-parallel 2 --seq 32 --device cpu >plan_ep.txt 2>&1 || fail "plan ep"
+planned=$(awk -v a="$(json_field plan_ep.txt gradient_all_reduce)" -v b="$(json_field plan_ep.txt expert_all_to_all)" \
+  'BEGIN { print a + b }')
+sent=$(json_field ep_run.txt comm_bytes_per_step)
+within "$planned" "$sent" 0.02 || fail "expert parallel: planned $planned bytes a step, sent $sent"
 
 # Layouts: Ling-Plus planned without allocating it; the expert-parallel split of its routed experts, and
 # with sharding everything, shrinks a rank's share.
@@ -45,6 +56,8 @@ within "$planned" "$sent" 0.01 || fail "edit: planned $planned bytes a step, sen
   --device-memory 80 >plus.txt 2>&1 || fail "plan ling-plus: $(tail -1 plus.txt)"
 grep -q '"not_yet":"expert parallelism and parameter sharding"' plus.txt ||
   fail "ling-plus: the layouts not run yet are not named"
+"$bin" plan --model moe-s --ranks 4 --expert-parallel 2 >runs.txt 2>&1 && grep -q '"runs":true' runs.txt ||
+  fail "moe-s: expert parallel x data parallel is not a layout the trainer runs: $(tail -1 runs.txt)"
 "$bin" plan --model moe-s --ranks 4 >one.txt && "$bin" plan --model moe-s --ranks 4 --expert-parallel 4 >ep.txt &&
   "$bin" plan --model moe-s --ranks 4 --expert-parallel 4 --shard-params on >sharded.txt || fail "plan moe-s layouts"
 whole=$(json_field one.txt params) ep=$(json_field ep.txt params) sharded=$(json_field sharded.txt params)

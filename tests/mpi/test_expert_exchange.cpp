@@ -1,8 +1,7 @@
 // Expert parallelism across real ranks: the token exchange (dist/expert_exchange.h) delivers each rank's
-// rows to the rank of their expert laid out expert by expert (each expert's rows in source-rank order),
-// brings them back bit for bit, and its autograd ops send gradients back the other way (each is the
-// other's adjoint); the experts' output through it (moe/expert_parallel.h) equals every rank holding all
-// the experts. Counts differ by rank and by expert, zeros included (an expert no rank routes to, a rank
+// rows to the rank of their expert source by source, brings them back bit for bit, and each direction is
+// the other's adjoint; the experts' output through it (moe/expert_parallel.h) has the bits of one process
+// holding all the experts. Counts differ by rank and by expert, zeros included (an expert no rank routes to, a rank
 // that sends another nothing).
 #include <gtest/gtest.h>
 
@@ -52,27 +51,27 @@ TEST(ExpertExchange, RowsReachTheirExpertsRankAndComeBack) {
     const auto [rows, counts] = rows_of(r, E);
     const ExpertExchange exchange(*world, counts);
     ASSERT_EQ(exchange.experts_per_rank(), L);
-    // Expert by expert, each expert's rows in source-rank order.
+    // Source by source, each source's rows in its expert order.
     std::vector<double> expected;
-    std::vector<int64_t> offsets = {0};
-    for (int64_t j = 0; j < L; ++j) {
-      const int64_t e = r * L + j;
-      for (int s = 0; s < G; ++s)
+    std::vector<int64_t> counts_from;
+    for (int s = 0; s < G; ++s)
+      for (int64_t j = 0; j < L; ++j) {
+        const int64_t e = r * L + j;
+        counts_from.push_back(rows_for(s, e));
         for (int64_t k = 0; k < rows_for(s, e); ++k)
           for (int64_t c = 0; c < kH; ++c) expected.push_back(value_of(s, e, k, c));
-      offsets.push_back(static_cast<int64_t>(expected.size()) / kH);
-    }
+      }
     const Tensor at_experts = exchange.to_experts(rows);
     EXPECT_EQ(at_experts.to_vector<double>(), expected) << "L = " << L;
-    EXPECT_EQ(exchange.local_offsets(), offsets) << "L = " << L;
-    EXPECT_EQ(exchange.rows_received(), offsets.back());
+    EXPECT_EQ(exchange.counts_from_ranks(), counts_from) << "L = " << L;
+    EXPECT_EQ(exchange.rows_received(), static_cast<int64_t>(expected.size()) / kH);
     EXPECT_EQ(exchange.from_experts(at_experts).to_vector<double>(), rows.to_vector<double>()) << "L = " << L;
   }
 }
 
-// <to_experts(x), y> = <x, from_experts(y)> summed over the ranks, and autograd runs each op backward as the
-// other: the gradient of sum(to_experts(x) * y) with respect to x is from_experts(y), and the reverse.
-TEST(ExpertExchange, EachDirectionIsTheOthersGradient) {
+// <to_experts(x), y> = <x, from_experts(y)> summed over the ranks: each direction is the other's adjoint,
+// which is what lets the experts' backward send gradients home the way the forward sent rows.
+TEST(ExpertExchange, EachDirectionIsTheOthersAdjoint) {
   const int G = world->size(), r = world->rank();
   const int64_t E = 2 * G;
   const auto [rows, counts] = rows_of(r, E);
@@ -81,17 +80,6 @@ TEST(ExpertExchange, EachDirectionIsTheOthersGradient) {
   std::vector<double> weights(static_cast<size_t>(R * kH));
   for (size_t i = 0; i < weights.size(); ++i) weights[i] = 0.5 + static_cast<double>((i * 7 + r) % 11);
   const Tensor y = Tensor::from_vector<double>({R, kH}, weights);
-
-  Variable x(rows, true);
-  const Variable sent = exchange_to_experts(x, exchange);
-  sum(mul(sent, Variable(y))).backward();
-  EXPECT_EQ(x.grad().to_vector<double>(), exchange->from_experts(y).to_vector<double>());
-
-  Variable z(y, true);
-  const Variable back = exchange_from_experts(z, exchange);
-  sum(mul(back, Variable(rows))).backward();
-  EXPECT_EQ(z.grad().to_vector<double>(), exchange->to_experts(rows).to_vector<double>());
-
   // The adjoint identity across the ranks.
   auto dot = [](const Tensor& a, const Tensor& b) {
     double s = 0;
@@ -106,10 +94,10 @@ TEST(ExpertExchange, EachDirectionIsTheOthersGradient) {
   EXPECT_DOUBLE_EQ(sums[0], sums[1]);
 }
 
-// The bytes the exchange sends against `lingtrain plan`'s all-to-all (trainer/plan.h), with every expert
-// given the same rows as the plan assumes: one MoE layer's rows to their experts and back, forward and
-// backward (the backward is the same two exchanges the other way), are what the plan counts for the
-// layer; the counts cross first, E / G integers to each other rank.
+// The bytes the experts' exchanges send against `lingtrain plan`'s all-to-all (trainer/plan.h), with every
+// expert given the same rows as the plan assumes: one MoE layer's forward and backward through
+// expert_parallel_experts (the counts, the rows there and back, the gradient rows and their weights there,
+// dx and dw back) are what the plan counts for the layer.
 TEST(ExpertExchange, BytesSentAreThePlansAllToAll) {
   const int G = world->size();
   LingConfig c = preset_config("tiny");
@@ -117,15 +105,17 @@ TEST(ExpertExchange, BytesSentAreThePlansAllToAll) {
   c.first_k_dense_replace = 0;
   c.num_experts = 2 * G;
   c.num_experts_per_tok = 2;
-  const int64_t E = c.num_experts, k = c.num_experts_per_tok, H = c.hidden_size, T = E;  // 2 rows per expert
-  const std::vector<int64_t> counts(static_cast<size_t>(E), T * k / E);
-  const Tensor rows = Tensor::zeros({T * k, H});
+  const int64_t E = c.num_experts, k = c.num_experts_per_tok, H = c.hidden_size, I = c.moe_intermediate_size;
+  const int64_t T = E;  // token n's slots take experts n k, n k + 1 (mod E): 2 rows per expert
+  std::vector<int32_t> ids;
+  for (int64_t n = 0; n < T; ++n)
+    for (int64_t j = 0; j < k; ++j) ids.push_back(static_cast<int32_t>((n * k + j) % E));
+  const DispatchPlan plan = plan_dispatch(Tensor::from_vector<int32_t>({T, k}, ids), E);
+  Variable x(Tensor::full({T, H}, 0.5), true), w(Tensor::full({T, k}, 0.5), true);
+  Variable gate_up(Tensor::full({E / G, 2 * I, H}, 0.01), true), down(Tensor::full({E / G, H, I}, 0.01), true);
+  ExpertCommunicatorGroup group(*world);
   const int64_t before = world->bytes_sent();
-  const ExpertExchange exchange(*world, counts);
-  const int64_t after_counts = world->bytes_sent();
-  exchange.from_experts(exchange.to_experts(rows));
-  const int64_t forward = world->bytes_sent() - after_counts;
-  EXPECT_EQ(after_counts - before, (E / G) * 8 * (G - 1));
+  sum(expert_parallel_experts(x, w, plan, gate_up, down, group)).backward();
 
   PlanLayout layout;
   layout.ranks = G;
@@ -133,7 +123,7 @@ TEST(ExpertExchange, BytesSentAreThePlansAllToAll) {
   PlanShape shape;
   shape.seq = T;
   shape.on_gpu = false;
-  EXPECT_EQ(2 * forward, plan_training(c, layout, shape).traffic.expert_all_to_all);
+  EXPECT_EQ(world->bytes_sent() - before, plan_training(c, layout, shape).traffic.expert_all_to_all);
 }
 
 TEST(ExpertExchange, ExpertsThatDoNotSplitAreOneError) {
@@ -141,52 +131,64 @@ TEST(ExpertExchange, ExpertsThatDoNotSplitAreOneError) {
   EXPECT_THROW(ExpertExchange(*world, counts), Error);
 }
 
-// The routed experts split over the ranks against every rank holding all of them, in f64: each rank's
-// tokens (its own x, routing and plan) give the same output and the same gradients for x and the routing
-// weights as moe_experts with all the experts, and a rank's experts' weight gradients are the sum over the
-// ranks of what moe_experts gives each rank's tokens for those experts. Some experts get no rows.
-TEST(ExpertExchange, ExpertParallelExpertsEqualAllExpertsOnEveryRank) {
+// The routed experts split over the ranks against one process holding all of them that takes every
+// rank's tokens as one micro-batch each (--accum G), in f32 and bit for bit: each rank's tokens get
+// moe_experts' output and gradients for x and the routing weights, and a rank's experts' weight gradients
+// are what the process accumulates over its micro-batches in rank order. Some experts get no rows.
+TEST(ExpertExchange, ExpertParallelExpertsHaveTheBitsOfMicroBatches) {
   const int G = world->size(), r = world->rank();
-  const int64_t L = 2, E = G * L, k = 2, N = 7 + r, H = 6, I = 4;
+  const int64_t L = 4, E = G * L, k = 2, H = 128, I = 64;
   auto random = [](const Shape& shape, uint64_t seed) {
     Rng rng(seed);
-    return Tensor::randn(shape, rng, 0.5, DType::F64);
+    return Tensor::randn(shape, rng, 0.5);
   };
-  // The same weights on every rank; this rank's tokens and routing of its own.
+  // The same weights on every rank; rank s's tokens, routing and incoming gradient, which every rank can make.
   const Tensor gate_up = random({E, 2 * I, H}, 11), down = random({E, H, I}, 12);
-  const Tensor x = random({N, H}, 100 + static_cast<uint64_t>(r)), w = random({N, k}, 200 + static_cast<uint64_t>(r));
-  const Tensor out_grad = random({N, H}, 300 + static_cast<uint64_t>(r));
-  // Experts 1 and E - 1 get no rows anywhere; a token's two slots take two different experts.
-  auto expert_of = [&](int64_t n, int64_t slot) {
-    const int64_t v = (n * 3 + slot + r) % (E - 2);
-    return static_cast<int32_t>(v + (v >= 1 ? 1 : 0));
+  struct Tokens {
+    Tensor x, w, out_grad;
+    DispatchPlan plan;
   };
-  std::vector<int32_t> ids;
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t slot = 0; slot < k; ++slot) ids.push_back(expert_of(n, slot));
-  const DispatchPlan plan = plan_dispatch(Tensor::from_vector<int32_t>({N, k}, ids), E);
+  auto tokens_of = [&](int s) {
+    const int64_t N = 64;
+    // Experts 1 and E - 1 get no rows anywhere; a token's two slots take two different experts.
+    std::vector<int32_t> ids;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t slot = 0; slot < k; ++slot) {
+        const int64_t v = (n * 3 + slot + s) % (E - 2);
+        ids.push_back(static_cast<int32_t>(v + (v >= 1 ? 1 : 0)));
+      }
+    const auto seed = static_cast<uint64_t>(s);
+    return Tokens{random({N, H}, 100 + seed), random({N, k}, 200 + seed), random({N, H}, 300 + seed),
+                  plan_dispatch(Tensor::from_vector<int32_t>({N, k}, ids), E)};
+  };
 
-  Variable x_all(x, true), w_all(w, true), gate_up_all(gate_up, true), down_all(down, true);
-  sum(mul(moe_experts(x_all, w_all, plan, gate_up_all, down_all), Variable(out_grad))).backward();
+  Variable gate_up_all(gate_up, true), down_all(down, true);
+  Variable x_all, w_all;
+  Tensor out_all;
+  for (int s = 0; s < G; ++s) {
+    const Tokens t = tokens_of(s);
+    Variable x(t.x, true), w(t.w, true);
+    const Variable out = moe_experts(x, w, t.plan, gate_up_all, down_all);
+    sum(mul(out, Variable(t.out_grad))).backward();
+    if (s == r) {
+      x_all = x;
+      w_all = w;
+      out_all = out.value();
+    }
+  }
 
-  Variable x_ep(x, true), w_ep(w, true);
+  const Tokens mine = tokens_of(r);
+  Variable x_ep(mine.x, true), w_ep(mine.w, true);
   Variable gate_up_ep(gate_up.narrow(r * L, L).clone(), true), down_ep(down.narrow(r * L, L).clone(), true);
   ExpertCommunicatorGroup group(*world);
-  const Variable out_ep = expert_parallel_experts(x_ep, w_ep, plan, gate_up_ep, down_ep, group);
-  sum(mul(out_ep, Variable(out_grad))).backward();
+  const Variable out_ep = expert_parallel_experts(x_ep, w_ep, mine.plan, gate_up_ep, down_ep, group);
+  sum(mul(out_ep, Variable(mine.out_grad))).backward();
 
-  const Tensor out_all = moe_experts(Variable(x), Variable(w), plan, Variable(gate_up), Variable(down)).value();
-  test::expect_close(out_ep.value().to_vector<double>(), out_all.to_vector<double>(), 1e-12, 1e-12, "output");
-  test::expect_close(x_ep.grad().to_vector<double>(), x_all.grad().to_vector<double>(), 1e-12, 1e-12, "dx");
-  test::expect_close(w_ep.grad().to_vector<double>(), w_all.grad().to_vector<double>(), 1e-12, 1e-12, "dw");
-  // Every rank's gradients of all the experts, summed; this rank's slice of them.
-  Tensor dgate_up = gate_up_all.grad().clone(), ddown = down_all.grad().clone();
-  world->all_reduce(dgate_up, ReduceOp::Sum);
-  world->all_reduce(ddown, ReduceOp::Sum);
-  test::expect_close(gate_up_ep.grad().to_vector<double>(), dgate_up.narrow(r * L, L).to_vector<double>(), 1e-12, 1e-12,
-               "dgate_up");
-  test::expect_close(down_ep.grad().to_vector<double>(), ddown.narrow(r * L, L).to_vector<double>(), 1e-12, 1e-12,
-                     "ddown");
+  EXPECT_EQ(out_ep.value().to_vector<float>(), out_all.to_vector<float>()) << "output";
+  EXPECT_EQ(x_ep.grad().to_vector<float>(), x_all.grad().to_vector<float>()) << "dx";
+  EXPECT_EQ(w_ep.grad().to_vector<float>(), w_all.grad().to_vector<float>()) << "dw";
+  EXPECT_EQ(gate_up_ep.grad().to_vector<float>(), gate_up_all.grad().narrow(r * L, L).to_vector<float>()) << "dgate_up";
+  EXPECT_EQ(down_ep.grad().to_vector<float>(), down_all.grad().narrow(r * L, L).to_vector<float>()) << "ddown";
 }
 
 }  // namespace

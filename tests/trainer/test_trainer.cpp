@@ -187,7 +187,7 @@ TEST(Trainer, CheckpointKeepsTheOptimizerUpdateCount) {
   test::TempDir dir;
   save_checkpoint(dir.root() + "/ckpt", model, &trainer.optimizer(), Json::object());
   load_checkpoint_weights(dir.root() + "/ckpt", restored);
-  load_checkpoint_optimizer(dir.root() + "/ckpt", other.optimizer());
+  load_checkpoint_optimizer(dir.root() + "/ckpt", restored, other.optimizer());
   EXPECT_EQ(other.optimizer().steps_taken(), 1);
   EXPECT_EQ(values_of(other), values_of(trainer));
   const auto a = trainer.optimizer().state(), b = other.optimizer().state();

@@ -154,7 +154,7 @@ TEST(Trainer, CheckpointsMoveBetweenTheGpuAndTheCpu) {
   test::TempDir dir;
   save_checkpoint(dir.root() + "/from_gpu", gpu_model, &on_gpu.optimizer(), Json::object());
   load_checkpoint_weights(dir.root() + "/from_gpu", cpu_model);
-  load_checkpoint_optimizer(dir.root() + "/from_gpu", on_cpu.optimizer());
+  load_checkpoint_optimizer(dir.root() + "/from_gpu", cpu_model, on_cpu.optimizer());
   EXPECT_EQ(values_of(on_cpu), values_of(on_gpu));
   const auto gpu_state = on_gpu.optimizer().state(), cpu_state = on_cpu.optimizer().state();
   ASSERT_EQ(cpu_state.size(), gpu_state.size());

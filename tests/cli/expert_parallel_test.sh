@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Expert parallelism under mpiexec (--expert-parallel G): 2 ranks x 2 experts' shards, 4 ranks as 2 copies
+# of 2 shards (expert parallel x data parallel) and 4 shards train like one process with a micro-batch per
+# rank, the routing warmup on: the losses agree to a relative 1e-5 and so do the weights (lingtrain compare);
+# each rank holds a quarter of the routed experts' state at 4 shards; the checkpoint is the whole model,
+# resumed bit for bit on its layout, and by one process and the reverse; a layout the run cannot take is one
+# clear line before anything is made. Usage: expert_parallel_test.sh path/to/lingtrain
+source "$(dirname "$0")/common.sh"
+
+make_text_shards
+common=(--model tiny --data data/train_000000.bin --val data/val_000000.bin --seq 32 --threads 1 --sample-prompt ""
+  --eval-every 3 --ckpt-every 0 --warmup-steps 2 --steps 6 --routing-warmup 4 --batch 1)
+resumed=(--threads 1 --sample-prompt "" --eval-every 3 --ckpt-every 0)
+
+# close A B KEY: every KEY of metrics files A and B agrees to a relative 1e-5, and there are as many.
+close() {
+  paste <(grep -o "\"$3\":[^,}]*" "$1" | cut -d: -f2) <(grep -o "\"$3\":[^,}]*" "$2" | cut -d: -f2) |
+    awk 'BEGIN { bad = 0; n = 0 }
+         { n++; d = $1 - $2; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2; if (d > 1e-5 * m) bad++ }
+         END { exit (bad > 0 || n == 0) }'
+}
+# same_weights A B: the largest per-tensor relative difference of two checkpoints is at most 1e-5.
+same_weights() {
+  "$bin" compare --ckpt "$1/checkpoint" --vs "$2/checkpoint" >cmp.txt 2>&1 &&
+    awk -F'"max_relative":' '{ split($2, v, ","); exit !(v[1] + 0 <= 1e-5) }' cmp.txt
+}
+
+for ranks in 2 4; do
+  "$bin" pretrain "${common[@]}" --accum $ranks --out one$ranks >/dev/null 2>&1 ||
+    fail "one process, $ranks micro-batches"
+done
+for layout in "2 2" "4 2" "4 4"; do
+  read -r ranks degree <<<"$layout"
+  out=ep${ranks}_$degree
+  mpiexec -n $ranks "$bin" pretrain "${common[@]}" --expert-parallel $degree --out $out >$out.txt 2>$out.err ||
+    fail "-n $ranks --expert-parallel $degree: $(tail -1 $out.err)"
+  close one$ranks/metrics.jsonl $out/metrics.jsonl lm_loss || fail "-n $ranks --expert-parallel $degree: losses differ"
+  close one$ranks/metrics.jsonl $out/metrics.jsonl val_loss ||
+    fail "-n $ranks --expert-parallel $degree: held-out losses differ"
+  same_weights one$ranks $out || fail "-n $ranks --expert-parallel $degree: weights differ: $(cat cmp.txt)"
+  grep -q "\"expert_parallel\":$degree" $out.txt || fail "-n $ranks --expert-parallel $degree: not in the summary"
+  [ "$(grep -c '^{' $out.txt)" = 1 ] || fail "-n $ranks --expert-parallel $degree: not exactly one summary line"
+done
+
+# The routed experts' weights, gradients and AdamW moments on a rank: a quarter of one process's at 4 shards.
+experts() { grep -o '"routed_experts":[0-9]*' "$1" | cut -d: -f2; }
+"$bin" pretrain "${common[@]}" --accum 4 --out whole >whole.txt 2>/dev/null || fail "one process"
+[ -n "$(experts whole.txt)" ] && [ $((4 * $(experts ep4_4.txt))) -eq "$(experts whole.txt)" ] ||
+  fail "the routed experts' state per rank is not a quarter: $(experts ep4_4.txt) of $(experts whole.txt)"
+
+# Resumes: on the same layout bit for bit; 4 shards by one process; one process by 4 shards.
+mpiexec -n 4 "$bin" pretrain "${common[@]}" --expert-parallel 4 --stop-at 3 --out again >/dev/null 2>&1 ||
+  fail "first half"
+mpiexec -n 4 "$bin" pretrain --resume again/checkpoint --out again "${resumed[@]}" >/dev/null 2>again.err ||
+  fail "resumed on its layout: $(tail -1 again.err)"
+cmp -s again/checkpoint/model.safetensors ep4_4/checkpoint/model.safetensors ||
+  fail "resumed on its layout: weights differ"
+cmp -s again/checkpoint/optimizer.safetensors ep4_4/checkpoint/optimizer.safetensors ||
+  fail "resumed on its layout: the optimizer differs"
+mpiexec -n 4 "$bin" pretrain "${common[@]}" --expert-parallel 4 --stop-at 3 --out to_one >/dev/null 2>&1 ||
+  fail "4 shards, first half"
+"$bin" pretrain --resume to_one/checkpoint --out to_one "${resumed[@]}" --accum 4 >/dev/null 2>to_one.err ||
+  fail "4 shards resumed by one process: $(tail -1 to_one.err)"
+same_weights one4 to_one || fail "4 shards resumed by one process: weights differ: $(cat cmp.txt)"
+"$bin" pretrain "${common[@]}" --accum 4 --stop-at 3 --out from_one >/dev/null 2>&1 || fail "one process, first half"
+mpiexec -n 4 "$bin" pretrain --resume from_one/checkpoint --out from_one "${resumed[@]}" --accum 1 --expert-parallel 4 \
+  >/dev/null 2>from_one.err || fail "one process resumed by 4 shards: $(tail -1 from_one.err)"
+same_weights one4 from_one || fail "one process resumed by 4 shards: weights differ: $(cat cmp.txt)"
+
+# Layouts the run cannot take: one line (on every rank), nothing made.
+expect_error "one process" "does not divide the 1 ranks" "$bin" pretrain "${common[@]}" --expert-parallel 2 --out bad1
+mpiexec -n 4 "$bin" pretrain "${common[@]}" --expert-parallel 3 --out bad2 >/dev/null 2>bad2.err &&
+  fail "-n 4 --expert-parallel 3 ran"
+grep -q "expert-parallel 3 does not divide the 4 ranks" bad2.err || fail "-n 4: $(head -1 bad2.err)"
+mpiexec -n 3 "$bin" pretrain "${common[@]}" --expert-parallel 3 --out bad3 >/dev/null 2>bad3.err &&
+  fail "8 experts over 3 ran"
+grep -q "8 routed experts per MoE layer do not split over 3" bad3.err || fail "8 experts over 3: $(head -1 bad3.err)"
+mpiexec -n 2 "$bin" pretrain "${common[@]}" --model dense-124m --expert-parallel 2 --out bad4 >/dev/null 2>bad4.err &&
+  fail "a dense model ran"
+grep -q "is dense, it has no routed experts" bad4.err || fail "a dense model: $(head -1 bad4.err)"
+for bad in bad1 bad2 bad3 bad4; do [ ! -e $bad ] || fail "$bad: the failed run made its folder"; done
+
+finish expert_parallel_test
