@@ -50,6 +50,7 @@ void print_usage(std::FILE* out) {
                "           ...  pre-train (default: the embedded corpus, tokenised by the run's tokenizer)\n"
                "  pretrain --recipe tiny|R.json [--out DIR]   the stages of a recipe in order (resumable)\n"
                "  mpirun -n N lingtrain pretrain ... [--dist dp|edit|aedit] [--straggle RANK:FACTOR]\n"
+               "           [--expert-parallel G (each MoE layer's routed experts split over G ranks)]\n"
                "           several processes: dp (default) averages gradients every step; edit is local SGD with\n"
                "           layer-wise sync [--shard-group S] [--local-sgd-warmup N] [--sync-interval N]\n"
                "           [--outer-optimizer average|sgd --outer-lr X --outer-momentum X --outer-nesterov on|off]\n"

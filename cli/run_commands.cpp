@@ -81,9 +81,10 @@ std::vector<FlagSpec> run_flags(StageKind kind) {
                      "(edit, synced by time); a resume keeps its checkpoint's"},
       {"overlap-grads", "1", "dp under mpirun: 1 averages the gradients in buckets while the backward goes on, 0 "
                              "after it (the same bits)"},
-      {"expert-parallel", "1", "under mpirun, --dist dp: split each MoE layer's routed experts over this many "
-                               "consecutive ranks (tokens reach their experts by all-to-all), data parallel across "
-                               "those groups; a resume on as many ranks keeps its checkpoint's, on another number 1"},
+      {"expert-parallel", "1", "under mpirun: split each MoE layer's routed experts over this many consecutive ranks "
+                               "(tokens reach their experts by all-to-all); dp: data parallel across those groups; "
+                               "edit: each group is a replica; a resume on as many ranks keeps its checkpoint's, on "
+                               "another number 1"},
       {"straggle", "", "RANK:FACTOR: that rank's steps take FACTOR times as long (to measure uneven hardware)"},
       {"tokenizer", "", "a byte-level BPE tokenizer.json (kept in checkpoints; default: the byte tokenizer)"},
       {"device", "cpu", "cpu, cuda or cuda:N (under mpirun one GPU per rank, --dist dp)"},

@@ -163,7 +163,8 @@ int cmd_plan(const Args& args) {
       {"parameter all-gather", t.parameter_all_gather},
       {"gradient reduce-scatter", t.gradient_reduce_scatter},
       {"expert all-to-all", t.expert_all_to_all},
-      {"EDiT syncs (per step after the warmup)", t.edit_sync}};
+      {"EDiT syncs (per step after the warmup)", t.edit_sync},
+      {"replicated gradients within a replica", t.replica_all_reduce}};
   for (const auto& [name, bytes] : sends)
     if (bytes > 0) std::printf("  %-40s %12.2f MiB\n", name, mib(bytes));
   if (!plan.runs) std::printf("the trainer does not run %s yet\n", plan.not_yet.c_str());

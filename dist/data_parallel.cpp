@@ -25,7 +25,7 @@ void DataParallel::average(FlatParameters& params, Module& module) {
   // Every rank must reduce the same stretches, or the collectives below would pair different data.
   check_gradients_agree(runs);
   Tensor& grads = params.grads();
-  for (const Piece& piece : pieces(runs)) {
+  for (const FlatPiece& piece : pieces(runs)) {
     if (!piece.experts) {
       all_reduce_mean(comm_, grads, piece.begin, piece.end);
       continue;
@@ -47,25 +47,33 @@ void DataParallel::set_expert_parallel(Communicator& group, Communicator& copies
   expert_ranges_ = std::move(expert_ranges);
 }
 
-std::vector<DataParallel::Piece> DataParallel::pieces(const std::vector<FlatParameters::Run>& runs) const {
-  std::vector<Piece> out;
+std::vector<FlatPiece> cut_at_experts(int64_t begin, int64_t end,
+                                      const std::vector<FlatParameters::Range>& expert_ranges) {
+  std::vector<FlatPiece> out;
+  int64_t at = begin;
+  for (const FlatParameters::Range& experts : expert_ranges) {
+    const int64_t from = std::max(at, experts.begin), to = std::min(end, experts.end);
+    if (from >= to) continue;
+    if (at < from) out.push_back({at, from, false});
+    out.push_back({from, to, true});
+    at = to;
+  }
+  if (at < end) out.push_back({at, end, false});
+  return out;
+}
+
+std::vector<FlatPiece> DataParallel::pieces(const std::vector<FlatParameters::Run>& runs) const {
+  std::vector<FlatPiece> out;
   for (const FlatParameters::Run& run : runs) {
-    int64_t at = run.begin;
-    for (const FlatParameters::Range& experts : expert_ranges_) {
-      const int64_t begin = std::max(at, experts.begin), end = std::min(run.end, experts.end);
-      if (begin >= end) continue;
-      if (at < begin) out.push_back({at, begin, false});
-      out.push_back({begin, end, true});
-      at = end;
-    }
-    if (at < run.end) out.push_back({at, run.end, false});
+    const std::vector<FlatPiece> cut = cut_at_experts(run.begin, run.end, expert_ranges_);
+    out.insert(out.end(), cut.begin(), cut.end());
   }
   return out;
 }
 
 double DataParallel::grad_sum_squares(const FlatParameters& params) {
   LT_CHECK(expert_group_ != nullptr, "data parallel: grad_sum_squares is for expert parallelism");
-  const std::vector<Piece> parts = pieces(params.runs_with_grad(/*split_by_decay=*/false));
+  const std::vector<FlatPiece> parts = pieces(params.runs_with_grad(/*split_by_decay=*/false));
   const Tensor& grads = params.grads();
   Tensor sums = Tensor::empty({static_cast<int64_t>(parts.size())}, grads.dtype(), grads.device());
   for (size_t i = 0; i < parts.size(); ++i) {

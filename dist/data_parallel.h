@@ -14,6 +14,16 @@
 
 namespace lt {
 
+// A stretch [begin, end) of the flat buffers, and whether it lies in a rank's own routed experts (expert
+// parallelism: the stretches that differ between the ranks of an expert-parallel group).
+struct FlatPiece {
+  int64_t begin = 0, end = 0;
+  bool experts = false;
+};
+// [begin, end) cut where one of `expert_ranges` (sorted, disjoint) begins or ends, in order.
+std::vector<FlatPiece> cut_at_experts(int64_t begin, int64_t end,
+                                      const std::vector<FlatParameters::Range>& expert_ranges);
+
 class DataParallel {
  public:
   // Gradients go in buckets of about this many elements: big enough that a call's latency is paid
@@ -50,13 +60,8 @@ class DataParallel {
   Communicator& comm() { return comm_; }
 
  private:
-  // A stretch of the flat buffers, and whether it lies in a rank's own experts.
-  struct Piece {
-    int64_t begin = 0, end = 0;
-    bool experts = false;
-  };
   // The runs cut where an expert stretch begins or ends.
-  std::vector<Piece> pieces(const std::vector<FlatParameters::Run>& runs) const;
+  std::vector<FlatPiece> pieces(const std::vector<FlatParameters::Run>& runs) const;
   void all_reduce_mean(Communicator& comm, Tensor& grads, int64_t begin, int64_t end);
 
   Communicator& comm_;

@@ -60,10 +60,19 @@ EditSettings EditSettings::from_json(const Json& json, const std::string& source
   return e;
 }
 
-EditMesh EditMesh::build(Communicator& world, int shard_group_size) {
+EditMesh EditMesh::build(Communicator& world, int shard_group_size, int expert_parallel) {
   LT_CHECK(shard_group_size >= 1 && world.size() % shard_group_size == 0, "--shard-group ", shard_group_size,
            " must divide the number of ranks (", world.size(), ")");
   EditMesh mesh;
+  if (expert_parallel > 1) {
+    LT_CHECK(shard_group_size == 1, "--shard-group ", shard_group_size, " with --expert-parallel ", expert_parallel,
+             ": a replica is its expert-parallel group, not sharded further (yet)");
+    LT_CHECK(world.size() % expert_parallel == 0, "--expert-parallel ", expert_parallel,
+             " must divide the number of ranks (", world.size(), ")");
+    mesh.shard_group = world.split(world.rank(), world.rank());
+    mesh.sync_group = world.split(world.rank() % expert_parallel, world.rank());
+    return mesh;
+  }
   // Consecutive ranks share a replica: on a cluster they are the ranks of one node, where the shard
   // group's per-step traffic is cheapest.
   mesh.shard_group = world.split(world.rank() / shard_group_size, world.rank());
@@ -71,11 +80,12 @@ EditMesh EditMesh::build(Communicator& world, int shard_group_size) {
   return mesh;
 }
 
-Edit::Edit(EditMesh mesh, EditSettings settings, FlatParameters& params, Module& model)
+Edit::Edit(EditMesh mesh, EditSettings settings, FlatParameters& params, Module& model, EditExperts experts)
     : mesh_(std::move(mesh)),
       settings_(settings),
       params_(params),
       model_(model),
+      experts_(std::move(experts)),
       owned_(params.shard(mesh_.shard(), mesh_.shards())) {
   LT_CHECK(settings_.sync_interval >= 1, "--sync-interval must be >= 1, got ", settings_.sync_interval);
   LT_CHECK(settings_.local_sgd_warmup >= 0, "--local-sgd-warmup must be >= 0, got ", settings_.local_sgd_warmup);
@@ -95,6 +105,11 @@ Edit::Edit(EditMesh mesh, EditSettings settings, FlatParameters& params, Module&
   const Tensor& values = params_.values();
   delta_ = Tensor::zeros({n}, values.dtype(), values.device());
   if (mesh_.shards() > 1) gathered_ = Tensor::zeros({n}, values.dtype(), values.device());
+  if (experts_.group != nullptr) {
+    LT_CHECK(mesh_.shards() == 1, "EDiT: a replica of expert-parallel ranks is not sharded");
+    replica_ = std::make_unique<DataParallel>(*experts_.group);
+    replica_->set_expert_parallel(*experts_.group, *mesh_.shard_group, experts_.ranges);
+  }
 }
 
 Tensor Edit::owned_values() const { return params_.values().narrow(owned_.begin, owned_.size()); }
@@ -107,9 +122,13 @@ void Edit::average_buffers(Communicator& comm) {
 void Edit::reduce_gradients(int64_t step) {
   Tensor& grads = params_.grads();
   Tensor own = grads.narrow(owned_.begin, owned_.size());
-  // The reduce-scatter reads the whole buffer before it writes the owned shard, so `own` may alias it.
-  if (mesh_.shards() > 1) mesh_.shard_group->reduce_scatter(grads, own, ReduceOp::Mean);
-  average_buffers(*mesh_.shard_group);
+  if (replica_) {
+    replica_->average(params_, model_);
+  } else {
+    // The reduce-scatter reads the whole buffer before it writes the owned shard, so `own` may alias it.
+    if (mesh_.shards() > 1) mesh_.shard_group->reduce_scatter(grads, own, ReduceOp::Mean);
+    average_buffers(*mesh_.shard_group);
+  }
   if (step < settings_.local_sgd_warmup && mesh_.replicas() > 1) {
     mesh_.sync_group->all_reduce(own, ReduceOp::Mean);
     average_buffers(*mesh_.sync_group);
@@ -117,6 +136,7 @@ void Edit::reduce_gradients(int64_t step) {
 }
 
 double Edit::complete_grad_sum_squares(double own) {
+  if (replica_) return replica_->grad_sum_squares(params_);
   if (mesh_.shards() == 1) return own;
   Tensor total = Tensor::full({1}, own, DType::F64);
   mesh_.shard_group->all_reduce(total, ReduceOp::Sum);
@@ -133,6 +153,35 @@ void Edit::share_updated_shard() {
 bool Edit::sync_due(int64_t steps) const {
   return !settings_.time_based && anchor_.defined() && steps > settings_.local_sgd_warmup &&
          (steps - settings_.local_sgd_warmup) % settings_.sync_interval == 0;
+}
+
+std::vector<double> Edit::layer_sum_squares(const Tensor& flat) {
+  const auto L = static_cast<int64_t>(parts_.size());
+  Tensor sum_squares = Tensor::empty({1}, flat.dtype(), flat.device());
+  auto of = [&](int64_t begin, int64_t end) {
+    kernels::sum_squares(flat.narrow(begin, end - begin), sum_squares);
+    return sum_squares.item();
+  };
+  // Per layer, what the replica's ranks add up (a shard's part; a rank's own experts), and what each of
+  // them holds alike (the replicated parameters under expert parallelism), counted once.
+  Tensor summed = Tensor::zeros({L}, DType::F64);
+  std::vector<double> alike(static_cast<size_t>(L), 0.0);
+  double* out = summed.data<double>();
+  for (int64_t l = 0; l < L; ++l) {
+    const LayerPart& p = parts_[static_cast<size_t>(l)];
+    if (p.end == p.begin) continue;
+    if (!experts_.group) {
+      out[l] = of(p.begin, p.end);
+      continue;
+    }
+    for (const FlatPiece& piece : cut_at_experts(p.begin, p.end, experts_.ranges))
+      (piece.experts ? out[l] : alike[static_cast<size_t>(l)]) += of(piece.begin, piece.end);
+  }
+  if (mesh_.shards() > 1) mesh_.shard_group->all_reduce(summed, ReduceOp::Sum);
+  if (experts_.group) experts_.group->all_reduce(summed, ReduceOp::Sum);
+  std::vector<double> whole = summed.to_vector<double>();
+  for (int64_t l = 0; l < L; ++l) whole[static_cast<size_t>(l)] += alike[static_cast<size_t>(l)];
+  return whole;
 }
 
 SyncReport Edit::sync(int64_t local_steps) {
@@ -154,19 +203,6 @@ SyncReport Edit::sync(int64_t local_steps) {
                        parts_[static_cast<size_t>(l)].end - parts_[static_cast<size_t>(l)].begin);
   };
   auto empty = [&](int64_t l) { return parts_[static_cast<size_t>(l)].end == parts_[static_cast<size_t>(l)].begin; };
-  // The squared norm of each layer's part of `flat`, summed over the shard group: whole-layer norms.
-  Tensor sum_squares = Tensor::empty({1}, live.dtype(), live.device());
-  auto layer_sum_squares = [&](Tensor& flat) {
-    Tensor sq = Tensor::zeros({L}, DType::F64);
-    double* out = sq.data<double>();
-    for (int64_t l = 0; l < L; ++l) {
-      if (empty(l)) continue;
-      kernels::sum_squares(part(flat, l), sum_squares);
-      out[l] = sum_squares.item();
-    }
-    if (mesh_.shards() > 1) mesh_.shard_group->all_reduce(sq, ReduceOp::Sum);
-    return sq.to_vector<double>();
-  };
 
   // 1. Pseudo-gradients and their norms; the detectors judge each norm before they learn it.
   kernels::sub(anchor_, live, delta_);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "dist/data_parallel.h"
 #include "dist/edit_math.h"
 #include "io/json.h"
 #include "optim/flat_parameters.h"
@@ -58,15 +59,24 @@ struct EditSettings {
   static EditSettings from_json(const Json& json, const std::string& source);
 };
 
-// The mesh of one process: its replica (row) and shard (column), and the two groups.
+// The mesh of one process: its replica (row) and shard (column), and the two groups. Under expert
+// parallelism (--expert-parallel G) a replica is one expert-parallel group of G consecutive ranks, not
+// sharded (each shard group is one rank), and the sync group joins the ranks that hold the same experts.
 struct EditMesh {
   std::unique_ptr<Communicator> shard_group, sync_group;
   int shard() const { return shard_group->rank(); }
   int shards() const { return shard_group->size(); }
   int replica() const { return sync_group->rank(); }
   int replicas() const { return sync_group->size(); }
-  // Collective over the world; shard_group_size must divide the world size.
-  static EditMesh build(Communicator& world, int shard_group_size);
+  // Collective over the world; shard_group_size (or expert_parallel) must divide the world size.
+  static EditMesh build(Communicator& world, int shard_group_size, int expert_parallel = 1);
+};
+
+// Expert parallelism under EDiT: the replica's ranks (the expert-parallel group) hold different routed
+// experts, the stretches `ranges` of the flat buffers (sorted), and the same everything else.
+struct EditExperts {
+  Communicator* group = nullptr;  // null: no expert parallelism
+  std::vector<FlatParameters::Range> ranges;
 };
 
 // What one synchronisation did, summed over its layers.
@@ -82,7 +92,7 @@ class Edit {
  public:
   // `params` is laid out for mesh.shards() shards and this rank owns shard mesh.shard() (the trainer's
   // sharded AdamW, trainer/trainer.h); `model` owns the buffers to keep in step.
-  Edit(EditMesh mesh, EditSettings settings, FlatParameters& params, Module& model);
+  Edit(EditMesh mesh, EditSettings settings, FlatParameters& params, Module& model, EditExperts experts = {});
 
   const EditMesh& mesh() const { return mesh_; }
   const EditSettings& settings() const { return settings_; }
@@ -117,10 +127,18 @@ class Edit {
   Tensor owned_values() const;
   void average_buffers(Communicator& comm);
 
+  // Each layer's squared norm of `flat` (this rank's owned part of it), whole over the replica: the
+  // shards' parts summed, or under expert parallelism the experts' parts summed over the group.
+  std::vector<double> layer_sum_squares(const Tensor& flat);
+
   EditMesh mesh_;
   EditSettings settings_;
   FlatParameters& params_;
   Module& model_;
+  EditExperts experts_;
+  // Under expert parallelism: the inner step's gradient average over the replica (the expert-parallel
+  // group), data parallel's with its experts.
+  std::unique_ptr<DataParallel> replica_;
   FlatParameters::Range owned_;
   std::vector<LayerPart> parts_;
   std::vector<AnomalyDetector> detectors_;  // one per layer (used with skip_anomaly)

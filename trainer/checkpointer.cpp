@@ -11,24 +11,26 @@ namespace lt {
 
 namespace {
 
-// Under expert parallelism: the whole model and its moments on the group's rank 0, each stacked-experts
-// tensor gathered from the group's ranks in rank order (rank g holds experts [g L, (g + 1) L), so the
-// gather lays them out [E, ...]) in host memory. Collective over the group; the other ranks get nothing.
-CheckpointTensors gather_experts(Communicator& group, Trainer& trainer) {
-  const bool lead = group.rank() == 0;
+// The whole model's parameters and, with moments, its AdamW moments by name. Under expert parallelism
+// (group set) each stacked-experts tensor is gathered from the group's ranks to its rank 0 in rank order
+// (rank g holds experts [g L, (g + 1) L), so the gather lays them out [E, ...]) in host memory: collective
+// over the group, and only its rank 0's result is whole.
+CheckpointTensors whole_model(Trainer& trainer, Communicator* group, bool moments) {
+  const bool lead = group == nullptr || group->rank() == 0;
   auto whole = [&](const std::string& parameter, const Tensor& held) {
-    if (!is_stacked_experts(parameter)) return held;
+    if (group == nullptr || !is_stacked_experts(parameter)) return held;
     const Tensor flat = held.to(Device::cpu()).reshape({held.numel()});
     Shape shape = held.shape();
-    shape[0] *= group.size();
-    Tensor all = lead ? Tensor::empty({flat.numel() * group.size()}, flat.dtype()) : Tensor();
-    group.gather(flat, all, 0);
+    shape[0] *= group->size();
+    Tensor all = lead ? Tensor::empty({flat.numel() * group->size()}, flat.dtype()) : Tensor();
+    group->gather(flat, all, 0);
     return lead ? all.reshape(shape) : Tensor();
   };
   CheckpointTensors tensors;
   for (const FlatParameters::ParameterRange& p : trainer.parameters().parameters())
     tensors.parameters.emplace_back(p.parameter.name, whole(p.parameter.name, p.parameter.value->value()));
-  tensors.has_moments = true;
+  tensors.has_moments = moments;
+  if (!moments) return tensors;
   for (const auto& [name, moment] : trainer.optimizer().state())
     tensors.moments.emplace_back(name, whole(name.substr(0, name.rfind('.')), moment));
   tensors.steps_taken = trainer.optimizer().steps_taken();
@@ -58,14 +60,13 @@ void Checkpointer::save(int64_t seq_len) {
   const bool lead = setup_.lead();
   const std::string& tokenizer_json = setup_.tokenizer().json_text;
   const DType weights_dtype = setup_.options().save_dtype;
-  if (Communicator* group = setup_.expert_group()) {
-    if (!setup_.evaluates()) return;  // the ranks of rank 0's group hold every expert between them
-    const CheckpointTensors whole = gather_experts(*group, trainer_);
-    if (lead) save_checkpoint(dir_, model.config(), whole, trainer_state, tokenizer_json, {}, weights_dtype);
-    return;
-  }
+  // The model (with the optimiser where every rank holds the same): under expert parallelism the ranks of
+  // rank 0's group hold every expert between them.
+  Communicator* group = setup_.expert_group();
+  CheckpointTensors whole;
+  if (group == nullptr || setup_.evaluates()) whole = whole_model(trainer_, group, rank_state_ == nullptr);
   if (rank_state_ == nullptr) {
-    if (lead) save_checkpoint(dir_, model, &trainer_.optimizer(), trainer_state, tokenizer_json, {}, weights_dtype);
+    if (lead) save_checkpoint(dir_, model.config(), whole, trainer_state, tokenizer_json, {}, weights_dtype);
     return;
   }
   // Every rank's own state is gathered to rank 0 in host memory, where the checkpoint is written.
@@ -81,7 +82,7 @@ void Checkpointer::save(int64_t seq_len) {
     world.gather(t, all.back(), 0);
   }
   if (!lead) return;
-  save_checkpoint(dir_, model, nullptr, trainer_state, tokenizer_json, [&](const std::string& staging) {
+  save_checkpoint(dir_, model.config(), whole, trainer_state, tokenizer_json, [&](const std::string& staging) {
     std::filesystem::create_directories(staging + "/edit");
     for (int r = 0; r < world.size(); ++r) {
       NamedTensors rank_tensors;

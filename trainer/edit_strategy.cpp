@@ -3,7 +3,9 @@
 namespace lt {
 
 EditStrategy::EditStrategy(RunSetup& setup)
-    : LockstepStrategy(setup.world()), setup_(setup), mesh_(EditMesh::build(setup.world(), setup.edit().shard_group)) {}
+    : LockstepStrategy(setup.world()),
+      setup_(setup),
+      mesh_(EditMesh::build(setup.world(), setup.edit().shard_group, setup.expert_parallel())) {}
 
 void EditStrategy::configure(TrainerSettings& settings) {
   settings.shard = mesh_->shard();
@@ -12,7 +14,10 @@ void EditStrategy::configure(TrainerSettings& settings) {
 
 void EditStrategy::attach(Trainer& trainer) {
   trainer_ = &trainer;
-  edit_ = std::make_unique<Edit>(std::move(*mesh_), setup_.edit(), trainer.parameters(), setup_.model());
+  EditExperts experts;
+  if (setup_.expert_group() != nullptr) experts = {setup_.expert_group(), routed_expert_ranges(trainer.parameters())};
+  edit_ = std::make_unique<Edit>(std::move(*mesh_), setup_.edit(), trainer.parameters(), setup_.model(),
+                                 std::move(experts));
   mesh_.reset();
   StepHooks& hooks = trainer.hooks();
   hooks.after_backward = [this](FlatParameters&) { edit_->reduce_gradients(trainer_->state().step); };

@@ -24,7 +24,9 @@ class EditStrategy : public LockstepStrategy, public RankState {
   // figures are of the one model every replica agrees on. A run stopped with --stop-at does not: its
   // resume must continue exactly as if it had never stopped.
   void finish(RunControl& run) override;
-  int64_t bytes_sent() const override { return setup_.world().bytes_sent() + edit_->bytes_sent(); }
+  int64_t bytes_sent() const override {
+    return setup_.world().bytes_sent() + edit_->bytes_sent() + setup_.expert_bytes_sent();
+  }
 
   NamedTensors own_tensors() const override;
   Json own_json() const override;

@@ -86,8 +86,8 @@ void check_layout(const LingConfig& c, const PlanLayout& l) {
   if (l.edit) {
     LT_CHECK(l.ranks % l.shard_group == 0, "plan: --shard-group ", l.shard_group, " does not divide the ranks (",
              l.ranks, ")");
-    LT_CHECK(l.shard_group % l.expert_parallel == 0, "plan: under EDiT an expert-parallel group lies inside a "
-             "replica: --expert-parallel ", l.expert_parallel, " must divide --shard-group ", l.shard_group);
+    LT_CHECK(l.expert_parallel == 1 || l.shard_group == 1, "plan: under EDiT an expert-parallel group is one "
+             "replica, not sharded further: --shard-group stays 1 with --expert-parallel");
   } else {
     LT_CHECK(l.shard_group == 1, "plan: --shard-group belongs to --dist edit");
   }
@@ -102,8 +102,9 @@ Plan plan_training(const LingConfig& c, const PlanLayout& l, const PlanShape& s)
   plan.routed_expert_params = routed_expert_params(c);
   const int64_t replicated = plan.total_params - plan.routed_expert_params;
   const int64_t ep = l.expert_parallel;
-  // The ranks that hold the same values: a data-parallel group (every rank of dp) or an EDiT replica.
-  const int64_t group = l.edit ? l.shard_group : l.ranks;
+  // The ranks that hold one copy of the model: a data-parallel group (every rank of dp) or an EDiT replica
+  // (its shard group, or its expert-parallel group).
+  const int64_t group = !l.edit ? l.ranks : ep > 1 ? ep : l.shard_group;
   const int64_t expert_copies = group / ep;  // the ranks of the group holding one expert shard
   const int64_t experts_held = plan.routed_expert_params / ep;
   const int64_t params_held = replicated + experts_held;  // before parameter sharding
@@ -115,7 +116,7 @@ Plan plan_training(const LingConfig& c, const PlanLayout& l, const PlanShape& s)
   m.weights = allocated(kF32 * m.params);
   // ZeRO-2 (EDiT's replicas) shards the AdamW state but keeps a whole gradient buffer; ZeRO-3 shards all.
   m.gradients = allocated(kF32 * m.params);
-  m.adamw = 2 * allocated(kF32 * (l.edit && !l.shard_params ? params_sharded : m.params));
+  m.adamw = 2 * allocated(kF32 * (l.edit && ep == 1 && !l.shard_params ? params_sharded : m.params));
   const bool mixed = s.matmul_dtype == DType::BF16 && s.on_gpu;
   m.bf16_copy = mixed ? allocated(2 * m.params) : 0;
   if (l.shard_params) {
@@ -144,6 +145,14 @@ Plan plan_training(const LingConfig& c, const PlanLayout& l, const PlanShape& s)
       t.gradient_all_reduce =
           all_reduce_bytes(replicated, l.ranks, kF32) + all_reduce_bytes(experts_held, expert_copies, kF32);
     }
+  } else if (ep > 1) {
+    // A replica is an expert-parallel group: its replicated parameters' gradients averaged over it every
+    // step; across replicas each rank's whole flat buffer goes with its counterparts' (the ranks holding
+    // the same experts), every step of the warmup and at every sync after it.
+    const int64_t replicas = l.ranks / ep;
+    t.replica_all_reduce = all_reduce_bytes(replicated, ep, kF32);
+    t.gradient_all_reduce = all_reduce_bytes(params_held, replicas, kF32);
+    t.edit_sync = t.gradient_all_reduce / l.sync_interval;
   } else {
     const int64_t replicas = l.ranks / l.shard_group;
     // Inside a replica every step: the gradients reduce-scattered, the updated shards gathered.
@@ -163,11 +172,9 @@ Plan plan_training(const LingConfig& c, const PlanLayout& l, const PlanShape& s)
         moe_layers(c) * (c.num_experts / ep * 8 * (ep - 1) +
                          tokens * c.num_experts_per_tok * elements_per_row * kF32 * (ep - 1) / ep);
   }
-  if (l.shard_params || (ep > 1 && l.edit)) {
+  if (l.shard_params) {
     plan.runs = false;
-    plan.not_yet = !l.shard_params ? "expert parallelism under EDiT"
-                   : ep > 1        ? "expert parallelism and parameter sharding"
-                                   : "parameter sharding";
+    plan.not_yet = ep > 1 ? "expert parallelism and parameter sharding" : "parameter sharding";
   }
   return plan;
 }
@@ -193,7 +200,8 @@ Json Plan::to_json() const {
            {"parameter_all_gather", t.parameter_all_gather},
            {"gradient_reduce_scatter", t.gradient_reduce_scatter},
            {"expert_all_to_all", t.expert_all_to_all},
-           {"edit_sync", t.edit_sync}}},
+           {"edit_sync", t.edit_sync},
+           {"replica_all_reduce", t.replica_all_reduce}}},
          {"runs", runs}};
   if (!runs) j["not_yet"] = not_yet;
   return j;

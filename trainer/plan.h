@@ -52,6 +52,8 @@ struct StepTraffic {
   int64_t expert_all_to_all = 0;    // tokens to their experts and back, forward and backward (with their
                                     // routing weights, and each layer's row counts)
   int64_t edit_sync = 0;            // EDiT after its warmup: a sync's traffic over sync_interval steps
+  int64_t replica_all_reduce = 0;   // EDiT with expert-parallel replicas: the replicated parameters'
+                                    // gradients averaged over the replica's ranks every step
 };
 
 struct Plan {

@@ -190,7 +190,7 @@ void RunSetup::resume_dist_settings() {
   const EditSettings saved_edit =
       saved.contains("edit") ? EditSettings::from_json(saved.at("edit"), source) : EditSettings{};
   checkpoint_layout_ = {parse_dist_mode(saved.value("mode", std::string("dp"))), saved.value("world_size", 1),
-                        saved_edit.shard_group};
+                        saved_edit.shard_group, saved.value("expert_parallel", 1)};
   const Json& named = options_.named_dist_settings;
   dist_ = named.contains("mode") ? options_.dist : checkpoint_layout_.mode;
   if (dist_ == checkpoint_layout_.mode) {
@@ -208,7 +208,13 @@ void RunSetup::resume_dist_settings() {
   }
   edit_.time_based = dist_ == DistMode::AEdit;
   relayout_ = dist_ != checkpoint_layout_.mode || world_->size() != checkpoint_layout_.world_size ||
-              (dist_ != DistMode::DataParallel && edit_.shard_group != checkpoint_layout_.shard_group);
+              (dist_ != DistMode::DataParallel && edit_.shard_group != checkpoint_layout_.shard_group) ||
+              expert_parallel_ != checkpoint_layout_.expert_parallel;
+  // An EDiT checkpoint keeps each rank's optimiser shard of its own flat layout; under expert parallelism
+  // those differ rank by rank, and assembling them whole is not done yet.
+  LT_CHECK(!relayout_ || checkpoint_layout_.mode == DistMode::DataParallel || checkpoint_layout_.expert_parallel == 1,
+           folder, ": an EDiT checkpoint written with --expert-parallel ", checkpoint_layout_.expert_parallel,
+           " resumes on its own layout only (", checkpoint_layout_.world_size, " ranks) for now");
   if (relayout_) return;
   // An exact resume continues the run as it was: its settings cannot change.
   const Json saved_json = saved_edit.to_json();
@@ -243,8 +249,11 @@ void RunSetup::open_expert_groups() {
   if (G == 1) return;
   LT_CHECK(G >= 1 && ranks % G == 0, "--expert-parallel ", G, " does not divide the ", ranks,
            " ranks (mpirun -n N: N a multiple of it)");
-  LT_CHECK(dist_ == DistMode::DataParallel, "--expert-parallel runs with --dist dp; with --dist ",
-           dist_mode_name(dist_), " it is not supported yet");
+  LT_CHECK(dist_ != DistMode::AEdit, "--expert-parallel runs with --dist dp and edit; with --dist aedit it is not "
+           "supported yet");
+  LT_CHECK(dist_ == DistMode::DataParallel || edit_.shard_group == 1, "--shard-group ", edit_.shard_group,
+           " with --expert-parallel ", G, ": under EDiT a replica is its expert-parallel group, not sharded further "
+           "(yet)");
   for (const StageSettings& stage : recipe_.stages)
     LT_CHECK(stage.kind != StageKind::Dpo, "--expert-parallel: stage '", stage.name,
              "' is DPO, whose reference log-probs one rank computes alone; not supported yet");

@@ -40,7 +40,8 @@ class RunSetup {
   const EditSettings& edit() const { return edit_; }
   // What a checkpoint records of them.
   Json dist_json() const;
-  // A resume on another layout than its checkpoint's (another --dist, number of ranks or --shard-group):
+  // A resume on another layout than its checkpoint's (another --dist, number of ranks, --shard-group or
+  // --expert-parallel):
   // the weights, the training state and the AdamW moments carry over (Checkpointer::restore), the
   // distribution settings are the command line's (the checkpoint's where a resume names none and keeps
   // the mode), and EDiT's own state starts afresh. On the same layout a resume is exact.
@@ -48,6 +49,7 @@ class RunSetup {
     DistMode mode = DistMode::DataParallel;
     int world_size = 1;
     int shard_group = 1;
+    int expert_parallel = 1;
   };
   bool relayout() const { return relayout_; }
   const Layout& checkpoint_layout() const { return checkpoint_layout_; }
@@ -59,6 +61,10 @@ class RunSetup {
   int expert_parallel() const { return expert_parallel_; }
   Communicator* expert_group() const { return expert_group_.get(); }
   Communicator* expert_copies() const { return expert_copies_.get(); }
+  // The bytes this rank has sent through those groups (0 without them).
+  int64_t expert_bytes_sent() const {
+    return expert_group_ ? expert_group_->bytes_sent() + expert_copies_->bytes_sent() : 0;
+  }
   // Whether this rank takes the held-out figures and the sample: rank 0 alone, or under expert
   // parallelism rank 0's group, whose ranks each forward is collective over (rank 0 reports).
   bool evaluates() const { return world_->rank() < expert_parallel_; }

@@ -20,10 +20,8 @@ class DataParallelStrategy : public LockstepStrategy {
     Communicator& world = setup_.world();
     overlapped_.reset();
     if (setup_.expert_group() != nullptr) {
-      std::vector<FlatParameters::Range> experts;
-      for (const FlatParameters::ParameterRange& p : trainer.parameters().parameters())
-        if (is_stacked_experts(p.parameter.name)) experts.push_back(p.range);
-      data_parallel_.set_expert_parallel(*setup_.expert_group(), *setup_.expert_copies(), std::move(experts));
+      data_parallel_.set_expert_parallel(*setup_.expert_group(), *setup_.expert_copies(),
+                                         routed_expert_ranges(trainer.parameters()));
       trainer.hooks().complete_grad_sum_squares = [this, &trainer](double) {
         return data_parallel_.grad_sum_squares(trainer.parameters());
       };
@@ -39,11 +37,7 @@ class DataParallelStrategy : public LockstepStrategy {
   }
   Communicator& agreeing() override { return setup_.world(); }
   void run_stage(RunControl& run) override { run_lockstep(run, run.stage().steps); }
-  int64_t bytes_sent() const override {
-    const Communicator* group = setup_.expert_group();
-    return setup_.world().bytes_sent() +
-           (group != nullptr ? group->bytes_sent() + setup_.expert_copies()->bytes_sent() : 0);
-  }
+  int64_t bytes_sent() const override { return setup_.world().bytes_sent() + setup_.expert_bytes_sent(); }
 
  private:
   RunSetup& setup_;
@@ -51,6 +45,13 @@ class DataParallelStrategy : public LockstepStrategy {
 };
 
 }  // namespace
+
+std::vector<FlatParameters::Range> routed_expert_ranges(const FlatParameters& params) {
+  std::vector<FlatParameters::Range> ranges;
+  for (const FlatParameters::ParameterRange& p : params.parameters())
+    if (is_stacked_experts(p.parameter.name)) ranges.push_back(p.range);
+  return ranges;
+}
 
 std::unique_ptr<DistributionStrategy> make_strategy(RunSetup& setup) {
   switch (setup.dist()) {

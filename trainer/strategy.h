@@ -38,4 +38,8 @@ class DistributionStrategy {
 // The strategy of setup.dist(); collective (EDiT builds its mesh of processes here).
 std::unique_ptr<DistributionStrategy> make_strategy(RunSetup& setup);
 
+// Where the MoE layers' stacked routed experts sit in the flat buffers (expert parallelism: the stretches
+// in which the ranks of an expert-parallel group differ), in order.
+std::vector<FlatParameters::Range> routed_expert_ranges(const FlatParameters& params);
+
 }  // namespace lt

@@ -3,8 +3,9 @@
 # of 2 shards (expert parallel x data parallel) and 4 shards train like one process with a micro-batch per
 # rank, the routing warmup on: the losses agree to a relative 1e-5 and so do the weights (lingtrain compare);
 # each rank holds a quarter of the routed experts' state at 4 shards; the checkpoint is the whole model,
-# resumed bit for bit on its layout, and by one process and the reverse; a layout the run cannot take is one
-# clear line before anything is made. Usage: expert_parallel_test.sh path/to/lingtrain
+# resumed bit for bit on its layout, and by one process and the reverse; EDiT's replicas as expert-parallel
+# groups; a layout the run cannot take is one clear line before anything is made.
+# Usage: expert_parallel_test.sh path/to/lingtrain
 source "$(dirname "$0")/common.sh"
 
 make_text_shards
@@ -67,6 +68,27 @@ mpiexec -n 4 "$bin" pretrain --resume from_one/checkpoint --out from_one "${resu
   >/dev/null 2>from_one.err || fail "one process resumed by 4 shards: $(tail -1 from_one.err)"
 same_weights one4 from_one || fail "one process resumed by 4 shards: weights differ: $(cat cmp.txt)"
 
+# EDiT with expert-parallel replicas: 2 replicas of 2 ranks. Through its synchronous warmup it trains what
+# one process trains; with local steps and syncs it resumes bit for bit on its layout (the per-rank files
+# hold each rank's own flat layout), and on another layout is refused in one line.
+mpiexec -n 4 "$bin" pretrain "${common[@]}" --dist edit --expert-parallel 2 --local-sgd-warmup 6 --out edit_warm \
+  >/dev/null 2>edit_warm.err || fail "edit, expert parallel, warmup: $(tail -1 edit_warm.err)"
+close one4/metrics.jsonl edit_warm/metrics.jsonl lm_loss || fail "edit, expert parallel, warmup: losses differ"
+same_weights one4 edit_warm || fail "edit, expert parallel, warmup: weights differ: $(cat cmp.txt)"
+edit=(--dist edit --expert-parallel 2 --local-sgd-warmup 1 --sync-interval 2)
+mpiexec -n 4 "$bin" pretrain "${common[@]}" "${edit[@]}" --out edit_full >edit_full.txt 2>edit_full.err ||
+  fail "edit, expert parallel: $(tail -1 edit_full.err)"
+grep -q '"sync":' edit_full/metrics.jsonl || fail "edit, expert parallel: no sync recorded"
+mpiexec -n 4 "$bin" pretrain "${common[@]}" "${edit[@]}" --stop-at 3 --out edit_part >/dev/null 2>&1 ||
+  fail "edit, expert parallel, first half"
+mpiexec -n 4 "$bin" pretrain --resume edit_part/checkpoint --out edit_part "${resumed[@]}" >/dev/null 2>edit_part.err ||
+  fail "edit, expert parallel, resumed: $(tail -1 edit_part.err)"
+cmp -s edit_full/checkpoint/model.safetensors edit_part/checkpoint/model.safetensors ||
+  fail "edit, expert parallel, resumed: weights differ"
+mpiexec -n 2 "$bin" pretrain --resume edit_part/checkpoint --out edit_moved "${resumed[@]}" --accum 2 >/dev/null \
+  2>edit_moved.err && fail "an EDiT expert-parallel checkpoint resumed on 2 ranks"
+grep -q "resumes on its own layout only" edit_moved.err || fail "edit moved: $(head -1 edit_moved.err)"
+
 # Layouts the run cannot take: one line (on every rank), nothing made.
 expect_error "one process" "does not divide the 1 ranks" "$bin" pretrain "${common[@]}" --expert-parallel 2 --out bad1
 mpiexec -n 4 "$bin" pretrain "${common[@]}" --expert-parallel 3 --out bad2 >/dev/null 2>bad2.err &&
@@ -78,6 +100,12 @@ grep -q "8 routed experts per MoE layer do not split over 3" bad3.err || fail "8
 mpiexec -n 2 "$bin" pretrain "${common[@]}" --model dense-124m --expert-parallel 2 --out bad4 >/dev/null 2>bad4.err &&
   fail "a dense model ran"
 grep -q "is dense, it has no routed experts" bad4.err || fail "a dense model: $(head -1 bad4.err)"
-for bad in bad1 bad2 bad3 bad4; do [ ! -e $bad ] || fail "$bad: the failed run made its folder"; done
+mpiexec -n 2 "$bin" pretrain "${common[@]}" --dist aedit --expert-parallel 2 --out bad5 >/dev/null 2>bad5.err &&
+  fail "aedit with expert parallelism ran"
+grep -q "with --dist aedit it is not supported yet" bad5.err || fail "aedit: $(head -1 bad5.err)"
+mpiexec -n 4 "$bin" pretrain "${common[@]}" --dist edit --shard-group 2 --expert-parallel 2 --out bad6 >/dev/null \
+  2>bad6.err && fail "a sharded expert-parallel replica ran"
+grep -q "not sharded further" bad6.err || fail "--shard-group: $(head -1 bad6.err)"
+for bad in bad1 bad2 bad3 bad4 bad5 bad6; do [ ! -e $bad ] || fail "$bad: the failed run made its folder"; done
 
 finish expert_parallel_test

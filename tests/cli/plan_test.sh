@@ -49,6 +49,17 @@ planned=$(awk -v a="$(json_field plan_ep.txt gradient_all_reduce)" -v b="$(json_
   'BEGIN { print a + b }')
 sent=$(json_field ep_run.txt comm_bytes_per_step)
 within "$planned" "$sent" 0.02 || fail "expert parallel: planned $planned bytes a step, sent $sent"
+# EDiT with expert-parallel replicas (2 of 2 ranks), syncs as above: the replicated gradients within a
+# replica every step, the tokens, and the syncs across replicas.
+mpiexec -n 4 "$bin" pretrain "${common[@]}" --steps 10 --dist edit --expert-parallel 2 --local-sgd-warmup 0 \
+  --sync-interval 5 --out edit_ep >edit_ep.txt 2>edit_ep.err || fail "edit ep run: $(tail -1 edit_ep.err)"
+"$bin" plan --model tiny --ranks 4 --dist edit --expert-parallel 2 --sync-interval 5 --seq 32 --device cpu \
+  >plan_edit_ep.txt 2>&1 || fail "plan edit ep"
+planned=$(awk -v a="$(json_field plan_edit_ep.txt replica_all_reduce)" \
+  -v b="$(json_field plan_edit_ep.txt expert_all_to_all)" -v c="$(json_field plan_edit_ep.txt edit_sync)" \
+  'BEGIN { print a + b + c }')
+sent=$(json_field edit_ep.txt comm_bytes_per_step)
+within "$planned" "$sent" 0.02 || fail "edit, expert parallel: planned $planned bytes a step, sent $sent"
 
 # Layouts: Ling-Plus planned without allocating it; the expert-parallel split of its routed experts, and
 # with sharding everything, shrinks a rank's share.

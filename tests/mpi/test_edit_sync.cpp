@@ -214,5 +214,78 @@ TEST(EditSync, AnOutlyingReplicaIsLeftOut) {
   }
 }
 
+// Replicas that are expert-parallel groups (4 ranks: 2 replicas of 2): layers.0.w stands for the routed
+// experts, different on the two ranks of a replica; the rest is replicated. A layer's pseudo-gradient
+// norm, for its weight and for the clip, is the whole layer's: its replicated part once and every rank's
+// experts, so layer 0 (experts and a replicated bias) weighs alike on both ranks of a replica, whose
+// replicated values stay one.
+TEST(EditSync, ExpertParallelReplicasWeighWholeLayers) {
+  if (world->size() != 4) GTEST_SKIP() << "2 replicas of 2 expert-parallel ranks need 4 ranks";
+  const int G = 2, g = world->rank() % G;
+  EditSettings settings;
+  settings.weight_by_norm = true;
+  settings.temperature = 2.0;
+  settings.clip_pseudo_grad = 1.5;
+  ThreeLayers model;
+  FlatParameters params(model.parameters(), 1);
+  const std::unique_ptr<Communicator> group = world->split(world->rank() / G, world->rank());
+  const FlatParameters::Range experts = params.parameters()[0].range;  // layers.0.w
+  Edit edit(EditMesh::build(*world, 1, G), settings, params, model, EditExperts{group.get(), {experts}});
+  ASSERT_EQ(edit.mesh().replicas(), 2);
+  auto in_experts = [&](int64_t i) { return i >= experts.begin && i < experts.end; };
+  // Replica m's rank k of the group: replicated values of replica m, experts of (m, k).
+  auto values_of = [&](uint64_t seed, int m, int k, double scale) {
+    const std::vector<float> shared = make_values(params, seed + static_cast<uint64_t>(m), scale);
+    const std::vector<float> own = make_values(params, seed + 100 + static_cast<uint64_t>(2 * m + k), scale);
+    std::vector<float> v = shared;
+    for (int64_t i = experts.begin; i < experts.end; ++i) v[static_cast<size_t>(i)] = own[static_cast<size_t>(i)];
+    return v;
+  };
+  // The start: the replicas agree, each rank of a replica its own experts.
+  const std::vector<float> start = values_of(500, 0, g, 1.0);
+  load(params, start);
+  edit.sync(0);
+  auto theta_of = [&](int m, int k) {
+    std::vector<float> theta = values_of(600, m, k, 0.1 * (m + 1));
+    const std::vector<float> base = values_of(500, 0, k, 1.0);
+    for (size_t i = 0; i < theta.size(); ++i) theta[i] += base[i];
+    return theta;
+  };
+  load(params, theta_of(edit.mesh().replica(), g));
+  edit.sync(1);
+
+  std::vector<double> want(start.begin(), start.end());
+  for (const FlatParameters::Range& layer : params.layers()) {
+    // Per replica m, the deltas of both ranks (the replicated elements the same on both).
+    std::vector<std::vector<std::vector<double>>> deltas(2, std::vector<std::vector<double>>(G));
+    std::vector<double> norms;
+    for (int m = 0; m < 2; ++m) {
+      double sq = 0;
+      for (int k = 0; k < G; ++k) {
+        const std::vector<float> base = values_of(500, 0, k, 1.0), theta = theta_of(m, k);
+        for (int64_t i = layer.begin; i < layer.end; ++i) {
+          const double d = static_cast<double>(base[static_cast<size_t>(i)]) - theta[static_cast<size_t>(i)];
+          deltas[m][k].push_back(d);
+          if (in_experts(i) || k == 0) sq += d * d;
+        }
+      }
+      norms.push_back(std::sqrt(sq));
+    }
+    const double w0 = std::exp(-norms[0] / 2.0), w1 = std::exp(-norms[1] / 2.0);
+    std::vector<std::vector<double>> reduced(G);
+    double reduced_sq = 0;
+    for (int k = 0; k < G; ++k)
+      for (int64_t i = layer.begin; i < layer.end; ++i) {
+        const size_t at = static_cast<size_t>(i - layer.begin);
+        reduced[k].push_back((w0 * deltas[0][k][at] + w1 * deltas[1][k][at]) / (w0 + w1));
+        if (in_experts(i) || k == 0) reduced_sq += reduced[k].back() * reduced[k].back();
+      }
+    const double clip = std::min(1.0, 1.5 / (std::sqrt(reduced_sq) + 1e-6));
+    for (int64_t i = layer.begin; i < layer.end; ++i)
+      want[static_cast<size_t>(i)] -= clip * reduced[g][static_cast<size_t>(i - layer.begin)];
+  }
+  expect_close(params.values().to_vector<float>(), want, "expert-parallel replicas");
+}
+
 }  // namespace
 }  // namespace lt
