@@ -28,6 +28,15 @@ make_text_shards() {
   "$bin" shards --out data/val b.txt >/dev/null || fail "shards val"
 }
 
+# close A B [KEY [COUNT]]: every KEY (lm_loss) of metrics files A and B agrees to a relative 1e-5, and
+# there are COUNT (6) of them.
+close() {
+  local key=${3:-lm_loss} count=${4:-6}
+  paste <(grep -o "\"$key\":[^,}]*" "$1" | cut -d: -f2) <(grep -o "\"$key\":[^,}]*" "$2" | cut -d: -f2) |
+    awk -v count="$count" 'BEGIN { bad = 0; n = 0 } { n++; d = $1 - $2; if (d < 0) d = -d;
+         m = $1 < 0 ? -$1 : $1; if (d > 1e-5 * m) bad++ } END { exit (bad > 0 || n != count) }'
+}
+
 # finish NAME: the closing line and the exit status.
 finish() {
   if [ "$failures" -eq 0 ]; then echo "$1: all checks passed"; else echo "$1: $failures check(s) failed"; exit 1; fi

@@ -11,15 +11,6 @@ make_text_shards
 common=(--model tiny --data data/train_000000.bin --val data/val_000000.bin --seq 32 --threads 1 --sample-prompt ""
   --eval-every 0 --ckpt-every 0 --warmup-steps 2 --steps 6)
 
-# close A B [KEY [COUNT]]: every KEY (lm_loss) of metrics files A and B agrees to a relative 1e-5, and
-# there are COUNT (6) of them.
-close() {
-  local key=${3:-lm_loss} count=${4:-6}
-  paste <(grep -o "\"$key\":[^,}]*" "$1" | cut -d: -f2) <(grep -o "\"$key\":[^,}]*" "$2" | cut -d: -f2) |
-    awk -v count="$count" 'BEGIN { bad = 0; n = 0 } { n++; d = $1 - $2; if (d < 0) d = -d;
-         m = $1 < 0 ? -$1 : $1; if (d > 1e-5 * m) bad++ } END { exit (bad > 0 || n != count) }'
-}
-
 for ranks in 2 4; do
   batch=$((4 / ranks))
   # The routing warmup (4 of the 6 steps) runs in both.
