@@ -35,20 +35,34 @@ std::string FlatParameters::layer_of(const std::string& name) {
   return last_dot == std::string::npos ? name : name.substr(0, last_dot);
 }
 
+std::vector<int64_t> FlatParameters::offsets_of(const std::vector<int64_t>& sizes, int64_t* end) {
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (const int64_t size : sizes) {
+    offsets.push_back(total);
+    total = align_up(total + size);
+  }
+  if (end != nullptr) *end = total;
+  return offsets;
+}
+
 FlatParameters::FlatParameters(std::vector<Parameter> params, int shards) {
   LT_CHECK(shards >= 1, "flat parameters: shards must be >= 1, got ", shards);
   const DType dtype = params.empty() ? DType::F32 : params.front().value->value().dtype();
   const Device device = params.empty() ? Device::cpu() : params.front().value->value().device();
+  std::vector<int64_t> sizes;
+  for (const Parameter& p : params) sizes.push_back(p.value->value().numel());
   int64_t total = 0;
-  for (const Parameter& p : params) {
+  const std::vector<int64_t> offsets = offsets_of(sizes, &total);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Parameter& p = params[i];
     const Tensor& v = p.value->value();
     LT_CHECK(v.dtype() == dtype && v.device() == device, "flat parameters: ", p.name, " is ", v.str(),
              ", the first one is ", dtype_name(dtype), " on ", device.str(), ": one dtype and device for all");
-    params_.push_back({p, {p.name, total, total + v.numel()}});
+    params_.push_back({p, {p.name, offsets[i], offsets[i] + v.numel()}});
     const std::string layer = layer_of(p.name);
-    if (layers_.empty() || layers_.back().name != layer) layers_.push_back({layer, total, total});
-    total = align_up(total + v.numel());
-    layers_.back().end = total;
+    if (layers_.empty() || layers_.back().name != layer) layers_.push_back({layer, offsets[i], offsets[i]});
+    layers_.back().end = i + 1 < params.size() ? offsets[i + 1] : total;
   }
   // Each shard a whole number of aligned blocks; the last layer's range takes the tail padding.
   const int64_t shard_multiple = kAlignElements * shards;

@@ -38,6 +38,10 @@ class FlatParameters {
   FlatParameters(const FlatParameters&) = delete;
   FlatParameters& operator=(const FlatParameters&) = delete;
 
+  // Where parameters of these sizes (in order) start in a flat layout, and its end before the shards'
+  // padding: each starts aligned (16 elements), as a tensor of its own would.
+  static std::vector<int64_t> offsets_of(const std::vector<int64_t>& sizes, int64_t* end = nullptr);
+
   // The layer a parameter belongs to, from its dotted name: the path up to and including the last
   // numbered component ("model.layers.3.attention.dense.weight" -> "model.layers.3"), or, for names
   // without one, the module that owns it ("model.norm.weight" -> "model.norm", "lm_head.weight" ->

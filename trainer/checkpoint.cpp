@@ -159,10 +159,9 @@ std::string checkpoint_rank_path(const std::string& folder, int rank) {
 }
 
 WholeMoments load_checkpoint_moments(const std::string& dir, const LingForCausalLM& model, const FlatParameters& params,
-                                     bool per_rank_shards, int world_size, int shard_group) {
+                                     const CheckpointLayout& from) {
   WholeMoments whole{Tensor::zeros({params.numel()}, DType::F32), Tensor::zeros({params.numel()}, DType::F32), 0};
-  const std::pair<const char*, Tensor*> moments[] = {{"exp_avg", &whole.exp_avg}, {"exp_avg_sq", &whole.exp_avg_sq}};
-  if (!per_rank_shards) {
+  if (!from.per_rank_shards) {
     std::string path;
     const auto [file, steps_taken] = load_optimizer_file(dir, path);
     copy_named_moments(params, held_moments(model, file.tensors), whole.exp_avg, whole.exp_avg_sq, path);
@@ -170,30 +169,77 @@ WholeMoments load_checkpoint_moments(const std::string& dir, const LingForCausal
     return whole;
   }
   const std::string folder = checkpoint_folder(dir);
-  LT_CHECK(model.expert_slice().ranks == 1, folder, ": an EDiT checkpoint does not resume with --expert-parallel yet "
-           "(resume it with --dist dp first, then with --expert-parallel)");
-  LT_CHECK(shard_group >= 1 && world_size % shard_group == 0, folder, ": ", world_size,
-           " ranks do not form replicas of ", shard_group);
-  const int replicas = world_size / shard_group;
-  // Summed in replica order, then divided: the same bytes on every rank that reads them.
-  for (int rank = 0; rank < world_size; ++rank) {
+  const int G = from.expert_parallel, S = from.shard_group;
+  const int64_t E = model.config().num_experts;
+  LT_CHECK(S >= 1 && G >= 1 && (G == 1 || S == 1) && from.world_size % std::max(S, G) == 0 && (G == 1 || E % G == 0),
+           folder, ": ", from.world_size, " ranks do not form replicas of ", std::max(S, G));
+  // A checkpoint rank's flat layout: this model's parameters in order, the stacked experts' first dimension
+  // the E / G experts a rank of the checkpoint held; a replica's ranks hold its shards end to end (S) or
+  // each its own experts (G).
+  struct Slot {
+    std::string name;
+    Shape shape;  // as the checkpoint's rank held it
+    int64_t offset = 0;
+    bool experts = false;
+  };
+  std::vector<Slot> slots;
+  std::vector<int64_t> sizes;
+  for (const FlatParameters::ParameterRange& p : params.parameters()) {
+    Slot slot{p.parameter.name, p.parameter.value->value().shape(), 0, is_stacked_experts(p.parameter.name)};
+    if (slot.experts) slot.shape[0] = E / G;
+    sizes.push_back(shape_numel(slot.shape));
+    slots.push_back(slot);
+  }
+  int64_t rank_numel = 0;
+  const std::vector<int64_t> offsets = FlatParameters::offsets_of(sizes, &rank_numel);
+  for (size_t i = 0; i < slots.size(); ++i) slots[i].offset = offsets[i];
+  // The whole model's moments by name, summed over the replicas in rank order, then divided: the same
+  // bytes on every rank that reads them.
+  std::map<std::string, Tensor> named;
+  for (const Slot& slot : slots)
+    for (const char* moment : {".exp_avg", ".exp_avg_sq"}) {
+      Shape shape = slot.shape;
+      if (slot.experts) shape[0] = E;
+      named[slot.name + moment] = Tensor::zeros(shape, DType::F32);
+    }
+  const int replicas = from.world_size / std::max(S, G);
+  std::map<std::string, Tensor> replica_flat;  // per moment, with shards (S > 1): a replica's shards end to end
+  for (int rank = 0; rank < from.world_size; ++rank) {
     const std::string path = checkpoint_rank_path(folder, rank);
-    LT_CHECK(std::filesystem::exists(path), path, ": missing (the checkpoint was written by ", world_size, " ranks)");
+    LT_CHECK(std::filesystem::exists(path), path, ": missing (the checkpoint was written by ", from.world_size,
+             " ranks)");
     const SafetensorsFile file = load_safetensors(path);
     const auto text = file.metadata.find("state");
     LT_CHECK(text != file.metadata.end(), path, ": no 'state' in the metadata");
     whole.steps_taken = std::max<int64_t>(whole.steps_taken,
                                           JsonObject(parse_json(text->second, path), path).get<int64_t>("adamw_steps"));
-    for (const auto& [name, flat] : moments) {
-      const Tensor shard = file.get(name);
-      const int64_t at = (rank % shard_group) * shard.numel();
-      const int64_t n = std::max<int64_t>(0, std::min(shard.numel(), params.numel() - at));
-      if (n == 0) continue;
-      Tensor slot = flat->narrow(at, n);
-      kernels::axpy(1.0, shard.narrow(0, n).to(DType::F32), slot);
+    for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
+      const Tensor held = file.get(moment).to(DType::F32);
+      LT_CHECK(held.numel() * S >= rank_numel, path, ": '", moment, "' holds ", held.numel(), " elements, a rank of ",
+               "this model's layout ", (rank_numel + S - 1) / S);
+      Tensor flat = held;
+      if (S > 1) {
+        // A replica's shards, then its parameters once the last of them is in place.
+        Tensor& replica = replica_flat[moment];
+        if (rank % S == 0) replica = Tensor::zeros({held.numel() * S}, DType::F32);
+        replica.narrow((rank % S) * held.numel(), held.numel()).copy_from(held);
+        if (rank % S != S - 1) continue;
+        flat = replica;
+      }
+      for (const Slot& slot : slots) {
+        Tensor& target = named[slot.name + "." + moment];
+        Tensor part = slot.experts ? target.narrow((rank % G) * (E / G), E / G) : target;
+        kernels::axpy(1.0, flat.narrow(slot.offset, shape_numel(slot.shape)).reshape(slot.shape), part);
+      }
     }
   }
-  for (const auto& [name, flat] : moments) kernels::scale(*flat, 1.0 / replicas, *flat);
+  // Every replica added each expert once, and each of its G ranks added the replicated parameters.
+  for (const Slot& slot : slots)
+    for (const char* moment : {".exp_avg", ".exp_avg_sq"}) {
+      Tensor& t = named[slot.name + moment];
+      kernels::scale(t, 1.0 / (slot.experts ? replicas : replicas * G), t);
+    }
+  copy_named_moments(params, held_moments(model, named), whole.exp_avg, whole.exp_avg_sq, folder);
   return whole;
 }
 

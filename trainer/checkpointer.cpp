@@ -106,9 +106,10 @@ void Checkpointer::restore(const std::string& dir, bool reloading) {
     // Another layout: the moments, whole, then this rank's part of them; EDiT's own state starts afresh
     // (the anchor is taken when its local steps begin, from the weights every replica loaded).
     const RunSetup::Layout& from = setup_.checkpoint_layout();
-    const WholeMoments whole = load_checkpoint_moments(dir, model, trainer_.parameters(),
-                                                       from.mode != DistMode::DataParallel, from.world_size,
-                                                       from.shard_group);
+    const WholeMoments whole =
+        load_checkpoint_moments(dir, model, trainer_.parameters(),
+                                {from.mode != DistMode::DataParallel, from.world_size, from.shard_group,
+                                 from.expert_parallel});
     AdamW& adamw = trainer_.optimizer();
     const FlatParameters::Range owned = adamw.owned();
     adamw.load_shard_state({{"exp_avg", whole.exp_avg.narrow(owned.begin, owned.size())},

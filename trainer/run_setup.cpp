@@ -210,11 +210,6 @@ void RunSetup::resume_dist_settings() {
   relayout_ = dist_ != checkpoint_layout_.mode || world_->size() != checkpoint_layout_.world_size ||
               (dist_ != DistMode::DataParallel && edit_.shard_group != checkpoint_layout_.shard_group) ||
               expert_parallel_ != checkpoint_layout_.expert_parallel;
-  // An EDiT checkpoint keeps each rank's optimiser shard of its own flat layout; under expert parallelism
-  // those differ rank by rank, and assembling them whole is not done yet.
-  LT_CHECK(!relayout_ || checkpoint_layout_.mode == DistMode::DataParallel || checkpoint_layout_.expert_parallel == 1,
-           folder, ": an EDiT checkpoint written with --expert-parallel ", checkpoint_layout_.expert_parallel,
-           " resumes on its own layout only (", checkpoint_layout_.world_size, " ranks) for now");
   if (relayout_) return;
   // An exact resume continues the run as it was: its settings cannot change.
   const Json saved_json = saved_edit.to_json();

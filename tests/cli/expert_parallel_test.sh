@@ -62,8 +62,9 @@ mpiexec -n 4 "$bin" pretrain --resume from_one/checkpoint --out from_one "${resu
 same_weights one4 from_one || fail "one process resumed by 4 shards: weights differ: $(cat cmp.txt)"
 
 # EDiT with expert-parallel replicas: 2 replicas of 2 ranks. Through its synchronous warmup it trains what
-# one process trains; with local steps and syncs it resumes bit for bit on its layout (the per-rank files
-# hold each rank's own flat layout), and on another layout is refused in one line.
+# one process trains, and its checkpoint from then (each rank's file its own flat layout) resumes on one
+# process with the same moments; with local steps and syncs it resumes bit for bit on its layout, and on
+# another one.
 mpiexec -n 4 "$bin" pretrain "${common[@]}" --dist edit --expert-parallel 2 --local-sgd-warmup 6 --out edit_warm \
   >/dev/null 2>edit_warm.err || fail "edit, expert parallel, warmup: $(tail -1 edit_warm.err)"
 close one4/metrics.jsonl edit_warm/metrics.jsonl || fail "edit, expert parallel, warmup: losses differ"
@@ -78,9 +79,21 @@ mpiexec -n 4 "$bin" pretrain --resume edit_part/checkpoint --out edit_part "${re
   fail "edit, expert parallel, resumed: $(tail -1 edit_part.err)"
 cmp -s edit_full/checkpoint/model.safetensors edit_part/checkpoint/model.safetensors ||
   fail "edit, expert parallel, resumed: weights differ"
-mpiexec -n 2 "$bin" pretrain --resume edit_part/checkpoint --out edit_moved "${resumed[@]}" --accum 2 >/dev/null \
-  2>edit_moved.err && fail "an EDiT expert-parallel checkpoint resumed on 2 ranks"
-grep -q "resumes on its own layout only" edit_moved.err || fail "edit moved: $(head -1 edit_moved.err)"
+mpiexec -n 4 "$bin" pretrain "${common[@]}" --dist edit --expert-parallel 2 --local-sgd-warmup 6 --stop-at 3 \
+  --out warm_one >/dev/null 2>&1 || fail "edit, expert parallel, warmup, first half"
+"$bin" pretrain --resume warm_one/checkpoint --out warm_one "${resumed[@]}" --accum 4 --dist dp >/dev/null \
+  2>warm_one.err || fail "edit, expert parallel, resumed by one process: $(tail -1 warm_one.err)"
+close one4/metrics.jsonl warm_one/metrics.jsonl || fail "edit, expert parallel, resumed by one process: losses differ"
+same_weights one4 warm_one || fail "edit, expert parallel, resumed by one process: weights differ: $(cat cmp.txt)"
+# And the reverse: 2 EDiT replicas of 2 ZeRO-2 shards, in their warmup, resumed by 4 expert shards.
+mpiexec -n 4 "$bin" pretrain "${common[@]}" --dist edit --shard-group 2 --local-sgd-warmup 6 --stop-at 3 \
+  --out zero_ep >/dev/null 2>&1 || fail "edit, ZeRO-2, first half"
+mpiexec -n 4 "$bin" pretrain --resume zero_ep/checkpoint --out zero_ep "${resumed[@]}" --dist dp --expert-parallel 4 \
+  >/dev/null 2>zero_ep.err || fail "edit, ZeRO-2, resumed by 4 expert shards: $(tail -1 zero_ep.err)"
+same_weights one4 zero_ep || fail "edit, ZeRO-2, resumed by 4 expert shards: weights differ: $(cat cmp.txt)"
+mpiexec -n 2 "$bin" pretrain --resume edit_part/checkpoint --out edit_moved "${resumed[@]}" --accum 2 --steps 8 \
+  >edit_moved.txt 2>edit_moved.err || fail "edit, expert parallel, resumed on 2 ranks: $(tail -1 edit_moved.err)"
+grep -q '"steps":8' edit_moved.txt || fail "edit, expert parallel, resumed on 2 ranks: not at step 8"
 
 # Layouts the run cannot take: one line (on every rank), nothing made.
 expect_error "one process" "does not divide the 1 ranks" "$bin" pretrain "${common[@]}" --expert-parallel 2 --out bad1
