@@ -71,6 +71,7 @@ EditMesh EditMesh::build(Communicator& world, int shard_group_size, int expert_p
              " must divide the number of ranks (", world.size(), ")");
     mesh.shard_group = world.split(world.rank(), world.rank());
     mesh.sync_group = world.split(world.rank() % expert_parallel, world.rank());
+    mesh.expert_group = world.split(world.rank() / expert_parallel, world.rank());
     return mesh;
   }
   // Consecutive ranks share a replica: on a cluster they are the ranks of one node, where the shard

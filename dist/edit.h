@@ -64,6 +64,9 @@ struct EditSettings {
 // sharded (each shard group is one rank), and the sync group joins the ranks that hold the same experts.
 struct EditMesh {
   std::unique_ptr<Communicator> shard_group, sync_group;
+  std::unique_ptr<Communicator> expert_group;  // under expert parallelism: the replica's ranks
+  // The ranks of this process's replica, which step together (A-EDiT's rounds decide over them).
+  Communicator& replica_group() const { return expert_group ? *expert_group : *shard_group; }
   int shard() const { return shard_group->rank(); }
   int shards() const { return shard_group->size(); }
   int replica() const { return sync_group->rank(); }
@@ -111,7 +114,10 @@ class Edit {
   bool has_anchor() const { return anchor_.defined(); }
 
   // The bytes this rank has sent through the mesh's groups.
-  int64_t bytes_sent() const { return mesh_.shard_group->bytes_sent() + mesh_.sync_group->bytes_sent(); }
+  int64_t bytes_sent() const {
+    return mesh_.shard_group->bytes_sent() + mesh_.sync_group->bytes_sent() +
+           (mesh_.expert_group ? mesh_.expert_group->bytes_sent() : 0);
+  }
 
   // This rank's share of the state a resume needs: the owned shard of the anchor and of the outer
   // momentum (flat tensors) and the detectors and flags (JSON).

@@ -30,7 +30,8 @@ void AEditStrategy::run_rounds(RunControl& run) {
   const int64_t budget = stage.steps * R;
   const int64_t step_at_stage_start = state.step - state.stage_step;
   const int64_t tokens_at_stage_start = state.tokens_seen - state.stage_tokens;
-  const int64_t tokens_per_replica_step = stage.batch * stage.seq * mesh.shards();
+  Communicator& replica = mesh.replica_group();
+  const int64_t tokens_per_replica_step = stage.batch * stage.seq * replica.size();
   int64_t done = state.stage_step * R;  // replica-steps of this stage
   std::vector<double> share(static_cast<size_t>(R), 1.0 / R);
   auto quota_of_this_replica = [&]() {
@@ -57,9 +58,9 @@ void AEditStrategy::run_rounds(RunControl& run) {
   while (done < budget) {
     bool fired = round_steps >= quota ||
                  std::chrono::duration<double>(Clock::now() - round_start).count() >= setup_.edit().sync_seconds;
-    if (mesh.shards() > 1) {  // the ranks of a replica step together, so they decide together
+    if (replica.size() > 1) {  // the ranks of a replica step together, so they decide together
       Tensor any = Tensor::full({1}, fired ? 1.0 : 0.0, DType::F64);
-      mesh.shard_group->all_reduce(any, ReduceOp::Sum);
+      replica.all_reduce(any, ReduceOp::Sum);
       fired = any.item() > 0;
     }
     if (!fired) {
@@ -71,10 +72,10 @@ void AEditStrategy::run_rounds(RunControl& run) {
       }
       continue;
     }
-    // The round's end: every replica's steps (counted once, by its shard 0) and losses, and rank 0's
+    // The round's end: every replica's steps (counted once, by its first rank) and losses, and rank 0's
     // word on the time limit, in one exchange.
     const double round_seconds = std::chrono::duration<double>(Clock::now() - round_start).count();
-    const bool counts_here = mesh.shard() == 0;
+    const bool counts_here = replica.rank() == 0;
     std::vector<double> values(static_cast<size_t>(2 * R + 3), 0.0);
     if (counts_here) {
       values[static_cast<size_t>(me)] = static_cast<double>(round_steps);

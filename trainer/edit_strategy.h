@@ -50,7 +50,7 @@ class AEditStrategy : public EditStrategy {
  public:
   using EditStrategy::EditStrategy;
   // A replica's ranks decide together; the replicas never wait for each other.
-  Communicator& agreeing() override { return *edit_->mesh().shard_group; }
+  Communicator& agreeing() override { return edit_->mesh().replica_group(); }
   bool can_reload() const override { return false; }
   void run_stage(RunControl& run) override;
 

@@ -244,8 +244,6 @@ void RunSetup::open_expert_groups() {
   if (G == 1) return;
   LT_CHECK(G >= 1 && ranks % G == 0, "--expert-parallel ", G, " does not divide the ", ranks,
            " ranks (mpirun -n N: N a multiple of it)");
-  LT_CHECK(dist_ != DistMode::AEdit, "--expert-parallel runs with --dist dp and edit; with --dist aedit it is not "
-           "supported yet");
   LT_CHECK(dist_ == DistMode::DataParallel || edit_.shard_group == 1, "--shard-group ", edit_.shard_group,
            " with --expert-parallel ", G, ": under EDiT a replica is its expert-parallel group, not sharded further "
            "(yet)");
