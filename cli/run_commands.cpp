@@ -83,8 +83,8 @@ std::vector<FlagSpec> run_flags(StageKind kind) {
                              "after it (the same bits)"},
       {"expert-parallel", "1", "under mpirun: split each MoE layer's routed experts over this many consecutive ranks "
                                "(tokens reach their experts by all-to-all); dp: data parallel across those groups; "
-                               "edit, aedit: each group is a replica; a resume on as many ranks keeps its checkpoint's, on "
-                               "another number 1"},
+                               "edit, aedit: each group is a replica; a resume on as many ranks keeps its "
+                               "checkpoint's, on another number 1"},
       {"straggle", "", "RANK:FACTOR: that rank's steps take FACTOR times as long (to measure uneven hardware)"},
       {"tokenizer", "", "a byte-level BPE tokenizer.json (kept in checkpoints; default: the byte tokenizer)"},
       {"device", "cpu", "cpu, cuda or cuda:N (under mpirun one GPU per rank, --dist dp)"},
