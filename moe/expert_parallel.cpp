@@ -125,7 +125,21 @@ struct ExpertParallelNode : Node {
   }
 };
 
+struct IdentityExchange : TokenExchange {
+  std::vector<int64_t> counts;
+  int64_t experts_per_rank() const override { return static_cast<int64_t>(counts.size()); }
+  const std::vector<int64_t>& counts_from_ranks() const override { return counts; }
+  Tensor to_experts(const Tensor& rows) const override { return rows.clone(); }
+  Tensor from_experts(const Tensor& rows) const override { return rows.clone(); }
+};
+
 }  // namespace
+
+std::shared_ptr<const TokenExchange> LocalExpertGroup::exchange(const std::vector<int64_t>& counts_E) {
+  auto identity = std::make_shared<IdentityExchange>();
+  identity->counts = counts_E;
+  return identity;
+}
 
 Variable expert_parallel_experts(const Variable& x_NH, const Variable& w_NK, const DispatchPlan& plan,
                                  const Variable& gate_up_L2IH, const Variable& down_LHI, ExpertGroup& group) {

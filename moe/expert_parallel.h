@@ -44,6 +44,14 @@ class ExpertGroup {
   virtual std::shared_ptr<const TokenExchange> exchange(const std::vector<int64_t>& counts_E) = 0;
 };
 
+// A group of one rank: every expert is local and the rows arrive as they were sent, so its exchange is the
+// identity (what dist's ExpertExchange is on one rank): expert_parallel_experts' own arithmetic without a
+// communicator, for its gradient check and its check on a GPU.
+class LocalExpertGroup : public ExpertGroup {
+ public:
+  std::shared_ptr<const TokenExchange> exchange(const std::vector<int64_t>& counts_E) override;
+};
+
 // moe_experts (moe/ops.h) with the experts split over `group`: x_NH and the routing weights w_NK of this
 // rank's tokens with their plan over all E experts; this rank's experts' stacked weights, gate_up [L, 2I,
 // H] and down [L, H, I]. The rows go to their experts' ranks, each rank multiplies its experts' segments

@@ -37,26 +37,6 @@ Variable routed_output(const Inputs& x, int64_t k, bool norm, int64_t warmup_ste
   return add(sum(mul(r.weights, fixed_projection(r.weights.shape()))), r.aux_loss);
 }
 
-// A group of one rank: every expert is local and the rows arrive as they were sent, so its exchange is
-// the identity (as dist's ExpertExchange is on one rank). The gradient check of expert_parallel_experts
-// runs through it; the exchange across ranks is checked in tests/mpi/test_expert_exchange.cpp.
-class OneRankGroup : public ExpertGroup {
-  struct Identity : TokenExchange {
-    std::vector<int64_t> counts;
-    int64_t experts_per_rank() const override { return static_cast<int64_t>(counts.size()); }
-    const std::vector<int64_t>& counts_from_ranks() const override { return counts; }
-    Tensor to_experts(const Tensor& rows) const override { return rows.clone(); }
-    Tensor from_experts(const Tensor& rows) const override { return rows.clone(); }
-  };
-
- public:
-  std::shared_ptr<const TokenExchange> exchange(const std::vector<int64_t>& counts_E) override {
-    auto identity = std::make_shared<Identity>();
-    identity->counts = counts_E;
-    return identity;
-  }
-};
-
 }  // namespace
 
 std::vector<GradCase> moe_gradcheck_cases() {
@@ -75,12 +55,13 @@ std::vector<GradCase> moe_gradcheck_cases() {
     cases.push_back(simple("moe_experts", ec.what,
                            {{ec.N, ec.H}, {ec.N, ec.k}, {ec.E, 2 * ec.I, ec.H}, {ec.E, ec.H, ec.I}},
                            [plan](const Inputs& x) { return moe_experts(x[0], x[1], plan, x[2], x[3]); }));
-    // The same through the expert-parallel path: rows out by the exchange, the experts at one slot of
-    // weight 1 per row, back, and combined with the routing weights.
+    // The same through the expert-parallel path, on a group of one rank (the exchange across ranks is
+    // checked in tests/mpi/test_expert_exchange.cpp): rows out by the exchange, the experts' SwiGLU with
+    // the routing weights sent along in the backward, back, and combined.
     cases.push_back(simple("expert_parallel_experts", ec.what + ", one rank",
                            {{ec.N, ec.H}, {ec.N, ec.k}, {ec.E, 2 * ec.I, ec.H}, {ec.E, ec.H, ec.I}},
                            [plan](const Inputs& x) {
-                             OneRankGroup group;
+                             LocalExpertGroup group;
                              return expert_parallel_experts(x[0], x[1], plan, x[2], x[3], group);
                            }));
   }

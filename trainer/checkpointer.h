@@ -1,7 +1,8 @@
 // Saving and restoring a run (trainer/checkpoint.h has the folder's format): the weights, the
 // optimiser, the training state, the recipe and the run's settings, the spike guard, and, where the
 // ranks hold different states (EDiT's shards), every rank's own: each rank's share travels to rank 0,
-// which writes them all into the one folder, and each rank reads its own back.
+// which writes them all into the one folder, and each rank reads its own back. Under expert parallelism
+// the experts of rank 0's group travel to rank 0 too, so the folder holds the whole model.
 #pragma once
 #include <string>
 

@@ -247,9 +247,6 @@ void RunSetup::open_expert_groups() {
   LT_CHECK(dist_ == DistMode::DataParallel || edit_.shard_group == 1, "--shard-group ", edit_.shard_group,
            " with --expert-parallel ", G, ": under EDiT a replica is its expert-parallel group, not sharded further "
            "(yet)");
-  for (const StageSettings& stage : recipe_.stages)
-    LT_CHECK(stage.kind != StageKind::Dpo, "--expert-parallel: stage '", stage.name,
-             "' is DPO, whose reference log-probs one rank computes alone; not supported yet");
   // Consecutive ranks split the experts: on a cluster they are one node's, where the all-to-all is cheapest.
   const int rank = world_->rank();
   expert_group_ = world_->split(rank / G, rank);

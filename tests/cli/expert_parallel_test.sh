@@ -4,7 +4,8 @@
 # rank, the routing warmup on: the losses agree to a relative 1e-5 and so do the weights (lingtrain compare);
 # each rank holds a quarter of the routed experts' state at 4 shards; the checkpoint is the whole model,
 # resumed bit for bit on its layout, and by one process and the reverse; EDiT's and A-EDiT's replicas as
-# expert-parallel groups; a layout the run cannot take is one clear line before anything is made.
+# expert-parallel groups; DPO as data parallel trains it; a layout the run cannot take is one clear line
+# before anything is made.
 # Usage: expert_parallel_test.sh path/to/lingtrain
 source "$(dirname "$0")/common.sh"
 
@@ -104,6 +105,16 @@ grep -q '"steps":24' aedit.txt || fail "aedit, expert parallel: not at step 24: 
 grep -o '"replica_steps":\[[0-9]*,[0-9]*\]' aedit/metrics.jsonl | tr -d '"replica_steps:[]' |
   awk -F, 'BEGIN { uneven = 0 } $1 > $2 { uneven = 1 } END { exit !uneven }' ||
   fail "aedit, expert parallel: the slow replica kept pace: $(grep -o '"replica_steps":[^]]*]' aedit/metrics.jsonl)"
+
+# Post-training with experts split: DPO (the reference log-probs computed once, by rank 0 with the whole
+# reference model) trains what data parallel trains, to 1e-5.
+"$bin" tool-data --out td --sft 8 --dpo 16 --copy 8 >/dev/null || fail "tool-data"
+dpo=(--ckpt ep2_2/checkpoint --data td/dpo_train.jsonl --steps 2 --batch 1 --seq 512 --threads 1 --eval-every 0
+  --sample-prompt "")
+mpiexec -n 2 "$bin" dpo "${dpo[@]}" --out dpo_dp >/dev/null 2>dpo_dp.err || fail "dpo, dp: $(tail -1 dpo_dp.err)"
+mpiexec -n 2 "$bin" dpo "${dpo[@]}" --expert-parallel 2 --out dpo_ep >/dev/null 2>dpo_ep.err ||
+  fail "dpo, expert parallel: $(tail -1 dpo_ep.err)"
+same_weights dpo_dp dpo_ep || fail "dpo, expert parallel: weights differ from dp: $(cat cmp.txt)"
 
 # Layouts the run cannot take: one line (on every rank), nothing made.
 expect_error "one process" "does not divide the 1 ranks" "$bin" pretrain "${common[@]}" --expert-parallel 2 --out bad1

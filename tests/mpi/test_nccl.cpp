@@ -16,6 +16,7 @@
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
 #include "dist/edit.h"
+#include "dist/expert_exchange.h"
 #include "dist/nccl_communicator.h"
 #include "tensor/derive_seed.h"
 #include "nn/module.h"
@@ -155,6 +156,36 @@ TEST_F(Nccl, AllGatherGatherAndBroadcastMoveTheBytes) {
     }
   }
   nccl->barrier();
+}
+
+// Variable splits (rank r sends rank j (r + 2 j) % 3 rows of 5, some of them none) and the experts'
+// exchange over them: NCCL's grouped sends and receives deliver MPI's bytes.
+TEST_F(Nccl, AllToAllAndTheExpertExchangeMoveMpisBytes) {
+  const int P = mpi->size(), r = mpi->rank();
+  std::vector<int64_t> send, recv;
+  for (int j = 0; j < P; ++j) {
+    send.push_back(5 * ((r + 2 * j) % 3));
+    recv.push_back(5 * ((j + 2 * r) % 3));
+  }
+  int64_t sent = 0, received = 0;
+  for (int j = 0; j < P; ++j) {
+    sent += send[static_cast<size_t>(j)];
+    received += recv[static_cast<size_t>(j)];
+  }
+  const Tensor in = values_of(r, sent, DType::F32, 27);
+  Tensor out_cpu = Tensor::empty({received}), out_gpu = Tensor::empty({received}, DType::F32, device);
+  mpi->all_to_all(in, send, out_cpu, recv);
+  nccl->all_to_all(in.to(device), send, out_gpu, recv);
+  EXPECT_EQ(bytes_of(out_gpu), bytes_of(out_cpu));
+
+  std::vector<int64_t> counts;  // rows per expert, two experts a rank
+  for (int e = 0; e < 2 * P; ++e) counts.push_back((e + r) % 3);
+  int64_t rows = 0;
+  for (const int64_t c : counts) rows += c;
+  const Tensor x = values_of(r, rows * 4, DType::F32, 28).reshape({rows, 4});
+  const std::unique_ptr<Communicator> routed = route_by_device(*mpi, make_nccl_communicator(*mpi));
+  const ExpertExchange on_cpu(*mpi, counts), on_gpu(*routed, counts);
+  EXPECT_EQ(bytes_of(on_gpu.to_experts(x.to(device))), bytes_of(on_cpu.to_experts(x)));
 }
 
 TEST_F(Nccl, SplitMatchesMpisSplit) {
