@@ -15,7 +15,8 @@ class DataParallelStrategy : public LockstepStrategy {
   explicit DataParallelStrategy(RunSetup& setup) : LockstepStrategy(setup.world()), setup_(setup) {}
   // The average overlaps the last backward (OverlappedAverage) unless --overlap-grads 0 or the MPI library
   // lets only the main thread call it; both give the same bits. Under expert parallelism it follows the
-  // backward (its buckets would have to split where the experts' stretches begin and end).
+  // backward: the backward itself exchanges rows through the communicator, which one thread at a time may
+  // call (MPI_THREAD_SERIALIZED), so a bucket's all-reduce could not run beside it.
   void attach(Trainer& trainer) override {
     Communicator& world = setup_.world();
     overlapped_.reset();
