@@ -49,6 +49,10 @@ planned=$(awk -v a="$(json_field plan_ep.txt gradient_all_reduce)" -v b="$(json_
   'BEGIN { print a + b }')
 sent=$(json_field ep_run.txt comm_bytes_per_step)
 within "$planned" "$sent" 0.02 || fail "expert parallel: planned $planned bytes a step, sent $sent"
+# And the parameters a rank holds there: the run's flat weights are the plan's count in f32, exactly.
+held=$(json_field ep_run.txt weights) planned=$(json_field plan_ep.txt params)
+[ -n "$held" ] && [ "$held" = "$((planned * 4))" ] ||
+  fail "expert parallel: a rank's weights $held bytes, planned $planned parameters"
 # EDiT with expert-parallel replicas (2 of 2 ranks), syncs as above: the replicated gradients within a
 # replica every step, the tokens, and the syncs across replicas.
 mpiexec -n 4 "$bin" pretrain "${common[@]}" --steps 10 --dist edit --expert-parallel 2 --local-sgd-warmup 0 \
