@@ -23,6 +23,11 @@ void EditStrategy::attach(Trainer& trainer) {
   hooks.after_backward = [this](FlatParameters&) { edit_->reduce_gradients(trainer_->state().step); };
   hooks.complete_grad_sum_squares = [this](double own) { return edit_->complete_grad_sum_squares(own); };
   hooks.after_update = [this](FlatParameters&) { edit_->share_updated_shard(); };
+  // The ranks whose gradients are averaged: every rank during the warmup, a replica's after it.
+  hooks.mean_loss_units = [this](double units) {
+    const bool warm = trainer_->state().step < setup_.edit().local_sgd_warmup;
+    return mean_over(warm ? setup_.world() : edit_->mesh().replica_group(), units);
+  };
 }
 
 void EditStrategy::before_step(RunControl& run) {

@@ -38,6 +38,13 @@ bool share_step_statistics(DataParallel& dp, StepStats& stats, bool stop) {
 
 }  // namespace
 
+double LockstepStrategy::mean_over(Communicator& ranks, double value) {
+  if (ranks.size() == 1) return value;
+  Tensor t = Tensor::full({1}, value, DType::F64);
+  ranks.all_reduce(t, ReduceOp::Mean);
+  return t.item();
+}
+
 bool LockstepStrategy::run_lockstep(RunControl& run, int64_t end) {
   TrainState& state = run.state();
   while (state.stage_step < end) {

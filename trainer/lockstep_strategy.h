@@ -17,6 +17,8 @@ class LockstepStrategy : public DistributionStrategy {
   // After a step, before the ranks exchange its statistics: the record of a sync the step ended with
   // (null: none).
   virtual Json after_step(RunControl&, const StepStats&) { return nullptr; }
+  // The mean of `value` over `ranks` (the same f64 on every one of them; collective).
+  static double mean_over(Communicator& ranks, double value);
 
   DataParallel data_parallel_;
 };

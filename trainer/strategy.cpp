@@ -20,6 +20,7 @@ class DataParallelStrategy : public LockstepStrategy {
   void attach(Trainer& trainer) override {
     Communicator& world = setup_.world();
     overlapped_.reset();
+    trainer.hooks().mean_loss_units = [&world](double units) { return mean_over(world, units); };
     if (setup_.expert_group() != nullptr) {
       data_parallel_.set_expert_parallel(*setup_.expert_group(), *setup_.expert_copies(),
                                          routed_expert_ranges(trainer.parameters()));

@@ -45,20 +45,23 @@ double Trainer::next_lr() const {
 namespace {
 
 // Each micro-batch's share of the step's loss: equal, or by its loss units when every one has them
-// (then returns true).
-bool micro_batch_weights(const std::vector<TokenBatch>& micro_batches, std::vector<double>& weights) {
-  bool weighted = true;
+// (then returns true): its units over the step's, or over the mean of the averaging ranks' steps.
+bool micro_batch_weights(const std::vector<TokenBatch>& micro_batches, const StepHooks& hooks,
+                         std::vector<double>& weights) {
+  bool with_units = true;
   int64_t units = 0;
   for (const TokenBatch& batch : micro_batches) {
-    weighted = weighted && batch.loss_units >= 0;
+    with_units = with_units && batch.loss_units >= 0;
     units += std::max<int64_t>(batch.loss_units, 0);
   }
-  weighted = weighted && units > 0;
   weights.assign(micro_batches.size(), 1.0 / static_cast<double>(micro_batches.size()));
-  if (weighted)
-    for (size_t i = 0; i < micro_batches.size(); ++i)
-      weights[i] = static_cast<double>(micro_batches[i].loss_units) / static_cast<double>(units);
-  return weighted;
+  if (!with_units) return false;
+  const double per_step = hooks.mean_loss_units ? hooks.mean_loss_units(static_cast<double>(units))
+                                                : static_cast<double>(units);
+  if (per_step <= 0) return false;
+  for (size_t i = 0; i < micro_batches.size(); ++i)
+    weights[i] = static_cast<double>(micro_batches[i].loss_units) / per_step;
+  return true;
 }
 
 // The ids of a micro-batch made on the host, checked there before they are copied to the model's
@@ -140,7 +143,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   stats.micro_batches = static_cast<int64_t>(micro_batches.size());
   const double m = static_cast<double>(micro_batches.size());
   std::vector<double> weights;
-  const bool weighted = micro_batch_weights(micro_batches, weights);
+  const bool weighted = micro_batch_weights(micro_batches, hooks_, weights);
 
   // The losses and figures stay on the device until the step is done: no host round trip between
   // micro-batches, and one at the end.

@@ -69,6 +69,11 @@ struct StepStats {
 };
 
 struct StepHooks {
+  // Before the step, for objectives whose micro-batches carry loss units (SFT's labelled tokens, DPO's
+  // pairs): this process's units of the step -> their mean over the ranks whose gradients are averaged, so
+  // that the average weighs every unit of every rank alike, as one process with their micro-batches does.
+  // Collective: every rank calls it whenever its micro-batches carry units, whatever their number.
+  std::function<double(double units)> mean_loss_units;
   // During the step's last backward: parameter `index` (of FlatParameters::parameters()) holds its
   // complete gradient for the step (autograd's LeafGradientsReady), so its reduction may start.
   std::function<void(size_t index)> gradient_ready;
@@ -93,7 +98,8 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   // One optimiser step over `micro_batches` (gradient accumulation: their mean loss, weighted by their
-  // loss_units when they all have them: the mean over every labelled token or pair of the step).
+  // loss_units when they all have them: the mean over every labelled token or pair of the step, the
+  // ranks' together through hooks().mean_loss_units).
   StepStats step(const std::vector<TokenBatch>& micro_batches);
   // The learning rate the next step will use.
   double next_lr() const;

@@ -4,8 +4,8 @@
 # rank, the routing warmup on: the losses agree to a relative 1e-5 and so do the weights (lingtrain compare);
 # each rank holds a quarter of the routed experts' state at 4 shards; the checkpoint is the whole model,
 # resumed bit for bit on its layout, and by one process and the reverse; EDiT's and A-EDiT's replicas as
-# expert-parallel groups; DPO as data parallel trains it; a layout the run cannot take is one clear line
-# before anything is made.
+# expert-parallel groups; SFT and DPO like one process, data parallel too; a layout the run cannot take
+# is one clear line before anything is made.
 # Usage: expert_parallel_test.sh path/to/lingtrain
 source "$(dirname "$0")/common.sh"
 
@@ -106,15 +106,28 @@ grep -o '"replica_steps":\[[0-9]*,[0-9]*\]' aedit/metrics.jsonl | tr -d '"replic
   awk -F, 'BEGIN { uneven = 0 } $1 > $2 { uneven = 1 } END { exit !uneven }' ||
   fail "aedit, expert parallel: the slow replica kept pace: $(grep -o '"replica_steps":[^]]*]' aedit/metrics.jsonl)"
 
-# Post-training with experts split: DPO (the reference log-probs computed once, by rank 0 with the whole
-# reference model) trains what data parallel trains, to 1e-5.
-"$bin" tool-data --out td --sft 8 --dpo 16 --copy 8 >/dev/null || fail "tool-data"
-dpo=(--ckpt ep2_2/checkpoint --data td/dpo_train.jsonl --steps 2 --batch 1 --seq 512 --threads 1 --eval-every 0
-  --sample-prompt "")
-mpiexec -n 2 "$bin" dpo "${dpo[@]}" --out dpo_dp >/dev/null 2>dpo_dp.err || fail "dpo, dp: $(tail -1 dpo_dp.err)"
-mpiexec -n 2 "$bin" dpo "${dpo[@]}" --expert-parallel 2 --out dpo_ep >/dev/null 2>dpo_ep.err ||
-  fail "dpo, expert parallel: $(tail -1 dpo_ep.err)"
-same_weights dpo_dp dpo_ep || fail "dpo, expert parallel: weights differ from dp: $(cat cmp.txt)"
+# Post-training on 2 ranks, data parallel and with experts split, trains what one process trains with 2
+# micro-batches: SFT's packed rows hold different numbers of labelled tokens and DPO's different numbers
+# of pairs, which weigh every rank's share as one process weighs its micro-batches (mean_loss_units). DPO's
+# reference log-probs are computed once, by rank 0 with the whole reference model.
+"$bin" tool-data --out td --sft 16 --dpo 16 --copy 8 >/dev/null || fail "tool-data"
+# (Enough rows that the 3 steps stay within the first epoch: 13 of SFT at 512, DPO's at 1024.)
+for kind in sft dpo; do
+  seq=512
+  [ $kind = dpo ] && seq=1024
+  post=(--ckpt ep2_2/checkpoint --data td/${kind}_train.jsonl --steps 3 --batch 1 --seq $seq --threads 1
+    --eval-every 0 --sample-prompt "")
+  "$bin" $kind "${post[@]}" --accum 2 --out ${kind}_one >/dev/null 2>${kind}_one.err ||
+    fail "$kind, one process: $(tail -1 ${kind}_one.err)"
+  for degree in 1 2; do
+    out=${kind}_ep$degree
+    mpiexec -n 2 "$bin" $kind "${post[@]}" --expert-parallel $degree --out $out >/dev/null 2>$out.err ||
+      fail "$kind, --expert-parallel $degree: $(tail -1 $out.err)"
+    close ${kind}_one/metrics.jsonl $out/metrics.jsonl lm_loss 3 ||
+      fail "$kind, --expert-parallel $degree: losses differ"
+    same_weights ${kind}_one $out || fail "$kind, --expert-parallel $degree: weights differ: $(cat cmp.txt)"
+  done
+done
 
 # Layouts the run cannot take: one line (on every rank), nothing made.
 expect_error "one process" "does not divide the 1 ranks" "$bin" pretrain "${common[@]}" --expert-parallel 2 --out bad1
