@@ -81,12 +81,13 @@ EditMesh EditMesh::build(Communicator& world, int shard_group_size, int expert_p
   return mesh;
 }
 
-Edit::Edit(EditMesh mesh, EditSettings settings, FlatParameters& params, Module& model, EditExperts experts)
+Edit::Edit(EditMesh mesh, EditSettings settings, FlatParameters& params, Module& model,
+           std::vector<FlatParameters::Range> expert_ranges)
     : mesh_(std::move(mesh)),
       settings_(settings),
       params_(params),
       model_(model),
-      experts_(std::move(experts)),
+      expert_ranges_(std::move(expert_ranges)),
       owned_(params.shard(mesh_.shard(), mesh_.shards())) {
   LT_CHECK(settings_.sync_interval >= 1, "--sync-interval must be >= 1, got ", settings_.sync_interval);
   LT_CHECK(settings_.local_sgd_warmup >= 0, "--local-sgd-warmup must be >= 0, got ", settings_.local_sgd_warmup);
@@ -106,10 +107,10 @@ Edit::Edit(EditMesh mesh, EditSettings settings, FlatParameters& params, Module&
   const Tensor& values = params_.values();
   delta_ = Tensor::zeros({n}, values.dtype(), values.device());
   if (mesh_.shards() > 1) gathered_ = Tensor::zeros({n}, values.dtype(), values.device());
-  if (experts_.group != nullptr) {
+  if (mesh_.expert_group) {
     LT_CHECK(mesh_.shards() == 1, "EDiT: a replica of expert-parallel ranks is not sharded");
-    replica_ = std::make_unique<DataParallel>(*experts_.group);
-    replica_->set_expert_parallel(*experts_.group, *mesh_.shard_group, experts_.ranges);
+    replica_ = std::make_unique<DataParallel>(*mesh_.expert_group);
+    replica_->set_expert_parallel(*mesh_.expert_group, *mesh_.shard_group, expert_ranges_);
   }
 }
 
@@ -171,15 +172,15 @@ std::vector<double> Edit::layer_sum_squares(const Tensor& flat) {
   for (int64_t l = 0; l < L; ++l) {
     const LayerPart& p = parts_[static_cast<size_t>(l)];
     if (p.end == p.begin) continue;
-    if (!experts_.group) {
+    if (!mesh_.expert_group) {
       out[l] = of(p.begin, p.end);
       continue;
     }
-    for (const FlatPiece& piece : cut_at_experts(p.begin, p.end, experts_.ranges))
+    for (const FlatPiece& piece : cut_at_experts(p.begin, p.end, expert_ranges_))
       (piece.experts ? out[l] : alike[static_cast<size_t>(l)]) += of(piece.begin, piece.end);
   }
   if (mesh_.shards() > 1) mesh_.shard_group->all_reduce(summed, ReduceOp::Sum);
-  if (experts_.group) experts_.group->all_reduce(summed, ReduceOp::Sum);
+  if (mesh_.expert_group) mesh_.expert_group->all_reduce(summed, ReduceOp::Sum);
   std::vector<double> whole = summed.to_vector<double>();
   for (int64_t l = 0; l < L; ++l) whole[static_cast<size_t>(l)] += alike[static_cast<size_t>(l)];
   return whole;

@@ -75,13 +75,6 @@ struct EditMesh {
   static EditMesh build(Communicator& world, int shard_group_size, int expert_parallel = 1);
 };
 
-// Expert parallelism under EDiT: the replica's ranks (the expert-parallel group) hold different routed
-// experts, the stretches `ranges` of the flat buffers (sorted), and the same everything else.
-struct EditExperts {
-  Communicator* group = nullptr;  // null: no expert parallelism
-  std::vector<FlatParameters::Range> ranges;
-};
-
 // What one synchronisation did, summed over its layers.
 struct SyncReport {
   int64_t layers = 0;
@@ -94,8 +87,11 @@ struct SyncReport {
 class Edit {
  public:
   // `params` is laid out for mesh.shards() shards and this rank owns shard mesh.shard() (the trainer's
-  // sharded AdamW, trainer/trainer.h); `model` owns the buffers to keep in step.
-  Edit(EditMesh mesh, EditSettings settings, FlatParameters& params, Module& model, EditExperts experts = {});
+  // sharded AdamW, trainer/trainer.h); `model` owns the buffers to keep in step. Under expert parallelism
+  // (mesh.expert_group) the replica's ranks hold different routed experts, the stretches `expert_ranges`
+  // of the flat buffers (sorted), and the same everything else.
+  Edit(EditMesh mesh, EditSettings settings, FlatParameters& params, Module& model,
+       std::vector<FlatParameters::Range> expert_ranges = {});
 
   const EditMesh& mesh() const { return mesh_; }
   const EditSettings& settings() const { return settings_; }
@@ -141,7 +137,7 @@ class Edit {
   EditSettings settings_;
   FlatParameters& params_;
   Module& model_;
-  EditExperts experts_;
+  std::vector<FlatParameters::Range> expert_ranges_;
   // Under expert parallelism: the inner step's gradient average over the replica (the expert-parallel
   // group), data parallel's with its experts.
   std::unique_ptr<DataParallel> replica_;

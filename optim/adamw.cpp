@@ -68,6 +68,11 @@ void AdamW::step(double lr) {
   grad_scale_ = 1.0;
 }
 
+std::string AdamW::moment_parameter(const std::string& moment_name) {
+  const size_t dot = moment_name.rfind('.');
+  return dot == std::string::npos ? moment_name : moment_name.substr(0, dot);
+}
+
 std::vector<std::pair<std::string, Tensor>> AdamW::state() const {
   LT_CHECK(owned_.size() == params_.numel(), "AdamW::state: a sharded optimiser saves shard_state() per rank");
   std::vector<std::pair<std::string, Tensor>> out;

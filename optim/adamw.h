@@ -45,6 +45,8 @@ class AdamW {
   AdamWSettings& settings() { return settings_; }  // a later stage may change the weight decay
   // Moments by parameter name ("<name>.exp_avg", "<name>.exp_avg_sq"), for checkpoints.
   std::vector<std::pair<std::string, Tensor>> state() const;
+  // The parameter a moment of state() belongs to: "<name>.exp_avg" -> "<name>".
+  static std::string moment_parameter(const std::string& moment_name);
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps_taken,
                   const std::string& origin);
   // The owned shard's moments as two flat tensors ("exp_avg", "exp_avg_sq"), for per-rank checkpoints

@@ -107,10 +107,7 @@ std::pair<SafetensorsFile, int64_t> load_optimizer_file(const std::string& dir, 
 // A checkpoint's moments by name, each the model's part of it (its own experts' rows under expert parallelism).
 std::map<std::string, Tensor> held_moments(const LingForCausalLM& model, const std::map<std::string, Tensor>& whole) {
   std::map<std::string, Tensor> held;
-  for (const auto& [name, tensor] : whole) {
-    const size_t dot = name.rfind('.');
-    held[name] = dot == std::string::npos ? tensor : held_part(model, name.substr(0, dot), tensor);
-  }
+  for (const auto& [name, tensor] : whole) held[name] = held_part(model, AdamW::moment_parameter(name), tensor);
   return held;
 }
 

@@ -32,7 +32,7 @@ CheckpointTensors whole_model(Trainer& trainer, Communicator* group, bool moment
   tensors.has_moments = moments;
   if (!moments) return tensors;
   for (const auto& [name, moment] : trainer.optimizer().state())
-    tensors.moments.emplace_back(name, whole(name.substr(0, name.rfind('.')), moment));
+    tensors.moments.emplace_back(name, whole(AdamW::moment_parameter(name), moment));
   tensors.steps_taken = trainer.optimizer().steps_taken();
   return tensors;
 }

@@ -14,10 +14,8 @@ void EditStrategy::configure(TrainerSettings& settings) {
 
 void EditStrategy::attach(Trainer& trainer) {
   trainer_ = &trainer;
-  EditExperts experts;
-  if (setup_.expert_group() != nullptr) experts = {setup_.expert_group(), routed_expert_ranges(trainer.parameters())};
   edit_ = std::make_unique<Edit>(std::move(*mesh_), setup_.edit(), trainer.parameters(), setup_.model(),
-                                 std::move(experts));
+                                 routed_expert_ranges(trainer.parameters()));
   mesh_.reset();
   StepHooks& hooks = trainer.hooks();
   hooks.after_backward = [this](FlatParameters&) { edit_->reduce_gradients(trainer_->state().step); };

@@ -7,7 +7,6 @@
 #include "data/corpus.h"
 #include "data/shard.h"
 #include "io/format_text.h"
-#include "model/hf_names.h"
 #include "trainer/generate.h"
 #include "trainer/strategy.h"
 
@@ -39,11 +38,10 @@ Json rank_state_bytes(Trainer& trainer) {
   const FlatParameters::Range owned = trainer.optimizer().owned();
   const auto element = static_cast<int64_t>(dtype_size(params.values().dtype()));
   int64_t experts = 0, expert_moments = 0;
-  for (const FlatParameters::ParameterRange& p : params.parameters())
-    if (is_stacked_experts(p.parameter.name)) {
-      experts += p.range.size();
-      expert_moments += std::max<int64_t>(0, std::min(p.range.end, owned.end) - std::max(p.range.begin, owned.begin));
-    }
+  for (const FlatParameters::Range& r : routed_expert_ranges(params)) {
+    experts += r.size();
+    expert_moments += std::max<int64_t>(0, std::min(r.end, owned.end) - std::max(r.begin, owned.begin));
+  }
   return {{"weights", element * params.numel()},
           {"gradients", element * params.grads().numel()},
           {"adamw", 2 * element * owned.size()},

@@ -228,9 +228,8 @@ TEST(EditSync, ExpertParallelReplicasWeighWholeLayers) {
   settings.clip_pseudo_grad = 1.5;
   ThreeLayers model;
   FlatParameters params(model.parameters(), 1);
-  const std::unique_ptr<Communicator> group = world->split(world->rank() / G, world->rank());
   const FlatParameters::Range experts = params.parameters()[0].range;  // layers.0.w
-  Edit edit(EditMesh::build(*world, 1, G), settings, params, model, EditExperts{group.get(), {experts}});
+  Edit edit(EditMesh::build(*world, 1, G), settings, params, model, {experts});
   ASSERT_EQ(edit.mesh().replicas(), 2);
   auto in_experts = [&](int64_t i) { return i >= experts.begin && i < experts.end; };
   // Replica m's rank k of the group: replicated values of replica m, experts of (m, k).
