@@ -3,6 +3,7 @@
 // Shapes follow the kernels: see tensor/kernels.h for the exact contracts.
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include "autograd/variable.h"
 
@@ -16,6 +17,9 @@ Variable scale(const Variable& x, double alpha);
 
 // ---- shape and reductions (autograd/ops/reduce.cpp) ----------------------------------------------
 Variable reshape(const Variable& x, const Shape& shape);  // a view; the gradient is reshaped back
+// x itself, whose backward first calls `before` and passes the gradient on unchanged: parameter sharding
+// gathers a layer's weights there again, before the backward of the layer that made x (dist/parameter_shards.h).
+Variable call_before_backward(const Variable& x, std::function<void()> before);
 // Columns [start, start + width) of the last dimension (a copy; backward adds into those columns).
 Variable slice_cols(const Variable& x, int64_t start, int64_t width);
 Variable sum(const Variable& x);                          // scalar [1]

@@ -85,6 +85,9 @@ std::vector<FlagSpec> run_flags(StageKind kind) {
                                "(tokens reach their experts by all-to-all); dp: data parallel across those groups; "
                                "edit, aedit: each group is a replica; a resume on as many ranks keeps its "
                                "checkpoint's, on another number 1"},
+      {"shard-params", "off", "dp under mpirun: on: each rank holds 1/N of every layer's values, gradients and "
+                              "AdamW state, the layer gathered whole for its forward and its backward (ZeRO-3); a "
+                              "resume on as many ranks keeps its checkpoint's, on another number off"},
       {"straggle", "", "RANK:FACTOR: that rank's steps take FACTOR times as long (to measure uneven hardware)"},
       {"tokenizer", "", "a byte-level BPE tokenizer.json (kept in checkpoints; default: the byte tokenizer)"},
       {"device", "cpu", "cpu, cuda or cuda:N (under mpirun one GPU per rank, --dist dp)"},
@@ -379,6 +382,8 @@ int run_command(const Args& args, StageKind kind) {
   if (flags.was_set("dist")) options.named_dist_settings["mode"] = flags.str("dist");
   options.expert_parallel = static_cast<int>(flags.positive("expert-parallel"));
   if (flags.was_set("expert-parallel")) options.named_dist_settings["expert_parallel"] = options.expert_parallel;
+  options.shard_params = flags.on_off("shard-params");
+  if (flags.was_set("shard-params")) options.named_dist_settings["shard_params"] = options.shard_params;
   options.spike_guard = spike_guard_from_flags(flags);
   if (!flags.str("inject").empty()) options.injections = injections_from_flag(flags.str("inject"));
   if (!flags.str("straggle").empty()) parse_straggle(flags.str("straggle"), options);

@@ -50,9 +50,13 @@ AllToAllParts all_to_all_parts(const Tensor& in, const std::vector<int64_t>& sen
 
 namespace {
 
+void check_float(const Tensor& t, const char* op, const char* what) {
+  LT_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64, op, ": ", what, " must be f32 or f64, got ", t.str());
+}
+
 void check_reducible(const Tensor& t, const char* op, const char* what) {
   check_contiguous_cpu(t, op, what);
-  LT_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64, op, ": ", what, " must be f32 or f64, got ", t.str());
+  check_float(t, op, what);
 }
 
 // out[i] = sum over r of parts[r][i] in rank order (then / count for a mean): the fixed order is what
@@ -73,19 +77,20 @@ void sum_in_rank_order(DType dtype, const void* parts, int ranks, int64_t n, Red
   else sum_in_rank_order(static_cast<const double*>(parts), ranks, n, op, static_cast<double*>(out));
 }
 
+// A world of one: every collective is a copy (or nothing), of tensors on any device.
 class SingleProcess : public Communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string describe() const override { return "single process"; }
-  void all_reduce(Tensor& x, ReduceOp) override { check_reducible(x, "all_reduce", "x"); }
+  void all_reduce(Tensor& x, ReduceOp) override { check_float(x, "all_reduce", "x"); }
   void all_gather(const Tensor& in, Tensor& out) override {
     LT_CHECK(out.numel() == in.numel() && out.dtype() == in.dtype(), "all_gather: out must hold ", in.numel(),
              " elements of ", dtype_name(in.dtype()), ", got ", out.str());
     out.copy_from(in.reshape(out.shape()));
   }
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp) override {
-    check_reducible(in, "reduce_scatter", "in");
+    check_float(in, "reduce_scatter", "in");
     LT_CHECK(out.numel() == in.numel() && out.dtype() == in.dtype(), "reduce_scatter: out must hold ", in.numel(),
              " elements of ", dtype_name(in.dtype()), ", got ", out.str());
     out.copy_from(in.reshape(out.shape()));

@@ -6,6 +6,30 @@
 #include "tensor/kernels.h"
 
 namespace lt {
+
+namespace {
+
+// Parameter sharding (nn/module.h): `part`'s parameters gathered for `forward`, and its outputs made to
+// gather them again before their backward; without it, forward alone.
+void ask_before_backward(ParameterGathering& gathering, const std::string& part, Variable& output) {
+  if (output.defined()) output = call_before_backward(output, [&gathering, part] { gathering.before_backward(part); });
+}
+void ask_before_backward(ParameterGathering& gathering, const std::string& part, ResidualStream& output) {
+  ask_before_backward(gathering, part, output.stream);
+  ask_before_backward(gathering, part, output.pending);
+}
+template <class Forward>
+auto gathered(ParameterGathering* gathering, const std::string& part, Forward&& forward) -> decltype(forward()) {
+  if (gathering == nullptr) return forward();
+  gathering->before_forward(part);
+  auto output = forward();
+  ask_before_backward(*gathering, part, output);
+  gathering->after_forward(part);
+  return output;
+}
+
+}  // namespace
+
 DecoderLayer::DecoderLayer(const LingConfig& c, int64_t index, const ExpertSlice& experts, Rng& rng)
     : input_layernorm_(add_module("input_layernorm", std::make_unique<RMSNorm>(c.hidden_size, c.rms_norm_eps))),
       attention_(add_module("attention", std::make_unique<Attention>(
@@ -59,10 +83,13 @@ LingBackbone::LingBackbone(const LingConfig& c, const ExpertSlice& experts, Rng&
 
 Variable LingBackbone::forward(const Tensor& ids, MoEContext& context, int64_t pos_offset,
                                std::vector<KVCache>* caches, const Tensor& doc_start) {
-  ResidualStream h{word_embeddings_.forward(ids), Variable()};
+  ResidualStream h{gathered(gathering_, "model.word_embeddings", [&] { return word_embeddings_.forward(ids); }),
+                   Variable()};
   for (size_t i = 0; i < layers_.size(); ++i)
-    h = layers_[i]->forward(h, context, pos_offset, caches ? &(*caches)[i] : nullptr, doc_start);
-  return norm_->forward(h.stream, h.pending).normed;
+    h = gathered(gathering_, "model.layers." + std::to_string(i), [&] {
+      return layers_[i]->forward(h, context, pos_offset, caches ? &(*caches)[i] : nullptr, doc_start);
+    });
+  return gathered(gathering_, "model.norm", [&] { return norm_->forward(h.stream, h.pending).normed; });
 }
 
 LingForCausalLM::LingForCausalLM(const LingConfig& config, uint64_t seed, const ExpertSlice& experts)
@@ -81,10 +108,12 @@ Variable LingForCausalLM::logits(const Tensor& ids_BT, MoEContext& context, int6
   LT_CHECK(ids_BT.ndim() == 2, "model input ids must be [B, T], got ", ids_BT.str());
   const int64_t B = ids_BT.dim(0), T = ids_BT.dim(1), H = config_.hidden_size;
   const Variable h = model_->forward(here(ids_BT), context, pos_offset, caches);
-  const Variable head = config_.norm_head
-                            ? column_normalize(*lm_head_VH_, config_.norm_head_grad == NormHeadGrad::Detached)
-                            : *lm_head_VH_;
-  return reshape(matmul(reshape(h, {B * T, H}), head, false, true), {B, T, config_.vocab_size});
+  return gathered(gathering_, "lm_head", [&] {
+    const Variable head = config_.norm_head
+                              ? column_normalize(*lm_head_VH_, config_.norm_head_grad == NormHeadGrad::Detached)
+                              : *lm_head_VH_;
+    return reshape(matmul(reshape(h, {B * T, H}), head, false, true), {B, T, config_.vocab_size});
+  });
 }
 
 Variable LingForCausalLM::final_hidden_states(const Tensor& ids_BT, MoEContext& context) {
@@ -108,15 +137,16 @@ HeadNorm LingForCausalLM::head_norm() const {
 LossBreakdown LingForCausalLM::loss(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context,
                                    const Tensor& doc_start_BT) {
   const Variable h_NH = hidden_states(ids_BT, targets_BT, context, doc_start_BT);
+  const Tensor targets_N = here(targets_BT).reshape({ids_BT.numel()});
   return add_auxiliary_losses(
-      normhead_cross_entropy(h_NH, *lm_head_VH_, here(targets_BT).reshape({ids_BT.numel()}), -100, head_norm()),
-      context);
+      gathered(gathering_, "lm_head", [&] { return normhead_cross_entropy(h_NH, *lm_head_VH_, targets_N, -100, head_norm()); }), context);
 }
 
 Variable LingForCausalLM::target_logprobs(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context,
                                           const Tensor& doc_start_BT) {
   const Variable h_NH = hidden_states(ids_BT, targets_BT, context, doc_start_BT);
-  return normhead_token_logprobs(h_NH, *lm_head_VH_, here(targets_BT).reshape({ids_BT.numel()}), -100, head_norm());
+  const Tensor targets_N = here(targets_BT).reshape({ids_BT.numel()});
+  return gathered(gathering_, "lm_head", [&] { return normhead_token_logprobs(h_NH, *lm_head_VH_, targets_N, -100, head_norm()); });
 }
 
 LossBreakdown LingForCausalLM::add_auxiliary_losses(const Variable& objective, const MoEContext& context) const {
@@ -168,6 +198,11 @@ void LingForCausalLM::fold_routing_warmup() {
 
 void LingForCausalLM::extend_context(int64_t positions) {
   config_.max_position_embeddings = std::max(config_.max_position_embeddings, positions);
+}
+
+void LingForCausalLM::set_parameter_gathering(ParameterGathering* gathering) {
+  gathering_ = gathering;
+  model_->set_parameter_gathering(gathering);
 }
 
 void LingForCausalLM::set_expert_group(ExpertGroup* group) {

@@ -44,8 +44,11 @@ class LingBackbone : public Module {
   Variable forward(const Tensor& ids_BT, MoEContext& context, int64_t pos_offset, std::vector<KVCache>* caches,
                    const Tensor& doc_start_BT = Tensor());
   std::vector<DecoderLayer*>& layers() { return layers_; }
+  // Under parameter sharding: the embeddings, each layer and the final norm are gathered around their uses.
+  void set_parameter_gathering(ParameterGathering* gathering) { gathering_ = gathering; }
 
  private:
+  ParameterGathering* gathering_ = nullptr;
   Embedding& word_embeddings_;
   std::vector<DecoderLayer*> layers_;
   RMSNorm* norm_ = nullptr;
@@ -73,6 +76,10 @@ class LingForCausalLM : public Module {
   const ExpertSlice& expert_slice() const { return experts_; }
   // Under expert parallelism: the group every MoE layer's forward exchanges its rows through.
   void set_expert_group(ExpertGroup* group);
+  // Under parameter sharding (--shard-params): told when each part of the model (the embeddings, each decoder
+  // layer, the final norm, the head) begins and ends its forward and begins its backward; null: every
+  // parameter is always whole.
+  void set_parameter_gathering(ParameterGathering* gathering);
   // Where the weights live (Module::to moves them). Token ids, targets and document starts given on
   // another device (the host, where batches are made) are copied here as each call begins.
   Device device() const { return lm_head_VH_->value().device(); }
@@ -120,6 +127,7 @@ class LingForCausalLM : public Module {
 
   LingConfig config_;
   ExpertSlice experts_;
+  ParameterGathering* gathering_ = nullptr;
   LingBackbone* model_;
   Variable* lm_head_VH_;
 };

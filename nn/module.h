@@ -25,6 +25,18 @@ struct Buffer {
   Tensor* value;     // owned by its module
 };
 
+// Parameter sharding (dist/parameter_shards.h) keeps each part of a model whole only around its uses. The
+// model names a part as FlatParameters::layer_of names its parameters' layer ("model.layers.3", "lm_head"),
+// says when the part begins and ends its forward, and makes the part's outputs call before_backward as their
+// backward begins (call_before_backward), so that the part is whole again for its own backward.
+class ParameterGathering {
+ public:
+  virtual ~ParameterGathering() = default;
+  virtual void before_forward(const std::string& part) = 0;
+  virtual void after_forward(const std::string& part) = 0;
+  virtual void before_backward(const std::string& part) = 0;
+};
+
 class Module {
  public:
   virtual ~Module() = default;

@@ -1,5 +1,6 @@
 #include "optim/flat_parameters.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "tensor/allocator.h"
@@ -46,40 +47,109 @@ std::vector<int64_t> FlatParameters::offsets_of(const std::vector<int64_t>& size
   return offsets;
 }
 
-FlatParameters::FlatParameters(std::vector<Parameter> params, int shards) {
+FlatParameters::FlatParameters(std::vector<Parameter> params, int shards, LayerShards layer_shards) {
   LT_CHECK(shards >= 1, "flat parameters: shards must be >= 1, got ", shards);
+  const bool sharded = layer_shards.ranks > 0;
+  LT_CHECK(!sharded || (layer_shards.rank >= 0 && layer_shards.rank < layer_shards.ranks && shards == 1 &&
+                        layer_shards.expert_rank >= 0 && layer_shards.expert_rank < layer_shards.expert_ranks),
+           "flat parameters: layer part ", layer_shards.rank, " of ", layer_shards.ranks, " (experts' ",
+           layer_shards.expert_rank, " of ", layer_shards.expert_ranks, ") with ", shards, " optimiser shards");
   const DType dtype = params.empty() ? DType::F32 : params.front().value->value().dtype();
   const Device device = params.empty() ? Device::cpu() : params.front().value->value().device();
   std::vector<int64_t> sizes;
   for (const Parameter& p : params) sizes.push_back(p.value->value().numel());
   int64_t total = 0;
-  const std::vector<int64_t> offsets = offsets_of(sizes, &total);
+  std::vector<int64_t> offsets = offsets_of(sizes, &total);
+  // Under layer sharding each unit starts where the layout splits into its aligned parts: its parameters
+  // move up by the padding before it.
+  auto round_up = [](int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; };
+  int64_t shift = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     const Parameter& p = params[i];
     const Tensor& v = p.value->value();
     LT_CHECK(v.dtype() == dtype && v.device() == device, "flat parameters: ", p.name, " is ", v.str(),
              ", the first one is ", dtype_name(dtype), " on ", device.str(), ": one dtype and device for all");
-    params_.push_back({p, {p.name, offsets[i], offsets[i] + v.numel()}});
     const std::string layer = layer_of(p.name);
-    if (layers_.empty() || layers_.back().name != layer) layers_.push_back({layer, offsets[i], offsets[i]});
-    layers_.back().end = i + 1 < params.size() ? offsets[i + 1] : total;
+    const bool new_layer = layers_.empty() || layers_.back().name != layer;
+    const bool experts = sharded && layer_shards.is_experts && layer_shards.is_experts(p.name);
+    if (sharded && (new_layer || units_.back().experts != experts)) {
+      Unit unit;
+      unit.layer = new_layer ? layers_.size() : layers_.size() - 1;
+      unit.experts = experts;
+      unit.part = experts ? layer_shards.expert_rank : layer_shards.rank;
+      unit.parts = experts ? layer_shards.expert_ranks : layer_shards.ranks;
+      shift = round_up(offsets[i] + shift, kAlignElements * unit.parts) - offsets[i];
+      unit.range = {layer, offsets[i] + shift, offsets[i] + shift};
+      if (!units_.empty()) units_.back().range.end = unit.range.begin;
+      units_.push_back(unit);
+    }
+    offsets[i] += shift;
+    params_.push_back({p, {p.name, offsets[i], offsets[i] + v.numel()}, sharded ? units_.size() - 1 : 0});
+    if (new_layer) {
+      if (!layers_.empty()) layers_.back().end = offsets[i];
+      layers_.push_back({layer, offsets[i], offsets[i]});
+    }
   }
-  // Each shard a whole number of aligned blocks; the last layer's range takes the tail padding.
-  const int64_t shard_multiple = kAlignElements * shards;
-  total = (total + shard_multiple - 1) / shard_multiple * shard_multiple;
+  total += shift;
+  // Each shard a whole number of aligned blocks (and the last unit a whole number of its parts); the last
+  // layer's range takes the tail padding.
+  total = round_up(total, kAlignElements * shards * (units_.empty() ? 1 : units_.back().parts));
   if (!layers_.empty()) layers_.back().end = total;
-  values_ = Tensor::zeros({total}, dtype, device);
-  grads_ = Tensor::zeros({total}, dtype, device);
+  layout_numel_ = total;
+  int64_t held = total;
+  if (sharded) {
+    units_.back().range.end = total;
+    held = 0;
+    for (Unit& unit : units_) {
+      const int64_t size = unit.range.size() / unit.parts;
+      unit.held = {unit.range.name, held, held + size};
+      held += size;
+      unit_values_.push_back(Tensor::zeros({unit.range.size()}, dtype, device));
+      unit_grads_.push_back(Tensor::empty({unit.range.size()}, dtype, device));
+    }
+  }
+  values_ = Tensor::zeros({held}, dtype, device);
+  grads_ = Tensor::zeros({held}, dtype, device);
   for (size_t i = 0; i < params_.size(); ++i) {
     Variable& p = *params_[i].parameter.value;
-    Tensor flat_value = view(values_, i);
-    flat_value.copy_from(p.value());
-    p.value() = flat_value;
-    p.set_grad_buffer(view(grads_, i));
+    Tensor value, grad;
+    if (sharded) {
+      const size_t u = params_[i].unit;
+      const int64_t in_unit = params_[i].range.begin - units_[u].range.begin;
+      value = unit_values_[u].narrow(in_unit, params_[i].range.size()).reshape(p.value().shape());
+      grad = unit_grads_[u].narrow(in_unit, params_[i].range.size()).reshape(p.value().shape());
+    } else {
+      value = view(values_, i);
+      grad = view(grads_, i);
+    }
+    value.copy_from(p.value());
+    p.value() = value;
+    p.set_grad_buffer(grad);
+  }
+  // Each process keeps its part of every unit; the whole units' memory goes until they are gathered.
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const Unit& unit = units_[u];
+    values_.narrow(unit.held.begin, unit.held.size())
+        .copy_from(unit_values_[u].narrow(unit.part * unit.held.size(), unit.held.size()));
+    unit_values_[u].storage().release();
+    unit_grads_[u].storage().release();
   }
   // The parameters' former storage would otherwise sit in the allocator's cache for the whole run,
   // doubling the parameters' share of the resident memory.
   allocator_for(device).empty_cache();
+}
+
+void FlatParameters::hold(const Tensor& whole, Tensor& held) const {
+  LT_CHECK(whole.numel() == layout_numel_ && held.numel() == numel(), "flat parameters: hold() takes the whole ",
+           "layout's ", layout_numel_, " elements into the ", numel(), " held, got ", whole.numel(), " and ",
+           held.numel());
+  if (!sharded_by_layer()) {
+    held.copy_from(whole);
+    return;
+  }
+  for (const Unit& unit : units_)
+    held.narrow(unit.held.begin, unit.held.size())
+        .copy_from(whole.narrow(unit.range.begin + unit.part * unit.held.size(), unit.held.size()));
 }
 
 FlatParameters::Range FlatParameters::shard(int index, int count) const {
@@ -90,11 +160,23 @@ FlatParameters::Range FlatParameters::shard(int index, int count) const {
 }
 
 Tensor FlatParameters::view(const Tensor& flat, size_t param) const {
+  LT_CHECK(flat.numel() == layout_numel_, "flat parameters: a view of ", params_[param].parameter.name, " needs a ",
+           "buffer of the whole layout (", layout_numel_, " elements), got ", flat.numel());
   const Range& r = params_[param].range;
   return flat.narrow(r.begin, r.size()).reshape(params_[param].parameter.value->value().shape());
 }
 
-std::vector<FlatParameters::Run> FlatParameters::runs_with_grad(bool split_by_decay) const {
+int64_t FlatParameters::held_elements(const Range& range) const {
+  if (!sharded_by_layer()) return range.size();
+  int64_t held = 0;
+  for (const Unit& unit : units_) {
+    const int64_t begin = unit.range.begin + unit.part * unit.held.size();
+    held += std::max<int64_t>(0, std::min(range.end, begin + unit.held.size()) - std::max(range.begin, begin));
+  }
+  return held;
+}
+
+std::vector<FlatParameters::Run> FlatParameters::layout_runs_with_grad(bool split_by_decay) const {
   std::vector<Run> out;
   size_t previous = params_.size();  // the last parameter added to out.back()
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -108,8 +190,34 @@ std::vector<FlatParameters::Run> FlatParameters::runs_with_grad(bool split_by_de
   return out;
 }
 
+std::vector<FlatParameters::Run> FlatParameters::runs_with_grad(bool split_by_decay) const {
+  std::vector<Run> layout = layout_runs_with_grad(split_by_decay);
+  if (!sharded_by_layer()) return layout;
+  // Each layout run cut to this process's part of every unit it crosses, moved to where that part is held;
+  // pieces that meet in the held buffers join (the held parts of consecutive units are adjacent).
+  std::vector<Run> out;
+  size_t u = 0;
+  for (const Run& run : layout) {
+    while (units_[u].range.end <= run.begin) ++u;
+    for (size_t k = u; k < units_.size() && units_[k].range.begin < run.end; ++k) {
+      const Unit& unit = units_[k];
+      const int64_t part_begin = unit.range.begin + unit.part * unit.held.size();
+      const int64_t from = std::max(run.begin, part_begin), to = std::min(run.end, part_begin + unit.held.size());
+      if (from >= to) continue;
+      const Run piece{unit.held.begin + from - part_begin, unit.held.begin + to - part_begin, run.weight_decay};
+      if (!out.empty() && out.back().end == piece.begin &&
+          (out.back().weight_decay == piece.weight_decay || !split_by_decay))
+        out.back().end = piece.end;
+      else
+        out.push_back(piece);
+    }
+  }
+  return out;
+}
+
 void FlatParameters::zero_grad() {
   for (const ParameterRange& p : params_) p.parameter.value->zero_grad();
+  if (sharded_by_layer()) grads_.zero_();
 }
 
 }  // namespace lt

@@ -28,7 +28,22 @@ std::string shape_str(const Shape& shape) {
 Storage::Storage(size_t bytes, Device device)
     : data_(allocator_for(device).allocate(bytes)), bytes_(bytes), device_(device) {}
 
-Storage::~Storage() { allocator_for(device_).release(data_, bytes_); }
+Storage::~Storage() {
+  if (!released_) allocator_for(device_).release(data_, bytes_);
+}
+
+void Storage::release() {
+  if (released_) return;
+  allocator_for(device_).release(data_, bytes_);
+  data_ = nullptr;
+  released_ = true;
+}
+
+void Storage::restore() {
+  if (!released_) return;
+  data_ = allocator_for(device_).allocate(bytes_);
+  released_ = false;
+}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) LT_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
@@ -103,6 +118,7 @@ std::string Tensor::str() const {
 
 void* Tensor::raw_data() const {
   LT_CHECK(defined(), "use of an undefined tensor");
+  LT_CHECK(!storage_->released(), "use of a tensor whose memory is released (a sharded parameter outside its uses)");
   return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(dtype_size(dtype_));
 }
 

@@ -29,11 +29,19 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  // Parameter sharding (dist/parameter_shards.h) keeps a layer's gathered weights only around their uses:
+  // release() gives the memory back to the allocator while the tensors that view it (the parameters, the
+  // nodes that saved them) stay; restore() takes memory of the same size again, its contents undefined.
+  // A use of a released storage's data is an error.
+  void release();
+  void restore();
+  bool released() const { return released_; }
 
  private:
   void* data_;
   size_t bytes_;
   Device device_;
+  bool released_ = false;
 };
 
 class Rng;
@@ -84,6 +92,8 @@ class Tensor {
   bool shares_storage(const Tensor& other) const { return storage_ == other.storage_; }
   // No other tensor (a copy or a view) holds this one's storage: a write to it is seen by no one else.
   bool sole_owner() const { return storage_.use_count() == 1; }
+  // The storage's memory, for parameter sharding (Storage::release): shared by every view of it.
+  Storage& storage() const { return *storage_; }
 
   // Copies.
   Tensor clone() const;

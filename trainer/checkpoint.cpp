@@ -157,7 +157,8 @@ std::string checkpoint_rank_path(const std::string& folder, int rank) {
 
 WholeMoments load_checkpoint_moments(const std::string& dir, const LingForCausalLM& model, const FlatParameters& params,
                                      const CheckpointLayout& from) {
-  WholeMoments whole{Tensor::zeros({params.numel()}, DType::F32), Tensor::zeros({params.numel()}, DType::F32), 0};
+  WholeMoments whole{Tensor::zeros({params.layout_numel()}, DType::F32),
+                     Tensor::zeros({params.layout_numel()}, DType::F32), 0};
   if (!from.per_rank_shards) {
     std::string path;
     const auto [file, steps_taken] = load_optimizer_file(dir, path);

@@ -79,7 +79,7 @@ WeightsDifference compare_checkpoint_weights(const std::string& dir_a, const std
 // Where a checkpoint folder keeps EDiT rank r's own state (edit/rank-NNNNN.safetensors).
 std::string checkpoint_rank_path(const std::string& folder, int rank);
 
-// The AdamW moments of a checkpoint over the flat layout of `params` (host f32 [params.numel()], zeros in
+// The AdamW moments of a checkpoint over the whole flat layout of `params` (host f32 [params.layout_numel()], zeros in
 // the padding; this model's own experts where it holds a slice of them), whatever layout wrote them:
 // optimizer.safetensors by parameter name, or EDiT's per-rank files (world_size ranks in replicas of
 // shard_group ranks, each replica's shards end to end, or of expert_parallel ranks, each holding its own

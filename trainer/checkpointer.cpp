@@ -11,11 +11,32 @@ namespace lt {
 
 namespace {
 
-// The whole model's parameters and, with moments, its AdamW moments by name. Under expert parallelism
-// (group set) each stacked-experts tensor is gathered from the group's ranks to its rank 0 in rank order
-// (rank g holds experts [g L, (g + 1) L), so the gather lays them out [E, ...]) in host memory: collective
-// over the group, and only its rank 0's result is whole.
-CheckpointTensors whole_model(Trainer& trainer, Communicator* group, bool moments) {
+// The whole model's parameters and, with moments, its AdamW moments by name. Under parameter sharding
+// (shards set) every rank's part of each unit is first gathered (ParameterShards::whole): the model each rank
+// of the first expert-parallel group holds, whole on it (the replicated parameters on rank 0). Under expert
+// parallelism (group set) each stacked-experts tensor is then gathered from the group's ranks to its rank 0
+// in rank order (rank g holds experts [g L, (g + 1) L), so the gather lays them out [E, ...]) in host memory.
+// Collective over the world with shards, over the group without; only rank 0's result is whole. Called on
+// the ranks of rank 0's expert-parallel group (every rank under parameter sharding).
+CheckpointTensors whole_model(Trainer& trainer, Communicator* group, bool moments, ParameterShards* shards) {
+  const FlatParameters& params = trainer.parameters();
+  NamedTensors held_values, held_moments;
+  if (shards == nullptr) {
+    for (const FlatParameters::ParameterRange& p : params.parameters())
+      held_values.emplace_back(p.parameter.name, p.parameter.value->value());
+    if (moments) held_moments = trainer.optimizer().state();
+  } else {
+    const Tensor values = shards->whole(params.values());
+    std::vector<Tensor> flat_moments;
+    for (const auto& [name, held] : trainer.optimizer().shard_state()) flat_moments.push_back(shards->whole(held));
+    if (!values.defined()) return {};  // a rank outside rank 0's expert-parallel group
+    for (size_t i = 0; i < params.parameters().size(); ++i) {
+      const std::string& name = params.parameters()[i].parameter.name;
+      held_values.emplace_back(name, params.view(values, i));
+      held_moments.emplace_back(name + ".exp_avg", params.view(flat_moments[0], i));
+      held_moments.emplace_back(name + ".exp_avg_sq", params.view(flat_moments[1], i));
+    }
+  }
   const bool lead = group == nullptr || group->rank() == 0;
   auto whole = [&](const std::string& parameter, const Tensor& held) {
     if (group == nullptr || !is_stacked_experts(parameter)) return held;
@@ -27,11 +48,10 @@ CheckpointTensors whole_model(Trainer& trainer, Communicator* group, bool moment
     return lead ? all.reshape(shape) : Tensor();
   };
   CheckpointTensors tensors;
-  for (const FlatParameters::ParameterRange& p : trainer.parameters().parameters())
-    tensors.parameters.emplace_back(p.parameter.name, whole(p.parameter.name, p.parameter.value->value()));
+  for (const auto& [name, value] : held_values) tensors.parameters.emplace_back(name, whole(name, value));
   tensors.has_moments = moments;
   if (!moments) return tensors;
-  for (const auto& [name, moment] : trainer.optimizer().state())
+  for (const auto& [name, moment] : held_moments)
     tensors.moments.emplace_back(name, whole(AdamW::moment_parameter(name), moment));
   tensors.steps_taken = trainer.optimizer().steps_taken();
   return tensors;
@@ -39,8 +59,14 @@ CheckpointTensors whole_model(Trainer& trainer, Communicator* group, bool moment
 
 }  // namespace
 
-Checkpointer::Checkpointer(RunSetup& setup, Trainer& trainer, SpikeGuard& guard, RankState* rank_state)
-    : setup_(setup), trainer_(trainer), guard_(guard), rank_state_(rank_state), dir_(setup.checkpoint_dir()) {}
+Checkpointer::Checkpointer(RunSetup& setup, Trainer& trainer, SpikeGuard& guard, RankState* rank_state,
+                           ParameterShards* shards)
+    : setup_(setup),
+      trainer_(trainer),
+      guard_(guard),
+      rank_state_(rank_state),
+      shards_(shards),
+      dir_(setup.checkpoint_dir()) {}
 
 void Checkpointer::save(int64_t seq_len) {
   LingForCausalLM& model = setup_.model();
@@ -50,6 +76,8 @@ void Checkpointer::save(int64_t seq_len) {
   const Tensor& values = trainer_.parameters().values();
   Tensor sum_squares = Tensor::empty({1}, values.dtype(), values.device());
   kernels::sum_squares(values, sum_squares);
+  // Under parameter sharding each rank holds a part: every rank decides on the whole.
+  if (shards_) sum_squares = Tensor::full({1}, shards_->grad_sum_squares(sum_squares.item()), DType::F64);
   LT_CHECK(std::isfinite(sum_squares.item()), "the weights are not finite at step ", state.step,
            ": not writing a checkpoint over ", dir_);
   const Json trainer_state = {{"state", train_state_to_json(state, model)},
@@ -64,7 +92,8 @@ void Checkpointer::save(int64_t seq_len) {
   // rank 0's group hold every expert between them.
   Communicator* group = setup_.expert_group();
   CheckpointTensors whole;
-  if (group == nullptr || setup_.evaluates()) whole = whole_model(trainer_, group, rank_state_ == nullptr);
+  if (shards_ != nullptr || group == nullptr || setup_.evaluates())
+    whole = whole_model(trainer_, group, rank_state_ == nullptr, shards_);
   if (rank_state_ == nullptr) {
     if (lead) save_checkpoint(dir_, model.config(), whole, trainer_state, tokenizer_json, {}, weights_dtype);
     return;
@@ -98,22 +127,26 @@ void Checkpointer::restore(const std::string& dir, bool reloading) {
   TrainState& state = trainer_.state();
   const std::string folder = checkpoint_folder(dir);
   const Json saved = load_trainer_state(dir);
-  load_checkpoint_weights(dir, model);
+  if (shards_) shards_->with_whole_model([&] { load_checkpoint_weights(dir, model); });
+  else load_checkpoint_weights(dir, model);
   train_state_from_json(saved.at("state"), folder + "/trainer_state.json", state, model);
   // A reload keeps the guard as it is: its count of reloads and its cuts must outlive the reload.
   if (!reloading && saved.contains("spike_guard")) guard_.load(saved.at("spike_guard"), folder + "/trainer_state.json");
-  if (setup_.relayout()) {
-    // Another layout: the moments, whole, then this rank's part of them; EDiT's own state starts afresh
-    // (the anchor is taken when its local steps begin, from the weights every replica loaded).
+  if (setup_.relayout() || shards_) {
+    // Another layout, or a rank's part of the model: the moments, whole, then this rank's part of them;
+    // EDiT's own state starts afresh (the anchor is taken when its local steps begin, from the weights
+    // every replica loaded).
     const RunSetup::Layout& from = setup_.checkpoint_layout();
-    const WholeMoments whole =
-        load_checkpoint_moments(dir, model, trainer_.parameters(),
-                                {from.mode != DistMode::DataParallel, from.world_size, from.shard_group,
-                                 from.expert_parallel});
+    const FlatParameters& params = trainer_.parameters();
+    WholeMoments whole = load_checkpoint_moments(
+        dir, model, params, {from.mode != DistMode::DataParallel, from.world_size, from.shard_group, from.expert_parallel});
+    Tensor exp_avg = Tensor::empty({params.numel()}, DType::F32), exp_avg_sq = Tensor::empty({params.numel()}, DType::F32);
+    params.hold(whole.exp_avg, exp_avg);
+    params.hold(whole.exp_avg_sq, exp_avg_sq);
     AdamW& adamw = trainer_.optimizer();
     const FlatParameters::Range owned = adamw.owned();
-    adamw.load_shard_state({{"exp_avg", whole.exp_avg.narrow(owned.begin, owned.size())},
-                            {"exp_avg_sq", whole.exp_avg_sq.narrow(owned.begin, owned.size())}},
+    adamw.load_shard_state({{"exp_avg", exp_avg.narrow(owned.begin, owned.size())},
+                            {"exp_avg_sq", exp_avg_sq.narrow(owned.begin, owned.size())}},
                            whole.steps_taken, folder);
     return;
   }

@@ -2,10 +2,12 @@
 // optimiser, the training state, the recipe and the run's settings, the spike guard, and, where the
 // ranks hold different states (EDiT's shards), every rank's own: each rank's share travels to rank 0,
 // which writes them all into the one folder, and each rank reads its own back. Under expert parallelism
-// the experts of rank 0's group travel to rank 0 too, so the folder holds the whole model.
+// the experts of rank 0's group travel to rank 0 too, and under parameter sharding every rank's part of
+// the weights and moments, so the folder holds the whole model.
 #pragma once
 #include <string>
 
+#include "dist/parameter_shards.h"
 #include "io/safetensors.h"
 #include "optim/spike_guard.h"
 #include "trainer/run_setup.h"
@@ -26,8 +28,11 @@ class RankState {
 
 class Checkpointer {
  public:
-  // rank_state: null when every rank holds the same state (rank 0's optimiser is everyone's).
-  Checkpointer(RunSetup& setup, Trainer& trainer, SpikeGuard& guard, RankState* rank_state);
+  // rank_state: null when every rank holds the same state (rank 0's optimiser is everyone's). shards: under
+  // parameter sharding, what holds each rank's part of the weights and moments (gathered to rank 0 to save,
+  // each rank's part kept on restore), else null.
+  Checkpointer(RunSetup& setup, Trainer& trainer, SpikeGuard& guard, RankState* rank_state,
+               ParameterShards* shards = nullptr);
 
   // Writes <out>/checkpoint; `seq_len` is the current stage's. Collective when the ranks differ.
   void save(int64_t seq_len);
@@ -41,6 +46,7 @@ class Checkpointer {
   Trainer& trainer_;
   SpikeGuard& guard_;
   RankState* rank_state_;
+  ParameterShards* shards_;
   std::string dir_;
 };
 

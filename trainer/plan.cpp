@@ -119,11 +119,13 @@ Plan plan_training(const LingConfig& c, const PlanLayout& l, const PlanShape& s)
   m.adamw = 2 * allocated(kF32 * (l.edit && ep == 1 && !l.shard_params ? params_sharded : m.params));
   const bool mixed = s.matmul_dtype == DType::BF16 && s.on_gpu;
   m.bf16_copy = mixed ? allocated(2 * m.params) : 0;
+  const int64_t head_params = c.vocab_size * c.hidden_size;
   if (l.shard_params) {
-    // The largest layer gathered whole for its forward or backward (and its bf16 copy): a decoder layer.
-    const int64_t layer_params = (replicated - 2 * c.vocab_size * c.hidden_size) / c.num_hidden_layers +
+    // The largest layer whole for its backward: its values and gradients (and its bf16 copy), a decoder layer
+    // or the embeddings or the head.
+    const int64_t layer_params = (replicated - 2 * head_params) / c.num_hidden_layers +
                                  plan.routed_expert_params / std::max<int64_t>(1, c.num_hidden_layers) / ep;
-    m.gathered = (kF32 + (mixed ? 2 : 0)) * std::max(layer_params, c.vocab_size * c.hidden_size);
+    m.gathered = (2 * kF32 + (mixed ? 2 : 0)) * std::max(layer_params, head_params);
   }
   const int64_t tokens = s.batch * s.seq, act_bytes = mixed ? 2 : kF32;
   for (const Kept& t : kept_tensors(c, act_bytes)) m.activations += allocated(tokens * t.per_token * t.element_bytes);
@@ -136,11 +138,12 @@ Plan plan_training(const LingConfig& c, const PlanLayout& l, const PlanShape& s)
   StepTraffic& t = plan.traffic;
   if (!l.edit) {
     if (l.shard_params) {
-      // Each rank's shard to the others for the forward's and the backward's gathers, the gradients
-      // reduce-scattered back to their shards.
-      t.parameter_all_gather = 2 * kF32 * (replicated / group * (group - 1) + experts_held / expert_copies *
-                                                                              (expert_copies - 1));
-      t.gradient_reduce_scatter = t.parameter_all_gather / 2;
+      // Per micro-batch: each rank's part to the others for the forward's and the backward's gathers (the
+      // head once: it stays whole from its forward to its backward), the gradients reduce-scattered back.
+      const int64_t sent_per_pass = kF32 * (replicated / group * (group - 1) + experts_held / expert_copies *
+                                                                                (expert_copies - 1));
+      t.parameter_all_gather = 2 * sent_per_pass - kF32 * head_params / group * (group - 1);
+      t.gradient_reduce_scatter = sent_per_pass;
     } else {
       t.gradient_all_reduce =
           all_reduce_bytes(replicated, l.ranks, kF32) + all_reduce_bytes(experts_held, expert_copies, kF32);
@@ -172,9 +175,9 @@ Plan plan_training(const LingConfig& c, const PlanLayout& l, const PlanShape& s)
         moe_layers(c) * (c.num_experts / ep * 8 * (ep - 1) +
                          tokens * c.num_experts_per_tok * elements_per_row * kF32 * (ep - 1) / ep);
   }
-  if (l.shard_params) {
+  if (l.shard_params && (l.edit || mixed)) {
     plan.runs = false;
-    plan.not_yet = ep > 1 ? "expert parallelism and parameter sharding" : "parameter sharding";
+    plan.not_yet = l.edit ? "parameter sharding under EDiT" : "parameter sharding with bf16 matmuls on a GPU";
   }
   return plan;
 }

@@ -8,8 +8,9 @@
 // gradients and AdamW state, ZeRO-2); expert parallelism over E ranks (each rank holds 1/E of every
 // MoE layer's routed experts; tokens travel to their experts by all-to-all); parameter sharding (each
 // rank holds 1/D of the values, gradients and AdamW state, D the ranks of a data-parallel group or of an
-// EDiT replica; a layer gathered for its forward and its backward). The trainer runs data parallel and
-// EDiT today; the plan says which layouts it does not run yet (`runs`).
+// EDiT replica; a layer gathered for its forward and its backward, once per micro-batch). The trainer
+// runs all of them but parameter sharding under EDiT or with bf16 matmuls on a GPU, which the plan names
+// (`runs`).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -32,15 +32,19 @@ namespace {
 
 // What this rank holds of the training state, in bytes: the flat weights and gradients, the AdamW moments
 // of its shard (trainer/trainer.h), and of them the routed experts' part (a slice of them under expert
-// parallelism).
+// parallelism, its part of each layer under parameter sharding).
 Json rank_state_bytes(Trainer& trainer) {
   const FlatParameters& params = trainer.parameters();
   const FlatParameters::Range owned = trainer.optimizer().owned();
   const auto element = static_cast<int64_t>(dtype_size(params.values().dtype()));
   int64_t experts = 0, expert_moments = 0;
   for (const FlatParameters::Range& r : routed_expert_ranges(params)) {
-    experts += r.size();
-    expert_moments += std::max<int64_t>(0, std::min(r.end, owned.end) - std::max(r.begin, owned.begin));
+    const int64_t held = params.held_elements(r);
+    experts += held;
+    // ZeRO-2's optimiser shard (EDiT) cuts the whole layout; under parameter sharding it owns all that is held.
+    expert_moments += params.sharded_by_layer()
+                          ? held
+                          : std::max<int64_t>(0, std::min(r.end, owned.end) - std::max(r.begin, owned.begin));
   }
   return {{"weights", element * params.numel()},
           {"gradients", element * params.grads().numel()},
@@ -126,7 +130,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   Trainer trainer(setup.model(), settings);
   strategy->attach(trainer);
   SpikeGuard guard(options.spike_guard);
-  Checkpointer checkpointer(setup, trainer, guard, strategy->rank_state());
+  Checkpointer checkpointer(setup, trainer, guard, strategy->rank_state(), strategy->parameter_shards());
   if (setup.resuming()) checkpointer.restore(options.resume, /*reloading=*/false);
 
   TrainState& state = trainer.state();

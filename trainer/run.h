@@ -56,7 +56,7 @@ struct RunOptions {
   // equal to the checkpoint's is accepted; one that differs is refused, naming both.
   Json named_recipe_keys = Json::object();
   // The distribution settings the command line named: "mode" for --dist, "expert_parallel" for
-  // --expert-parallel, and EDiT's flags by their EditSettings::to_json keys. A resumed run continues with
+  // --expert-parallel, "shard_params" for --shard-params, and EDiT's flags by their EditSettings::to_json keys. A resumed run continues with
   // its checkpoint's settings; a named one that differs from them is refused, naming both values, except
   // where the resume may change the layout (trainer/run_setup.h).
   Json named_dist_settings = Json::object();
@@ -76,6 +76,9 @@ struct RunOptions {
   // --expert-parallel G: each MoE layer's routed experts split over G consecutive ranks, data parallel
   // across those groups (moe/expert_parallel.h); 1: every rank holds every expert.
   int expert_parallel = 1;
+  // --shard-params on: dp under mpirun, each rank holds 1/N of every layer's values, gradients and AdamW
+  // state, the layer gathered whole around its forward and its backward (dist/parameter_shards.h).
+  bool shard_params = false;
   EditSettings edit;                 // edit / aedit: the mesh, the sync and its penalties
   SpikeGuardSettings spike_guard;    // loss spikes and non-finite steps (optim/spike_guard.h)
   std::vector<Injection> injections;

@@ -174,6 +174,7 @@ void RunSetup::resume_recipe(const Recipe& requested) {
 
 void RunSetup::resume_dist_settings() {
   expert_parallel_ = options_.expert_parallel;
+  shard_params_ = options_.shard_params && world_->size() > 1;
   if (!resuming()) {
     dist_ = options_.dist;
     edit_ = options_.edit;
@@ -186,18 +187,20 @@ void RunSetup::resume_dist_settings() {
   // one that names none keeps the checkpoint's on as many ranks, and runs without on another number.
   if (!options_.named_dist_settings.contains("expert_parallel"))
     expert_parallel_ = saved.value("world_size", 1) == world_->size() ? saved.value("expert_parallel", 1) : 1;
+  if (!options_.named_dist_settings.contains("shard_params"))
+    shard_params_ = saved.value("world_size", 1) == world_->size() && saved.value("shard_params", false);
   const std::string source = folder + "/trainer_state.json";
   const EditSettings saved_edit =
       saved.contains("edit") ? EditSettings::from_json(saved.at("edit"), source) : EditSettings{};
   checkpoint_layout_ = {parse_dist_mode(saved.value("mode", std::string("dp"))), saved.value("world_size", 1),
-                        saved_edit.shard_group, saved.value("expert_parallel", 1)};
+                        saved_edit.shard_group, saved.value("expert_parallel", 1), saved.value("shard_params", false)};
   const Json& named = options_.named_dist_settings;
   dist_ = named.contains("mode") ? options_.dist : checkpoint_layout_.mode;
   if (dist_ == checkpoint_layout_.mode) {
     // The checkpoint's settings, with what the command line names.
     Json settings = saved_edit.to_json();
     for (const auto& [key, value] : named.items()) {
-      if (key == "mode" || key == "expert_parallel") continue;
+      if (key == "mode" || key == "expert_parallel" || key == "shard_params") continue;
       LT_CHECK(dist_ != DistMode::DataParallel, folder, ": written by a --dist dp run, which has no EDiT setting '",
                key, "'");
       settings[key] = value;
@@ -209,12 +212,13 @@ void RunSetup::resume_dist_settings() {
   edit_.time_based = dist_ == DistMode::AEdit;
   relayout_ = dist_ != checkpoint_layout_.mode || world_->size() != checkpoint_layout_.world_size ||
               (dist_ != DistMode::DataParallel && edit_.shard_group != checkpoint_layout_.shard_group) ||
-              expert_parallel_ != checkpoint_layout_.expert_parallel;
+              expert_parallel_ != checkpoint_layout_.expert_parallel || shard_params_ != checkpoint_layout_.shard_params;
   if (relayout_) return;
   // An exact resume continues the run as it was: its settings cannot change.
   const Json saved_json = saved_edit.to_json();
   for (const auto& [key, value] : named.items())
-    LT_CHECK(key == "mode" || key == "expert_parallel" || saved_json.value(key, Json()) == value, "EDiT setting '", key,
+    LT_CHECK(key == "mode" || key == "expert_parallel" || key == "shard_params" || saved_json.value(key, Json()) == value,
+             "EDiT setting '", key,
              "' cannot change when resuming on the same layout: the checkpoint's is ",
              saved_json.value(key, Json()).dump(), ", the command line's ", value.dump());
 }
@@ -223,6 +227,7 @@ Json RunSetup::dist_json() const {
   return {{"mode", dist_mode_name(dist_)},
           {"world_size", world_->size()},
           {"expert_parallel", expert_parallel_},
+          {"shard_params", shard_params_},
           {"edit", edit_.to_json()}};
 }
 
@@ -238,9 +243,14 @@ void RunSetup::open_world() {
 }
 
 // The layout is checked before anything is allocated: one clear line for a degree the ranks or the run
-// cannot take (the model's experts are checked as the model is made).
+// cannot take, or parameter sharding with what it does not combine with yet (the model's experts are
+// checked as the model is made).
 void RunSetup::open_expert_groups() {
   const int G = expert_parallel_, ranks = world_->size();
+  LT_CHECK(!shard_params_ || dist_ == DistMode::DataParallel, "--shard-params with --dist ", dist_mode_name(dist_),
+           " is not supported yet (data parallel only)");
+  LT_CHECK(!shard_params_ || !device_.is_cuda() || options_.matmul_precision != kernels::MatmulPrecision::BF16Inputs,
+           "--shard-params with --dtype bf16 on a GPU is not supported yet");
   if (G == 1) return;
   LT_CHECK(G >= 1 && ranks % G == 0, "--expert-parallel ", G, " does not divide the ", ranks,
            " ranks (mpirun -n N: N a multiple of it)");

@@ -40,8 +40,8 @@ class RunSetup {
   const EditSettings& edit() const { return edit_; }
   // What a checkpoint records of them.
   Json dist_json() const;
-  // A resume on another layout than its checkpoint's (another --dist, number of ranks, --shard-group or
-  // --expert-parallel):
+  // A resume on another layout than its checkpoint's (another --dist, number of ranks, --shard-group,
+  // --expert-parallel or --shard-params):
   // the weights, the training state and the AdamW moments carry over (Checkpointer::restore), the
   // distribution settings are the command line's (the checkpoint's where a resume names none and keeps
   // the mode), and EDiT's own state starts afresh. On the same layout a resume is exact.
@@ -50,6 +50,7 @@ class RunSetup {
     int world_size = 1;
     int shard_group = 1;
     int expert_parallel = 1;
+    bool shard_params = false;
   };
   bool relayout() const { return relayout_; }
   const Layout& checkpoint_layout() const { return checkpoint_layout_; }
@@ -65,9 +66,13 @@ class RunSetup {
   int64_t expert_bytes_sent() const {
     return expert_group_ ? expert_group_->bytes_sent() + expert_copies_->bytes_sent() : 0;
   }
-  // Whether this rank takes the held-out figures and the sample: rank 0 alone, or under expert
-  // parallelism rank 0's group, whose ranks each forward is collective over (rank 0 reports).
-  bool evaluates() const { return world_->rank() < expert_parallel_; }
+  // --shard-params (the command line's, or a resumed checkpoint's on as many ranks where it names none):
+  // every rank holds its part of each layer (dist/parameter_shards.h). Never with one rank.
+  bool shard_params() const { return shard_params_; }
+  // Whether this rank takes the held-out figures and the sample: rank 0 alone, under expert parallelism
+  // rank 0's group, under parameter sharding every rank: the ranks each forward is collective over (rank 0
+  // reports).
+  bool evaluates() const { return shard_params_ || world_->rank() < expert_parallel_; }
 
   // Tensors on GPUs travel through NCCL, host data (the agreement between ranks, statistics, EDiT's
   // tables) through MPI; this is the one the model's tensors use.
@@ -107,6 +112,7 @@ class RunSetup {
   std::unique_ptr<Communicator> host_world_, gpu_world_;
   Communicator* world_ = nullptr;
   int expert_parallel_ = 1;
+  bool shard_params_ = false;
   std::unique_ptr<Communicator> expert_group_, expert_copies_;
   std::unique_ptr<ExpertGroup> expert_exchange_;  // the MoE layers' view of expert_group_
   Device device_;

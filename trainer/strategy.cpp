@@ -13,6 +13,18 @@ namespace {
 class DataParallelStrategy : public LockstepStrategy {
  public:
   explicit DataParallelStrategy(RunSetup& setup) : LockstepStrategy(setup.world()), setup_(setup) {}
+  ~DataParallelStrategy() override {
+    if (shards_) setup_.model().set_parameter_gathering(nullptr);
+  }
+  void configure(TrainerSettings& settings) override {
+    if (!setup_.shard_params()) return;
+    settings.layer_shards = {setup_.world().rank(), setup_.world().size()};
+    if (Communicator* copies = setup_.expert_copies()) {
+      settings.layer_shards.is_experts = is_stacked_experts;
+      settings.layer_shards.expert_rank = copies->rank();
+      settings.layer_shards.expert_ranks = copies->size();
+    }
+  }
   // The average overlaps the last backward (OverlappedAverage) unless --overlap-grads 0 or the MPI library
   // lets only the main thread call it; both give the same bits. Under expert parallelism it follows the
   // backward: the backward itself exchanges rows through the communicator, which one thread at a time may
@@ -21,6 +33,16 @@ class DataParallelStrategy : public LockstepStrategy {
     Communicator& world = setup_.world();
     overlapped_.reset();
     trainer.hooks().mean_loss_units = [&world](double units) { return mean_over(world, units); };
+    if (setup_.shard_params()) {
+      // Each micro-batch's gradients are reduced to their shards as its backward goes (ParameterShards).
+      shards_ = std::make_unique<ParameterShards>(world, trainer.parameters(), setup_.expert_copies(),
+                                                  setup_.expert_parallel());
+      setup_.model().set_parameter_gathering(shards_.get());
+      trainer.hooks().after_micro_batch_backward = [this] { shards_->finish_backward(); };
+      trainer.hooks().after_backward = [this](FlatParameters&) { data_parallel_.average_buffers(setup_.model()); };
+      trainer.hooks().complete_grad_sum_squares = [this](double own) { return shards_->grad_sum_squares(own); };
+      return;
+    }
     if (setup_.expert_group() != nullptr) {
       data_parallel_.set_expert_parallel(*setup_.expert_group(), *setup_.expert_copies(),
                                          routed_expert_ranges(trainer.parameters()));
@@ -38,12 +60,14 @@ class DataParallelStrategy : public LockstepStrategy {
     trainer.hooks().after_backward = [this](FlatParameters& params) { data_parallel_.average(params, setup_.model()); };
   }
   Communicator& agreeing() override { return setup_.world(); }
+  ParameterShards* parameter_shards() override { return shards_.get(); }
   void run_stage(RunControl& run) override { run_lockstep(run, run.stage().steps); }
   int64_t bytes_sent() const override { return setup_.world().bytes_sent() + setup_.expert_bytes_sent(); }
 
  private:
   RunSetup& setup_;
   std::unique_ptr<OverlappedAverage> overlapped_;
+  std::unique_ptr<ParameterShards> shards_;
 };
 
 }  // namespace

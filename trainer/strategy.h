@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "dist/parameter_shards.h"
 #include "trainer/run_control.h"
 
 namespace lt {
@@ -26,6 +27,8 @@ class DistributionStrategy {
   virtual bool can_reload() const { return true; }
   // This rank's own part of a checkpoint, where the ranks differ (null: rank 0's state is everyone's).
   virtual RankState* rank_state() { return nullptr; }
+  // Under parameter sharding: what holds each rank's part of the model (null: every rank holds all of it).
+  virtual ParameterShards* parameter_shards() { return nullptr; }
   // Runs the current stage of run.state() to its end or to a stop.
   virtual void run_stage(RunControl& run) = 0;
   // After the last stage, or a stop: what makes the checkpoint and the final figures the one model

@@ -30,7 +30,7 @@ Trainer::Trainer(LingForCausalLM& model, TrainerSettings settings, Objective obj
     : model_(model),
       settings_(std::move(settings)),
       objective_(std::move(objective)),
-      params_(model.parameters(), settings_.shards),
+      params_(model.parameters(), settings_.shards, settings_.layer_shards),
       optimizer_(params_, settings_.adam, settings_.shard, settings_.shards) {
   for (size_t i = 0; i < params_.parameters().size(); ++i)
     parameter_index_[params_.parameters()[i].parameter.value->impl()] = i;
@@ -153,6 +153,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   // and backward (tensor/bf16_shadow.h); the update comes after the scope.
   std::optional<Bf16Shadow> bf16_weights;
   if (kernels::matmul_precision() == kernels::MatmulPrecision::BF16Inputs && !params_.values().is_cpu()) {
+    LT_CHECK(!params_.sharded_by_layer(), "--shard-params with --dtype bf16 on a GPU is not supported yet");
     if (!values_bf16_.defined())
       values_bf16_ = Tensor::empty(params_.values().shape(), DType::BF16, params_.values().device());
     kernels::convert(params_.values(), values_bf16_);
@@ -182,6 +183,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
           if (found != parameter_index_.end()) hooks_.gradient_ready(found->second);
         });
       scale(loss.total, weights[i]).backward();
+      if (hooks_.after_micro_batch_backward) hooks_.after_micro_batch_backward();
       MicroBatchFigures f;
       f.losses = readback.add({loss.total.value(), loss.lm.value(), loss.aux, loss.balance, loss.z});
       if (loss.stats.defined()) f.stats = readback.add({loss.stats});

@@ -40,6 +40,9 @@ struct TrainerSettings {
   // Sharded optimiser (ZeRO-2, dist/edit.h): this process updates shard `shard` of `shards` of the
   // flat buffers; the hooks complete the gradient norm and share the updated values.
   int shard = 0, shards = 1;
+  // Parameter sharding (ZeRO-3, dist/parameter_shards.h): this process holds its part of every layer of the
+  // flat buffers, and the optimiser updates that part.
+  LayerShards layer_shards;
 };
 
 // What the hook before the update decides.
@@ -77,6 +80,8 @@ struct StepHooks {
   // During the step's last backward: parameter `index` (of FlatParameters::parameters()) holds its
   // complete gradient for the step (autograd's LeafGradientsReady), so its reduction may start.
   std::function<void(size_t index)> gradient_ready;
+  // After each micro-batch's backward (parameter sharding reduces the gradients it left whole).
+  std::function<void()> after_micro_batch_backward;
   std::function<void(FlatParameters&)> after_backward;
   // The squared gradient norm of this process's shard -> of all shards (sharded optimiser only).
   std::function<double(double)> complete_grad_sum_squares;

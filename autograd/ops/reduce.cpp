@@ -1,4 +1,4 @@
-// reshape, slice_cols, sum and mean: forward and backward.
+// reshape, call_before_backward, slice_cols, sum and mean: forward and backward.
 #include "autograd/ops.h"
 #include "autograd/profile.h"
 #include "tensor/kernels.h"
@@ -13,6 +13,16 @@ struct ReshapeNode : Node {
   // Linear's product, reshaped back to its input's leading dims).
   bool reads_gradient_in_gemms_only() const override { return gradient_feeds_gemms_only(0); }
   std::vector<Tensor> backward(const Tensor& g) override { return {g.reshape(input_shape)}; }
+};
+
+struct CallBeforeBackwardNode : Node {
+  std::function<void()> before;
+  const char* name() const override { return "call_before_backward"; }
+  bool reads_gradient_in_gemms_only() const override { return gradient_feeds_gemms_only(0); }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    before();
+    return {g};
+  }
 };
 
 struct SliceColsNode : Node {
@@ -47,6 +57,15 @@ Variable reduce_all(const Variable& x, double factor) {
   return make_result(total, node, {x});
 }
 
+// A view of x's value shares its bf16 slot (autograd/saved.h); only GPU values are ever kept in bf16.
+Variable share_bf16_slot(const Variable& x, Variable result) {
+  if (!x.value().is_cpu()) {
+    if (!x.impl()->saved_bf16) x.impl()->saved_bf16 = std::make_shared<Tensor>();
+    result.impl()->saved_bf16 = x.impl()->saved_bf16;
+  }
+  return result;
+}
+
 }  // namespace
 
 Variable reshape(const Variable& x, const Shape& shape) {
@@ -58,13 +77,13 @@ Variable reshape(const Variable& x, const Shape& shape) {
   if (view.shape() == x.shape()) return x;
   auto node = std::make_shared<ReshapeNode>();
   node->input_shape = x.shape();
-  Variable result = make_result(std::move(view), node, {x});
-  // A view shares its value's bf16 slot (autograd/saved.h); only GPU values are ever kept in bf16.
-  if (!x.value().is_cpu()) {
-    if (!x.impl()->saved_bf16) x.impl()->saved_bf16 = std::make_shared<Tensor>();
-    result.impl()->saved_bf16 = x.impl()->saved_bf16;
-  }
-  return result;
+  return share_bf16_slot(x, make_result(std::move(view), node, {x}));
+}
+
+Variable call_before_backward(const Variable& x, std::function<void()> before) {
+  auto node = std::make_shared<CallBeforeBackwardNode>();
+  node->before = std::move(before);
+  return share_bf16_slot(x, make_result(x.value(), node, {x}));
 }
 
 Variable slice_cols(const Variable& x, int64_t start, int64_t width) {

@@ -19,6 +19,8 @@ for ranks in 2 4; do
   mpiexec -n $ranks "$bin" pretrain "${common[@]}" --routing-warmup 4 --batch $batch --out dp$ranks >out$ranks.txt \
     2>err$ranks.txt || fail "mpiexec -n $ranks"
   close one$ranks/metrics.jsonl dp$ranks/metrics.jsonl || fail "$ranks ranks: losses differ from one process beyond 1e-5"
+  close one$ranks/metrics.jsonl dp$ranks/metrics.jsonl grad_norm ||
+    fail "$ranks ranks: gradient norms differ from one process beyond 1e-5"
   # The largest router logit of a step is the largest of any rank's (each MoE layer of the tiny model: 3 per step).
   close one$ranks/metrics.jsonl dp$ranks/metrics.jsonl max_logit 18 ||
     fail "$ranks ranks: max_logit differs from one process: $(grep -o '"max_logit":[^,]*' dp$ranks/metrics.jsonl | head -3)"

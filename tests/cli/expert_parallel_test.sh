@@ -32,6 +32,9 @@ for layout in "2 2" "4 2" "4 4"; do
   close one$ranks/metrics.jsonl $out/metrics.jsonl || fail "-n $ranks --expert-parallel $degree: losses differ"
   close one$ranks/metrics.jsonl $out/metrics.jsonl val_loss 2 ||
     fail "-n $ranks --expert-parallel $degree: held-out losses differ"
+  # (AdamW's update barely sees the gradients' scale: their norm does.)
+  close one$ranks/metrics.jsonl $out/metrics.jsonl grad_norm ||
+    fail "-n $ranks --expert-parallel $degree: gradient norms differ"
   same_weights one$ranks $out || fail "-n $ranks --expert-parallel $degree: weights differ: $(cat cmp.txt)"
   grep -q "\"expert_parallel\":$degree" $out.txt || fail "-n $ranks --expert-parallel $degree: not in the summary"
   [ "$(grep -c '^{' $out.txt)" = 1 ] || fail "-n $ranks --expert-parallel $degree: not exactly one summary line"
@@ -125,6 +128,8 @@ for kind in sft dpo; do
       fail "$kind, --expert-parallel $degree: $(tail -1 $out.err)"
     close ${kind}_one/metrics.jsonl $out/metrics.jsonl lm_loss 3 ||
       fail "$kind, --expert-parallel $degree: losses differ"
+    close ${kind}_one/metrics.jsonl $out/metrics.jsonl grad_norm 3 ||
+      fail "$kind, --expert-parallel $degree: gradient norms differ"
     same_weights ${kind}_one $out || fail "$kind, --expert-parallel $degree: weights differ: $(cat cmp.txt)"
   done
 done

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <optional>
 
+#include "dist/communicator.h"
+#include "dist/parameter_shards.h"
 #include "model/ling.h"
 #include "moe/expert_parallel.h"
 #include "tensor/allocator.h"
@@ -74,6 +76,39 @@ TEST(Trainer, ExpertParallelStepsOnTheGpuMatchTheCpu) {
     const StepStats expected = on_cpu.step(batch), actual = on_gpu.step(batch);
     EXPECT_NEAR(actual.loss, expected.loss, 1e-4 * std::abs(expected.loss)) << "step " << step;
     EXPECT_NEAR(actual.grad_norm, expected.grad_norm, 1e-3 * expected.grad_norm) << "step " << step;
+  }
+  const std::vector<float> cpu_values = values_of(on_cpu), gpu_values = values_of(on_gpu);
+  ASSERT_EQ(gpu_values.size(), cpu_values.size());
+  for (size_t i = 0; i < cpu_values.size(); ++i) ASSERT_NEAR(gpu_values[i], cpu_values[i], 2e-4) << "weight " << i;
+}
+
+// Parameter sharding over one process (--shard-params, dist/parameter_shards.h): every layer's weights
+// released between their uses and gathered back into memory taken afresh, its gradients reduced as the
+// backward goes: on the GPU the steps match the CPU's unsharded ones as the plain path's do, and between
+// steps no layer is held whole.
+TEST(Trainer, ShardedParameterStepsOnTheGpuMatchTheCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount found none)";
+  LingForCausalLM cpu_model(small_config(), 1), gpu_model(small_config(), 1);
+  gpu_model.to(Device::cuda(0));
+  TrainerSettings settings = constant_lr(1e-2);
+  settings.routing_warmup_steps = 2;
+  TrainerSettings sharded = settings;
+  sharded.layer_shards = {0, 1};
+  Trainer on_cpu(cpu_model, settings), on_gpu(gpu_model, sharded);
+  const std::unique_ptr<Communicator> one_process = make_single_process_communicator();
+  ParameterShards shards(*one_process, on_gpu.parameters());
+  gpu_model.set_parameter_gathering(&shards);
+  on_gpu.hooks().after_micro_batch_backward = [&] { shards.finish_backward(); };
+  Rng rng(3);
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<TokenBatch> batch = {random_batch(rng, 2, 16), random_batch(rng, 2, 16)};
+    const StepStats expected = on_cpu.step(batch), actual = on_gpu.step(batch);
+    EXPECT_NEAR(actual.loss, expected.loss, 1e-4 * std::abs(expected.loss)) << "step " << step;
+    EXPECT_NEAR(actual.grad_norm, expected.grad_norm, 1e-3 * expected.grad_norm) << "step " << step;
+    for (size_t u = 0; u < on_gpu.parameters().units().size(); ++u) {
+      EXPECT_TRUE(on_gpu.parameters().unit_values(u).storage().released()) << "unit " << u << ", step " << step;
+      EXPECT_TRUE(on_gpu.parameters().unit_grads(u).storage().released()) << "unit " << u << ", step " << step;
+    }
   }
   const std::vector<float> cpu_values = values_of(on_cpu), gpu_values = values_of(on_gpu);
   ASSERT_EQ(gpu_values.size(), cpu_values.size());
