@@ -85,9 +85,11 @@ std::vector<FlagSpec> run_flags(StageKind kind) {
                                "(tokens reach their experts by all-to-all); dp: data parallel across those groups; "
                                "edit, aedit: each group is a replica; a resume on as many ranks keeps its "
                                "checkpoint's, on another number 1"},
-      {"shard-params", "off", "dp under mpirun: on: each rank holds 1/N of every layer's values, gradients and "
-                              "AdamW state, the layer gathered whole for its forward and its backward (ZeRO-3); a "
-                              "resume on as many ranks keeps its checkpoint's, on another number off"},
+      {"shard-params", "off", "under mpirun: on: each rank holds 1/N of every layer's values, gradients and AdamW "
+                              "state, the layer gathered whole for its forward and its backward (ZeRO-3); with "
+                              "--expert-parallel each rank's experts split over their copies; edit, aedit: inside "
+                              "each replica, in place of ZeRO-2; a resume on as many ranks keeps its checkpoint's, "
+                              "on another number off"},
       {"straggle", "", "RANK:FACTOR: that rank's steps take FACTOR times as long (to measure uneven hardware)"},
       {"tokenizer", "", "a byte-level BPE tokenizer.json (kept in checkpoints; default: the byte tokenizer)"},
       {"device", "cpu", "cpu, cuda or cuda:N (under mpirun one GPU per rank, --dist dp)"},

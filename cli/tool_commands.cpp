@@ -167,7 +167,6 @@ int cmd_plan(const Args& args) {
       {"replicated gradients within a replica", t.replica_all_reduce}};
   for (const auto& [name, bytes] : sends)
     if (bytes > 0) std::printf("  %-40s %12.2f MiB\n", name, mib(bytes));
-  if (!plan.runs) std::printf("the trainer does not run %s yet\n", plan.not_yet.c_str());
   Json out = plan.to_json();
   out["model"] = config.name;
   std::printf("%s\n", out.dump().c_str());

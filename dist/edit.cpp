@@ -88,7 +88,7 @@ Edit::Edit(EditMesh mesh, EditSettings settings, FlatParameters& params, Module&
       params_(params),
       model_(model),
       expert_ranges_(std::move(expert_ranges)),
-      owned_(params.shard(mesh_.shard(), mesh_.shards())) {
+      owned_(params.sharded_by_layer() ? params.shard(0, 1) : params.shard(mesh_.shard(), mesh_.shards())) {
   LT_CHECK(settings_.sync_interval >= 1, "--sync-interval must be >= 1, got ", settings_.sync_interval);
   LT_CHECK(settings_.local_sgd_warmup >= 0, "--local-sgd-warmup must be >= 0, got ", settings_.local_sgd_warmup);
   LT_CHECK(settings_.temperature > 0, "--weight-temperature must be > 0, got ", settings_.temperature);
@@ -99,15 +99,26 @@ Edit::Edit(EditMesh mesh, EditSettings settings, FlatParameters& params, Module&
                settings_.detector.threshold > 0,
            "the anomaly detector needs 0 < --ewma-alpha <= 1, --ewma-warmup >= 0 and --ewma-threshold > 0");
   const int64_t n = owned_.size();
-  for (const FlatParameters::Range& layer : params_.layers())
-    parts_.push_back({std::clamp(layer.begin - owned_.begin, int64_t{0}, n),
-                      std::clamp(layer.end - owned_.begin, int64_t{0}, n)});
+  if (params_.sharded_by_layer()) {
+    // This rank's parts of a layer's units are adjacent in what it holds.
+    parts_.assign(params_.layers().size(), LayerPart{});
+    for (const FlatParameters::Unit& unit : params_.units()) {
+      LayerPart& part = parts_[unit.layer];
+      if (part.end == part.begin) part.begin = unit.held.begin;
+      part.end = unit.held.end;
+    }
+  } else {
+    for (const FlatParameters::Range& layer : params_.layers())
+      parts_.push_back({std::clamp(layer.begin - owned_.begin, int64_t{0}, n),
+                        std::clamp(layer.end - owned_.begin, int64_t{0}, n)});
+  }
   detectors_.assign(parts_.size(), AnomalyDetector(settings_.detector));
   momentum_started_.assign(parts_.size(), false);
   const Tensor& values = params_.values();
   delta_ = Tensor::zeros({n}, values.dtype(), values.device());
-  if (mesh_.shards() > 1) gathered_ = Tensor::zeros({n}, values.dtype(), values.device());
-  if (mesh_.expert_group) {
+  if (mesh_.shards() > 1 && !params_.sharded_by_layer())
+    gathered_ = Tensor::zeros({n}, values.dtype(), values.device());
+  if (mesh_.expert_group && !params_.sharded_by_layer()) {
     LT_CHECK(mesh_.shards() == 1, "EDiT: a replica of expert-parallel ranks is not sharded");
     replica_ = std::make_unique<DataParallel>(*mesh_.expert_group);
     replica_->set_expert_parallel(*mesh_.expert_group, *mesh_.shard_group, expert_ranges_);
@@ -126,6 +137,8 @@ void Edit::reduce_gradients(int64_t step) {
   Tensor own = grads.narrow(owned_.begin, owned_.size());
   if (replica_) {
     replica_->average(params_, model_);
+  } else if (params_.sharded_by_layer()) {
+    average_buffers(mesh_.replica_group());  // the gradients were reduced as the backward went (ParameterShards)
   } else {
     // The reduce-scatter reads the whole buffer before it writes the owned shard, so `own` may alias it.
     if (mesh_.shards() > 1) mesh_.shard_group->reduce_scatter(grads, own, ReduceOp::Mean);
@@ -139,14 +152,16 @@ void Edit::reduce_gradients(int64_t step) {
 
 double Edit::complete_grad_sum_squares(double own) {
   if (replica_) return replica_->grad_sum_squares(params_);
-  if (mesh_.shards() == 1) return own;
+  // Every element of the replica's model on one of its ranks (a shard, or a part of each layer).
+  Communicator& replica = mesh_.replica_group();
+  if (replica.size() == 1) return own;
   Tensor total = Tensor::full({1}, own, DType::F64);
-  mesh_.shard_group->all_reduce(total, ReduceOp::Sum);
+  replica.all_reduce(total, ReduceOp::Sum);
   return total.item();
 }
 
 void Edit::share_updated_shard() {
-  if (mesh_.shards() == 1) return;
+  if (mesh_.shards() == 1 || params_.sharded_by_layer()) return;  // parts are gathered where they are used
   // MPI forbids a send buffer inside the receive buffer: the shard goes out from a copy.
   gathered_.copy_from(owned_values());
   mesh_.shard_group->all_gather(gathered_, params_.values());
@@ -172,7 +187,7 @@ std::vector<double> Edit::layer_sum_squares(const Tensor& flat) {
   for (int64_t l = 0; l < L; ++l) {
     const LayerPart& p = parts_[static_cast<size_t>(l)];
     if (p.end == p.begin) continue;
-    if (!mesh_.expert_group) {
+    if (!mesh_.expert_group || params_.sharded_by_layer()) {  // parts the replica's ranks hold once each
       out[l] = of(p.begin, p.end);
       continue;
     }

@@ -4,8 +4,10 @@
 // The mesh. The world's ranks form replicas of S consecutive ranks (the shard group, --shard-group S):
 // the ranks of a replica hold one copy of the model and split its gradients and optimiser state ZeRO-2
 // style — after the backward the gradients are reduce-scattered (each rank receives the mean of its
-// shard), each rank updates its shard with AdamW, and the updated shards are all-gathered. The ranks
-// with the same shard index across replicas form a sync group.
+// shard), each rank updates its shard with AdamW, and the updated shards are all-gathered. Under
+// --shard-params they hold parts of every layer instead (ZeRO-3, dist/parameter_shards.h: a layer gathered
+// for its uses, its gradients reduce-scattered as the backward goes). The ranks with the same shard index
+// across replicas form a sync group.
 //
 // Inner steps touch only the shard group (during the first --local-sgd-warmup steps the gradient shard
 // is also averaged across the sync group: plain synchronous training). Every --sync-interval steps
@@ -87,9 +89,10 @@ struct SyncReport {
 class Edit {
  public:
   // `params` is laid out for mesh.shards() shards and this rank owns shard mesh.shard() (the trainer's
-  // sharded AdamW, trainer/trainer.h); `model` owns the buffers to keep in step. Under expert parallelism
-  // (mesh.expert_group) the replica's ranks hold different routed experts, the stretches `expert_ranges`
-  // of the flat buffers (sorted), and the same everything else.
+  // sharded AdamW, trainer/trainer.h), or under parameter sharding holds part mesh.shard() of every layer
+  // (dist/parameter_shards.h, which reduces the gradients); `model` owns the buffers to keep in step.
+  // Under expert parallelism (mesh.expert_group) the replica's ranks hold different routed experts, the
+  // stretches `expert_ranges` of the flat buffers (sorted), and the same everything else.
   Edit(EditMesh mesh, EditSettings settings, FlatParameters& params, Module& model,
        std::vector<FlatParameters::Range> expert_ranges = {});
 

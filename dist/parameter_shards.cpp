@@ -24,6 +24,8 @@ ParameterShards::ParameterShards(Communicator& comm, FlatParameters& params, Com
   head_unit_ = params.units().size() - 1;
   gathered_.assign(params.units().size(), false);
   in_backward_.assign(params.units().size(), false);
+  values_bf16_.resize(params.units().size());
+  shadows_.resize(params.units().size());
   const Tensor& values = params.values();
   reduced_ = Tensor::empty({largest}, values.dtype(), values.device());
 }
@@ -40,9 +42,19 @@ void ParameterShards::gather(size_t u) {
   const FlatParameters::Range& held = params_.units()[u].held;
   comm_of(u).all_gather(params_.values().narrow(held.begin, held.size()), whole);
   gathered_[u] = true;
+  // Mixed precision on a GPU: the matmuls read the unit's bf16 rounding, made once per gather, as a step
+  // without sharding rounds all the values once (tensor/bf16_shadow.h).
+  if (kernels::matmul_precision() == kernels::MatmulPrecision::BF16Inputs && !whole.is_cpu()) {
+    shadows_[u].reset();
+    values_bf16_[u] = Tensor::empty(whole.shape(), DType::BF16, whole.device());
+    kernels::convert(whole, values_bf16_[u]);
+    shadows_[u] = std::make_unique<Bf16Shadow>(whole, values_bf16_[u]);
+  }
 }
 
 void ParameterShards::release(size_t u) {
+  shadows_[u].reset();
+  values_bf16_[u] = Tensor();
   params_.unit_values(u).storage().release();
   gathered_[u] = false;
 }

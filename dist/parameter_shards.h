@@ -20,11 +20,13 @@
 // forward and backward, so their collectives pair up.
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "dist/communicator.h"
 #include "optim/flat_parameters.h"
+#include "tensor/bf16_shadow.h"
 
 namespace lt {
 
@@ -77,6 +79,9 @@ class ParameterShards : public ParameterGathering {
   size_t head_unit_;               // the last unit (the head's)
   std::vector<bool> gathered_;     // per unit: its values are whole
   std::vector<bool> in_backward_;  // per unit: its whole gradient buffer takes this backward's gradients
+  // Per unit, while it is gathered under bf16 matmuls on a GPU: its values' bf16 rounding, registered.
+  std::vector<Tensor> values_bf16_;
+  std::vector<std::unique_ptr<Bf16Shadow>> shadows_;
   Tensor reduced_;                 // a reduce-scatter's result, [the largest held part]
 };
 

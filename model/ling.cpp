@@ -139,14 +139,17 @@ LossBreakdown LingForCausalLM::loss(const Tensor& ids_BT, const Tensor& targets_
   const Variable h_NH = hidden_states(ids_BT, targets_BT, context, doc_start_BT);
   const Tensor targets_N = here(targets_BT).reshape({ids_BT.numel()});
   return add_auxiliary_losses(
-      gathered(gathering_, "lm_head", [&] { return normhead_cross_entropy(h_NH, *lm_head_VH_, targets_N, -100, head_norm()); }), context);
+      gathered(gathering_, "lm_head",
+               [&] { return normhead_cross_entropy(h_NH, *lm_head_VH_, targets_N, -100, head_norm()); }),
+      context);
 }
 
 Variable LingForCausalLM::target_logprobs(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context,
                                           const Tensor& doc_start_BT) {
   const Variable h_NH = hidden_states(ids_BT, targets_BT, context, doc_start_BT);
   const Tensor targets_N = here(targets_BT).reshape({ids_BT.numel()});
-  return gathered(gathering_, "lm_head", [&] { return normhead_token_logprobs(h_NH, *lm_head_VH_, targets_N, -100, head_norm()); });
+  return gathered(gathering_, "lm_head",
+                  [&] { return normhead_token_logprobs(h_NH, *lm_head_VH_, targets_N, -100, head_norm()); });
 }
 
 LossBreakdown LingForCausalLM::add_auxiliary_losses(const Variable& objective, const MoEContext& context) const {

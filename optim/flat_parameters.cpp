@@ -20,6 +20,20 @@ bool is_number(const std::string& s) {
     if (!std::isdigit(static_cast<unsigned char>(c))) return false;
   return true;
 }
+
+// Where parameters of these sizes (in order) start in a flat layout, and its end: each starts aligned (16
+// elements), as a tensor of its own would.
+std::vector<int64_t> offsets_of(const std::vector<int64_t>& sizes, int64_t* end) {
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (const int64_t size : sizes) {
+    offsets.push_back(total);
+    total = align_up(total + size);
+  }
+  if (end != nullptr) *end = total;
+  return offsets;
+}
+
 }  // namespace
 
 std::string FlatParameters::layer_of(const std::string& name) {
@@ -36,80 +50,88 @@ std::string FlatParameters::layer_of(const std::string& name) {
   return last_dot == std::string::npos ? name : name.substr(0, last_dot);
 }
 
-std::vector<int64_t> FlatParameters::offsets_of(const std::vector<int64_t>& sizes, int64_t* end) {
-  std::vector<int64_t> offsets;
-  int64_t total = 0;
-  for (const int64_t size : sizes) {
-    offsets.push_back(total);
-    total = align_up(total + size);
-  }
-  if (end != nullptr) *end = total;
-  return offsets;
-}
 
-FlatParameters::FlatParameters(std::vector<Parameter> params, int shards, LayerShards layer_shards) {
+FlatParameters::Layout FlatParameters::layout_of(const std::vector<std::string>& names,
+                                                 const std::vector<int64_t>& sizes, int shards,
+                                                 const LayerShards& layer_shards) {
   LT_CHECK(shards >= 1, "flat parameters: shards must be >= 1, got ", shards);
   const bool sharded = layer_shards.ranks > 0;
   LT_CHECK(!sharded || (layer_shards.rank >= 0 && layer_shards.rank < layer_shards.ranks && shards == 1 &&
                         layer_shards.expert_rank >= 0 && layer_shards.expert_rank < layer_shards.expert_ranks),
            "flat parameters: layer part ", layer_shards.rank, " of ", layer_shards.ranks, " (experts' ",
            layer_shards.expert_rank, " of ", layer_shards.expert_ranks, ") with ", shards, " optimiser shards");
-  const DType dtype = params.empty() ? DType::F32 : params.front().value->value().dtype();
-  const Device device = params.empty() ? Device::cpu() : params.front().value->value().device();
-  std::vector<int64_t> sizes;
-  for (const Parameter& p : params) sizes.push_back(p.value->value().numel());
+  Layout out;
   int64_t total = 0;
   std::vector<int64_t> offsets = offsets_of(sizes, &total);
   // Under layer sharding each unit starts where the layout splits into its aligned parts: its parameters
   // move up by the padding before it.
   auto round_up = [](int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; };
   int64_t shift = 0;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const Parameter& p = params[i];
-    const Tensor& v = p.value->value();
-    LT_CHECK(v.dtype() == dtype && v.device() == device, "flat parameters: ", p.name, " is ", v.str(),
-             ", the first one is ", dtype_name(dtype), " on ", device.str(), ": one dtype and device for all");
-    const std::string layer = layer_of(p.name);
-    const bool new_layer = layers_.empty() || layers_.back().name != layer;
-    const bool experts = sharded && layer_shards.is_experts && layer_shards.is_experts(p.name);
-    if (sharded && (new_layer || units_.back().experts != experts)) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string layer = layer_of(names[i]);
+    const bool new_layer = out.layers.empty() || out.layers.back().name != layer;
+    const bool experts = sharded && layer_shards.is_experts && layer_shards.is_experts(names[i]);
+    if (sharded && (new_layer || out.units.back().experts != experts)) {
       Unit unit;
-      unit.layer = new_layer ? layers_.size() : layers_.size() - 1;
+      unit.layer = new_layer ? out.layers.size() : out.layers.size() - 1;
       unit.experts = experts;
       unit.part = experts ? layer_shards.expert_rank : layer_shards.rank;
       unit.parts = experts ? layer_shards.expert_ranks : layer_shards.ranks;
       shift = round_up(offsets[i] + shift, kAlignElements * unit.parts) - offsets[i];
       unit.range = {layer, offsets[i] + shift, offsets[i] + shift};
-      if (!units_.empty()) units_.back().range.end = unit.range.begin;
-      units_.push_back(unit);
+      if (!out.units.empty()) out.units.back().range.end = unit.range.begin;
+      out.units.push_back(unit);
     }
     offsets[i] += shift;
-    params_.push_back({p, {p.name, offsets[i], offsets[i] + v.numel()}, sharded ? units_.size() - 1 : 0});
+    out.parameters.push_back({names[i], offsets[i], offsets[i] + sizes[i]});
+    out.unit_of.push_back(sharded ? out.units.size() - 1 : 0);
     if (new_layer) {
-      if (!layers_.empty()) layers_.back().end = offsets[i];
-      layers_.push_back({layer, offsets[i], offsets[i]});
+      if (!out.layers.empty()) out.layers.back().end = offsets[i];
+      out.layers.push_back({layer, offsets[i], offsets[i]});
     }
   }
   total += shift;
   // Each shard a whole number of aligned blocks (and the last unit a whole number of its parts); the last
   // layer's range takes the tail padding.
-  total = round_up(total, kAlignElements * shards * (units_.empty() ? 1 : units_.back().parts));
-  if (!layers_.empty()) layers_.back().end = total;
-  layout_numel_ = total;
-  int64_t held = total;
+  total = round_up(total, kAlignElements * shards * (out.units.empty() ? 1 : out.units.back().parts));
+  if (!out.layers.empty()) out.layers.back().end = total;
+  out.numel = out.held_numel = total;
   if (sharded) {
-    units_.back().range.end = total;
-    held = 0;
-    for (Unit& unit : units_) {
+    out.units.back().range.end = total;
+    out.held_numel = 0;
+    for (Unit& unit : out.units) {
       const int64_t size = unit.range.size() / unit.parts;
-      unit.held = {unit.range.name, held, held + size};
-      held += size;
-      unit_values_.push_back(Tensor::zeros({unit.range.size()}, dtype, device));
-      unit_grads_.push_back(Tensor::empty({unit.range.size()}, dtype, device));
+      unit.held = {unit.range.name, out.held_numel, out.held_numel + size};
+      out.held_numel += size;
     }
   }
-  values_ = Tensor::zeros({held}, dtype, device);
-  grads_ = Tensor::zeros({held}, dtype, device);
+  return out;
+}
+
+FlatParameters::FlatParameters(std::vector<Parameter> params, int shards, LayerShards layer_shards) {
+  const DType dtype = params.empty() ? DType::F32 : params.front().value->value().dtype();
+  const Device device = params.empty() ? Device::cpu() : params.front().value->value().device();
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+  for (const Parameter& p : params) {
+    const Tensor& v = p.value->value();
+    LT_CHECK(v.dtype() == dtype && v.device() == device, "flat parameters: ", p.name, " is ", v.str(),
+             ", the first one is ", dtype_name(dtype), " on ", device.str(), ": one dtype and device for all");
+    names.push_back(p.name);
+    sizes.push_back(v.numel());
+  }
+  Layout layout = layout_of(names, sizes, shards, layer_shards);
+  for (size_t i = 0; i < params.size(); ++i) params_.push_back({params[i], layout.parameters[i], layout.unit_of[i]});
+  layers_ = std::move(layout.layers);
+  units_ = std::move(layout.units);
+  layout_numel_ = layout.numel;
+  const bool sharded = !units_.empty();
+  for (const Unit& unit : units_) {
+    unit_values_.push_back(Tensor::zeros({unit.range.size()}, dtype, device));
+    unit_grads_.push_back(Tensor::empty({unit.range.size()}, dtype, device));
+  }
+  values_ = Tensor::zeros({layout.held_numel}, dtype, device);
+  grads_ = Tensor::zeros({layout.held_numel}, dtype, device);
   for (size_t i = 0; i < params_.size(); ++i) {
     Variable& p = *params_[i].parameter.value;
     Tensor value, grad;

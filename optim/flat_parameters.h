@@ -9,7 +9,9 @@
 // layer's parameters next to each other, so a layer is one contiguous range.
 //
 // Each parameter's Variable becomes a view of its slice of the value buffer, and the backward writes
-// its gradient straight into its slice of the gradient buffer (Variable::set_grad_buffer).
+// its gradient straight into its slice of the gradient buffer (Variable::set_grad_buffer). Under parameter
+// sharding (LayerShards) the buffers hold one process's part of every layer, and the parameters view
+// whole-layer buffers of their own that hold memory only while the layer is gathered.
 #pragma once
 #include <functional>
 #include <string>
@@ -63,9 +65,17 @@ class FlatParameters {
   FlatParameters(const FlatParameters&) = delete;
   FlatParameters& operator=(const FlatParameters&) = delete;
 
-  // Where parameters of these sizes (in order) start in a flat layout, and its end before the shards'
-  // padding: each starts aligned (16 elements), as a tensor of its own would.
-  static std::vector<int64_t> offsets_of(const std::vector<int64_t>& sizes, int64_t* end = nullptr);
+  // The whole layout of parameters of these names and sizes (in order) as the constructor lays them out:
+  // what a checkpoint rank's flat buffers were, read back without a model laid out that way.
+  struct Layout {
+    std::vector<Range> parameters, layers;
+    std::vector<Unit> units;      // under layer sharding
+    std::vector<size_t> unit_of;  // per parameter
+    int64_t numel = 0;            // of the whole layout
+    int64_t held_numel = 0;       // of what one process holds of it
+  };
+  static Layout layout_of(const std::vector<std::string>& names, const std::vector<int64_t>& sizes, int shards,
+                          const LayerShards& layer_shards);
 
   // The layer a parameter belongs to, from its dotted name: the path up to and including the last
   // numbered component ("model.layers.3.attention.dense.weight" -> "model.layers.3"), or, for names

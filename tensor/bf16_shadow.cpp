@@ -1,5 +1,6 @@
 #include "tensor/bf16_shadow.h"
 
+#include <algorithm>
 #include <mutex>
 #include <vector>
 
@@ -9,6 +10,7 @@ namespace lt {
 namespace {
 
 struct Registered {
+  const Bf16Shadow* owner;
   Tensor values, values_bf16;
 };
 std::mutex registry_mutex;
@@ -24,12 +26,13 @@ Bf16Shadow::Bf16Shadow(const Tensor& values, const Tensor& values_bf16) {
                values.shape() == values_bf16.shape() && values.device() == values_bf16.device(),
            "Bf16Shadow: ", values_bf16.str(), " is not a bf16 copy of ", values.str());
   const std::lock_guard<std::mutex> lock(registry_mutex);
-  registry().push_back({values.reshape({values.numel()}), values_bf16.reshape({values.numel()})});
+  registry().push_back({this, values.reshape({values.numel()}), values_bf16.reshape({values.numel()})});
 }
 
 Bf16Shadow::~Bf16Shadow() {
   const std::lock_guard<std::mutex> lock(registry_mutex);
-  registry().pop_back();
+  std::vector<Registered>& entries = registry();
+  entries.erase(std::find_if(entries.begin(), entries.end(), [this](const Registered& r) { return r.owner == this; }));
 }
 
 Tensor bf16_shadow_of(const Tensor& t) {

@@ -1,8 +1,10 @@
 // The bf16 rounding of an f32 tensor kept beside it while a scope lives, so that mixed-precision matmuls
 // on a GPU (--dtype bf16) read a weight's bf16 operand from it instead of rounding the weight again for
 // every product. A training step rounds the flat parameter values once, at its start, and registers the
-// copy for its forward and backward (Trainer::step); the optimiser changes the values only after the
-// scope has ended, so a registered copy is never stale.
+// copy for its forward and backward (Trainer::step); under parameter sharding each layer is rounded as it
+// is gathered and registered until it is released (dist/parameter_shards.h), so copies come and go in any
+// order. The optimiser changes the values only after the scopes have ended, so a registered copy is never
+// stale.
 #pragma once
 #include "tensor/tensor.h"
 

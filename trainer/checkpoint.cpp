@@ -181,16 +181,24 @@ WholeMoments load_checkpoint_moments(const std::string& dir, const LingForCausal
     bool experts = false;
   };
   std::vector<Slot> slots;
+  std::vector<std::string> names;
   std::vector<int64_t> sizes;
   for (const FlatParameters::ParameterRange& p : params.parameters()) {
     Slot slot{p.parameter.name, p.parameter.value->value().shape(), 0, is_stacked_experts(p.parameter.name)};
     if (slot.experts) slot.shape[0] = E / G;
+    names.push_back(slot.name);
     sizes.push_back(shape_numel(slot.shape));
     slots.push_back(slot);
   }
-  int64_t rank_numel = 0;
-  const std::vector<int64_t> offsets = FlatParameters::offsets_of(sizes, &rank_numel);
-  for (size_t i = 0; i < slots.size(); ++i) slots[i].offset = offsets[i];
+  // Under parameter sharding a replica's R ranks held their part of every unit of the replica's layout (under
+  // expert parallelism the experts' units whole, each rank its own), end to end.
+  const int R = std::max(S, G);
+  const LayerShards held_parts = !from.shard_params ? LayerShards{}
+                                 : G > 1            ? LayerShards{0, R, is_stacked_experts, 0, 1}
+                                                    : LayerShards{0, R};
+  const FlatParameters::Layout layout = FlatParameters::layout_of(names, sizes, 1, held_parts);
+  const int64_t rank_numel = from.shard_params ? layout.held_numel : (layout.numel + S - 1) / S;
+  for (size_t i = 0; i < slots.size(); ++i) slots[i].offset = layout.parameters[i].begin;
   // The whole model's moments by name, summed over the replicas in rank order, then divided: the same
   // bytes on every rank that reads them.
   std::map<std::string, Tensor> named;
@@ -200,34 +208,48 @@ WholeMoments load_checkpoint_moments(const std::string& dir, const LingForCausal
       if (slot.experts) shape[0] = E;
       named[slot.name + moment] = Tensor::zeros(shape, DType::F32);
     }
-  const int replicas = from.world_size / std::max(S, G);
-  std::map<std::string, Tensor> replica_flat;  // per moment, with shards (S > 1): a replica's shards end to end
-  for (int rank = 0; rank < from.world_size; ++rank) {
-    const std::string path = checkpoint_rank_path(folder, rank);
-    LT_CHECK(std::filesystem::exists(path), path, ": missing (the checkpoint was written by ", from.world_size,
-             " ranks)");
-    const SafetensorsFile file = load_safetensors(path);
-    const auto text = file.metadata.find("state");
-    LT_CHECK(text != file.metadata.end(), path, ": no 'state' in the metadata");
-    whole.steps_taken = std::max<int64_t>(whole.steps_taken,
-                                          JsonObject(parse_json(text->second, path), path).get<int64_t>("adamw_steps"));
-    for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
-      const Tensor held = file.get(moment).to(DType::F32);
-      LT_CHECK(held.numel() * S >= rank_numel, path, ": '", moment, "' holds ", held.numel(), " elements, a rank of ",
-               "this model's layout ", (rank_numel + S - 1) / S);
-      Tensor flat = held;
-      if (S > 1) {
-        // A replica's shards, then its parameters once the last of them is in place.
-        Tensor& replica = replica_flat[moment];
-        if (rank % S == 0) replica = Tensor::zeros({held.numel() * S}, DType::F32);
-        replica.narrow((rank % S) * held.numel(), held.numel()).copy_from(held);
-        if (rank % S != S - 1) continue;
-        flat = replica;
+  const int replicas = from.world_size / R;
+  for (int replica = 0; replica < replicas; ++replica) {
+    std::map<std::string, std::vector<Tensor>> held;  // per moment: the replica's ranks' flat buffers
+    for (int rank = replica * R; rank < (replica + 1) * R; ++rank) {
+      const std::string path = checkpoint_rank_path(folder, rank);
+      LT_CHECK(std::filesystem::exists(path), path, ": missing (the checkpoint was written by ", from.world_size,
+               " ranks)");
+      const SafetensorsFile file = load_safetensors(path);
+      const auto text = file.metadata.find("state");
+      LT_CHECK(text != file.metadata.end(), path, ": no 'state' in the metadata");
+      whole.steps_taken = std::max<int64_t>(
+          whole.steps_taken, JsonObject(parse_json(text->second, path), path).get<int64_t>("adamw_steps"));
+      for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
+        held[moment].push_back(file.get(moment).to(DType::F32));
+        LT_CHECK(held[moment].back().numel() >= rank_numel, path, ": '", moment, "' holds ",
+                 held[moment].back().numel(), " elements, a rank of this model's layout ", rank_numel);
       }
-      for (const Slot& slot : slots) {
-        Tensor& target = named[slot.name + "." + moment];
-        Tensor part = slot.experts ? target.narrow((rank % G) * (E / G), E / G) : target;
-        kernels::axpy(1.0, flat.narrow(slot.offset, shape_numel(slot.shape)).reshape(slot.shape), part);
+    }
+    for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
+      const std::vector<Tensor>& ranks = held[moment];
+      // The replica's layout whole with rank `own`'s experts: a rank's own buffer, its shards end to end, or
+      // its ranks' parts of every unit.
+      auto whole_layout = [&](int own) {
+        if (!from.shard_params && S == 1) return ranks[static_cast<size_t>(own)];
+        Tensor flat = Tensor::zeros({from.shard_params ? layout.numel : ranks[0].numel() * S}, DType::F32);
+        for (int r = 0; r < S && !from.shard_params; ++r)
+          flat.narrow(r * ranks[0].numel(), ranks[0].numel()).copy_from(ranks[static_cast<size_t>(r)]);
+        for (const FlatParameters::Unit& unit : layout.units)
+          for (int r = 0; r < unit.parts; ++r) {
+            const Tensor& from_rank = ranks[static_cast<size_t>(unit.parts == 1 ? own : r)];
+            flat.narrow(unit.range.begin + r * unit.held.size(), unit.held.size())
+                .copy_from(from_rank.narrow(unit.held.begin, unit.held.size()));
+          }
+        return flat;
+      };
+      for (int own = 0; own < G; ++own) {
+        const Tensor flat = whole_layout(own);
+        for (const Slot& slot : slots) {
+          Tensor& target = named[slot.name + "." + moment];
+          Tensor part = slot.experts ? target.narrow(own * (E / G), E / G) : target;
+          kernels::axpy(1.0, flat.narrow(slot.offset, shape_numel(slot.shape)).reshape(slot.shape), part);
+        }
       }
     }
   }

@@ -79,21 +79,24 @@ WeightsDifference compare_checkpoint_weights(const std::string& dir_a, const std
 // Where a checkpoint folder keeps EDiT rank r's own state (edit/rank-NNNNN.safetensors).
 std::string checkpoint_rank_path(const std::string& folder, int rank);
 
-// The AdamW moments of a checkpoint over the whole flat layout of `params` (host f32 [params.layout_numel()], zeros in
-// the padding; this model's own experts where it holds a slice of them), whatever layout wrote them:
-// optimizer.safetensors by parameter name, or EDiT's per-rank files (world_size ranks in replicas of
-// shard_group ranks, each replica's shards end to end, or of expert_parallel ranks, each holding its own
-// experts), the replicas' moments averaged, since after a sync the replicas share their weights but each
-// kept its own moments; with the update count (the largest of the ranks': A-EDiT's replicas take
-// different counts). What a resume on another layout gives its optimiser, whole or a shard of it.
+// The AdamW moments of a checkpoint over the whole flat layout of `params` (host f32
+// [params.layout_numel()], zeros in the padding; this model's own experts where it holds a slice of them),
+// whatever layout wrote them: optimizer.safetensors by parameter name, or EDiT's per-rank files
+// (world_size ranks in replicas of shard_group ranks, each replica's shards end to end, or of
+// expert_parallel ranks, each holding its own experts; under parameter sharding the replica's ranks' parts
+// of every layer), the replicas' moments averaged, since after a sync the replicas share their weights but
+// each kept its own moments; with the update count (the largest of the ranks': A-EDiT's replicas take
+// different counts). What a resume on another layout gives its optimiser, whole or a part of it.
 struct WholeMoments {
   Tensor exp_avg, exp_avg_sq;
   int64_t steps_taken = 0;
 };
-// The layout a checkpoint was written in: per-rank shards (EDiT) or not, and the mesh that wrote them.
+// The layout a checkpoint was written in: per-rank shards (EDiT) or not, the mesh that wrote them, and
+// whether its replicas' ranks held parts of every layer (parameter sharding).
 struct CheckpointLayout {
   bool per_rank_shards = false;
   int world_size = 1, shard_group = 1, expert_parallel = 1;
+  bool shard_params = false;
 };
 WholeMoments load_checkpoint_moments(const std::string& dir, const LingForCausalLM& model, const FlatParameters& params,
                                      const CheckpointLayout& from);

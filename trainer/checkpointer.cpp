@@ -28,11 +28,13 @@ CheckpointTensors whole_model(Trainer& trainer, Communicator* group, bool moment
   } else {
     const Tensor values = shards->whole(params.values());
     std::vector<Tensor> flat_moments;
-    for (const auto& [name, held] : trainer.optimizer().shard_state()) flat_moments.push_back(shards->whole(held));
+    if (moments)
+      for (const auto& [name, held] : trainer.optimizer().shard_state()) flat_moments.push_back(shards->whole(held));
     if (!values.defined()) return {};  // a rank outside rank 0's expert-parallel group
     for (size_t i = 0; i < params.parameters().size(); ++i) {
       const std::string& name = params.parameters()[i].parameter.name;
       held_values.emplace_back(name, params.view(values, i));
+      if (!moments) continue;
       held_moments.emplace_back(name + ".exp_avg", params.view(flat_moments[0], i));
       held_moments.emplace_back(name + ".exp_avg_sq", params.view(flat_moments[1], i));
     }
@@ -132,15 +134,17 @@ void Checkpointer::restore(const std::string& dir, bool reloading) {
   train_state_from_json(saved.at("state"), folder + "/trainer_state.json", state, model);
   // A reload keeps the guard as it is: its count of reloads and its cuts must outlive the reload.
   if (!reloading && saved.contains("spike_guard")) guard_.load(saved.at("spike_guard"), folder + "/trainer_state.json");
-  if (setup_.relayout() || shards_) {
-    // Another layout, or a rank's part of the model: the moments, whole, then this rank's part of them;
+  if (setup_.relayout() || (shards_ != nullptr && rank_state_ == nullptr)) {
+    // Another layout, or a rank's part of a model every rank shares: the moments, whole, then this rank's part;
     // EDiT's own state starts afresh (the anchor is taken when its local steps begin, from the weights
     // every replica loaded).
     const RunSetup::Layout& from = setup_.checkpoint_layout();
     const FlatParameters& params = trainer_.parameters();
-    WholeMoments whole = load_checkpoint_moments(
-        dir, model, params, {from.mode != DistMode::DataParallel, from.world_size, from.shard_group, from.expert_parallel});
-    Tensor exp_avg = Tensor::empty({params.numel()}, DType::F32), exp_avg_sq = Tensor::empty({params.numel()}, DType::F32);
+    WholeMoments whole = load_checkpoint_moments(dir, model, params,
+                                                 {from.mode != DistMode::DataParallel, from.world_size,
+                                                  from.shard_group, from.expert_parallel, from.shard_params});
+    Tensor exp_avg = Tensor::empty({params.numel()}, DType::F32);
+    Tensor exp_avg_sq = Tensor::empty({params.numel()}, DType::F32);
     params.hold(whole.exp_avg, exp_avg);
     params.hold(whole.exp_avg_sq, exp_avg_sq);
     AdamW& adamw = trainer_.optimizer();

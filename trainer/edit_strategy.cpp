@@ -1,5 +1,7 @@
 #include "trainer/edit_strategy.h"
 
+#include "model/hf_names.h"
+
 namespace lt {
 
 EditStrategy::EditStrategy(RunSetup& setup)
@@ -7,17 +9,39 @@ EditStrategy::EditStrategy(RunSetup& setup)
       setup_(setup),
       mesh_(EditMesh::build(setup.world(), setup.edit().shard_group, setup.expert_parallel())) {}
 
+EditStrategy::~EditStrategy() {
+  if (shards_) setup_.model().set_parameter_gathering(nullptr);
+}
+
 void EditStrategy::configure(TrainerSettings& settings) {
+  if (setup_.shard_params() && mesh_->expert_group) {
+    // An expert-parallel replica: each rank's experts its own, everything else in parts over the replica.
+    settings.layer_shards = {mesh_->expert_group->rank(), mesh_->expert_group->size(), is_stacked_experts, 0, 1};
+    return;
+  }
+  if (setup_.shard_params()) {
+    settings.layer_shards = {mesh_->shard(), mesh_->shards()};
+    return;
+  }
   settings.shard = mesh_->shard();
   settings.shards = mesh_->shards();
 }
 
 void EditStrategy::attach(Trainer& trainer) {
   trainer_ = &trainer;
+  StepHooks& hooks = trainer.hooks();
+  if (setup_.shard_params()) {
+    // A replica's ranks hold its parts (ZeRO-3): each micro-batch's gradients reduced to them as its backward
+    // goes, over the replica (under expert parallelism each rank's experts over itself alone).
+    shards_ = std::make_unique<ParameterShards>(mesh_->replica_group(), trainer.parameters(),
+                                                mesh_->expert_group ? mesh_->shard_group.get() : nullptr,
+                                                setup_.expert_parallel());
+    setup_.model().set_parameter_gathering(shards_.get());
+    hooks.after_micro_batch_backward = [this] { shards_->finish_backward(); };
+  }
   edit_ = std::make_unique<Edit>(std::move(*mesh_), setup_.edit(), trainer.parameters(), setup_.model(),
                                  routed_expert_ranges(trainer.parameters()));
   mesh_.reset();
-  StepHooks& hooks = trainer.hooks();
   hooks.after_backward = [this](FlatParameters&) { edit_->reduce_gradients(trainer_->state().step); };
   hooks.complete_grad_sum_squares = [this](double own) { return edit_->complete_grad_sum_squares(own); };
   hooks.after_update = [this](FlatParameters&) { edit_->share_updated_shard(); };

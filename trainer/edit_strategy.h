@@ -1,7 +1,9 @@
 // EDiT and A-EDiT as distribution strategies (trainer/strategy.h; the algorithm is dist/edit.h). EDiT
 // runs the lockstep loop with its anchor and syncs around the steps; A-EDiT runs that loop for its
 // synchronous warmup, then rounds in which each replica steps at its own pace (aedit_strategy.cpp).
-// Both keep every rank's own shard of the optimiser and of the anchor in the checkpoint (RankState).
+// Both keep every rank's own shard of the optimiser and of the anchor in the checkpoint (RankState). Under
+// --shard-params a replica's ranks hold parts of every layer (ZeRO-3, dist/parameter_shards.h) rather than
+// whole values with shards of the gradients and optimiser (ZeRO-2).
 #pragma once
 #include <memory>
 #include <optional>
@@ -15,10 +17,12 @@ class EditStrategy : public LockstepStrategy, public RankState {
  public:
   // Builds the mesh of processes (collective over the world).
   explicit EditStrategy(RunSetup& setup);
+  ~EditStrategy() override;
   void configure(TrainerSettings& settings) override;
   void attach(Trainer& trainer) override;
   Communicator& agreeing() override { return setup_.world(); }
   RankState* rank_state() override { return this; }
+  ParameterShards* parameter_shards() override { return shards_.get(); }
   void run_stage(RunControl& run) override { run_lockstep(run, run.stage().steps); }
   // A finished EDiT run (or one out of time) ends with a sync, so the checkpoint and the held-out
   // figures are of the one model every replica agrees on. A run stopped with --stop-at does not: its
@@ -41,6 +45,7 @@ class EditStrategy : public LockstepStrategy, public RankState {
 
   RunSetup& setup_;
   std::optional<EditMesh> mesh_;  // until attach() hands it to edit_
+  std::unique_ptr<ParameterShards> shards_;  // under --shard-params
   std::unique_ptr<Edit> edit_;
   Trainer* trainer_ = nullptr;
   int64_t steps_since_sync_ = 0;  // this replica's steps since the last sync

@@ -136,31 +136,41 @@ Plan plan_training(const LingConfig& c, const PlanLayout& l, const PlanShape& s)
                 2 * allocated(kF32 * tokens * c.hidden_size);
 
   StepTraffic& t = plan.traffic;
+  // Parameter sharding, per micro-batch: each rank's part to the others of its group for the forward's and
+  // the backward's gathers (the head once: it stays whole from its forward to its backward), the gradients
+  // reduce-scattered back.
+  auto sharded_traffic = [&] {
+    const int64_t sent_per_pass =
+        kF32 * (replicated / group * (group - 1) + experts_held / expert_copies * (expert_copies - 1));
+    t.parameter_all_gather = 2 * sent_per_pass - kF32 * head_params / group * (group - 1);
+    t.gradient_reduce_scatter = sent_per_pass;
+  };
   if (!l.edit) {
     if (l.shard_params) {
-      // Per micro-batch: each rank's part to the others for the forward's and the backward's gathers (the
-      // head once: it stays whole from its forward to its backward), the gradients reduce-scattered back.
-      const int64_t sent_per_pass = kF32 * (replicated / group * (group - 1) + experts_held / expert_copies *
-                                                                                (expert_copies - 1));
-      t.parameter_all_gather = 2 * sent_per_pass - kF32 * head_params / group * (group - 1);
-      t.gradient_reduce_scatter = sent_per_pass;
+      sharded_traffic();
     } else {
       t.gradient_all_reduce =
           all_reduce_bytes(replicated, l.ranks, kF32) + all_reduce_bytes(experts_held, expert_copies, kF32);
     }
   } else if (ep > 1) {
     // A replica is an expert-parallel group: its replicated parameters' gradients averaged over it every
-    // step; across replicas each rank's whole flat buffer goes with its counterparts' (the ranks holding
-    // the same experts), every step of the warmup and at every sync after it.
+    // step (or, sharded, its parts gathered and reduced); across replicas each rank's flat buffer goes with
+    // its counterparts' (the ranks holding the same experts), every step of the warmup and at every sync
+    // after it.
     const int64_t replicas = l.ranks / ep;
-    t.replica_all_reduce = all_reduce_bytes(replicated, ep, kF32);
-    t.gradient_all_reduce = all_reduce_bytes(params_held, replicas, kF32);
+    if (l.shard_params) sharded_traffic();
+    else t.replica_all_reduce = all_reduce_bytes(replicated, ep, kF32);
+    t.gradient_all_reduce = all_reduce_bytes(m.params, replicas, kF32);
     t.edit_sync = t.gradient_all_reduce / l.sync_interval;
   } else {
     const int64_t replicas = l.ranks / l.shard_group;
-    // Inside a replica every step: the gradients reduce-scattered, the updated shards gathered.
-    t.gradient_reduce_scatter = kF32 * params_sharded * (l.shard_group - 1);
-    t.parameter_all_gather = t.gradient_reduce_scatter;
+    if (l.shard_params) {
+      sharded_traffic();
+    } else {
+      // Inside a replica every step: the gradients reduce-scattered, the updated shards gathered.
+      t.gradient_reduce_scatter = kF32 * params_sharded * (l.shard_group - 1);
+      t.parameter_all_gather = t.gradient_reduce_scatter;
+    }
     // Across replicas: the gradient shards averaged every step of the warmup, the pseudo-gradient shards
     // at every sync after it (the layer norms and weights are a few numbers per layer).
     t.gradient_all_reduce = all_reduce_bytes(params_sharded, replicas, kF32);
@@ -174,10 +184,6 @@ Plan plan_training(const LingConfig& c, const PlanLayout& l, const PlanShape& s)
     t.expert_all_to_all =
         moe_layers(c) * (c.num_experts / ep * 8 * (ep - 1) +
                          tokens * c.num_experts_per_tok * elements_per_row * kF32 * (ep - 1) / ep);
-  }
-  if (l.shard_params && (l.edit || mixed)) {
-    plan.runs = false;
-    plan.not_yet = l.edit ? "parameter sharding under EDiT" : "parameter sharding with bf16 matmuls on a GPU";
   }
   return plan;
 }
@@ -204,9 +210,7 @@ Json Plan::to_json() const {
            {"gradient_reduce_scatter", t.gradient_reduce_scatter},
            {"expert_all_to_all", t.expert_all_to_all},
            {"edit_sync", t.edit_sync},
-           {"replica_all_reduce", t.replica_all_reduce}}},
-         {"runs", runs}};
-  if (!runs) j["not_yet"] = not_yet;
+           {"replica_all_reduce", t.replica_all_reduce}}}};
   return j;
 }
 

@@ -8,9 +8,8 @@
 // gradients and AdamW state, ZeRO-2); expert parallelism over E ranks (each rank holds 1/E of every
 // MoE layer's routed experts; tokens travel to their experts by all-to-all); parameter sharding (each
 // rank holds 1/D of the values, gradients and AdamW state, D the ranks of a data-parallel group or of an
-// EDiT replica; a layer gathered for its forward and its backward, once per micro-batch). The trainer
-// runs all of them but parameter sharding under EDiT or with bf16 matmuls on a GPU, which the plan names
-// (`runs`).
+// EDiT replica; a layer gathered for its forward and its backward, once per micro-batch); the trainer
+// runs each of them.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -61,8 +60,6 @@ struct Plan {
   int64_t total_params = 0, routed_expert_params = 0;
   RankMemory memory;
   StepTraffic traffic;
-  bool runs = true;  // the trainer runs this layout today
-  std::string not_yet;  // else what it lacks
   Json to_json() const;
 };
 

@@ -109,6 +109,7 @@ Json summarise(RunControl& run, double train_seconds, double comm_bytes_per_step
                   {"wall_s", train_seconds},  // the training steps of this process, without the final eval
                   {"comm_bytes_per_step", comm_bytes_per_step},  // sent by rank 0, per step of this run
                   {"expert_parallel", setup.expert_parallel()},
+                  {"shard_params", setup.shard_params()},
                   {"rank_state_bytes", rank_state_bytes(run.trainer())}};  // rank 0's
   for (const auto& [name, value] : heldout.items())
     if (name != "val_loss" && name != "val_conversations") summary[name] = value;

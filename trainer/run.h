@@ -56,9 +56,9 @@ struct RunOptions {
   // equal to the checkpoint's is accepted; one that differs is refused, naming both.
   Json named_recipe_keys = Json::object();
   // The distribution settings the command line named: "mode" for --dist, "expert_parallel" for
-  // --expert-parallel, "shard_params" for --shard-params, and EDiT's flags by their EditSettings::to_json keys. A resumed run continues with
-  // its checkpoint's settings; a named one that differs from them is refused, naming both values, except
-  // where the resume may change the layout (trainer/run_setup.h).
+  // --expert-parallel, "shard_params" for --shard-params, and EDiT's flags by their EditSettings::to_json
+  // keys. A resumed run continues with its checkpoint's settings; a named one that differs from them is
+  // refused, naming both values, except where the resume may change the layout (trainer/run_setup.h).
   Json named_dist_settings = Json::object();
   int64_t eval_every = 200;          // held-out loss every N steps (0: only at the end)
   int64_t eval_tokens = 65536;       // over the first N held-out tokens (0: all)
@@ -76,8 +76,9 @@ struct RunOptions {
   // --expert-parallel G: each MoE layer's routed experts split over G consecutive ranks, data parallel
   // across those groups (moe/expert_parallel.h); 1: every rank holds every expert.
   int expert_parallel = 1;
-  // --shard-params on: dp under mpirun, each rank holds 1/N of every layer's values, gradients and AdamW
-  // state, the layer gathered whole around its forward and its backward (dist/parameter_shards.h).
+  // --shard-params on: under mpirun each rank holds 1/N of every layer's values, gradients and AdamW state
+  // (of an EDiT replica's, under edit and aedit), the layer gathered whole around its forward and its
+  // backward (dist/parameter_shards.h).
   bool shard_params = false;
   EditSettings edit;                 // edit / aedit: the mesh, the sync and its penalties
   SpikeGuardSettings spike_guard;    // loss spikes and non-finite steps (optim/spike_guard.h)

@@ -212,14 +212,15 @@ void RunSetup::resume_dist_settings() {
   edit_.time_based = dist_ == DistMode::AEdit;
   relayout_ = dist_ != checkpoint_layout_.mode || world_->size() != checkpoint_layout_.world_size ||
               (dist_ != DistMode::DataParallel && edit_.shard_group != checkpoint_layout_.shard_group) ||
-              expert_parallel_ != checkpoint_layout_.expert_parallel || shard_params_ != checkpoint_layout_.shard_params;
+              expert_parallel_ != checkpoint_layout_.expert_parallel ||
+              shard_params_ != checkpoint_layout_.shard_params;
   if (relayout_) return;
   // An exact resume continues the run as it was: its settings cannot change.
   const Json saved_json = saved_edit.to_json();
   for (const auto& [key, value] : named.items())
-    LT_CHECK(key == "mode" || key == "expert_parallel" || key == "shard_params" || saved_json.value(key, Json()) == value,
-             "EDiT setting '", key,
-             "' cannot change when resuming on the same layout: the checkpoint's is ",
+    LT_CHECK(key == "mode" || key == "expert_parallel" || key == "shard_params" ||
+                 saved_json.value(key, Json()) == value,
+             "EDiT setting '", key, "' cannot change when resuming on the same layout: the checkpoint's is ",
              saved_json.value(key, Json()).dump(), ", the command line's ", value.dump());
 }
 
@@ -243,14 +244,9 @@ void RunSetup::open_world() {
 }
 
 // The layout is checked before anything is allocated: one clear line for a degree the ranks or the run
-// cannot take, or parameter sharding with what it does not combine with yet (the model's experts are
-// checked as the model is made).
+// cannot take (the model's experts are checked as the model is made).
 void RunSetup::open_expert_groups() {
   const int G = expert_parallel_, ranks = world_->size();
-  LT_CHECK(!shard_params_ || dist_ == DistMode::DataParallel, "--shard-params with --dist ", dist_mode_name(dist_),
-           " is not supported yet (data parallel only)");
-  LT_CHECK(!shard_params_ || !device_.is_cuda() || options_.matmul_precision != kernels::MatmulPrecision::BF16Inputs,
-           "--shard-params with --dtype bf16 on a GPU is not supported yet");
   if (G == 1) return;
   LT_CHECK(G >= 1 && ranks % G == 0, "--expert-parallel ", G, " does not divide the ", ranks,
            " ranks (mpirun -n N: N a multiple of it)");

@@ -152,8 +152,9 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   // Mixed precision on a GPU: the weights rounded to bf16 once per step, for every matmul of its forward
   // and backward (tensor/bf16_shadow.h); the update comes after the scope.
   std::optional<Bf16Shadow> bf16_weights;
-  if (kernels::matmul_precision() == kernels::MatmulPrecision::BF16Inputs && !params_.values().is_cpu()) {
-    LT_CHECK(!params_.sharded_by_layer(), "--shard-params with --dtype bf16 on a GPU is not supported yet");
+  // (Under parameter sharding each layer is rounded as it is gathered: dist/parameter_shards.h.)
+  if (kernels::matmul_precision() == kernels::MatmulPrecision::BF16Inputs && !params_.values().is_cpu() &&
+      !params_.sharded_by_layer()) {
     if (!values_bf16_.defined())
       values_bf16_ = Tensor::empty(params_.values().shape(), DType::BF16, params_.values().device());
     kernels::convert(params_.values(), values_bf16_);

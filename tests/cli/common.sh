@@ -37,6 +37,58 @@ close() {
          m = $1 < 0 ? -$1 : $1; if (d > 1e-5 * m) bad++ } END { exit (bad > 0 || n != count) }'
 }
 
+# same_weights A B: the largest per-tensor relative difference of runs A's and B's checkpoints is at most
+# 1e-5 (lingtrain compare, its report in cmp.txt).
+same_weights() {
+  "$bin" compare --ckpt "$1/checkpoint" --vs "$2/checkpoint" >cmp.txt 2>&1 &&
+    awk -F'"max_relative":' '{ split($2, v, ","); exit !(v[1] + 0 <= 1e-5) }' cmp.txt
+}
+
+# resumes_bit_for_bit RANKS RUN OUT FLAGS...: the caller's `common` run on RANKS ranks with FLAGS, stopped
+# after step 3 into OUT and resumed there on its layout (with the caller's `resumed` flags), ends with the
+# bytes of run RUN's checkpoint: the weights' file, and the optimizer's where RUN has one.
+resumes_bit_for_bit() {
+  local ranks=$1 run=$2 out=$3
+  shift 3
+  mpiexec -n "$ranks" "$bin" pretrain "${common[@]}" "$@" --stop-at 3 --out "$out" >/dev/null 2>&1 ||
+    fail "$out: first half"
+  mpiexec -n "$ranks" "$bin" pretrain --resume "$out/checkpoint" --out "$out" "${resumed[@]}" >/dev/null 2>"$out.err" ||
+    fail "$out: resumed on its layout: $(tail -1 "$out.err")"
+  local file
+  for file in model optimizer; do
+    [ "$file" = model ] || [ -e "$run/checkpoint/$file.safetensors" ] || continue
+    cmp -s "$out/checkpoint/$file.safetensors" "$run/checkpoint/$file.safetensors" ||
+      fail "$out: resumed on its layout: $file.safetensors differs from $run's"
+  done
+}
+
+# post_training_like_one_process CKPT LABEL FLAGS...: SFT and DPO from CKPT on 2 ranks with FLAGS train what
+# one process trains with 2 micro-batches: the losses and gradient norms agree to 1e-5, the weights too.
+# SFT's packed rows hold different numbers of labelled tokens and DPO's different numbers of pairs, which
+# weigh every rank's share as one process weighs its micro-batches (mean_loss_units); DPO's reference
+# log-probs are computed once, by rank 0 with the whole reference model.
+post_training_like_one_process() {
+  local ckpt=$1 label=$2
+  shift 2
+  [ -d td ] || "$bin" tool-data --out td --sft 16 --dpo 16 --copy 8 >/dev/null || fail "tool-data"
+  local kind
+  for kind in sft dpo; do
+    # (Enough rows that the 3 steps stay within the first epoch: 13 of SFT at 512, DPO's at 1024.)
+    local seq=512
+    [ $kind = dpo ] && seq=1024
+    local post=(--ckpt "$ckpt" --data td/${kind}_train.jsonl --steps 3 --batch 1 --seq $seq --threads 1
+      --eval-every 0 --sample-prompt "")
+    local one=${kind}_one_$(echo "$ckpt" | tr / _) out=${kind}_$label
+    [ -d "$one" ] || "$bin" $kind "${post[@]}" --accum 2 --out "$one" >/dev/null 2>"$one.err" ||
+      fail "$kind, one process: $(tail -1 "$one.err")"
+    mpiexec -n 2 "$bin" $kind "${post[@]}" "$@" --out "$out" >/dev/null 2>"$out.err" ||
+      fail "$kind, $label: $(tail -1 "$out.err")"
+    close "$one/metrics.jsonl" "$out/metrics.jsonl" lm_loss 3 || fail "$kind, $label: losses differ"
+    close "$one/metrics.jsonl" "$out/metrics.jsonl" grad_norm 3 || fail "$kind, $label: gradient norms differ"
+    same_weights "$one" "$out" || fail "$kind, $label: weights differ: $(cat cmp.txt)"
+  done
+}
+
 # finish NAME: the closing line and the exit status.
 finish() {
   if [ "$failures" -eq 0 ]; then echo "$1: all checks passed"; else echo "$1: $failures check(s) failed"; exit 1; fi

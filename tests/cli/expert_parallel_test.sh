@@ -14,12 +14,6 @@ common=(--model tiny --data data/train_000000.bin --val data/val_000000.bin --se
   --eval-every 3 --ckpt-every 0 --warmup-steps 2 --steps 6 --routing-warmup 4 --batch 1)
 resumed=(--threads 1 --sample-prompt "" --eval-every 3 --ckpt-every 0)
 
-# same_weights A B: the largest per-tensor relative difference of two checkpoints is at most 1e-5.
-same_weights() {
-  "$bin" compare --ckpt "$1/checkpoint" --vs "$2/checkpoint" >cmp.txt 2>&1 &&
-    awk -F'"max_relative":' '{ split($2, v, ","); exit !(v[1] + 0 <= 1e-5) }' cmp.txt
-}
-
 for ranks in 2 4; do
   "$bin" pretrain "${common[@]}" --accum $ranks --out one$ranks >/dev/null 2>&1 ||
     fail "one process, $ranks micro-batches"
@@ -47,14 +41,7 @@ experts() { grep -o '"routed_experts":[0-9]*' "$1" | cut -d: -f2; }
   fail "the routed experts' state per rank is not a quarter: $(experts ep4_4.txt) of $(experts whole.txt)"
 
 # Resumes: on the same layout bit for bit; 4 shards by one process; one process by 4 shards.
-mpiexec -n 4 "$bin" pretrain "${common[@]}" --expert-parallel 4 --stop-at 3 --out again >/dev/null 2>&1 ||
-  fail "first half"
-mpiexec -n 4 "$bin" pretrain --resume again/checkpoint --out again "${resumed[@]}" >/dev/null 2>again.err ||
-  fail "resumed on its layout: $(tail -1 again.err)"
-cmp -s again/checkpoint/model.safetensors ep4_4/checkpoint/model.safetensors ||
-  fail "resumed on its layout: weights differ"
-cmp -s again/checkpoint/optimizer.safetensors ep4_4/checkpoint/optimizer.safetensors ||
-  fail "resumed on its layout: the optimizer differs"
+resumes_bit_for_bit 4 ep4_4 again --expert-parallel 4
 mpiexec -n 4 "$bin" pretrain "${common[@]}" --expert-parallel 4 --stop-at 3 --out to_one >/dev/null 2>&1 ||
   fail "4 shards, first half"
 "$bin" pretrain --resume to_one/checkpoint --out to_one "${resumed[@]}" --accum 4 >/dev/null 2>to_one.err ||
@@ -77,12 +64,7 @@ edit=(--dist edit --expert-parallel 2 --local-sgd-warmup 1 --sync-interval 2)
 mpiexec -n 4 "$bin" pretrain "${common[@]}" "${edit[@]}" --out edit_full >edit_full.txt 2>edit_full.err ||
   fail "edit, expert parallel: $(tail -1 edit_full.err)"
 grep -q '"sync":' edit_full/metrics.jsonl || fail "edit, expert parallel: no sync recorded"
-mpiexec -n 4 "$bin" pretrain "${common[@]}" "${edit[@]}" --stop-at 3 --out edit_part >/dev/null 2>&1 ||
-  fail "edit, expert parallel, first half"
-mpiexec -n 4 "$bin" pretrain --resume edit_part/checkpoint --out edit_part "${resumed[@]}" >/dev/null 2>edit_part.err ||
-  fail "edit, expert parallel, resumed: $(tail -1 edit_part.err)"
-cmp -s edit_full/checkpoint/model.safetensors edit_part/checkpoint/model.safetensors ||
-  fail "edit, expert parallel, resumed: weights differ"
+resumes_bit_for_bit 4 edit_full edit_part "${edit[@]}"
 mpiexec -n 4 "$bin" pretrain "${common[@]}" --dist edit --expert-parallel 2 --local-sgd-warmup 6 --stop-at 3 \
   --out warm_one >/dev/null 2>&1 || fail "edit, expert parallel, warmup, first half"
 "$bin" pretrain --resume warm_one/checkpoint --out warm_one "${resumed[@]}" --accum 4 --dist dp >/dev/null \
@@ -110,29 +92,8 @@ grep -o '"replica_steps":\[[0-9]*,[0-9]*\]' aedit/metrics.jsonl | tr -d '"replic
   fail "aedit, expert parallel: the slow replica kept pace: $(grep -o '"replica_steps":[^]]*]' aedit/metrics.jsonl)"
 
 # Post-training on 2 ranks, data parallel and with experts split, trains what one process trains with 2
-# micro-batches: SFT's packed rows hold different numbers of labelled tokens and DPO's different numbers
-# of pairs, which weigh every rank's share as one process weighs its micro-batches (mean_loss_units). DPO's
-# reference log-probs are computed once, by rank 0 with the whole reference model.
-"$bin" tool-data --out td --sft 16 --dpo 16 --copy 8 >/dev/null || fail "tool-data"
-# (Enough rows that the 3 steps stay within the first epoch: 13 of SFT at 512, DPO's at 1024.)
-for kind in sft dpo; do
-  seq=512
-  [ $kind = dpo ] && seq=1024
-  post=(--ckpt ep2_2/checkpoint --data td/${kind}_train.jsonl --steps 3 --batch 1 --seq $seq --threads 1
-    --eval-every 0 --sample-prompt "")
-  "$bin" $kind "${post[@]}" --accum 2 --out ${kind}_one >/dev/null 2>${kind}_one.err ||
-    fail "$kind, one process: $(tail -1 ${kind}_one.err)"
-  for degree in 1 2; do
-    out=${kind}_ep$degree
-    mpiexec -n 2 "$bin" $kind "${post[@]}" --expert-parallel $degree --out $out >/dev/null 2>$out.err ||
-      fail "$kind, --expert-parallel $degree: $(tail -1 $out.err)"
-    close ${kind}_one/metrics.jsonl $out/metrics.jsonl lm_loss 3 ||
-      fail "$kind, --expert-parallel $degree: losses differ"
-    close ${kind}_one/metrics.jsonl $out/metrics.jsonl grad_norm 3 ||
-      fail "$kind, --expert-parallel $degree: gradient norms differ"
-    same_weights ${kind}_one $out || fail "$kind, --expert-parallel $degree: weights differ: $(cat cmp.txt)"
-  done
-done
+# micro-batches.
+for degree in 1 2; do post_training_like_one_process ep2_2/checkpoint ep$degree --expert-parallel $degree; done
 
 # Layouts the run cannot take: one line (on every rank), nothing made.
 expect_error "one process" "does not divide the 1 ranks" "$bin" pretrain "${common[@]}" --expert-parallel 2 --out bad1

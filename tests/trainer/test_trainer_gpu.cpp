@@ -115,6 +115,32 @@ TEST(Trainer, ShardedParameterStepsOnTheGpuMatchTheCpu) {
   for (size_t i = 0; i < cpu_values.size(); ++i) ASSERT_NEAR(gpu_values[i], cpu_values[i], 2e-4) << "weight " << i;
 }
 
+// Parameter sharding under mixed precision: each gathered layer's bf16 rounding, made as it is gathered,
+// stands for the step's rounding of the whole flat buffer, so the sharded steps match the unsharded ones
+// in bf16 on the GPU to the order of their sums.
+TEST(Trainer, ShardedParameterStepsWithBf16MatmulsOnTheGpuMatchTheUnsharded) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount found none)";
+  LingForCausalLM whole_model(small_config(), 1), sharded_model(small_config(), 1);
+  whole_model.to(Device::cuda(0));
+  sharded_model.to(Device::cuda(0));
+  TrainerSettings settings = constant_lr(1e-2), sharded = settings;
+  sharded.layer_shards = {0, 1};
+  Trainer whole(whole_model, settings), parts(sharded_model, sharded);
+  const std::unique_ptr<Communicator> one_process = make_single_process_communicator();
+  ParameterShards shards(*one_process, parts.parameters());
+  sharded_model.set_parameter_gathering(&shards);
+  parts.hooks().after_micro_batch_backward = [&] { shards.finish_backward(); };
+  kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
+  Rng rng(5);
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<TokenBatch> batch = {random_batch(rng, 2, 16)};
+    const StepStats expected = whole.step(batch), actual = parts.step(batch);
+    EXPECT_NEAR(actual.loss, expected.loss, 1e-5 * std::abs(expected.loss)) << "step " << step;
+    EXPECT_NEAR(actual.grad_norm, expected.grad_norm, 1e-4 * expected.grad_norm) << "step " << step;
+  }
+  kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
+}
+
 // Mixed precision (--dtype bf16): the GPU's matmuls take bf16 operands. The steps differ from the f32
 // ones (the mode is on), yet stay within a percent of the CPU's f32 losses.
 TEST(Trainer, StepsWithBf16MatmulsOnTheGpuStayCloseToF32) {
