@@ -68,6 +68,11 @@ for ranks in 2 4; do
     fail "-n $ranks: sent $(json_number bytes$ranks.txt comm_bytes_per_step) bytes a step; $(cat plan$ranks.txt)"
 done
 
+# The parameters a rank holds: the plan's count, and a few aligned elements per layer more (within 1%).
+awk -v held="$(json_number sharded4.txt weights)" -v planned="$(json_number plan4.txt params)" \
+  'BEGIN { held /= 4; exit !(planned > 0 && held >= planned && held <= 1.01 * planned) }' ||
+  fail "-n 4: a rank holds $(json_number sharded4.txt weights) bytes of weights, planned $(json_number plan4.txt params)"
+
 # With expert parallelism the tokens' all-to-all too, which the plan counts at even expert loads: within 2%.
 mpiexec -n 4 "$bin" pretrain "${common[@]}" --eval-every 0 --shard-params on --expert-parallel 2 --out bytes_ep \
   >bytes_ep.txt 2>&1 || fail "-n 4 --expert-parallel 2, bytes"
