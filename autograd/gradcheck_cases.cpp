@@ -28,6 +28,9 @@ std::vector<GradCase> core_gradcheck_cases() {
 
   // ---- shape and reductions
   add_case(simple("reshape", "[3, 17] -> [17, 3]", {{3, 17}}, [](const Inputs& x) { return reshape(x[0], {17, 3}); }));
+  // The identity with a hook on its backward, inside a product so that its incoming gradient is not all ones.
+  add_case(simple("call_before_backward", "[3, 17] times itself", {{3, 17}},
+                  [](const Inputs& x) { return mul(call_before_backward(x[0], [] {}), x[0]); }));
   add_case(simple("slice_cols", "[3, 17, 129] cols 5..22", {{3, 17, 129}},
                   [](const Inputs& x) { return slice_cols(x[0], 5, 17); }));
   add_case(simple("slice_cols", "[17, 3] col 2", {{17, 3}}, [](const Inputs& x) { return slice_cols(x[0], 2, 1); }));

@@ -9,10 +9,6 @@ EditStrategy::EditStrategy(RunSetup& setup)
       setup_(setup),
       mesh_(EditMesh::build(setup.world(), setup.edit().shard_group, setup.expert_parallel())) {}
 
-EditStrategy::~EditStrategy() {
-  if (shards_) setup_.model().set_parameter_gathering(nullptr);
-}
-
 void EditStrategy::configure(TrainerSettings& settings) {
   if (setup_.shard_params() && mesh_->expert_group) {
     // An expert-parallel replica: each rank's experts its own, everything else in parts over the replica.
@@ -33,11 +29,9 @@ void EditStrategy::attach(Trainer& trainer) {
   if (setup_.shard_params()) {
     // A replica's ranks hold its parts (ZeRO-3): each micro-batch's gradients reduced to them as its backward
     // goes, over the replica (under expert parallelism each rank's experts over itself alone).
-    shards_ = std::make_unique<ParameterShards>(mesh_->replica_group(), trainer.parameters(),
-                                                mesh_->expert_group ? mesh_->shard_group.get() : nullptr,
-                                                setup_.expert_parallel());
-    setup_.model().set_parameter_gathering(shards_.get());
-    hooks.after_micro_batch_backward = [this] { shards_->finish_backward(); };
+    shards_ = std::make_unique<TrainerShards>(trainer, mesh_->replica_group(),
+                                              mesh_->expert_group ? mesh_->shard_group.get() : nullptr,
+                                              setup_.expert_parallel());
   }
   edit_ = std::make_unique<Edit>(std::move(*mesh_), setup_.edit(), trainer.parameters(), setup_.model(),
                                  routed_expert_ranges(trainer.parameters()));

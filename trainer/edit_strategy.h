@@ -17,12 +17,11 @@ class EditStrategy : public LockstepStrategy, public RankState {
  public:
   // Builds the mesh of processes (collective over the world).
   explicit EditStrategy(RunSetup& setup);
-  ~EditStrategy() override;
   void configure(TrainerSettings& settings) override;
   void attach(Trainer& trainer) override;
   Communicator& agreeing() override { return setup_.world(); }
   RankState* rank_state() override { return this; }
-  ParameterShards* parameter_shards() override { return shards_.get(); }
+  ParameterShards* parameter_shards() override { return shards_ ? &shards_->shards() : nullptr; }
   void run_stage(RunControl& run) override { run_lockstep(run, run.stage().steps); }
   // A finished EDiT run (or one out of time) ends with a sync, so the checkpoint and the held-out
   // figures are of the one model every replica agrees on. A run stopped with --stop-at does not: its
@@ -45,7 +44,7 @@ class EditStrategy : public LockstepStrategy, public RankState {
 
   RunSetup& setup_;
   std::optional<EditMesh> mesh_;  // until attach() hands it to edit_
-  std::unique_ptr<ParameterShards> shards_;  // under --shard-params
+  std::unique_ptr<TrainerShards> shards_;  // under --shard-params
   std::unique_ptr<Edit> edit_;
   Trainer* trainer_ = nullptr;
   int64_t steps_since_sync_ = 0;  // this replica's steps since the last sync

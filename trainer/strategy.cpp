@@ -13,9 +13,6 @@ namespace {
 class DataParallelStrategy : public LockstepStrategy {
  public:
   explicit DataParallelStrategy(RunSetup& setup) : LockstepStrategy(setup.world()), setup_(setup) {}
-  ~DataParallelStrategy() override {
-    if (shards_) setup_.model().set_parameter_gathering(nullptr);
-  }
   void configure(TrainerSettings& settings) override {
     if (!setup_.shard_params()) return;
     settings.layer_shards = {setup_.world().rank(), setup_.world().size()};
@@ -35,12 +32,11 @@ class DataParallelStrategy : public LockstepStrategy {
     trainer.hooks().mean_loss_units = [&world](double units) { return mean_over(world, units); };
     if (setup_.shard_params()) {
       // Each micro-batch's gradients are reduced to their shards as its backward goes (ParameterShards).
-      shards_ = std::make_unique<ParameterShards>(world, trainer.parameters(), setup_.expert_copies(),
-                                                  setup_.expert_parallel());
-      setup_.model().set_parameter_gathering(shards_.get());
-      trainer.hooks().after_micro_batch_backward = [this] { shards_->finish_backward(); };
+      shards_ = std::make_unique<TrainerShards>(trainer, world, setup_.expert_copies(), setup_.expert_parallel());
       trainer.hooks().after_backward = [this](FlatParameters&) { data_parallel_.average_buffers(setup_.model()); };
-      trainer.hooks().complete_grad_sum_squares = [this](double own) { return shards_->grad_sum_squares(own); };
+      trainer.hooks().complete_grad_sum_squares = [this](double own) {
+        return shards_->shards().grad_sum_squares(own);
+      };
       return;
     }
     if (setup_.expert_group() != nullptr) {
@@ -60,14 +56,14 @@ class DataParallelStrategy : public LockstepStrategy {
     trainer.hooks().after_backward = [this](FlatParameters& params) { data_parallel_.average(params, setup_.model()); };
   }
   Communicator& agreeing() override { return setup_.world(); }
-  ParameterShards* parameter_shards() override { return shards_.get(); }
+  ParameterShards* parameter_shards() override { return shards_ ? &shards_->shards() : nullptr; }
   void run_stage(RunControl& run) override { run_lockstep(run, run.stage().steps); }
   int64_t bytes_sent() const override { return setup_.world().bytes_sent() + setup_.expert_bytes_sent(); }
 
  private:
   RunSetup& setup_;
   std::unique_ptr<OverlappedAverage> overlapped_;
-  std::unique_ptr<ParameterShards> shards_;
+  std::unique_ptr<TrainerShards> shards_;
 };
 
 }  // namespace

@@ -268,6 +268,15 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   return stats;
 }
 
+TrainerShards::TrainerShards(Trainer& trainer, Communicator& group, Communicator* expert_copies,
+                             int expert_group_size)
+    : model_(trainer.model()), shards_(group, trainer.parameters(), expert_copies, expert_group_size) {
+  model_.set_parameter_gathering(&shards_);
+  trainer.hooks().after_micro_batch_backward = [this] { shards_.finish_backward(); };
+}
+
+TrainerShards::~TrainerShards() { model_.set_parameter_gathering(nullptr); }
+
 Json step_record(const StepStats& s, int64_t tokens_seen) {
   Json record = {{"step", s.step},
                  {"loss", s.loss},

@@ -5,7 +5,8 @@
 // A step, in order:
 //   for each micro-batch: objective forward (the graph is built) -> backward (the gradient, scaled by
 //     1 / micro-batches, accumulates in the flat gradient buffer); during the last one's backward, hook
-//     gradient_ready as each parameter's gradient is complete (dist may start averaging it)
+//     gradient_ready as each parameter's gradient is complete (dist may start averaging it); after each
+//     backward, hook after_micro_batch_backward (parameter sharding reduces what it left whole)
 //   hook after_backward   the gradients of this process are complete (dist averages them here)
 //   gradient norm         one reduction over the flat gradient buffer (hook complete_grad_sum_squares
 //                         adds the other shards' parts when the optimiser is sharded)
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "data/batch_sampler.h"
+#include "dist/parameter_shards.h"
 #include "model/ling.h"
 #include "optim/adamw.h"
 #include "optim/flat_parameters.h"
@@ -129,6 +131,23 @@ class Trainer {
   Tensor values_bf16_;  // the values rounded to bf16 for a step's matmuls (--dtype bf16 on a GPU)
   StepHooks hooks_;
   TrainState state_;
+};
+
+// Parameter sharding on a trainer whose settings lay it out in parts (TrainerSettings::layer_shards): its
+// model gathers each layer through these shards (dist/parameter_shards.h), and each micro-batch's backward
+// ends with their reduction; the model forgets them when they go (the trainer may be gone already).
+class TrainerShards {
+ public:
+  TrainerShards(Trainer& trainer, Communicator& group, Communicator* expert_copies = nullptr,
+                int expert_group_size = 1);
+  ~TrainerShards();
+  TrainerShards(const TrainerShards&) = delete;
+  TrainerShards& operator=(const TrainerShards&) = delete;
+  ParameterShards& shards() { return shards_; }
+
+ private:
+  LingForCausalLM& model_;
+  ParameterShards shards_;
 };
 
 // The metrics-log record of a step (io/metrics.h): losses, lr, gradient norm, tokens, speed and, per

@@ -2,6 +2,9 @@
 // freeing the graph, and a gradient check that catches a wrong backward.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "tensor/allocator.h"
@@ -237,6 +240,18 @@ TEST(Engine, AReshapeToItsOwnShapeIsTheVariableItself) {
   EXPECT_NE(reshape(u, {3, 2}).impl(), u.impl());
   sum(mul(reshape(u, {-1, 3}), reshape(reshape(u, {3, 2}), {2, 3}))).backward();  // sum(u^2): 8 x
   EXPECT_EQ(grad_of(x), (std::vector<double>{8, 16, 24, 32, 40, 48}));
+}
+
+// call_before_backward's hook runs as the backward reaches its result, before the nodes that made its input
+// (parameter sharding gathers a layer's weights there), and the gradient passes on unchanged.
+TEST(Engine, CallBeforeBackwardRunsItsHookBeforeTheNodesThatMadeItsInput) {
+  const Variable x(Tensor::from_vector<double>({3}, {1, 2, 3}), true);
+  std::vector<std::string> order;
+  const LeafGradientsReady ready([&](const VariableImpl&) { order.push_back("x ready"); });
+  const Variable y = call_before_backward(scale(x, 2.0), [&] { order.push_back("hook"); });
+  sum(mul(y, y)).backward();  // sum(4 x^2): 8 x
+  EXPECT_EQ(order, (std::vector<std::string>{"hook", "x ready"}));
+  EXPECT_EQ(grad_of(x), (std::vector<double>{8, 16, 24}));
 }
 
 TEST(Engine, NoGradGuardRecordsNothing) {

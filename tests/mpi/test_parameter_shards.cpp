@@ -74,9 +74,8 @@ void expect_training_like_one_process(int G) {
     sharded_settings.layer_shards.expert_ranks = copies->size();
   }
   Trainer sharded(sharded_model, sharded_settings);
-  ParameterShards shards(*world, sharded.parameters(), G > 1 ? copies.get() : nullptr, G);
-  sharded_model.set_parameter_gathering(&shards);
-  sharded.hooks().after_micro_batch_backward = [&] { shards.finish_backward(); };
+  TrainerShards attached(sharded, *world, G > 1 ? copies.get() : nullptr, G);
+  ParameterShards& shards = attached.shards();
   sharded.hooks().complete_grad_sum_squares = [&](double own) { return shards.grad_sum_squares(own); };
   // The routing warmup's observations of the step, each rank's of its own rows, averaged as data parallel does.
   DataParallel data_parallel(*world);

@@ -7,7 +7,6 @@
 #include <optional>
 
 #include "dist/communicator.h"
-#include "dist/parameter_shards.h"
 #include "model/ling.h"
 #include "moe/expert_parallel.h"
 #include "tensor/allocator.h"
@@ -96,9 +95,7 @@ TEST(Trainer, ShardedParameterStepsOnTheGpuMatchTheCpu) {
   sharded.layer_shards = {0, 1};
   Trainer on_cpu(cpu_model, settings), on_gpu(gpu_model, sharded);
   const std::unique_ptr<Communicator> one_process = make_single_process_communicator();
-  ParameterShards shards(*one_process, on_gpu.parameters());
-  gpu_model.set_parameter_gathering(&shards);
-  on_gpu.hooks().after_micro_batch_backward = [&] { shards.finish_backward(); };
+  const TrainerShards shards(on_gpu, *one_process);
   Rng rng(3);
   for (int step = 0; step < 3; ++step) {
     const std::vector<TokenBatch> batch = {random_batch(rng, 2, 16), random_batch(rng, 2, 16)};
@@ -127,9 +124,7 @@ TEST(Trainer, ShardedParameterStepsWithBf16MatmulsOnTheGpuMatchTheUnsharded) {
   sharded.layer_shards = {0, 1};
   Trainer whole(whole_model, settings), parts(sharded_model, sharded);
   const std::unique_ptr<Communicator> one_process = make_single_process_communicator();
-  ParameterShards shards(*one_process, parts.parameters());
-  sharded_model.set_parameter_gathering(&shards);
-  parts.hooks().after_micro_batch_backward = [&] { shards.finish_backward(); };
+  const TrainerShards shards(parts, *one_process);
   kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
   Rng rng(5);
   for (int step = 0; step < 3; ++step) {
