@@ -12,7 +12,7 @@
 #include "cli/flags.h"
 #include "data/chat_template.h"
 #include "data/jsonl.h"
-#include "data/shard.h"
+#include "data/token_shards.h"
 #include "data/tokenizer.h"
 #include "data/tool_data.h"
 #include "io/format_text.h"
@@ -39,9 +39,9 @@ int cmd_compare(const Args& args) {
 }
 
 int cmd_eval(const Args& args) {
-  const Flags flags("lingtrain eval --ckpt DIR --data FILE.bin: the mean next-token loss over the whole file",
+  const Flags flags("lingtrain eval --ckpt DIR --data FILES: the mean next-token loss over all of the shards",
                     {{"ckpt", "", "the checkpoint (required)"},
-                     {"data", "", "an llm.c token shard (required)"},
+                     {"data", "", "llm.c token shards: files and globs separated by commas (required)"},
                      {"seq", "0", "tokens per window (0: the checkpoint's training seq)"},
                      {"batch", "8", "windows per forward"},
                      threads_flag(),
@@ -62,8 +62,8 @@ int cmd_eval(const Args& args) {
   }
   LT_CHECK(T <= model.config().max_position_embeddings, "flag --seq ", T, " exceeds max_position_embeddings ",
            model.config().max_position_embeddings, " of ", ckpt);
-  const Tensor tokens = read_token_shard_tensor(flags.str("data"), model.config().vocab_size);
-  LT_CHECK(tokens.numel() >= 2, flags.str("data"), ": fewer than 2 tokens, nothing to predict");
+  const TokenShards tokens = TokenShards::open(flags.str("data"), model.config().vocab_size);
+  LT_CHECK(tokens.num_tokens() >= 2, flags.str("data"), ": fewer than 2 tokens, nothing to predict");
   const LossSum loss = evaluate(model, tokens, T, flags.positive("batch"));
   LT_CHECK(std::isfinite(loss.mean()), ckpt, ": the loss is not finite (weights of a diverged run?)");
   std::printf("%s\n", Json{{"loss", loss.mean()}, {"tokens", loss.tokens}, {"seq", T}}.dump().c_str());

@@ -1,5 +1,6 @@
 #include "data/corpus.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <filesystem>
@@ -130,6 +131,22 @@ CorpusShards write_corpus_shards(const std::string& out_dir, uint64_t seed, size
   return shards;
 }
 
+namespace {
+
+// -sum p log p of the counts, summed in id order with a fixed formula, so the figure is reproducible to
+// the last digit.
+double entropy_of_counts(const std::vector<uint64_t>& counts, uint64_t total) {
+  double entropy = 0.0;
+  for (uint64_t count : counts) {
+    if (count == 0) continue;
+    const double p = static_cast<double>(count) / static_cast<double>(total);
+    entropy -= p * std::log(p);
+  }
+  return entropy;
+}
+
+}  // namespace
+
 double unigram_entropy_nats(std::span<const uint32_t> tokens, int64_t vocab_size) {
   LT_CHECK(vocab_size >= 1, "unigram entropy: vocab_size ", vocab_size, " must be positive");
   std::vector<uint64_t> counts(vocab_size, 0);
@@ -138,15 +155,23 @@ double unigram_entropy_nats(std::span<const uint32_t> tokens, int64_t vocab_size
       fail("unigram entropy: token ", tokens[i], " at position ", i, " is >= vocab_size ", vocab_size);
     ++counts[tokens[i]];
   }
-  // Summed in id order with a fixed formula, so the figure is reproducible to the last digit.
-  double entropy = 0.0;
-  const double total = static_cast<double>(tokens.size());
-  for (uint64_t count : counts) {
-    if (count == 0) continue;
-    const double p = static_cast<double>(count) / total;
-    entropy -= p * std::log(p);
+  return entropy_of_counts(counts, tokens.size());
+}
+
+double unigram_entropy_nats(const TokenShards& tokens, int64_t vocab_size) {
+  LT_CHECK(vocab_size >= 1, "unigram entropy: vocab_size ", vocab_size, " must be positive");
+  std::vector<uint64_t> counts(vocab_size, 0);
+  constexpr int64_t kChunk = 1 << 20;
+  std::vector<int32_t> chunk;
+  for (int64_t first = 0; first < tokens.num_tokens(); first += kChunk) {
+    chunk.resize(static_cast<size_t>(std::min(kChunk, tokens.num_tokens() - first)));
+    tokens.read(first, static_cast<int64_t>(chunk.size()), chunk.data());  // checks each token below the vocabulary
+    for (int32_t token : chunk) {
+      LT_CHECK(token < vocab_size, tokens.spec(), ": token ", token, " is >= vocab_size ", vocab_size);
+      ++counts[static_cast<size_t>(token)];
+    }
   }
-  return entropy;
+  return entropy_of_counts(counts, static_cast<uint64_t>(tokens.num_tokens()));
 }
 
 }  // namespace lt

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "data/token_shards.h"
 #include "data/tokenizer.h"
 
 namespace lt {
@@ -88,5 +89,7 @@ CorpusShards write_corpus_shards(const std::string& out_dir, uint64_t seed, size
 // The entropy of the token frequencies, -sum p log p, in nats per token: the loss of the best model that
 // ignores context, the first bar a training run must clear. Fails on a token >= vocab_size.
 double unigram_entropy_nats(std::span<const uint32_t> tokens, int64_t vocab_size);
+// The same over token shards, read a chunk at a time.
+double unigram_entropy_nats(const TokenShards& tokens, int64_t vocab_size);
 
 }  // namespace lt

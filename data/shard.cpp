@@ -64,20 +64,8 @@ void read_tokens(const InputFile& file, const ShardInfo& info, Out* out, uint64_
     const size_t count = std::min<int64_t>(kChunkTokens, info.num_tokens - first);
     file.read_at(kShardHeaderBytes + static_cast<uint64_t>(first) * info.token_bytes, chunk.data(),
                  count * info.token_bytes, "the tokens");
-    for (size_t i = 0; i < count; ++i) {
-      uint32_t token;
-      if (info.token_bytes == 2) {
-        uint16_t narrow;
-        std::memcpy(&narrow, chunk.data() + 2 * i, 2);
-        token = narrow;
-      } else {
-        std::memcpy(&token, chunk.data() + 4 * i, 4);
-      }
-      if (token >= limit)
-        fail(file.path(), ": token ", token, " at position ", first + static_cast<int64_t>(i), " is >= ", limit_name,
-             ' ', limit);
-      out[first + i] = static_cast<Out>(token);
-    }
+    decode_tokens(chunk.data(), info.token_bytes, static_cast<int64_t>(count), out + first, limit, limit_name,
+                  file.path(), first);
   }
 }
 
@@ -113,6 +101,7 @@ void write_token_shard(const std::string& path, std::span<const uint32_t> tokens
 }
 
 ShardInfo read_token_shard_info(const std::string& path) { return parse_info(InputFile(path)); }
+ShardInfo read_token_shard_info(const InputFile& file) { return parse_info(file); }
 
 std::vector<uint32_t> read_token_shard(const std::string& path, std::optional<int64_t> vocab_size) {
   const InputFile file(path);

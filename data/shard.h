@@ -7,14 +7,18 @@
 //   then the tokens, little-endian.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "tensor/error.h"
 #include "tensor/tensor.h"
 
 namespace lt {
+
+class InputFile;
 
 inline constexpr int32_t kShardMagicUint16 = 20240520;
 inline constexpr int32_t kShardVersionUint16 = 1;
@@ -35,6 +39,27 @@ void write_token_shard(const std::string& path, std::span<const uint32_t> tokens
 // Reads and validates the header: magic/version pair, a non-negative count, and a file size of exactly
 // header + count tokens.
 ShardInfo read_token_shard_info(const std::string& path);
+ShardInfo read_token_shard_info(const InputFile& file);
+
+// `count` tokens of `token_bytes` little-endian bytes each, as Out, each checked below `limit`: the first
+// that is not fails with "<path>: token 70000 at position 12 is >= vocab_size 65536" (its position is
+// first_position + its index; limit_name: "vocab_size").
+template <class Out>
+void decode_tokens(const uint8_t* bytes, int token_bytes, int64_t count, Out* out, uint64_t limit,
+                   const char* limit_name, const std::string& path, int64_t first_position) {
+  for (int64_t i = 0; i < count; ++i) {
+    uint32_t token;
+    if (token_bytes == 2) {
+      uint16_t narrow;
+      std::memcpy(&narrow, bytes + 2 * i, 2);
+      token = narrow;
+    } else {
+      std::memcpy(&token, bytes + 4 * i, 4);
+    }
+    if (token >= limit) fail(path, ": token ", token, " at position ", first_position + i, " is >= ", limit_name, ' ', limit);
+    out[i] = static_cast<Out>(token);
+  }
+}
 
 // Reads the tokens. With vocab_size, every token must be below it; the first that is not fails with
 // "<path>: token 70000 at position 12 is >= vocab_size 65536".

@@ -1,6 +1,7 @@
 #include "io/input_file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,6 +50,18 @@ std::string InputFile::read_all() const {
   std::string contents(size_, '\0');
   read_at(0, contents.data(), contents.size(), "the contents");
   return contents;
+}
+
+MappedFile::MappedFile(const InputFile& file) : path_(file.path()), size_(file.size()) {
+  if (size_ == 0) return;
+  // The mapping outlives the descriptor: closing the file later leaves its pages reachable.
+  void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, file.descriptor(), 0);
+  if (mapped == MAP_FAILED) fail(path_, ": cannot map ", size_, " bytes: ", std::strerror(errno));
+  bytes_ = static_cast<const uint8_t*>(mapped);
+}
+
+MappedFile::~MappedFile() {
+  if (bytes_ != nullptr) ::munmap(const_cast<uint8_t*>(bytes_), size_);
 }
 
 std::string read_file(const std::string& path) { return InputFile(path).read_all(); }

@@ -22,11 +22,31 @@ class InputFile {
   // ("path: file is truncated: <what> needs bytes [a, b) but the file has n bytes").
   void read_at(uint64_t offset, void* destination, size_t bytes, const char* what) const;
   std::string read_all() const;
+  int descriptor() const { return descriptor_; }
 
  private:
   std::string path_;
   int descriptor_ = -1;
   uint64_t size_ = 0;
+};
+
+// A file's bytes mapped read-only into memory: token shards of any size are read in place, and a process
+// touches (and the kernel pages in) only the ranges it reads, so each rank of a run reads only its windows.
+class MappedFile {
+ public:
+  explicit MappedFile(const InputFile& file);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint64_t size() const { return size_; }
+  const uint8_t* bytes() const { return bytes_; }
+
+ private:
+  std::string path_;
+  uint64_t size_ = 0;
+  const uint8_t* bytes_ = nullptr;  // null for an empty file (mmap cannot map zero bytes)
 };
 
 // The whole contents of a file.

@@ -1,5 +1,6 @@
 #include "trainer/evaluate.h"
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -8,7 +9,7 @@
 
 namespace lt {
 
-LossSum evaluate(LingForCausalLM& model, const Tensor& tokens, int64_t T, int64_t batch) {
+LossSum evaluate(LingForCausalLM& model, const TokenShards& tokens, int64_t T, int64_t batch, int64_t limit_tokens) {
   NoGradGuard no_grad;
   LossSum total;
   auto add_batch = [&](const Tensor& inputs, const Tensor& targets) {
@@ -17,13 +18,15 @@ LossSum evaluate(LingForCausalLM& model, const Tensor& tokens, int64_t T, int64_
     total.sum += loss.lm.value().item() * static_cast<double>(inputs.numel());
     total.tokens += inputs.numel();
   };
-  HeldoutBatches windows(tokens, batch, T);
+  HeldoutBatches windows(tokens, batch, T, limit_tokens);
   while (std::optional<TokenBatch> b = windows.next()) add_batch(b->inputs, b->targets);
-  const int64_t start = windows.num_windows() * T, remaining = tokens.numel() - start;
+  const int64_t n = limit_tokens > 0 ? std::min(limit_tokens, tokens.num_tokens()) : tokens.num_tokens();
+  const int64_t start = windows.num_windows() * T, remaining = n - start;
   if (remaining >= 2) {
-    const Tensor tail = tokens.narrow(start, remaining);
-    add_batch(tail.narrow(0, remaining - 1).clone().reshape({1, remaining - 1}),
-              tail.narrow(1, remaining - 1).clone().reshape({1, remaining - 1}));
+    std::vector<int32_t> tail(static_cast<size_t>(remaining));
+    tokens.read(start, remaining, tail.data());
+    add_batch(Tensor::from_vector<int32_t>({1, remaining - 1}, std::vector<int32_t>(tail.begin(), tail.end() - 1)),
+              Tensor::from_vector<int32_t>({1, remaining - 1}, std::vector<int32_t>(tail.begin() + 1, tail.end())));
   }
   return total;
 }

@@ -5,6 +5,7 @@
 #include <span>
 #include <string>
 
+#include "data/token_shards.h"
 #include "model/ling.h"
 
 namespace lt {
@@ -15,10 +16,11 @@ struct LossSum {
   double mean() const { return tokens ? sum / static_cast<double>(tokens) : 0; }
 };
 
-// Windows of T + 1 tokens start at 0, T, 2T, ..., so every token after the first is predicted exactly
-// once; a final shorter window counts when it holds at least 2 tokens. Language-model loss only (no
-// auxiliary losses), no gradients, `batch` windows per forward.
-LossSum evaluate(LingForCausalLM& model, const Tensor& tokens, int64_t T, int64_t batch);
+// Windows of T + 1 tokens start at 0, T, 2T, ... of the shards end to end, so every token after the first
+// is predicted exactly once; a final shorter window counts when it holds at least 2 tokens. Language-model
+// loss only (no auxiliary losses), no gradients, `batch` windows per forward. limit_tokens > 0: over the
+// first limit_tokens tokens only.
+LossSum evaluate(LingForCausalLM& model, const TokenShards& tokens, int64_t T, int64_t batch, int64_t limit_tokens = 0);
 
 struct SequenceLogprob {
   double logp = 0;  // nats, summed over the marked tokens

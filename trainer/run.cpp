@@ -96,7 +96,8 @@ Json summarise(RunControl& run, double train_seconds, double comm_bytes_per_step
   }
   double unigram = NAN;
   if (run.stage().kind == StageKind::Pretrain && !val_path.empty())
-    unigram = unigram_entropy_nats(read_token_shard(val_path), setup.model().config().vocab_size);
+    unigram = unigram_entropy_nats(TokenShards::open(val_path, setup.model().config().vocab_size),
+                                   setup.model().config().vocab_size);
   std::fprintf(setup.out(), "\ncheckpoint written to %s\n", run.checkpointer().dir().c_str());
   Json summary = {{"steps", state.step},
                   {"tokens", state.tokens_seen},

@@ -30,7 +30,7 @@ void RunControl::begin_stage() {
   const Recipe& recipe = setup_.recipe();
   const StageSettings& stage = *(stage_ = &recipe.stages[static_cast<size_t>(s.stage)]);
   LingForCausalLM& model = setup_.model();
-  const bool resuming_this_stage = s.stage_step > 0 || s.data_cursor.position > 0 || s.data_cursor.epoch > 0;
+  const bool resuming_this_stage = s.stage_step > 0 || !at_start(s.data_cursor);
   if (stage.seq > model.config().max_position_embeddings) {
     // RoPE has no table of positions: training on longer rows is what extends the context.
     sink_.event(format_text("stage '%s': context extended from %lld to %lld positions", stage.name.c_str(),
@@ -72,9 +72,11 @@ void RunControl::begin_stage() {
     const std::string precision = matmuls == kernels::MatmulPrecision::F32
                                       ? ""
                                       : format_text("; %s matmuls", kernels::matmul_precision_name(matmuls));
-    sink_.event(format_text("%s%s: %.2fM parameters (%.2fM active per token); %s data %s; %s%s",
+    const std::string vocab = setup_.model_note().empty() ? "" : "; " + setup_.model_note();
+    sink_.event(format_text("%s%s: %.2fM parameters (%.2fM active per token)%s; %s data %s; %s%s",
                             recipe.stages.size() > 1 ? ("stage " + stage.name + ", model ").c_str() : "model ",
-                            model.config().name.c_str(), counts.total / 1e6, counts.active / 1e6, stage_kind_name(stage.kind),
+                            model.config().name.c_str(), counts.total / 1e6, counts.active / 1e6, vocab.c_str(),
+                            stage_kind_name(stage.kind),
                             batches_->description().c_str(), count_of(num_threads(), "thread").c_str(),
                             precision.c_str()));
   }
@@ -95,7 +97,7 @@ StepStats RunControl::train_step() {
     const std::string& dir = checkpointer_.dir();
     LT_CHECK(can_reload_, "non-finite steps under --dist aedit (its replicas cannot reload together): resume from ",
              dir, " with a lower --lr");
-    const SamplerCursor position = batches_->cursor();
+    const DataCursor position = batches_->cursor();
     const int64_t stage_now = s.stage;
     checkpointer_.restore(dir, /*reloading=*/true);
     LT_CHECK(s.stage == stage_now, "non-finite steps right after a stage change: resume from ", dir, " with a lower --lr");

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "data/batch_sampler.h"
 #include "data/corpus.h"
 #include "data/shard.h"
 #include "dist/expert_exchange.h"
@@ -84,6 +85,15 @@ std::string ensure_default_corpus(const std::string& out_dir, const RunTokenizer
   }
   return dir;
 }
+
+// Whether a run's --model fixes its vocabulary: a config.json with vocab_size does, a preset does not.
+bool fixes_vocab_size(const std::string& model) {
+  const std::vector<std::string> presets = preset_names();
+  if (std::find(presets.begin(), presets.end(), model) != presets.end()) return false;
+  return read_json_file(model).contains("vocab_size");
+}
+
+int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 
 }  // namespace
 
@@ -263,7 +273,17 @@ void RunSetup::open_expert_groups() {
 void RunSetup::make_model_and_tokenizer() {
   // The checkpoint the weights come from: the one resumed, else the recipe's starting one (post-training).
   const std::string source = resuming() ? options_.resume : recipe_.init;
-  const LingConfig config = source.empty() ? resolve_config(recipe_.model) : load_checkpoint_config(source);
+  LingConfig config = source.empty() ? resolve_config(recipe_.model) : load_checkpoint_config(source);
+  if (source.empty() && !options_.tokenizer.empty() && !fixes_vocab_size(recipe_.model)) {
+    // A preset's table follows the tokenizer it trains with: its vocabulary rounded up to a multiple of 64
+    // (whole SIMD and GEMM tiles). The stage's first progress line says so.
+    const int64_t tokens = load_tokenizer(options_.tokenizer)->vocab_size(), vocab = round_up(tokens, 64);
+    if (vocab != config.vocab_size)
+      vocab_note_ = format_text("vocab_size %lld (the tokenizer's %lld tokens rounded up to 64; the preset's is %lld)",
+                                static_cast<long long>(vocab), static_cast<long long>(tokens),
+                                static_cast<long long>(config.vocab_size));
+    config.vocab_size = vocab;
+  }
   const int G = expert_parallel_;
   LT_CHECK(G == 1 || config.num_experts > 0, "--expert-parallel ", G, ": model ", config.name,
            " is dense, it has no routed experts to split");
@@ -288,6 +308,8 @@ void RunSetup::make_model_and_tokenizer() {
 
 void RunSetup::size_stages() {
   for (StageSettings& stage : recipe_.stages) {
+    std::string note;
+    if (stage.kind == StageKind::Pretrain) note = check_pretrain_data(stage);
     // Post-training data is read before anything is written (a file that cannot be trained on stops the
     // run with nothing made), and stages sized in epochs get their steps from it.
     if (stage.kind != StageKind::Pretrain) {
@@ -299,10 +321,10 @@ void RunSetup::size_stages() {
     }
     // A warmup as long as the stage would leave its decay unreached (a 20-step cosine run ending at its
     // peak rate): it becomes a tenth of the stage, and the run says so.
-    std::string note;
     if (stage.warmup_steps > 0 && stage.warmup_steps >= stage.steps) {
       const int64_t fitted = stage.steps / 10;
-      note = format_text("stage '%s': a warmup of %lld steps is not shorter than its %lld steps; %s", stage.name.c_str(),
+      note += std::string(note.empty() ? "" : "; ") +
+              format_text("stage '%s': a warmup of %lld steps is not shorter than its %lld steps; %s", stage.name.c_str(),
                          static_cast<long long>(stage.warmup_steps), static_cast<long long>(stage.steps),
                          fitted > 0 ? format_text("warming up over %lld instead", static_cast<long long>(fitted)).c_str()
                                     : "no warmup instead");
@@ -312,29 +334,37 @@ void RunSetup::size_stages() {
   }
 }
 
+std::vector<SamplerSource> RunSetup::pretrain_sources(const StageSettings& stage) {
+  const int64_t vocab = model_->config().vocab_size;
+  std::vector<SamplerSource> sources;
+  for (const DataSource& source : stage.data.sources)
+    sources.push_back({source.name, TokenShards::open(source.path, vocab), source.weight});
+  if (sources.empty())
+    sources.push_back({"", TokenShards::open(default_corpus_ + "/train.bin", vocab), 1.0});
+  return sources;
+}
+
+// Rank 0 makes the embedded corpus when the stage trains on it (the others wait for it to be complete).
+void RunSetup::prepare_default_corpus(const StageSettings& stage) {
+  if (stage.kind != StageKind::Pretrain || !stage.data.empty() || !default_corpus_.empty()) return;
+  if (lead()) default_corpus_ = ensure_default_corpus(options_.out_dir, tokenizer_, out_);
+  world_->barrier();
+  if (!lead()) default_corpus_ = ensure_default_corpus(options_.out_dir, tokenizer_, out_);
+}
+
 std::unique_ptr<StageBatches> RunSetup::stage_batches(int64_t stage_index) {
   const StageSettings& stage = recipe_.stages[static_cast<size_t>(stage_index)];
   const uint64_t sampler_seed = stage_sampler_seed(recipe_.seed, stage_index);
   std::unique_ptr<StageBatches> batches;
+  if (stage.kind == StageKind::Pretrain) {
+    prepare_default_corpus(stage);
+    val_path_ = !stage.val.empty() ? stage.val : stage.data.empty() ? default_corpus_ + "/val.bin" : "";
+    std::optional<TokenShards> val;
+    if (!val_path_.empty()) val = TokenShards::open(val_path_, model_->config().vocab_size);
+    return window_batches(pretrain_sources(stage), std::move(val), stage.batch, stage.seq, sampler_seed,
+                          world_->rank(), world_->size());
+  }
   auto prepare = [&]() {
-    if (stage.kind == StageKind::Pretrain) {
-      std::string train_path = stage.data, val_path = stage.val;
-      if (train_path.empty()) {
-        const std::string corpus = ensure_default_corpus(options_.out_dir, tokenizer_, out_);
-        train_path = corpus + "/train.bin";
-        if (val_path.empty()) val_path = corpus + "/val.bin";
-      }
-      const int64_t vocab = model_->config().vocab_size;
-      if (train_path != train_path_) train_tokens_ = read_token_shard_tensor(train_path, vocab);
-      if (val_path != val_path_) val_tokens_ = val_path.empty() ? Tensor() : read_token_shard_tensor(val_path, vocab);
-      train_path_ = train_path;
-      val_path_ = val_path;
-      LT_CHECK(train_tokens_.numel() > stage.seq, train_path, ": ", train_tokens_.numel(),
-               " tokens, fewer than seq + 1 (", stage.seq + 1, ") of stage '", stage.name, "'");
-      batches = window_batches(train_tokens_, val_tokens_, stage.batch, stage.seq, sampler_seed, world_->rank(),
-                               world_->size(), train_path + " (" + std::to_string(train_tokens_.numel()) + " tokens)");
-      return;
-    }
     PostTrainingInputs inputs;
     inputs.tokenizer = tokenizer_.tokenizer.get();
     inputs.tokenizer_json = tokenizer_.json_text;
@@ -346,10 +376,46 @@ std::unique_ptr<StageBatches> RunSetup::stage_batches(int64_t stage_index) {
     inputs.device = device_;
     batches = post_training_batches(stage, inputs);
   };
+  // Rank 0 first: it caches DPO's reference log-probs, which the others then read.
   if (lead()) prepare();
   world_->barrier();
   if (!lead()) prepare();
   return batches;
+}
+
+// Pre-training data is opened before anything is written too (a missing file, a bad shard, a set without
+// a whole window stop the run with nothing made). on_exhausted end: the stage's steps are as many as its
+// data gives before a source would start another epoch (a step takes its micro-batches' windows on every
+// rank), so its schedule ends where its data does.
+std::string RunSetup::check_pretrain_data(StageSettings& stage) {
+  if (!stage.val.empty()) TokenShards::open(stage.val, model_->config().vocab_size);
+  if (stage.data.empty() && stage.on_exhausted != "end") return "";  // the embedded corpus, made as the stage begins
+  prepare_default_corpus(stage);
+  // (An epoch's windows depend on the offsets its seed draws.)
+  const int64_t index = &stage - recipe_.stages.data();
+  const BatchSampler sampler(pretrain_sources(stage), stage.batch, stage.seq, stage_sampler_seed(recipe_.seed, index));
+  if (stage.on_exhausted != "end") return "";
+  const BatchSampler::Exhaustion runs_out = sampler.first_exhaustion();
+  int64_t steps = 0, left = runs_out.windows;
+  const int64_t ramp_steps = stage.ramp().ramp_steps;
+  while (steps < stage.steps) {
+    const int64_t step_windows = stage.micro_batches_at(steps) * stage.batch * world_->size();
+    if (steps >= ramp_steps) {  // every step alike from here
+      steps += std::min(stage.steps - steps, left / step_windows);
+      break;
+    }
+    if (step_windows > left) break;
+    left -= step_windows;
+    ++steps;
+  }
+  const std::string source = runs_out.source.empty() ? "its data" : "source '" + runs_out.source + "'";
+  LT_CHECK(steps > 0, "stage '", stage.name, "': ", source, " runs out (", runs_out.windows, " windows of ",
+           stage.seq + 1, " tokens) before its first step");
+  if (steps == stage.steps) return "";
+  const std::string note = format_text("stage '%s': %s runs out after %lld steps (on_exhausted end); the stage ends there",
+                                       stage.name.c_str(), source.c_str(), static_cast<long long>(steps));
+  stage.steps = steps;
+  return note;
 }
 
 std::string RunSetup::stage_note(int64_t stage) const {

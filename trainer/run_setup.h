@@ -87,11 +87,15 @@ class RunSetup {
 
   // The batches of recipe stage `stage` on this rank. Rank 0 prepares the data first (it generates
   // the embedded corpus when missing, and caches DPO's reference log-probs); the others read what it
-  // made once it is complete. Collective.
+  // made once it is complete. Collective. Token shards are mapped, not read: each rank reads the windows
+  // it trains on.
   std::unique_ptr<StageBatches> stage_batches(int64_t stage);
+  // What the run changed in the model's configuration ("" when nothing): a preset's vocab_size fitted to
+  // the tokenizer.
+  const std::string& model_note() const { return vocab_note_; }
   // What the run changed in stage `stage`'s settings and says as the stage begins ("" when nothing).
   std::string stage_note(int64_t stage) const;
-  // The held-out file of stage `stage` as the last stage_batches made it ("" without one).
+  // The held-out files of stage `stage` as the last stage_batches made it ("" without).
   std::string heldout_path(int64_t stage) const;
 
  private:
@@ -101,6 +105,9 @@ class RunSetup {
   void open_expert_groups();
   void make_model_and_tokenizer();
   void size_stages();
+  std::string check_pretrain_data(StageSettings& stage);
+  void prepare_default_corpus(const StageSettings& stage);
+  std::vector<SamplerSource> pretrain_sources(const StageSettings& stage);
 
   const RunOptions& options_;
   Recipe recipe_;
@@ -127,10 +134,10 @@ class RunSetup {
   std::FILE* out_ = nullptr;
   std::unique_ptr<LingForCausalLM> model_;
   RunTokenizer tokenizer_;
-  // The last pre-training stage's token arrays, kept while consecutive stages name the same files.
-  std::string train_path_, val_path_;
+  std::string vocab_note_;
+  std::string default_corpus_;  // the embedded corpus's folder, once a stage needed it
+  std::string val_path_;        // the last pre-training stage's held-out files
   std::vector<std::string> stage_notes_;
-  Tensor train_tokens_, val_tokens_;
 };
 
 }  // namespace lt

@@ -4,6 +4,7 @@
 
 #include "data/chat_dataset.h"
 #include "data/packing.h"
+#include "io/format_text.h"
 #include "trainer/checkpoint.h"
 #include "trainer/dpo.h"
 #include "trainer/evaluate.h"
@@ -17,25 +18,48 @@ namespace {
 
 class WindowBatches : public StageBatches {
  public:
-  WindowBatches(Tensor train, Tensor val, int64_t B, int64_t T, uint64_t seed, int rank, int world_size,
-                std::string description)
-      : sampler_(train, B, T, seed, rank, world_size), val_(std::move(val)), B_(B), T_(T) {
-    description_ = std::move(description);
+  WindowBatches(std::vector<SamplerSource> sources, std::optional<TokenShards> val, int64_t B, int64_t T, uint64_t seed,
+                int rank, int world_size)
+      : sampler_(std::move(sources), B, T, seed, rank, world_size), val_(std::move(val)), B_(B), T_(T) {
+    if (sampler_.num_sources() == 1) {
+      description_ = sampler_.source(0).tokens.describe();
+      return;
+    }
+    for (size_t i = 0; i < sampler_.num_sources(); ++i) {
+      const SamplerSource& source = sampler_.source(i);
+      description_ += format_text("%s%s %.3g: %s", i ? "; " : "", source.name.c_str(), source.weight,
+                                  source.tokens.describe().c_str());
+    }
   }
   TokenBatch next() override { return sampler_.next(); }
-  SamplerCursor cursor() const override { return sampler_.cursor(); }
-  void restore(const SamplerCursor& cursor) override { sampler_.restore(cursor); }
+  DataCursor cursor() const override { return sampler_.cursor(); }
+  void restore(const DataCursor& cursor) override { sampler_.restore(cursor); }
   Json evaluate(LingForCausalLM& model, int64_t limit_tokens) override {
-    if (!val_.defined()) return Json::object();
-    const int64_t n = limit_tokens > 0 ? std::min(val_.numel(), limit_tokens) : val_.numel();
-    return {{"val_loss", lt::evaluate(model, val_.narrow(0, n), T_, B_).mean()}};
+    if (!val_) return Json::object();
+    return {{"val_loss", lt::evaluate(model, *val_, T_, B_, limit_tokens).mean()}};
+  }
+  // A mixture's tokens and epochs per source, over the stage so far.
+  void add_step_metrics(const StepStats&, Json& record) const override {
+    if (sampler_.num_sources() == 1) return;
+    const DataCursor cursor = sampler_.cursor();
+    Json sources = Json::object();
+    for (size_t i = 0; i < cursor.size(); ++i)
+      sources[sampler_.source(i).name] = {{"tokens", static_cast<int64_t>(cursor[i].given) * T_},
+                                          {"epoch", cursor[i].epoch}};
+    record["sources"] = sources;
   }
 
  private:
   BatchSampler sampler_;
-  Tensor val_;
+  std::optional<TokenShards> val_;
   int64_t B_, T_;
 };
+
+// The cursor of data with one source (post-training's files).
+SamplerCursor one_cursor(const DataCursor& cursor) {
+  LT_CHECK(cursor.size() == 1, "the data cursor has ", cursor.size(), " sources, the stage's data one");
+  return cursor[0];
+}
 
 // How many of the held-out rows an evaluation uses: about limit_tokens / T of them (all when 0).
 size_t rows_within(const std::vector<PackedRow>& rows, int64_t limit_tokens) {
@@ -83,8 +107,8 @@ class ConversationBatches : public StageBatches {
   ConversationBatches(PackedData train, std::vector<PackedRow> val, int64_t B, uint64_t seed, int rank, int world_size)
       : rows_(std::move(train.rows)), val_(std::move(val)), sampler_(static_cast<int64_t>(rows_.size()), B, seed, rank, world_size), B_(B) {}
   TokenBatch next() override { return stack_rows(rows_, sampler_.next()); }
-  SamplerCursor cursor() const override { return sampler_.cursor(); }
-  void restore(const SamplerCursor& cursor) override { sampler_.restore(cursor); }
+  DataCursor cursor() const override { return {sampler_.cursor()}; }
+  void restore(const DataCursor& cursor) override { sampler_.restore(one_cursor(cursor)); }
   Json evaluate(LingForCausalLM& model, int64_t limit_tokens) override {
     if (val_.empty()) return Json::object();
     NoGradGuard no_grad;
@@ -117,8 +141,8 @@ class PreferenceBatches : public StageBatches {
         sampler_(static_cast<int64_t>(rows_.size()), stage.batch, seed, rank, world_size), B_(stage.batch),
         beta_(stage.beta), rpo_alpha_(stage.rpo_alpha) {}
   TokenBatch next() override { return stack_preference_rows(rows_, sampler_.next(), reference_); }
-  SamplerCursor cursor() const override { return sampler_.cursor(); }
-  void restore(const SamplerCursor& cursor) override { sampler_.restore(cursor); }
+  DataCursor cursor() const override { return {sampler_.cursor()}; }
+  void restore(const DataCursor& cursor) override { sampler_.restore(one_cursor(cursor)); }
   Json evaluate(LingForCausalLM& model, int64_t limit_tokens) override {
     if (val_.empty()) return Json::object();
     return evaluate_preferences(model, val_, val_reference_, B_, static_cast<int64_t>(rows_within(val_, limit_tokens)),
@@ -164,19 +188,18 @@ std::vector<double> reference_logprobs(const StageSettings& stage, const std::st
 
 }  // namespace
 
-std::unique_ptr<StageBatches> window_batches(Tensor train, Tensor val, int64_t B, int64_t T, uint64_t seed, int rank,
-                                             int world_size, std::string description) {
-  return std::make_unique<WindowBatches>(std::move(train), std::move(val), B, T, seed, rank, world_size,
-                                         std::move(description));
+std::unique_ptr<StageBatches> window_batches(std::vector<SamplerSource> sources, std::optional<TokenShards> val,
+                                             int64_t B, int64_t T, uint64_t seed, int rank, int world_size) {
+  return std::make_unique<WindowBatches>(std::move(sources), std::move(val), B, T, seed, rank, world_size);
 }
 
 std::unique_ptr<StageBatches> post_training_batches(const StageSettings& stage, const PostTrainingInputs& inputs) {
   LT_CHECK(stage.kind != StageKind::Pretrain, "stage '", stage.name, "' is not a post-training stage");
   const Tokenizer& tokenizer = *inputs.tokenizer;
-  PackedData train = pack_file(stage.kind, FileRole::Train, stage.data, tokenizer, stage.seq);
+  PackedData train = pack_file(stage.kind, FileRole::Train, stage.data.path(), tokenizer, stage.seq);
   PackedData val;
   if (!stage.val.empty()) val = pack_file(stage.kind, FileRole::HeldOut, stage.val, tokenizer, stage.seq);
-  std::string text = describe(stage.kind, stage.data, train, stage.seq);
+  std::string text = describe(stage.kind, stage.data.path(), train, stage.seq);
   if (!stage.val.empty()) text += ", held-out " + describe(stage.kind, stage.val, val, stage.seq);
   if (stage.kind == StageKind::Sft) {
     auto batches = std::make_unique<ConversationBatches>(std::move(train), std::move(val.rows), stage.batch, inputs.seed,
@@ -184,7 +207,7 @@ std::unique_ptr<StageBatches> post_training_batches(const StageSettings& stage, 
     batches->set_description(text);
     return batches;
   }
-  std::vector<double> reference = reference_logprobs(stage, stage.data, train, inputs);
+  std::vector<double> reference = reference_logprobs(stage, stage.data.path(), train, inputs);
   std::vector<double> val_reference;
   if (!stage.val.empty()) val_reference = reference_logprobs(stage, stage.val, val, inputs);
   auto batches = std::make_unique<PreferenceBatches>(std::move(train.rows), std::move(reference), std::move(val.rows),
@@ -196,7 +219,7 @@ std::unique_ptr<StageBatches> post_training_batches(const StageSettings& stage, 
 
 int64_t packed_train_rows(const StageSettings& stage, const Tokenizer& tokenizer) {
   if (!stage.val.empty()) pack_file(stage.kind, FileRole::HeldOut, stage.val, tokenizer, stage.seq);
-  return static_cast<int64_t>(pack_file(stage.kind, FileRole::Train, stage.data, tokenizer, stage.seq).rows.size());
+  return static_cast<int64_t>(pack_file(stage.kind, FileRole::Train, stage.data.path(), tokenizer, stage.seq).rows.size());
 }
 
 }  // namespace lt

@@ -1,7 +1,8 @@
 // Where a stage's micro-batches come from, by the stage's kind (trainer/recipe.h), and how its held-out
 // data is scored. The run (trainer/run.h) is written once against this; the kinds differ only here and
 // in their objective:
-//   pretrain  windows of token shards (data/batch_sampler.h); held-out: the next-token loss
+//   pretrain  windows of token shards, one source or a mixture (data/batch_sampler.h); held-out: the
+//             next-token loss
 //   sft       conversations packed into rows (data/chat_dataset.h, data/packing.h), loss on the
 //             assistant tokens, token-mean over the step; held-out: the same loss on the val file
 //   dpo       preference pairs packed into rows, DPO against reference log-probs computed once and
@@ -9,6 +10,8 @@
 #pragma once
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <vector>
 #include <string>
 
 #include "data/batch_sampler.h"
@@ -23,9 +26,9 @@ class StageBatches {
  public:
   virtual ~StageBatches() = default;
   virtual TokenBatch next() = 0;  // this rank's next micro-batch
-  virtual SamplerCursor cursor() const = 0;
+  virtual DataCursor cursor() const = 0;
   // Fails when the cursor cannot belong to this data (saved with other data, seed or shapes).
-  virtual void restore(const SamplerCursor& cursor) = 0;
+  virtual void restore(const DataCursor& cursor) = 0;
   // Held-out figures of `model`: "val_loss" and, for DPO, TRL's eval_ metrics; empty without held-out
   // data. limit_tokens: about how many held-out tokens to use (0: all).
   virtual Json evaluate(LingForCausalLM& model, int64_t limit_tokens) = 0;
@@ -40,9 +43,10 @@ class StageBatches {
   std::string description_;
 };
 
-// Pre-training: windows of `train` (i32 tokens) B x T; held-out loss over `val` (undefined: none).
-std::unique_ptr<StageBatches> window_batches(Tensor train, Tensor val, int64_t B, int64_t T, uint64_t seed, int rank,
-                                             int world_size, std::string description);
+// Pre-training: windows of the sources B x T (one source, or a mixture); held-out loss over `val` (none
+// without). A mixture's metrics records hold each source's tokens and epoch so far ("sources").
+std::unique_ptr<StageBatches> window_batches(std::vector<SamplerSource> sources, std::optional<TokenShards> val,
+                                             int64_t B, int64_t T, uint64_t seed, int rank, int world_size);
 
 // What the post-training kinds read besides the stage: the run's tokenizer, and where DPO caches the
 // reference log-probs.

@@ -1,7 +1,9 @@
 #include "trainer/stage_settings.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <type_traits>
 
 #include "tensor/error.h"
@@ -29,7 +31,7 @@ template <class T>
 constexpr StageKey::Type key_type() {
   if constexpr (std::is_same_v<T, int64_t>) return StageKey::Type::Integer;
   else if constexpr (std::is_same_v<T, double>) return StageKey::Type::Number;
-  else if constexpr (std::is_same_v<T, std::string>) return StageKey::Type::Text;
+  else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, DataSpec>) return StageKey::Type::Text;
   else return StageKey::Type::Kind;
 }
 
@@ -40,12 +42,35 @@ void read_key(const JsonObject& o, const char* key, T& value, const std::string&
 void read_key(const JsonObject& o, const char* key, StageKind& value, const std::string& where) {
   if (o.has(key)) value = parse_stage_kind(o.get<std::string>(key), where);
 }
+void read_key(const JsonObject& o, const char* key, DataSpec& value, const std::string& where) {
+  if (o.has(key)) value = DataSpec::from_json(o.json().at(key), where + ": " + key);
+}
 
 template <class T>
 Json json_of(const T& value) {
   return Json(value);
 }
 Json json_of(StageKind kind) { return stage_kind_name(kind); }
+Json json_of(const DataSpec& data) { return data.to_json(); }
+
+bool is_source_name(const std::string& name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+
+// One entry of the command line's form: "NAME@WEIGHT=PATHS", or PATHS alone.
+DataSource parse_source(const std::string& entry, const std::string& where) {
+  const size_t at = entry.find('@'), equals = entry.find('=');
+  if (at == std::string::npos || equals == std::string::npos || at > equals || !is_source_name(entry.substr(0, at)))
+    return {"", entry, 1};
+  const std::string weight_text = entry.substr(at + 1, equals - at - 1);
+  char* end = nullptr;
+  const double weight = std::strtod(weight_text.c_str(), &end);
+  LT_CHECK(!weight_text.empty() && *end == '\0', where, ": source '", entry.substr(0, at), "': weight '", weight_text,
+           "' is not a number (NAME@WEIGHT=PATHS)");
+  return {entry.substr(0, at), entry.substr(equals + 1), weight};
+}
 
 // Every key, whatever the kind.
 Json all_keys_json(const StageSettings& s) {
@@ -62,6 +87,10 @@ void validate(const StageSettings& s, const std::string& where) {
   LT_CHECK(s.kind != StageKind::Dpo || !s.reference.empty(), where, ": a dpo stage needs 'reference' (a checkpoint)");
   LT_CHECK(s.kind == StageKind::Pretrain || !s.data.empty(), where, ": a", s.kind == StageKind::Sft ? "n " : " ",
            stage_kind_name(s.kind), " stage needs 'data' (a JSONL file)");
+  LT_CHECK(s.kind == StageKind::Pretrain || !s.data.is_mixture(), where, ": a mixture of sources is for pre-training; ",
+           stage_kind_name(s.kind), " reads one JSONL file");
+  LT_CHECK(s.on_exhausted == "repeat" || s.on_exhausted == "end", where, ": on_exhausted must be repeat or end, got '",
+           s.on_exhausted, "'");
   // A post-training stage may leave its steps to its epochs (0: sized when the run packs its data).
   LT_CHECK((s.steps > 0 || (s.steps == 0 && s.kind != StageKind::Pretrain && s.epochs > 0)) && s.batch > 0 &&
                s.seq > 0 && s.accum > 0,
@@ -79,6 +108,50 @@ void validate(const StageSettings& s, const std::string& where) {
 }
 
 }  // namespace
+
+DataSpec DataSpec::from_json(const Json& json, const std::string& where) {
+  DataSpec spec;
+  if (json.is_string()) {
+    const std::string text = json.get<std::string>();
+    if (text.empty()) return spec;
+    size_t begin = 0;
+    for (;;) {
+      const size_t end = text.find(';', begin);
+      spec.sources.push_back(parse_source(text.substr(begin, end == std::string::npos ? end : end - begin), where));
+      if (end == std::string::npos) break;
+      begin = end + 1;
+    }
+  } else {
+    LT_CHECK(json.is_array() && !json.empty(), where, ": must be a string (files) or a list of sources, got ",
+             json.dump());
+    for (size_t i = 0; i < json.size(); ++i) {
+      const JsonObject o(json[i], where + "[" + std::to_string(i) + "]");
+      for (const auto& [key, value] : o.json().items())
+        LT_CHECK(key == "name" || key == "path" || key == "weight", o.source(), ": unknown key '", key,
+                 "' (name, path, weight)");
+      spec.sources.push_back({o.get<std::string>("name"), o.get<std::string>("path"), o.get<double>("weight", 1.0)});
+    }
+  }
+  if (!spec.is_mixture()) return spec;
+  for (size_t i = 0; i < spec.sources.size(); ++i) {
+    const DataSource& source = spec.sources[i];
+    LT_CHECK(is_source_name(source.name), where, ": source ", i, " needs a name of letters, digits, '_', '-' or '.' (",
+             "NAME@WEIGHT=PATHS), got '", source.name, "'");
+    LT_CHECK(!source.path.empty(), where, ": source '", source.name, "' names no files");
+    LT_CHECK(std::isfinite(source.weight) && source.weight > 0, where, ": source '", source.name, "' has weight ",
+             source.weight, ", it must be > 0");
+    for (size_t j = 0; j < i; ++j)
+      LT_CHECK(spec.sources[j].name != source.name, where, ": source name '", source.name, "' appears twice");
+  }
+  return spec;
+}
+
+Json DataSpec::to_json() const {
+  if (!is_mixture()) return path();
+  Json sources = Json::array();
+  for (const DataSource& s : this->sources) sources.push_back({{"name", s.name}, {"path", s.path}, {"weight", s.weight}});
+  return sources;
+}
 
 const std::vector<StageKey>& stage_keys() {
   static const std::vector<StageKey> keys = {

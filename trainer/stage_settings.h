@@ -31,6 +31,29 @@ constexpr unsigned kAnyKind = kind_bit(StageKind::Pretrain) | kind_bit(StageKind
 constexpr unsigned kPostTraining = kind_bit(StageKind::Sft) | kind_bit(StageKind::Dpo);
 constexpr unsigned kDpoOnly = kind_bit(StageKind::Dpo);
 
+// A stage's training data: one source (token shards: files and globs separated by commas; for sft and dpo
+// a JSONL file), or a pre-training mixture of named sources with weights (data/batch_sampler.h). In a
+// recipe, a string or a list of {"name", "path", "weight"}; on the command line, the string or
+// "NAME@WEIGHT=PATHS;NAME@WEIGHT=PATHS" ("web@0.7=web/*.bin;code@0.3=code/*.bin").
+struct DataSource {
+  std::string name;  // "" for the one source of plain data
+  std::string path;
+  double weight = 1;
+  bool operator==(const DataSource&) const = default;
+};
+struct DataSpec {
+  std::vector<DataSource> sources;  // empty: none given
+
+  bool empty() const { return sources.empty(); }
+  bool is_mixture() const { return sources.size() > 1 || (!sources.empty() && !sources[0].name.empty()); }
+  // The one source's path ("" when none): what sft and dpo read.
+  std::string path() const { return sources.empty() ? std::string() : sources[0].path; }
+  // Fails naming `where` on a malformed entry, a repeated name or a weight that is not > 0.
+  static DataSpec from_json(const Json& json, const std::string& where);
+  Json to_json() const;
+  bool operator==(const DataSpec&) const = default;
+};
+
 enum StageKeyTraits : unsigned {
   kFlag = 1,           // set on the command line too (--warmup-steps), not only in a recipe file
   kFixedMidStage = 2,  // cannot change when resuming in the middle of a stage (the data cursor counts
@@ -53,9 +76,12 @@ enum StageKeyTraits : unsigned {
   X(int64_t, seq, 128, 512, 1024, kAnyKind, kFlag | kFixedMidStage, "tokens per sequence")                       \
   X(int64_t, accum, 1, 1, 1, kAnyKind, kFlag | kFixedMidStage, "micro-batches per step (gradient accumulation)") \
   X(double, rope_theta, 0, 0, 0, kAnyKind, kFlag, "RoPE theta during the stage (0 keeps the model's)")            \
-  X(std::string, data, "", "", "", kAnyKind, kFlag,                                                               \
-    "training data: token shards (pretrain; empty: the embedded corpus) or a JSONL file (sft, dpo)")             \
-  X(std::string, val, "", "", "", kAnyKind, kFlag, "held-out data, as --data")                                    \
+  X(DataSpec, data, {}, {}, {}, kAnyKind, kFlag,                                                                   \
+    "training data: token shards, files and globs separated by commas (pretrain; empty: the embedded corpus), "   \
+    "or a mixture NAME@WEIGHT=SHARDS;... ; a JSONL file (sft, dpo)")                                             \
+  X(std::string, on_exhausted, "repeat", "repeat", "repeat", kind_bit(StageKind::Pretrain), kFlag | kFixedOnResume, \
+    "when a source of the data runs out: repeat (another epoch of it) or end (the stage ends; its steps fit)")    \
+  X(std::string, val, "", "", "", kAnyKind, kFlag, "held-out data: token shards or a JSONL file, as --data")       \
   X(std::string, lr_schedule, "cosine", "cosine", "cosine", kAnyKind, kFlag,                                      \
     "cosine, wsd (Ling's: warmup, constant, halved after --halve-at of the tokens), inverse_sqrt or constant")   \
   X(double, lr, 3e-3, 1e-3, 2e-4, kAnyKind, kFlag, "peak learning rate")                                          \

@@ -18,6 +18,35 @@ Integer exact_integer(const Json& value, const std::string& source, const std::s
   return value.get<Integer>();
 }
 
+SamplerCursor sampler_cursor_from_json(const JsonObject& o) {
+  const int64_t epoch = o.get<int64_t>("epoch"), position = o.get<int64_t>("position");
+  const int64_t given = o.get<int64_t>("given", 0);  // absent from checkpoints of one-source data before mixtures
+  LT_CHECK(epoch >= 0 && position >= 0 && given >= 0, o.source(), ": data_cursor epoch, position and given must be >= 0, got ",
+           epoch, ", ", position, " and ", given);
+  return {static_cast<uint64_t>(epoch), static_cast<uint64_t>(position), static_cast<uint64_t>(given)};
+}
+
+Json sampler_cursor_to_json(const SamplerCursor& c) {
+  return {{"epoch", c.epoch}, {"position", c.position}, {"given", c.given}};
+}
+
+// One source's cursor as it always was ({"epoch", "position", "given"}); a mixture's as {"sources": [...]}.
+Json data_cursor_to_json(const DataCursor& cursor) {
+  if (cursor.size() <= 1) return sampler_cursor_to_json(cursor.empty() ? SamplerCursor{} : cursor[0]);
+  Json sources = Json::array();
+  for (const SamplerCursor& c : cursor) sources.push_back(sampler_cursor_to_json(c));
+  return {{"sources", sources}};
+}
+
+DataCursor data_cursor_from_json(const JsonObject& o) {
+  if (!o.has("sources")) return {sampler_cursor_from_json(o)};
+  const Json& sources = o.json().at("sources");
+  LT_CHECK(sources.is_array() && !sources.empty(), o.source(), ": data_cursor sources must be a non-empty list");
+  DataCursor cursor;
+  for (const Json& source : sources) cursor.push_back(sampler_cursor_from_json(JsonObject(source, o.source())));
+  return cursor;
+}
+
 }  // namespace
 
 Json train_state_to_json(const TrainState& state, Module& model) {
@@ -32,7 +61,7 @@ Json train_state_to_json(const TrainState& state, Module& model) {
               {"stage", state.stage},
               {"stage_step", state.stage_step},
               {"stage_tokens", state.stage_tokens},
-              {"data_cursor", {{"epoch", state.data_cursor.epoch}, {"position", state.data_cursor.position}}},
+              {"data_cursor", data_cursor_to_json(state.data_cursor)},
               {"module_buffers", buffers}};
 }
 
@@ -48,11 +77,7 @@ void train_state_from_json(const Json& json, const std::string& source, TrainSta
            source, ": step, tokens and stage counters must be >= 0");
   // Checkpoints written before the warmup noise became a function of each token's place kept the state of
   // its generator under "rng"; nothing needs it now.
-  const JsonObject cursor = o.object("data_cursor");
-  const int64_t epoch = cursor.get<int64_t>("epoch"), position = cursor.get<int64_t>("position");
-  LT_CHECK(epoch >= 0 && position >= 0, source, ": data_cursor epoch and position must be >= 0, got ", epoch, " and ",
-           position);
-  state.data_cursor = {static_cast<uint64_t>(epoch), static_cast<uint64_t>(position)};
+  state.data_cursor = data_cursor_from_json(o.object("data_cursor"));
 
   const JsonObject saved = o.object("module_buffers");
   std::map<std::string, bool> restored;

@@ -19,7 +19,7 @@ struct TrainState {
   int64_t stage = 0;         // the recipe stage being run (trainer/recipe.h)
   int64_t stage_step = 0;    // steps taken in that stage: the schedule's position
   int64_t stage_tokens = 0;  // tokens consumed in that stage: the wsd halving point's position
-  SamplerCursor data_cursor;  // of the current stage's sampler
+  DataCursor data_cursor;    // of the current stage's data (empty at its start)
 };
 
 // The state plus the buffers of `model` (by name; f64 values written exactly, with 17 digits).

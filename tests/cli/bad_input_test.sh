@@ -73,7 +73,7 @@ expect_error "malformed config.json" "t9/config.json" "$bin" eval --ckpt t9 --da
 rm -rf t10 && cp -r "$ckpt" t10 && printf '{"state": 1}' >t10/trainer_state.json
 expect_error "malformed trainer_state.json" "t10/trainer_state.json" "$bin" pretrain --resume t10 --threads 1
 rm -rf t11 && cp -r "$ckpt" t11 && sed 's/"epoch": *[0-9]*/"epoch": -3/' "$ckpt/trainer_state.json" >t11/trainer_state.json
-expect_error "negative data cursor" "t11/trainer_state.json: data_cursor epoch and position must be >= 0" \
+expect_error "negative data cursor" "t11/trainer_state.json: data_cursor epoch, position and given must be >= 0" \
   "$bin" pretrain --resume t11 --threads 1
 
 # Token shards.

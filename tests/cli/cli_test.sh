@@ -76,7 +76,8 @@ printf 'garbage' >>badheader.bin
 expect_error "bad shard header" "badheader.bin" "$bin" eval --ckpt full/checkpoint --data badheader.bin
 # A valid uint16 shard (magic 20240520, version 1, 3 tokens) holding token 1000 >= vocab 320.
 { printf '\x88\xd8\x34\x01\x01\x00\x00\x00\x03\x00\x00\x00'; head -c 1012 /dev/zero; printf '\x01\x00\xe8\x03\x02\x00'; } >bigtoken.bin
-expect_error "token >= vocab" "1000" "$bin" eval --ckpt full/checkpoint --data bigtoken.bin
+expect_error "token >= vocab" "bigtoken.bin: token 1000 at position 1 is >= vocab_size 320" \
+  "$bin" eval --ckpt full/checkpoint --data bigtoken.bin --seq 2
 expect_error "missing checkpoint" "nowhere" "$bin" eval --ckpt nowhere --data "$val"
 
 finish cli

@@ -131,8 +131,10 @@ expect_error "sft without a checkpoint" "flag --ckpt is required" "$bin" sft --d
 
 # Refusals: one line each, naming the file.
 "$bin" tokenizer train --vocab 600 --out big.json text.txt >/dev/null 2>&1 || fail "tokenizer train (600)"
+# (A preset follows its tokenizer; a config.json that sets vocab_size does not.)
+cp run/checkpoint/config.json fixed_vocab.json
 expect_error "tokenizer larger than the model" "big.json: .* tokens do not fit the model's vocab_size 320" \
-  "$bin" pretrain "${run[@]}" --tokenizer big.json --steps 2 --out big
+  "$bin" pretrain "${run[@]}" --model fixed_vocab.json --tokenizer big.json --steps 2 --out big
 [ -e big ] && fail "a refused run left its folder"
 "$bin" tokenizer train --vocab 290 --out other.json text.txt >/dev/null || fail "tokenizer train (290)"
 expect_error "another tokenizer on resume" "is not the tokenizer run/checkpoint was trained with" \

@@ -166,7 +166,7 @@ TEST(Corpus, WritesShardsAndManifest) {
 TEST(Corpus, UnigramEntropy) {
   EXPECT_DOUBLE_EQ(unigram_entropy_nats(std::vector<uint32_t>{0, 1, 2, 3, 3, 2, 1, 0}, 4), std::log(4.0));
   EXPECT_DOUBLE_EQ(unigram_entropy_nats(std::vector<uint32_t>{7, 7, 7}, 10), 0.0);
-  EXPECT_DOUBLE_EQ(unigram_entropy_nats({}, 10), 0.0);
+  EXPECT_DOUBLE_EQ(unigram_entropy_nats(std::vector<uint32_t>{}, 10), 0.0);
   test::expect_error([] { unigram_entropy_nats(std::vector<uint32_t>{1, 10}, 10); },
                      {"token 10 at position 1 is >= vocab_size 10"});
 }

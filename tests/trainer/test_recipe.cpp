@@ -66,7 +66,7 @@ TEST(StageSettings, APretrainingStageWritesTheKeysItAlwaysWrote) {
   const Json pretrain = stage_to_json(StageSettings{});
   std::set<std::string> keys;
   for (const auto& [key, value] : pretrain.items()) keys.insert(key);
-  EXPECT_EQ(keys, (std::set<std::string>{"name", "steps", "batch", "seq", "accum", "rope_theta", "data", "val",
+  EXPECT_EQ(keys, (std::set<std::string>{"name", "steps", "batch", "seq", "accum", "rope_theta", "data", "on_exhausted", "val",
                                          "lr_schedule", "lr", "min_lr", "warmup_steps", "halve_at",
                                          "batch_warmup_start", "batch_warmup_steps", "clip", "weight_decay"}));
   StageSettings weighted;
@@ -78,18 +78,49 @@ TEST(StageSettings, APretrainingStageWritesTheKeysItAlwaysWrote) {
 
 TEST(StageSettings, PostTrainingStagesWriteTheirKeysAndReadBack) {
   StageSettings sft = stage_defaults(StageKind::Sft);
-  sft.data = "c.jsonl";
+  sft.data = DataSpec::from_json("c.jsonl", "test");
   const Json sft_json = stage_to_json(sft);
   EXPECT_EQ(sft_json.at("kind"), "sft");
   EXPECT_EQ(sft_json.at("epochs").get<double>(), 2.0);
   EXPECT_FALSE(sft_json.contains("beta") || sft_json.contains("reference"));
   EXPECT_EQ(stage_to_json(stage_from_json(JsonObject(sft_json, "s"), "s")), sft_json);
   StageSettings dpo = stage_defaults(StageKind::Dpo);
-  dpo.data = "p.jsonl";
+  dpo.data = DataSpec::from_json("p.jsonl", "test");
   dpo.reference = "ckpt";
   const Json dpo_json = stage_to_json(dpo);
   for (const char* key : {"kind", "epochs", "beta", "rpo_alpha", "reference"}) EXPECT_TRUE(dpo_json.contains(key)) << key;
   EXPECT_EQ(stage_to_json(stage_from_json(JsonObject(dpo_json, "d"), "d")), dpo_json);
+}
+
+TEST(StageSettings, DataIsFilesOrAMixtureOfNamedWeightedSources) {
+  const DataSpec plain = DataSpec::from_json("a/*.bin,b.bin", "t");
+  EXPECT_FALSE(plain.is_mixture());
+  EXPECT_EQ(plain.path(), "a/*.bin,b.bin");
+  EXPECT_EQ(plain.to_json(), "a/*.bin,b.bin");
+  const DataSpec flag = DataSpec::from_json("web@0.7=web/*.bin;code@0.3=c1.bin,c2.bin", "t");
+  ASSERT_EQ(flag.sources.size(), 2u);
+  EXPECT_EQ(flag.sources[1], (DataSource{"code", "c1.bin,c2.bin", 0.3}));
+  const Json listed = parse_json(R"([{"name": "web", "path": "web/*.bin", "weight": 0.7},
+                                     {"name": "code", "path": "c1.bin,c2.bin", "weight": 0.3}])", "t");
+  EXPECT_EQ(DataSpec::from_json(listed, "t"), flag);
+  EXPECT_EQ(flag.to_json(), listed);
+  EXPECT_TRUE(DataSpec::from_json(parse_json(R"([{"name": "only", "path": "x.bin"}])", "t"), "t").is_mixture());
+
+  test::expect_error([] { DataSpec::from_json("web@x=a.bin;code@1=b.bin", "stage 0: data"); },
+                     {"stage 0: data: source 'web': weight 'x' is not a number"});
+  test::expect_error([] { DataSpec::from_json("web@0=a.bin;code@1=b.bin", "d"); }, {"source 'web' has weight 0"});
+  test::expect_error([] { DataSpec::from_json("web@1=a.bin;web@1=b.bin", "d"); }, {"source name 'web' appears twice"});
+  test::expect_error([] { DataSpec::from_json("web@1=a.bin;b.bin", "d"); }, {"source 1 needs a name"});
+  test::expect_error([] { DataSpec::from_json("web@1=", "d"); }, {"source 'web' names no files"});
+  test::expect_error([] { DataSpec::from_json(parse_json(R"([{"name": "w", "path": "a", "wieght": 1}])", "t"), "d"); },
+                     {"unknown key 'wieght'"});
+  test::expect_error([] { DataSpec::from_json(parse_json("42", "t"), "d"); }, {"d: must be a string (files) or a list"});
+  Json sft = stage_to_json(stage_defaults(StageKind::Sft));
+  sft["data"] = listed;
+  test::expect_error([&] { stage_from_json(JsonObject(sft, "s"), "s"); }, {"a mixture of sources is for pre-training"});
+  Json pretrain = stage_to_json(StageSettings{});
+  pretrain["on_exhausted"] = "stop";
+  test::expect_error([&] { stage_from_json(JsonObject(pretrain, "p"), "p"); }, {"on_exhausted must be repeat or end"});
 }
 
 TEST(StageSettings, EachCommandStartsFromItsKindsDefaults) {
@@ -185,7 +216,7 @@ TEST(TrainState, JsonRoundTripWithBuffers) {
   state.stage = 1;
   state.stage_step = 2;
   state.stage_tokens = 300;
-  state.data_cursor = {3, 5};
+  state.data_cursor = {{3, 5, 40}};
   a.stats.data<double>()[1] = 2.0 / 7.0;
   const Json json = parse_json(train_state_to_json(state, a).dump(), "dumped");
   TrainState back;
@@ -195,7 +226,11 @@ TEST(TrainState, JsonRoundTripWithBuffers) {
   EXPECT_EQ(back.stage, 1);
   EXPECT_EQ(back.stage_step, 2);
   EXPECT_EQ(back.stage_tokens, 300);
-  EXPECT_EQ(back.data_cursor, (SamplerCursor{3, 5}));
+  EXPECT_EQ(back.data_cursor, (DataCursor{{3, 5, 40}}));
+  // A mixture's cursor holds one entry per source.
+  state.data_cursor = {{1, 2, 3}, {4, 5, 6}};
+  train_state_from_json(parse_json(train_state_to_json(state, a).dump(), "dumped"), "s.json", back, b);
+  EXPECT_EQ(back.data_cursor, state.data_cursor);
   EXPECT_EQ(b.stats.to_vector<double>(), a.stats.to_vector<double>());  // exact, through 17 digits
 
   Json missing = json;
