@@ -56,6 +56,7 @@ class HeldoutPool {
       add_next();
   }
   const std::vector<size_t>& of_domain(CorpusDomain domain) const { return by_domain_[static_cast<size_t>(domain)]; }
+  uint64_t corpus_index(size_t i) const { return corpus_indices_.at(i); }
 
  private:
   void add_next() {
@@ -63,7 +64,7 @@ class HeldoutPool {
       if (!is_heldout_document(kDefaultCorpusSeed, next_index_, kDefaultHeldoutFraction)) continue;
       CorpusDocument document = generate_corpus_document(kDefaultCorpusSeed, next_index_);
       if (document.text.size() < kShortestDocument) continue;
-      ++next_index_;
+      corpus_indices_.push_back(next_index_++);
       by_domain_[static_cast<size_t>(document.domain)].push_back(documents_.size());
       documents_.push_back(std::move(document));
       return;
@@ -71,6 +72,7 @@ class HeldoutPool {
   }
   uint64_t next_index_ = 0;
   std::vector<CorpusDocument> documents_;
+  std::vector<uint64_t> corpus_indices_;
   std::array<std::vector<size_t>, kNumCorpusDomains> by_domain_;
 };
 
@@ -89,7 +91,7 @@ std::vector<MultipleChoiceItem> make_corpus_multiple_choice_items(uint64_t seed,
     if (!cut) continue;
     MultipleChoiceItem item;
     item.context = text.substr(0, *cut);
-    item.where = std::string("corpus multiple choice, held-out document ") + std::to_string(document);
+    item.where = "corpus multiple choice, document " + std::to_string(pool.corpus_index(document));
     const std::string correct = chunk_at(text, *cut);
     // A distractor's domain is drawn first, then documents of that kind until one gives a new chunk.
     auto draw_chunk = [&](bool same_domain) -> std::optional<std::string> {

@@ -12,8 +12,8 @@
 // Contexts and choices total at most about 230 bytes, so items fit the tiny preset's 256 positions under
 // the byte tokenizer.
 //
-// The items are a function of the seed: which held-out documents (in index order, the ones long enough),
-// where each is cut, the distractors and the correct choice's position.
+// The documents are the held-out ones long enough for a cut, in index order; the seed draws where each is
+// cut, the distractors and the correct choice's position.
 #pragma once
 #include <cstdint>
 #include <vector>
