@@ -6,11 +6,10 @@
 // whitespace begins 96 to 160 bytes in (plus the word that straddles that point); its correct choice is the
 // next kCorpusChoiceBytes bytes of the same document (starting with that whitespace). The three distractors
 // are chunks of the same size from other held-out documents, cut the same way at a similar offset, each
-// from the item's own domain with probability 1/2 and from another domain otherwise. A model that only
-// tells domains apart gets the items whose distractors are all from other domains right and guesses among
-// same-domain ones (about 0.47 in all); past that, it has to follow the document itself. Chance is 0.25.
-// Contexts and choices total at most about 230 bytes, so items fit the tiny preset's 256 positions under
-// the byte tokenizer.
+// from the item's own domain with probability 1/2 and from another domain otherwise: a distractor from
+// another domain is given away by the switch of domain, one from the same domain only by following the
+// document itself. Chance is 0.25. Contexts and choices total at most 248 bytes, so items fit the tiny
+// preset's 256 positions under the byte tokenizer.
 //
 // The documents are the held-out ones long enough for a cut, in index order; the seed draws where each is
 // cut, the distractors and the correct choice's position.
