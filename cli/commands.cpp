@@ -21,6 +21,8 @@ Command find_command(const std::string& name) {
       {"sample", cmd_sample},
       {"score", cmd_score},
       {"eval-tools", cmd_eval_tools},
+      {"eval-mc", cmd_eval_mc},
+      {"mc-data", cmd_mc_data},
       {"shards", cmd_shards},
       {"tokenizer", cmd_tokenizer},
       {"chat-template", cmd_chat_template},
@@ -90,6 +92,12 @@ void print_usage(std::FILE* out) {
                "  eval-tools --ckpt DIR --data F.jsonl [--graph knowledge_graph.json] [--limit N]\n"
                "                                 the model plays tool conversations: call exact match, format\n"
                "                                 validity, final-answer accuracy (last line JSON)\n"
+               "  eval-mc --ckpt DIR --data F.jsonl [--shots K [--fewshot F.jsonl]] [--limit N] [--batch B]\n"
+               "          [--seed S] [--scores OUT.jsonl] [--device D]\n"
+               "                                 multiple-choice accuracy (acc, acc_norm; last line JSON) on\n"
+               "                                 {context, choices, label} or HellaSwag JSONL (docs/evaluation.md)\n"
+               "  mc-data --out F.jsonl [--items N (1000)] [--seed S]   the embedded multiple-choice task: which\n"
+               "                                 continuation belongs to a held-out corpus document (4 choices)\n"
                "  inspect --ckpt DIR (--text TEXT | --data SHARD.bin [--tokens N (64)] [--offset I]) [--vs DIR2]\n"
                "          [--json]               per token and MoE layer: chosen experts, gate weights, router\n"
                "                                 entropy and z; per layer: load, imbalance, top-1 changes vs DIR2\n"

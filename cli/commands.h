@@ -1,8 +1,8 @@
 // The commands of `lingtrain`, one family per file: run_commands.cpp (pretrain, sft, dpo),
-// eval_commands.cpp (eval, sample, score, eval-tools), data_commands.cpp (shards, tokenizer,
-// chat-template, tool-data), inspect_commands.cpp (inspect, report), tool_commands.cpp (version,
-// gradcheck, params, bench). Each reads its flags with cli/flags.h and runs what it asks for; the
-// layers below know nothing of flags or output formats.
+// eval_commands.cpp (eval, sample, score, eval-tools), multiple_choice_commands.cpp (eval-mc, mc-data),
+// data_commands.cpp (shards, tokenizer, chat-template, tool-data), inspect_commands.cpp (inspect, report),
+// tool_commands.cpp (version, gradcheck, params, bench). Each reads its flags with cli/flags.h and runs
+// what it asks for; the layers below know nothing of flags or output formats.
 #pragma once
 #include <cstdio>
 #include <string>
@@ -25,6 +25,8 @@ int cmd_eval(const Args& args);
 int cmd_sample(const Args& args);
 int cmd_score(const Args& args);
 int cmd_eval_tools(const Args& args);
+int cmd_eval_mc(const Args& args);
+int cmd_mc_data(const Args& args);
 int cmd_shards(const Args& args);
 int cmd_tokenizer(const Args& args);
 int cmd_chat_template(const Args& args);

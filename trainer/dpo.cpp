@@ -37,24 +37,6 @@ uint64_t fnv1a(std::string_view bytes, uint64_t hash = 0xcbf29ce484222325ull) {
 
 }  // namespace
 
-std::vector<double> packed_sequence_logprobs(LingForCausalLM& model, const std::vector<PackedRow>& rows,
-                                             int64_t sequences, int64_t batch) {
-  NoGradGuard no_grad;
-  std::vector<double> logp(static_cast<size_t>(sequences), 0.0);
-  for (size_t first = 0; first < rows.size(); first += static_cast<size_t>(batch)) {
-    const size_t count = std::min(rows.size() - first, static_cast<size_t>(batch));
-    const TokenBatch b = stack_rows(rows, row_range(first, count));
-    MoEContext context;
-    const std::vector<double> token_logp =
-        model.target_logprobs(b.inputs, b.targets, context, b.doc_start).value().to(DType::F64).to_vector<double>();
-    size_t n = 0;
-    for (size_t r = first; r < first + count; ++r)
-      for (size_t t = 0; t < rows[r].sequence.size(); ++t, ++n)
-        if (rows[r].sequence[t] >= 0 && rows[r].counted[t]) logp[static_cast<size_t>(rows[r].sequence[t])] += token_logp[n];
-  }
-  return logp;
-}
-
 std::string reference_cache_key(const std::string& reference_checkpoint, const std::string& data_path,
                                 const std::string& tokenizer_json) {
   const std::string folder = checkpoint_folder(reference_checkpoint);

@@ -15,11 +15,6 @@ namespace lt {
 // The micro-batch's DPO loss plus the MoE auxiliary losses; LossBreakdown::stats carries the DpoStat sums.
 Objective dpo_objective(double beta, double rpo_alpha);
 
-// The log-prob `model` gives each of the packed sequences over its counted tokens (the DPO log-prob),
-// indexed by sequence: `sequences` entries. No gradients; rows go `batch` at a time.
-std::vector<double> packed_sequence_logprobs(LingForCausalLM& model, const std::vector<PackedRow>& rows,
-                                             int64_t sequences, int64_t batch);
-
 // The reference log-probs of a data file, from the cache file when it was written for the same key,
 // else computed by `compute` and written there (atomically). The key fingerprints everything they
 // depend on: the reference checkpoint's weights, the data file, the tokenizer.

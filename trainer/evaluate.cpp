@@ -55,4 +55,22 @@ SequenceLogprob masked_logprob(LingForCausalLM& model, std::span<const uint32_t>
   return result;
 }
 
+std::vector<double> packed_sequence_logprobs(LingForCausalLM& model, const std::vector<PackedRow>& rows,
+                                             int64_t sequences, int64_t batch) {
+  NoGradGuard no_grad;
+  std::vector<double> logp(static_cast<size_t>(sequences), 0.0);
+  for (size_t first = 0; first < rows.size(); first += static_cast<size_t>(batch)) {
+    const size_t count = std::min(rows.size() - first, static_cast<size_t>(batch));
+    const TokenBatch b = stack_rows(rows, row_range(first, count));
+    MoEContext context;
+    const std::vector<double> token_logp =
+        model.target_logprobs(b.inputs, b.targets, context, b.doc_start).value().to(DType::F64).to_vector<double>();
+    size_t n = 0;
+    for (size_t r = first; r < first + count; ++r)
+      for (size_t t = 0; t < rows[r].sequence.size(); ++t, ++n)
+        if (rows[r].sequence[t] >= 0 && rows[r].counted[t]) logp[static_cast<size_t>(rows[r].sequence[t])] += token_logp[n];
+  }
+  return logp;
+}
+
 }  // namespace lt

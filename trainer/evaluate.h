@@ -1,10 +1,13 @@
 // Held-out evaluation: the mean next-token cross-entropy of a model over a whole token array, and the
-// log-probability a model gives to the marked tokens of one sequence (`lingtrain score`, DPO's reference).
+// log-probability a model gives to the marked tokens of one sequence (`lingtrain score`) or of each of
+// many packed sequences (DPO's reference, multiple-choice scoring).
 #pragma once
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "data/packing.h"
 #include "data/token_shards.h"
 #include "model/ling.h"
 
@@ -32,5 +35,11 @@ struct SequenceLogprob {
 // sequence is longer than max_position_embeddings. `what` names the sequence in errors (file:line).
 SequenceLogprob masked_logprob(LingForCausalLM& model, std::span<const uint32_t> ids, std::span<const uint8_t> mask,
                                const std::string& what);
+
+// The log-prob `model` gives each of the packed sequences over its counted tokens (the DPO log-prob; the
+// labelled ones where a sequence has no DPO mask), indexed by sequence: `sequences` entries. No gradients;
+// rows go `batch` at a time.
+std::vector<double> packed_sequence_logprobs(LingForCausalLM& model, const std::vector<PackedRow>& rows,
+                                             int64_t sequences, int64_t batch);
 
 }  // namespace lt

@@ -10,15 +10,23 @@ from docs/architecture.md so that the C++ model can be checked against an indepe
     dpo --out DIR                     the DPO loss (TRL's sigmoid loss plus its rpo_alpha NLL term) of random
                                       per-token log-probabilities, its gradient and TRL's metrics, for
                                       tests/nn/test_dpo_loss.cpp
+    mc --out DIR                      a tiny random model whose vocabulary holds the byte tokenizer's, a
+                                      handful of multiple-choice items (plain and HellaSwag JSONL, some
+                                      longer than the model's positions) and each choice's summed log-prob,
+                                      acc and acc_norm, for tests/trainer/test_multiple_choice.cpp
+    mc --ckpt DIR --data F.jsonl      the same scores of a lingtrain checkpoint (byte tokenizer) over the
+       --out DIR                      items of a file, into DIR/scores.json
 
 Run with the system interpreter, which has torch and numpy:
     /usr/bin/python3 tests/reference/ling_reference.py golden --out tests/golden/ling_small
     /usr/bin/python3 tests/reference/ling_reference.py dpo --out tests/golden/dpo
+    /usr/bin/python3 tests/reference/ling_reference.py mc --out tests/golden/multiple_choice
 """
 import argparse
 import json
 import math
 import os
+import re
 import struct
 import sys
 
@@ -107,6 +115,7 @@ class Config:
         self.first_k_dense_replace = d.get("first_k_dense_replace", 0)
         self.rms_norm_eps = d.get("rms_norm_eps", 1e-5)
         self.rope_theta = d.get("rope_theta", 10000.0)
+        self.max_position_embeddings = d.get("max_position_embeddings", 16384)
         self.norm_head = d.get("norm_head", False)
         self.pad_token_id = d.get("pad_token_id", 126081)
         self.aux_loss_coef = d.get("aux_loss_coef", 0.015)
@@ -534,6 +543,139 @@ def dpo_golden(out):
         f.write("\n")
 
 
+# ---- multiple choice ---------------------------------------------------------------------------------
+# lm-evaluation-harness's way (docs/evaluation.md): each choice is a continuation of its context, scored by
+# the sum of its tokens' log-probabilities; acc takes the largest sum, acc_norm the largest sum divided by
+# the choice's length in characters. Tokens are lingtrain's byte tokenizer's (ids 0..255 the UTF-8 bytes,
+# 256 <|endoftext|>), every sequence starting with <|endoftext|> as lingtrain's training documents do.
+
+BYTE_EOS = 256
+MC_CONFIG = dict(GOLDEN_CONFIG, vocab_size=261, pad_token_id=BYTE_EOS, eos_token_id=BYTE_EOS,
+                 max_position_embeddings=40)  # 40 positions: the longer items lose the start of their context
+MC_SEED = 4321
+MC_ITEMS = [
+    {"context": "The cat sat on the", "choices": [" mat.", " moon.", " quickly ran"], "label": 0},
+    {"context": "2 + 2 = ", "choices": ["4", "5", "22", "four"], "label": 0},  # its trailing space moves
+    {"context": "Kötä sävö", "choices": [" ämö", " lörä tä", " xyz"], "label": 1},  # characters are not bytes
+    {"ind": 4, "activity_label": "Making tea", "ctx_a": "A man boils water [header] in a kettle.",
+     "ctx_b": "then he", "ctx": "unused", "endings": ["pours it [title] into a cup.", "eats the kettle.",
+                                                      " sings  loudly. ", "sleeps."], "label": "2"},
+    {"ctx": "  She opens the door and  ", "endings": ["walks in.", "flies away [step] now."], "label": 1},
+    {"context": "A long context that is longer than the forty positions of the model, so it is cut",
+     "choices": [" from the left.", " off."], "label": 0},
+    {"context": "", "choices": ["Hello", "Goodbye"], "label": 1},
+]
+
+
+def hellaswag_preprocess(text):
+    """The harness's lm_eval/tasks/hellaswag/utils.py preprocess."""
+    text = text.strip()
+    text = text.replace(" [title]", ". ")
+    text = re.sub("\\[.*?\\]", "", text)
+    text = text.replace("  ", " ")
+    return text
+
+
+def mc_item(record):
+    """(context, target_delimiter, choices, label) of a plain or HellaSwag record."""
+    if "endings" in record:
+        if all(key in record for key in ("activity_label", "ctx_a", "ctx_b")):
+            ctx = record["ctx_a"] + " " + record["ctx_b"].capitalize()
+            context = hellaswag_preprocess(record["activity_label"] + ": " + ctx)
+        else:
+            context = hellaswag_preprocess(record["ctx"])
+        return context, " ", [hellaswag_preprocess(e) for e in record["endings"]], int(record["label"])
+    return record["context"], "", record["choices"], int(record["label"])
+
+
+def mc_sequence(context, continuation, max_tokens):
+    """Token ids and the number of continuation tokens: trailing whitespace of the context moves to the
+    continuation (the harness's loglikelihood requests), then the last max_tokens ids are kept."""
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces > 0:
+        continuation = context[-n_spaces:] + continuation
+        context = context[:-n_spaces]
+    ids = [BYTE_EOS] + list(context.encode()) + list(continuation.encode())
+    return ids[-max_tokens:], len(continuation.encode()), len(ids) > max_tokens
+
+
+@torch.no_grad()
+def mc_scores(model, records, margin=0.0):
+    """Per item: each choice's summed log-prob, the argmaxes, whether it was truncated; None when the two
+    best choices of some item are within `margin` (by sum or per character)."""
+    max_tokens = model.config.max_position_embeddings + 1
+    items, routers = [], []
+    for record in records:
+        context, delimiter, choices, label = mc_item(record)
+        logprobs, truncated = [], False
+        for choice in choices:
+            ids, count, cut = mc_sequence(context, delimiter + choice, max_tokens)
+            truncated |= cut
+            ids = torch.tensor([ids])
+            logits, layer_routers = model(ids[:, :-1])
+            routers += layer_routers
+            token_logp = logits.double().log_softmax(-1).gather(-1, ids[:, 1:, None])[0, :, 0]
+            logprobs.append(token_logp[-count:].sum().item())
+        lls = np.array(logprobs)
+        normed = lls / np.array([float(len(c)) for c in choices])
+        for values in (lls, normed):
+            top = np.sort(values)[::-1]
+            if len(top) > 1 and top[0] - top[1] < margin:
+                return None, routers
+        items.append({"logprobs": logprobs, "label": label, "predicted": int(np.argmax(lls)),
+                      "predicted_norm": int(np.argmax(normed)), "truncated": truncated})
+    acc = float(np.mean([i["predicted"] == i["label"] for i in items]))
+    acc_norm = float(np.mean([i["predicted_norm"] == i["label"] for i in items]))
+    return {"acc": acc, "acc_norm": acc_norm, "n": len(items), "truncated": sum(i["truncated"] for i in items),
+            "items": items}, routers
+
+
+def write_mc_scores(out, scores):
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "scores.json"), "w") as f:
+        json.dump(dict(scores, torch=torch.__version__), f, indent=1)
+        f.write("\n")
+
+
+def mc_golden(out):
+    config = Config(MC_CONFIG)
+    # The first seed from MC_SEED whose router choices and argmaxes have no near ties (f32 must not flip them).
+    for seed in range(MC_SEED, MC_SEED + 100):
+        generator = torch.Generator().manual_seed(seed)
+        model = BailingMoeForCausalLM(config).double()
+        weights = random_weights(model, MC_CONFIG["initializer_range"], generator)
+        model.load_state_dict({name: w.double() for name, w in weights.items()})
+        scores, routers = mc_scores(model, MC_ITEMS, margin=1e-3)
+        if scores is None:
+            continue
+        try:
+            check_topk_margin(routers, config.num_experts_per_tok, f"seed {seed}")
+        except SystemExit:
+            continue
+        break
+    else:
+        sys.exit("no seed without near ties")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(MC_CONFIG, f, indent=2)
+        f.write("\n")
+    save_safetensors(os.path.join(out, "model.safetensors"), weights)
+    with open(os.path.join(out, "items.jsonl"), "w") as f:
+        for record in MC_ITEMS:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    write_mc_scores(out, dict(scores, seed=seed))
+    print(json.dumps({"seed": seed, "acc": scores["acc"], "acc_norm": scores["acc_norm"]}))
+
+
+def mc_checkpoint(ckpt, data, out):
+    model = load_model(ckpt, torch.float64).eval()
+    with open(data) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    scores, _ = mc_scores(model, records)
+    write_mc_scores(out, scores)
+    print(json.dumps({"acc": scores["acc"], "acc_norm": scores["acc_norm"], "n": scores["n"]}))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -545,12 +687,23 @@ def main():
     e.add_argument("--seq", type=int)
     d = commands.add_parser("dpo", help="write the DPO loss goldens")
     d.add_argument("--out", required=True)
+    m = commands.add_parser("mc", help="multiple-choice scores: the goldens, or a checkpoint's over --data")
+    m.add_argument("--out", required=True)
+    m.add_argument("--ckpt")
+    m.add_argument("--data")
     args = parser.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     if args.command == "golden":
         golden(args.out)
     elif args.command == "dpo":
         dpo_golden(args.out)
+    elif args.command == "mc":
+        if (args.ckpt is None) != (args.data is None):
+            sys.exit("mc: --ckpt and --data go together")
+        if args.ckpt:
+            mc_checkpoint(args.ckpt, args.data, args.out)
+        else:
+            mc_golden(args.out)
     else:
         evaluate(args.ckpt, args.data, args.seq)
 
