@@ -71,6 +71,10 @@ std::vector<FlagSpec> run_flags(StageKind kind) {
                       "resumed stage, other flags may name the run's own values again (a change is refused)"},
       {"eval-every", pretrain ? "200" : "50", std::string("held-out figures every N steps (0: at the end)") + kRoundEndNote},
       {"eval-tokens", "65536", "held-out tokens per periodic evaluation (0: all)"},
+      {"eval-mc", "", "multiple-choice accuracy as the run trains: a JSONL file (eval-mc's formats) or embedded "
+                      "(the task made from the embedded corpus's held-out documents)"},
+      {"eval-mc-every", "0", std::string("... every N steps (0: with the held-out figures)") + kRoundEndNote},
+      {"eval-mc-items", "500", "... over the first N items (0: all of the file)"},
       {"ckpt-every", pretrain ? "200" : "100", std::string("a checkpoint every N steps (0: at the end)") + kRoundEndNote},
       {"metrics", "", "the metrics file (default: OUT/metrics.jsonl)"},
       {"sample-prompt", pretrain ? "The " : "", "the prompt of the sample at the end (empty: no sample)"},
@@ -367,6 +371,12 @@ int run_command(const Args& args, StageKind kind) {
   else recipe = pretrain_recipe(flags, stage);
   options.eval_every = flags.integer("eval-every");
   options.eval_tokens = flags.integer("eval-tokens");
+  options.eval_mc = flags.str("eval-mc");
+  options.eval_mc_every = flags.integer("eval-mc-every");
+  options.eval_mc_items = flags.integer("eval-mc-items");
+  if (options.eval_mc_every < 0 || options.eval_mc_items < 0)
+    fail("flags --eval-mc-every and --eval-mc-items must be >= 0, got ", options.eval_mc_every, " and ",
+         options.eval_mc_items);
   options.ckpt_every = flags.integer("ckpt-every");
   options.metrics_path = flags.str("metrics");
   options.sample_prompt = flags.str("sample-prompt");

@@ -307,6 +307,12 @@ std::string summary_table(const ReportData& d, const LossMeaning& objective) {
        heldout_figure(d.records, "eval_rewards/margins", [](double v) { return format_text("%.4f nats", v); })}};
   for (const auto& [name, value] : heldout)
     if (!value.empty()) add(name, value);
+  for (auto r = d.records.rbegin(); r != d.records.rend(); ++r)
+    if (has_number(*r, "mc_acc") && has_number(*r, "mc_acc_norm") && has_number(*r, "mc_chance")) {
+      add("last multiple-choice accuracy", format_text("acc %.3f, acc_norm %.3f (chance %.3f)", (*r)["mc_acc"].get<double>(),
+                                                       (*r)["mc_acc_norm"].get<double>(), (*r)["mc_chance"].get<double>()));
+      break;
+    }
   if (std::isfinite(d.unigram_entropy))
     add("unigram entropy of the held-out data", format_text("%.4f nats per token", d.unigram_entropy));
   std::string html = "<table class=\"summary\">";
@@ -526,6 +532,19 @@ std::string training_report_html(const ReportData& d) {
                                      "Held-out loss is measured on data the model never trains on: when it stops "
                                      "following the train loss down, the model is memorising. Red dotted lines mark "
                                      "spikes, grey ones stage changes.");
+  if (std::any_of(records.begin(), records.end(), [](const Json& r) { return has_number(r, "mc_acc"); })) {
+    LineChart accuracy = step_chart("Multiple-choice accuracy", "share of items answered right",
+                                    {series_of(records, "mc_acc", "acc (summed log-probability)", "#0072B2"),
+                                     series_of(records, "mc_acc_norm", "acc_norm (per character)", "#D55E00")});
+    for (ChartSeries& s : accuracy.series) s.style = s.x.size() > 1 ? ChartSeries::Style::Line : ChartSeries::Style::Points;
+    const ChartSeries chance = series_of(records, "mc_chance", "", "");
+    if (!chance.y.empty()) accuracy.levels.push_back({chance.y.back(), "chance (guessing)", "#009E73"});
+    accuracy.events = events;
+    loss_body += figure("Multiple-choice accuracy", svg_line_chart(accuracy),
+                        "Items scored as the run trained (--eval-mc): the choice with the largest summed "
+                        "log-probability given the context (acc), or per character of the choice (acc_norm), "
+                        "against the labelled one. The dashed line is what guessing scores.");
+  }
   if (std::any_of(records.begin(), records.end(), [](const Json& r) {
         return has_number(r, "rewards/accuracies") || has_number(r, "eval_rewards/accuracies");
       })) {

@@ -35,6 +35,7 @@ std::string ProgressLine::format(const ProgressFigures& f, double elapsed, int c
   std::vector<Field> fields = {{"step " + std::to_string(f.step) + "/" + std::to_string(total_steps_), 9},
                                {"loss " + format_text("%.4f", f.loss), 8}};
   if (std::isfinite(heldout_loss_)) fields.push_back({"held-out " + format_text("%.4f", heldout_loss_), 7});
+  if (std::isfinite(multiple_choice_acc_)) fields.push_back({"mc acc " + format_text("%.3f", multiple_choice_acc_), 3});
   if (std::isfinite(f.lr)) fields.push_back({"lr " + format_text("%.2e", f.lr), 2});
   if (std::isfinite(f.grad_norm)) fields.push_back({"gnorm " + format_text("%.3f", f.grad_norm), 1});
   if (std::isfinite(f.tokens_per_s)) fields.push_back({format_text("%.0f tok/s", f.tokens_per_s), 6});

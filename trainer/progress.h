@@ -1,9 +1,9 @@
 // The live progress line of a training run (rank 0's). On a terminal it rewrites itself in place:
-// step, loss, held-out loss once known, tokens/s, ETA and the worst expert-load imbalance. Into a file
-// or a pipe it prints one such line when at least 10 s of training and 1% of the run's steps have
-// passed since the last one (and at the first and last step), so a log holds ~100 lines however long
-// the run, never more than one per 10 s; metrics.jsonl keeps every step. Events (held-out loss, spikes,
-// stage changes) always get a line of their own.
+// step, loss, held-out loss and multiple-choice accuracy once known, tokens/s, ETA and the worst
+// expert-load imbalance. Into a file or a pipe it prints one such line when at least 10 s of training and
+// 1% of the run's steps have passed since the last one (and at the first and last step), so a log holds
+// ~100 lines however long the run, never more than one per 10 s; metrics.jsonl keeps every step. Events
+// (held-out figures, spikes, stage changes) always get a line of their own.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -30,6 +30,7 @@ class ProgressLine {
   // A step done, `elapsed` seconds into the run.
   void update(const ProgressFigures& figures, double elapsed);
   void set_heldout_loss(double loss) { heldout_loss_ = loss; }
+  void set_multiple_choice_accuracy(double acc) { multiple_choice_acc_ = acc; }
   // A line of its own (no newline needed); on a terminal, the progress line is redrawn below it.
   void event(const std::string& line);
   // Leaves the in-place line (before other output, and at the end of training).
@@ -45,6 +46,7 @@ class ProgressLine {
   int columns_;
   int64_t total_steps_, first_step_;
   double heldout_loss_ = NAN;
+  double multiple_choice_acc_ = NAN;
   bool line_in_place_ = false;  // a terminal line without its newline yet
   std::string last_line_;
   int64_t last_printed_step_ = -1;

@@ -94,6 +94,11 @@ Json summarise(RunControl& run, double train_seconds, double comm_bytes_per_step
       covered += ", " + count_of(heldout["val_conversations"].get<int64_t>(), "conversation");
     std::fprintf(setup.out(), "\nheld-out loss (all of %s): %.4f\n", covered.c_str(), val);
   }
+  if (heldout.contains("mc_acc"))
+    std::fprintf(setup.out(), "multiple-choice accuracy (%s of %s): acc %.4f, acc_norm %.4f (chance %.4f)\n",
+                 count_of(heldout["mc_items"].get<int64_t>(), "item").c_str(), setup.options().eval_mc.c_str(),
+                 heldout["mc_acc"].get<double>(), heldout["mc_acc_norm"].get<double>(),
+                 heldout["mc_chance"].get<double>());
   double unigram = NAN;
   if (run.stage().kind == StageKind::Pretrain && !val_path.empty())
     unigram = unigram_entropy_nats(TokenShards::open(val_path, setup.model().config().vocab_size),
@@ -140,7 +145,8 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   if (setup.lead()) std::filesystem::create_directories(options.out_dir);
   MetricsSink sink(setup.out(), setup.lead(), setup.lead() ? metrics_path : "", setup.resuming() ? state.step : -1,
                    setup.recipe().total_steps(), state.step);
-  Evaluator evaluator(setup.model(), setup.evaluates(), options.eval_every, options.eval_tokens);
+  Evaluator evaluator(setup.model(), setup.evaluates(), options.eval_every, options.eval_tokens,
+                      {&setup.multiple_choice_items(), setup.tokenizer().tokenizer.get(), options.eval_mc_every});
   FaultInjector faults(options.injections);
   RunControl run(setup, trainer, guard, checkpointer, sink, evaluator, faults, strategy->agreeing(),
                  strategy->can_reload());

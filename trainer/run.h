@@ -62,6 +62,13 @@ struct RunOptions {
   Json named_dist_settings = Json::object();
   int64_t eval_every = 200;          // held-out loss every N steps (0: only at the end)
   int64_t eval_tokens = 65536;       // over the first N held-out tokens (0: all)
+  // Multiple-choice accuracy as the run trains (trainer/multiple_choice.h): a JSONL file of items, or
+  // "embedded", the task made from the embedded corpus's held-out documents (data/corpus_multiple_choice.h);
+  // "": none. Every eval_mc_every steps (0: at the eval_every points) and at the end, over the first
+  // eval_mc_items items (0: all of the file).
+  std::string eval_mc;
+  int64_t eval_mc_every = 0;
+  int64_t eval_mc_items = 500;
   int64_t ckpt_every = 200;          // a checkpoint every N steps (0: only at the end)
   std::string metrics_path;          // default: <out_dir>/metrics.jsonl
   std::string sample_prompt = "The ";  // empty: no sample at the end

@@ -55,10 +55,15 @@ void RunControl::begin_stage() {
   if (evaluator_.periodic() && stage.kind != StageKind::Pretrain && s.stage_step == 0) {
     Json record = {{"step", s.step}, {"stage", stage.name}};
     evaluator_.add_periodic(*batches_, record);
-    if (record.contains("val_loss")) {
+    evaluator_.add_multiple_choice(record);
+    if (record.contains("val_loss") || record.contains("mc_acc")) {
       sink_.write(record);
-      sink_.event(format_text("step %lld: held-out loss %.4f before %s", static_cast<long long>(s.step),
-                              record["val_loss"].get<double>(), stage_kind_name(stage.kind)));
+      std::string line = format_text("step %lld:", static_cast<long long>(s.step));
+      if (record.contains("val_loss")) line += format_text(" held-out loss %.4f", record["val_loss"].get<double>());
+      if (record.contains("mc_acc"))
+        line += format_text("%s multiple-choice acc %.4f", record.contains("val_loss") ? "," : "",
+                            record["mc_acc"].get<double>());
+      sink_.event(line + " before " + stage_kind_name(stage.kind));
     }
   }
   TrainerSettings& settings = trainer_.settings();
@@ -143,6 +148,7 @@ bool RunControl::conclude(int64_t step_before, Json& record, std::optional<Shown
   const int64_t step = state().step;
   const bool last = step >= total_steps_;
   if (evaluator_.due(step_before, step) && !last) evaluator_.add_periodic(*batches_, record);
+  if (evaluator_.multiple_choice_due(step_before, step) && !last) evaluator_.add_multiple_choice(record);
   sink_.write(record);
   if (shown) sink_.show(record, shown->loss, shown->lr, shown->grad_norm, elapsed());
   if (!last && time_up) stop_ = Stop::TimeLimit;

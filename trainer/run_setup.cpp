@@ -7,6 +7,7 @@
 
 #include "data/batch_sampler.h"
 #include "data/corpus.h"
+#include "data/corpus_multiple_choice.h"
 #include "data/shard.h"
 #include "dist/expert_exchange.h"
 #include "dist/nccl_communicator.h"
@@ -119,6 +120,13 @@ RunSetup::RunSetup(const Recipe& requested, const RunOptions& options) : options
   if (bf16_stays_f32) std::fprintf(out_, "--dtype bf16: this CPU has no AVX512_BF16, so the matmuls stay f32\n");
   if (tf32_stays_f32) std::fprintf(out_, "--dtype tf32: TF32 is a GPU mode, so the matmuls on the CPU stay f32\n");
   make_model_and_tokenizer();
+  if (options_.eval_mc == "embedded") {
+    LT_CHECK(options_.eval_mc_items > 0, "--eval-mc embedded makes --eval-mc-items items: it must be > 0");
+    multiple_choice_items_ = make_corpus_multiple_choice_items(kDefaultCorpusMultipleChoiceSeed, options_.eval_mc_items);
+  } else if (!options_.eval_mc.empty()) {
+    multiple_choice_items_ = read_multiple_choice_file(options_.eval_mc, options_.eval_mc_items);
+    LT_CHECK(!multiple_choice_items_.empty(), options_.eval_mc, ": no multiple-choice item");
+  }
   if (!resuming()) size_stages();
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "data/multiple_choice.h"
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
 #include "moe/expert_parallel.h"
@@ -81,6 +82,9 @@ class RunSetup {
   // Rank 0's progress stream; on the other ranks, one that discards.
   std::FILE* out() const { return out_; }
 
+  // The items of --eval-mc (none without it), read or made before anything is written.
+  const std::vector<MultipleChoiceItem>& multiple_choice_items() const { return multiple_choice_items_; }
+
   LingForCausalLM& model() const { return *model_; }
   const RunTokenizer& tokenizer() const { return tokenizer_; }
   std::string checkpoint_dir() const { return options_.out_dir + "/checkpoint"; }
@@ -134,6 +138,7 @@ class RunSetup {
   std::FILE* out_ = nullptr;
   std::unique_ptr<LingForCausalLM> model_;
   RunTokenizer tokenizer_;
+  std::vector<MultipleChoiceItem> multiple_choice_items_;
   std::string vocab_note_;
   std::string default_corpus_;  // the embedded corpus's folder, once a stage needed it
   std::string val_path_;        // the last pre-training stage's held-out files

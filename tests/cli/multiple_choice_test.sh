@@ -2,7 +2,8 @@
 # lingtrain mc-data and eval-mc from the command line: the embedded task's file (deterministic, seeded),
 # eval-mc's last line (JSON: acc and acc_norm in [0, 1], n, chance, truncated, shots) and progress line,
 # --limit, few-shot runs from the same file and from --fewshot with their truncations counted, HellaSwag
-# items, --scores, and one clear error line naming the file and the line for each kind of bad item.
+# items, --scores, and one clear error line naming the file and the line for each kind of bad item; then
+# the accuracy as a run trains (--eval-mc), on one process and under mpiexec.
 # Usage: multiple_choice_test.sh path/to/lingtrain
 source "$(dirname "$0")/common.sh"
 
@@ -66,5 +67,41 @@ expect_error "bad few-shot file" "no_label.jsonl:2: no label" \
   "${eval_mc[@]}" --data mc.jsonl --shots 1 --fewshot no_label.jsonl
 expect_error "too few examples" "too few to draw 3 examples" "${eval_mc[@]}" --data hellaswag.jsonl --shots 3
 expect_error "missing file" "missing.jsonl" "${eval_mc[@]}" --data missing.jsonl
+
+# During training (--eval-mc): records at the --eval-mc-every points and at the end, the progress line, the
+# summary, the report's chart; the run trains the same weights as without; a bad file stops it with nothing
+# written; SFT scores before its first step. Under mpiexec the ranks whose forwards are collective (expert
+# parallelism, parameter sharding) score together, and the figures are one process's.
+train=(--model tiny --batch 2 --seq 64 --steps 4 --eval-every 0 --sample-prompt "" --threads 1 --routing-warmup 2)
+"$bin" pretrain "${train[@]}" --eval-mc mc.jsonl --eval-mc-items 12 --eval-mc-every 2 --out with >with.txt 2>&1 ||
+  fail "pretrain --eval-mc: $(tail -1 with.txt)"
+# (Step 2's, and the end's: the last step's figures are the end's.)
+[ "$(grep -c '"mc_acc":' with/metrics.jsonl)" = 2 ] || fail "--eval-mc-every 2: not 2 records (step 2, the end)"
+grep -q '"mc_chance":0.25,"mc_items":12,"mc_truncated":0' with/metrics.jsonl || fail "the records' figures"
+grep -q "^step 2: multiple-choice acc [0-9.]*, acc_norm [0-9.]* (12 items, chance 0.2500)" with.txt ||
+  fail "no progress line: $(grep -i multiple with.txt)"
+grep -q "^multiple-choice accuracy (12 items of mc.jsonl): acc" with.txt || fail "no final line"
+tail -1 with.txt | grep -q '"mc_acc":' || fail "the summary has no mc_acc"
+"$bin" pretrain "${train[@]}" --out without >/dev/null 2>&1 || fail "pretrain without --eval-mc"
+cmp -s with/checkpoint/model.safetensors without/checkpoint/model.safetensors || fail "--eval-mc changed the weights"
+"$bin" report --run with >/dev/null && grep -q "Multiple-choice accuracy" with/report.html ||
+  fail "the report has no multiple-choice chart"
+expect_error "a bad --eval-mc file" "no_label.jsonl:2: no label" \
+  "$bin" pretrain "${train[@]}" --eval-mc no_label.jsonl --out refused
+[ -e refused ] && fail "a run refused for its --eval-mc file left its folder"
+[ -d td ] || "$bin" tool-data --out td --sft 16 --dpo 5 --copy 5 >/dev/null || fail "tool-data"
+"$bin" sft --ckpt with/checkpoint --data td/sft_train.jsonl --steps 1 --batch 1 --threads 1 --eval-every 1 \
+  --eval-mc embedded --eval-mc-items 8 --out sft >sft.txt 2>&1 || fail "sft --eval-mc: $(tail -1 sft.txt)"
+grep -q "^step 0: multiple-choice acc [0-9.]* before sft" sft.txt || fail "sft: no accuracy before: $(head -3 sft.txt)"
+
+train+=(--eval-mc mc.jsonl --eval-mc-items 12 --eval-mc-every 2)
+"$bin" pretrain "${train[@]}" --batch 1 --accum 2 --out one >/dev/null 2>&1 || fail "one process, 2 micro-batches"
+for layout in "--expert-parallel 2" "--shard-params on"; do
+  out=$(echo "$layout" | tr -d ' -')
+  mpiexec -n 2 "$bin" pretrain "${train[@]}" --batch 1 $layout --out "$out" >"$out.txt" 2>&1 ||
+    fail "$layout: $(tail -1 "$out.txt")"
+  grep -q '"world_size":2' "$out.txt" || fail "$layout: not 2 ranks"
+  close one/metrics.jsonl "$out/metrics.jsonl" mc_acc 2 || fail "$layout: accuracies differ from one process's"
+done
 
 finish "multiple choice"
