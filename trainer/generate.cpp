@@ -37,14 +37,11 @@ uint32_t draw(const std::vector<double>& scores, const SamplingSettings& s, Rng&
   return static_cast<uint32_t>(order[pick]);
 }
 
-// Views of rows [begin, begin + count) of every layer's cache, with their lengths: a forward through them
-// fills those rows in place.
-std::vector<KVCache> cache_rows(const std::vector<KVCache>& caches, int64_t begin, int64_t count) {
-  std::vector<KVCache> rows;
-  for (const KVCache& c : caches)
-    rows.push_back({c.k_BTHD.narrow(begin, count), c.v_BTHD.narrow(begin, count),
-                    std::vector<int64_t>(c.length_B.begin() + begin, c.length_B.begin() + begin + count)});
-  return rows;
+// Views of row `slot` of every layer's cache, emptied: a prefill through them fills that row in place.
+std::vector<KVCache> empty_cache_row(const std::vector<KVCache>& caches, int64_t slot) {
+  std::vector<KVCache> row;
+  for (const KVCache& c : caches) row.push_back({c.k_BTHD.narrow(slot, 1), c.v_BTHD.narrow(slot, 1), {0}});
+  return row;
 }
 
 // Keeps the cache rows `kept` (ascending) as rows 0 .. kept.size() - 1, in that order, and drops the rest:
@@ -114,7 +111,7 @@ std::vector<std::vector<uint32_t>> generate_batch(LingForCausalLM& model,
   for (int64_t r = 0; r < rows; ++r) {
     if (limit_R[r] == 0) continue;
     const int64_t slot = static_cast<int64_t>(running.size()), T = static_cast<int64_t>(prompts[r].size());
-    std::vector<KVCache> slot_caches = cache_rows(caches, slot, 1);
+    std::vector<KVCache> slot_caches = empty_cache_row(caches, slot);
     MoEContext context;
     const std::vector<int32_t> ids(prompts[r].begin(), prompts[r].end());
     const std::vector<float> logits =

@@ -55,6 +55,28 @@ TEST(Generation, BatchedGreedyMatchesOneAtATime) {
   EXPECT_GT(compared, 600);
 }
 
+// Rows that end at their first token (a limit of one, or the stop id drawn first) leave their cache row
+// to the next prompt, which must start on an empty one.
+TEST(Generation, RowsEndingAtTheirFirstTokenLeaveTheirCacheRow) {
+  LingForCausalLM model(small_config(), 5);
+  const std::vector<std::vector<uint32_t>> prompts = ragged_prompts(6, 21);
+  SamplingSettings greedy;
+  greedy.temperature = 0;
+  greedy.max_new_tokens = 1;
+  const std::vector<std::vector<uint32_t>> firsts = generate_batch(model, prompts, greedy, 250);
+  greedy.max_new_tokens = 10;
+  greedy.stop_at = firsts[0].at(0);
+  const std::vector<std::vector<uint32_t>> together = generate_batch(model, prompts, greedy, 250);
+  EXPECT_EQ(together[0], firsts[0]);
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    SamplingSettings one = greedy;
+    one.max_new_tokens = 1;
+    one.stop_at.reset();
+    EXPECT_EQ(firsts[r], generate(model, prompts[r], one, 250)) << "row " << r;
+    EXPECT_EQ(together[r], generate(model, prompts[r], greedy, 250)) << "row " << r;
+  }
+}
+
 // Sampling: row r draws from its own stream (row_sampling_seed), so it gives what it gives alone under
 // that seed, whatever else is decoded with it; row 0's stream is the seed itself.
 TEST(Generation, BatchedSamplingDrawsEachRowFromItsOwnStream) {
