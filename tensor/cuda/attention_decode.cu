@@ -1,6 +1,7 @@
 // Attention for generation with a KV cache on the GPU: the newest Tq queries of each row against its
-// Tk_B[b] cached positions, with the CPU kernel's arithmetic (tensor/cpu/attention_decode.cc): scores in
-// f64, the softmax shifted by the row maximum, then out = sum_j weight_j v_j in key order. One block per
+// Tk_B[b] cached positions, with the CPU kernel's numerics (tensor/cpu/attention_decode.cc; its dot
+// products summed in another order): scores in f64, the softmax shifted by the row maximum, then
+// out = sum_j weight_j v_j in key order. One block per
 // (batch, query head, query row); its threads share out the keys for the scores (kept in a scratch row
 // of max_Tk doubles) and the head's columns for the output. Inference only: no lse, no backward.
 #include <algorithm>

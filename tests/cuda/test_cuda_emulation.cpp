@@ -1236,6 +1236,7 @@ TEST(CudaEmulation, AttentionDecodeMatchesTheCpuKernel) {
   for (DType dtype : {DType::F32, DType::F64})
     for (const Case& c : std::vector<Case>{{1, 1, 1, 1, 4, {1}},
                                            {1, 40, 4, 2, 8, {37, 40}},
+                                           {2, 50, 2, 1, 37, {50, 9}},
                                            {1, 40, 4, 2, 8, {3, 40, 1, 22}},
                                            {3, 300, 2, 1, 16, {300}}}) {
       const int64_t B = static_cast<int64_t>(c.Tk_B.size());
