@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 
 #include "autograd/profile.h"
@@ -25,6 +26,7 @@
 #include "tensor/device_counters.h"
 #include "tensor/kernels.h"
 #include "tensor/threadpool.h"
+#include "trainer/generate.h"
 #include "trainer/trainer.h"
 
 extern char** environ;
@@ -545,6 +547,59 @@ Json run_kernel_bench(int threads) {
           {"cpu_l2_kib", cpu_l2_cache_bytes() >> 10},
           {"gemm", rows},
           {"tokenizer", run_tokenizer_bench()}};
+}
+
+Json run_generation_bench(const GenerationBenchOptions& o) {
+  const LingConfig config = resolve_config(o.config);
+  const Device device = parse_device(o.device);
+  LingForCausalLM model(config, o.seed);
+  model.to(device);
+  Rng rng(derive_seed(o.seed, 1));
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int64_t r = 0; r < o.rows; ++r) {
+    std::vector<uint32_t> prompt(static_cast<size_t>(8 + (r * 7) % 33));
+    for (uint32_t& id : prompt) id = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(config.vocab_size)));
+    prompts.push_back(prompt);
+  }
+  SamplingSettings greedy;
+  greedy.temperature = 0;
+  greedy.max_new_tokens = o.new_tokens;
+  generate(model, prompts[0], greedy, config.vocab_size);  // warm-up: the allocator's caches, the thread pool
+  // Wall time, and the process's CPU time beside it: on a machine shared with other work the wall time of
+  // one thread also counts the time it waited for a core, the CPU time does not.
+  const Clock::time_point alone_start = Clock::now();
+  const std::clock_t alone_cpu_start = std::clock();
+  std::vector<std::vector<uint32_t>> alone;
+  for (const std::vector<uint32_t>& prompt : prompts)
+    alone.push_back(generate(model, prompt, greedy, config.vocab_size));
+  const Clock::time_point together_start = Clock::now();
+  const std::clock_t together_cpu_start = std::clock();
+  const std::vector<std::vector<uint32_t>> together = generate_batch(model, prompts, greedy, config.vocab_size);
+  const Clock::time_point end = Clock::now();
+  const std::clock_t cpu_end = std::clock();
+  const double tokens = static_cast<double>(o.rows * o.new_tokens);
+  auto cpu_seconds = [](std::clock_t from, std::clock_t to) { return static_cast<double>(to - from) / CLOCKS_PER_SEC; };
+  const double alone_tps = tokens / seconds_between(alone_start, together_start);
+  const double together_tps = tokens / seconds_between(together_start, end);
+  const double alone_cpu_tps = tokens / cpu_seconds(alone_cpu_start, together_cpu_start);
+  const double together_cpu_tps = tokens / cpu_seconds(together_cpu_start, cpu_end);
+  std::printf("generation %s on %s, %d threads: %lld prompts x %lld new tokens: one at a time %.1f tokens/s, together "
+              "%.1f tokens/s (x%.2f; per CPU second x%.2f), same tokens: %s\n",
+              config.name.c_str(), o.device.c_str(), num_threads(), static_cast<long long>(o.rows),
+              static_cast<long long>(o.new_tokens), alone_tps, together_tps, together_tps / alone_tps,
+              together_cpu_tps / alone_cpu_tps, together == alone ? "yes" : "no");
+  return {{"config", config.name},
+          {"device", o.device},
+          {"threads", num_threads()},
+          {"rows", o.rows},
+          {"new_tokens", o.new_tokens},
+          {"one_at_a_time_tokens_per_s", alone_tps},
+          {"together_tokens_per_s", together_tps},
+          {"speedup", together_tps / alone_tps},
+          {"one_at_a_time_tokens_per_cpu_s", alone_cpu_tps},
+          {"together_tokens_per_cpu_s", together_cpu_tps},
+          {"speedup_per_cpu_s", together_cpu_tps / alone_cpu_tps},
+          {"same_tokens", together == alone}};
 }
 
 BenchPart parse_bench_part(const std::string& name) {

@@ -44,6 +44,19 @@ GpuPeak gpu_peak(const std::string& device_description);
 // Prints a summary (and the per-op table when profiling) and returns the JSON result.
 Json run_step_bench(const StepBenchOptions& options);
 
+struct GenerationBenchOptions {
+  std::string config;         // a preset name or a config.json path
+  int64_t rows = 16;          // prompts, decoded one at a time and then together
+  int64_t new_tokens = 64;    // per prompt (no stop id: every row runs to its limit)
+  uint64_t seed = 1;          // weights and prompts
+  std::string device = "cpu";
+};
+
+// Greedy generation with random weights: `rows` ragged prompts (8 to 40 tokens) decoded one at a time
+// (generate) and then together (generate_batch); the tokens/s of each, their ratio, and whether every
+// row's tokens agree. Prints a summary and returns the JSON result.
+Json run_generation_bench(const GenerationBenchOptions& options);
+
 // The FMA peak on 1 and `threads` threads and GEMM GFLOP/s at square and model shapes on both.
 Json run_kernel_bench(int threads);
 

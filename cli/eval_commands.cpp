@@ -79,6 +79,7 @@ int cmd_sample(const Args& args) {
                      {"top-k", "40", "sample among the K likeliest tokens (0: all)"},
                      {"top-p", "0.95", "... and within the smallest set of probability P"},
                      {"seed", "1", "sampling seed"},
+                     {"n", "1", "continuations, decoded together, each from its own stream of the seed"},
                      threads_flag(),
                      {"tokenizer", "", "a tokenizer.json (default: the checkpoint's)"},
                      {"device", "cpu", "cpu, cuda or cuda:N"}},
@@ -97,7 +98,12 @@ int cmd_sample(const Args& args) {
   sampling.top_p = flags.number("top-p");
   sampling.seed = static_cast<uint64_t>(flags.integer("seed"));
   const std::unique_ptr<Tokenizer> tokenizer = resolve_tokenizer(flags.str("tokenizer"), ckpt, model.config().vocab_size);
-  std::printf("%s%s\n", flags.str("prompt").c_str(), sample_text(model, *tokenizer, flags.str("prompt"), sampling).c_str());
+  const long long count = flags.positive("n");
+  const std::vector<std::string> texts = sample_texts(model, *tokenizer, flags.str("prompt"), sampling, count);
+  for (long long c = 0; c < count; ++c) {
+    if (count > 1) std::printf("=== sample %lld of %lld ===\n", c + 1, count);
+    std::printf("%s%s\n", flags.str("prompt").c_str(), texts[c].c_str());
+  }
   return 0;
 }
 
@@ -153,6 +159,7 @@ int cmd_eval_tools(const Args& args) {
        {"tokenizer", "", "a tokenizer.json (default: the checkpoint's)"},
        {"max-tokens", "160", "new tokens per model turn"},
        {"limit", "0", "conversations played (0: all)"},
+       {"batch", "16", "conversations whose next replies are decoded together (the figures do not depend on it)"},
        threads_flag()},
       args);
   apply_threads(flags);
@@ -173,7 +180,8 @@ int cmd_eval_tools(const Args& args) {
   LingForCausalLM model(load_checkpoint_config(ckpt), 0);
   load_checkpoint_weights(ckpt, model);
   const std::unique_ptr<Tokenizer> tokenizer = resolve_tokenizer(flags.str("tokenizer"), ckpt, model.config().vocab_size);
-  const ToolEvalResult result = evaluate_tool_use(model, *tokenizer, graph, records, flags.positive("max-tokens"));
+  const ToolEvalResult result =
+      evaluate_tool_use(model, *tokenizer, graph, records, flags.positive("max-tokens"), flags.positive("batch"));
   std::printf("%s\n", result.to_json().dump().c_str());
   return 0;
 }

@@ -184,6 +184,8 @@ int cmd_bench(const Args& args) {
        {"batch", "0", "with --config: sequences per step (0: the config's bench shape)"},
        {"seq", "0", "with --config: tokens per sequence (0: the config's bench shape)"},
        {"seed", "1", "weights and data seed"},
+       {"generate", "0", "with --config: K > 0 measures greedy generation of K prompts, alone and together"},
+       {"tokens", "64", "with --generate: new tokens per prompt"},
        {"profile", "0", "1: time per op"},
        {"part", "all", "without --config: kernels, steps or all"},
        {"device", "cpu", "with --config: cpu, cuda or cuda:N"},
@@ -196,13 +198,24 @@ int cmd_bench(const Args& args) {
   const int64_t batch = flags.integer("batch"), seq = flags.integer("seq");
   if (batch < 0 || seq < 0) fail("flags --batch and --seq must be >= 0 (0: the config's bench shape)");
   const bool profile = flags.integer("profile") != 0;
+  const int64_t generate_rows = flags.integer("generate");
+  if (generate_rows < 0) fail("flag --generate must be >= 0, got ", generate_rows);
   Json result;
   if (flags.str("config").empty()) {
     if (batch != 0 || seq != 0) fail("bench: --batch and --seq need --config");
+    if (generate_rows != 0) fail("bench: --generate needs --config");
     if (flags.str("device") != "cpu" || flags.str("dtype") != "f32")
       fail("bench: --device and --dtype need --config (one config per run)");
     const bench::BenchPart part = bench::parse_bench_part(flags.str("part"));
     result = bench::run_all(part, num_threads(), steps, warmup, profile);
+  } else if (generate_rows != 0) {
+    bench::GenerationBenchOptions options;
+    options.config = flags.str("config");
+    options.rows = generate_rows;
+    options.new_tokens = flags.positive("tokens");
+    options.seed = static_cast<uint64_t>(flags.integer("seed"));
+    options.device = flags.str("device");
+    result = bench::run_generation_bench(options);
   } else {
     if (flags.was_set("part")) fail("bench: --part applies without --config");
     bench::StepBenchOptions options;

@@ -177,6 +177,7 @@ std::vector<KVCache> LingForCausalLM::make_kv_caches(int64_t batch, int64_t capa
     const Shape shape{batch, capacity, config_.num_key_value_heads, config_.resolved_head_dim()};
     c.k_BTHD = Tensor::zeros(shape, lm_head_VH_->value().dtype(), device());
     c.v_BTHD = Tensor::zeros(shape, lm_head_VH_->value().dtype(), device());
+    c.length_B.assign(static_cast<size_t>(batch), 0);
   }
   return caches;
 }

@@ -85,7 +85,7 @@ class LingForCausalLM : public Module {
   Device device() const { return lm_head_VH_->value().device(); }
 
   // Logits [B, T, V] of ids [B, T], for evaluation and sampling (loss() never forms them). With caches
-  // (one per layer), positions continue from pos_offset.
+  // (one per layer), each row's positions continue from its cached length (pos_offset 0).
   Variable logits(const Tensor& ids_BT, MoEContext& context, int64_t pos_offset = 0,
                   std::vector<KVCache>* caches = nullptr);
   // The final hidden states [B, T, H] of ids [B, T], before the head: what inspection runs to see the

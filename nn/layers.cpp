@@ -89,26 +89,30 @@ Variable Attention::forward(const Variable& x, int64_t pos_offset, KVCache* cach
   } else {
     LT_CHECK(!doc_start.defined(), "Attention: packed documents (doc_start) with a KV cache are not supported");
     LT_CHECK(!grad_enabled() || !x.requires_grad(), "Attention: the KV cache is for inference only");
-    LT_CHECK(cache->length == pos_offset, "Attention: cache holds ", cache->length, " positions, asked to start at ",
+    LT_CHECK(pos_offset == 0, "Attention: with a KV cache positions continue from the cache, got pos_offset ",
              pos_offset);
-    LT_CHECK(cache->length + T <= cache->k_BTHD.dim(1), "Attention: KV cache full (capacity ", cache->k_BTHD.dim(1),
-             ")");
+    const int64_t capacity = cache->k_BTHD.dim(1);
+    LT_CHECK(cache->k_BTHD.dim(0) == B && static_cast<int64_t>(cache->length_B.size()) == B, "Attention: KV cache ",
+             cache->k_BTHD.str(), " with ", cache->length_B.size(), " lengths for ", B, " rows");
     const Tensor& projection = qkv.value();
     Tensor q = Tensor::empty({B, T, Hq, D}, projection.dtype(), projection.device());
     Tensor k = Tensor::empty({B, T, Hkv, D}, projection.dtype(), projection.device());
     Tensor v = Tensor::empty({B, T, Hkv, D}, projection.dtype(), projection.device());
-    kernels::split_qkv_rope(projection, shape_.rope_theta, pos_offset, q, k, v);
-    // Append the new positions: copy each batch row's [T, Hkv, D] block into the cache.
+    // Each row at its own position: RoPE turns row by row, and its new [T, Hkv, D] keys and values are
+    // copied after its cached ones.
+    Tensor k_cached = cache->k_BTHD.reshape({B * capacity, Hkv, D});
+    Tensor v_cached = cache->v_BTHD.reshape({B * capacity, Hkv, D});
     for (int64_t b = 0; b < B; ++b) {
-      const int64_t capacity = cache->k_BTHD.dim(1);
-      Tensor k_dst = cache->k_BTHD.reshape({B * capacity, Hkv, D}).narrow(b * capacity + cache->length, T);
-      Tensor v_dst = cache->v_BTHD.reshape({B * capacity, Hkv, D}).narrow(b * capacity + cache->length, T);
-      k_dst.copy_from(k.narrow(b, 1).reshape({T, Hkv, D}));
-      v_dst.copy_from(v.narrow(b, 1).reshape({T, Hkv, D}));
+      const int64_t length = cache->length_B[b];
+      LT_CHECK(length + T <= capacity, "Attention: KV cache full (capacity ", capacity, ")");
+      Tensor q_row = q.narrow(b, 1), k_row = k.narrow(b, 1), v_row = v.narrow(b, 1);
+      kernels::split_qkv_rope(projection.narrow(b, 1), shape_.rope_theta, length, q_row, k_row, v_row);
+      k_cached.narrow(b * capacity + length, T).copy_from(k_row.reshape({T, Hkv, D}));
+      v_cached.narrow(b * capacity + length, T).copy_from(v_row.reshape({T, Hkv, D}));
+      cache->length_B[b] += T;
     }
-    cache->length += T;
     Tensor out = Tensor::empty_like(q);
-    kernels::attention_decode(q, cache->k_BTHD, cache->v_BTHD, cache->length, 1.0 / std::sqrt(double(D)), out);
+    kernels::attention_decode(q, cache->k_BTHD, cache->v_BTHD, cache->length_B, 1.0 / std::sqrt(double(D)), out);
     context = Variable(out);
   }
   return dense_.forward(reshape(context, {B, T, Hq * D}), residual);

@@ -2,6 +2,8 @@
 // attention with fused QKV and RoPE; NormHead and the fused head + losses are in nn/normhead.h.
 // Attribute names are the Hugging Face ones.
 #pragma once
+#include <vector>
+
 #include "autograd/ops.h"
 #include "nn/module.h"
 #include "nn/normhead.h"  // so that callers of the layers keep seeing NormHead
@@ -69,10 +71,11 @@ struct AttentionShape {
   double rope_theta;
 };
 
-// Keys and values of earlier positions, for generation one token at a time.
+// Keys and values of earlier positions, for generation one token at a time. Each row holds its own
+// sequence, so rows decoded together may have different lengths (ragged prompts).
 struct KVCache {
-  Tensor k_BTHD, v_BTHD;  // [B, capacity, Hkv, D]
-  int64_t length = 0;
+  Tensor k_BTHD, v_BTHD;        // [B, capacity, Hkv, D]
+  std::vector<int64_t> length_B;  // the positions each row holds
 };
 
 // Grouped-query attention: fused query_key_value projection whose output rows are [all Q heads |
@@ -80,8 +83,9 @@ struct KVCache {
 class Attention : public Module {
  public:
   Attention(const AttentionShape& shape, double init_std, Rng& rng);
-  // x [B, T, hidden]; positions start at pos_offset. With a cache, the new keys and values are
-  // appended and attention covers the cached prefix (inference only). doc_start (i32 [B, T]): packed
+  // x [B, T, hidden]; positions start at pos_offset. With a cache, each row's positions continue from its
+  // cached length instead (pos_offset must be 0), its new keys and values are appended and attention covers
+  // its cached prefix (inference only). doc_start (i32 [B, T]): packed
   // documents, each token attending within its own (kernels::attention); not with a cache. With a
   // residual (x's shape), residual + the attention's output, summed by the output projection.
   Variable forward(const Variable& x, int64_t pos_offset = 0, KVCache* cache = nullptr,

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "data/corpus.h"
+#include "tensor/derive_seed.h"
 
 namespace lt {
 
@@ -35,36 +37,115 @@ uint32_t draw(const std::vector<double>& scores, const SamplingSettings& s, Rng&
   return static_cast<uint32_t>(order[pick]);
 }
 
+// Views of row `slot` of every layer's cache, emptied: a prefill through them fills that row in place.
+std::vector<KVCache> empty_cache_row(const std::vector<KVCache>& caches, int64_t slot) {
+  std::vector<KVCache> row;
+  for (const KVCache& c : caches) row.push_back({c.k_BTHD.narrow(slot, 1), c.v_BTHD.narrow(slot, 1), {0}});
+  return row;
+}
+
+// Keeps the cache rows `kept` (ascending) as rows 0 .. kept.size() - 1, in that order, and drops the rest:
+// the rows of finished sequences leave the batch, so later steps spend no compute on them. Only the filled
+// positions of a moved row are copied.
+void keep_cache_rows(std::vector<KVCache>& caches, const std::vector<int64_t>& kept) {
+  const int64_t n = static_cast<int64_t>(kept.size());
+  for (KVCache& c : caches) {
+    const Shape row_shape{c.k_BTHD.dim(1), c.k_BTHD.dim(2), c.k_BTHD.dim(3)};
+    for (int64_t i = 0; i < n; ++i) {
+      if (kept[i] == i) continue;
+      const int64_t length = c.length_B[kept[i]];
+      for (Tensor* t : {&c.k_BTHD, &c.v_BTHD})
+        t->narrow(i, 1).reshape(row_shape).narrow(0, length).copy_from(
+            t->narrow(kept[i], 1).reshape(row_shape).narrow(0, length));
+      c.length_B[i] = length;
+    }
+    c.k_BTHD = c.k_BTHD.narrow(0, n);
+    c.v_BTHD = c.v_BTHD.narrow(0, n);
+    c.length_B.resize(static_cast<size_t>(n));
+  }
+}
+
 }  // namespace
 
-std::vector<uint32_t> generate(LingForCausalLM& model, const std::vector<uint32_t>& prompt,
-                               const SamplingSettings& settings, int64_t sample_vocab) {
+uint64_t row_sampling_seed(uint64_t seed, int64_t row) {
+  return row == 0 ? seed : derive_seed(seed, static_cast<uint64_t>(row));
+}
+
+std::vector<std::vector<uint32_t>> generate_batch(LingForCausalLM& model,
+                                                  const std::vector<std::vector<uint32_t>>& prompts,
+                                                  const SamplingSettings& settings, int64_t sample_vocab) {
   NoGradGuard no_grad;
-  const int64_t model_vocab = model.config().vocab_size;
+  const int64_t model_vocab = model.config().vocab_size, positions = model.config().max_position_embeddings;
   LT_CHECK(sample_vocab <= model_vocab, "the tokenizer's vocabulary (", sample_vocab, ") exceeds the model's (",
            model_vocab, ")");
   LT_CHECK(settings.top_p > 0 && settings.top_p <= 1, "sampling: top_p must be in (0, 1], got ", settings.top_p);
-  const int64_t capacity = static_cast<int64_t>(prompt.size()) + settings.max_new_tokens;
-  LT_CHECK(capacity <= model.config().max_position_embeddings, "prompt plus new tokens (", capacity,
-           ") exceed the model's max_position_embeddings (", model.config().max_position_embeddings, ")");
-  Rng rng(settings.seed);
-  std::vector<KVCache> caches = model.make_kv_caches(1, capacity);
-  std::vector<uint32_t> out;
-  std::vector<int32_t> step_ids(prompt.begin(), prompt.end());
-  int64_t position = 0;
-  for (int64_t n = 0; n < settings.max_new_tokens; ++n) {
-    const int64_t T = static_cast<int64_t>(step_ids.size());
+  const int64_t rows = static_cast<int64_t>(prompts.size());
+  std::vector<int64_t> limit_R(static_cast<size_t>(rows));
+  std::vector<Rng> rng_R;
+  int64_t capacity = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t prompt_length = static_cast<int64_t>(prompts[r].size());
+    LT_CHECK(prompt_length > 0, "generation: prompt ", r, " is empty");
+    limit_R[r] = settings.max_new_tokens;
+    if (settings.end_at_context)
+      limit_R[r] = std::max<int64_t>(0, std::min(limit_R[r], positions - prompt_length));
+    LT_CHECK(prompt_length + limit_R[r] <= positions, "prompt plus new tokens (", prompt_length + limit_R[r],
+             ") exceed the model's max_position_embeddings (", positions, ")");
+    capacity = std::max(capacity, prompt_length + limit_R[r]);
+    rng_R.emplace_back(row_sampling_seed(settings.seed, r));
+  }
+  std::vector<std::vector<uint32_t>> out(static_cast<size_t>(rows));
+  // Draws row r's next id from the logits of its last position (at `offset`); true while the row goes on.
+  auto extend = [&](int64_t r, const std::vector<float>& logits, size_t offset) {
+    const std::vector<double> scores(logits.begin() + offset, logits.begin() + offset + sample_vocab);
+    const uint32_t next = draw(scores, settings, rng_R[r]);
+    out[r].push_back(next);
+    return !(settings.stop_at && next == *settings.stop_at) && static_cast<int64_t>(out[r].size()) < limit_R[r];
+  };
+  std::vector<KVCache> caches = model.make_kv_caches(rows, capacity);
+  // The rows still running, in the order of the cache rows that hold them.
+  std::vector<int64_t> running;
+  // Prefill: each prompt alone through its cache row, the very computation of one-at-a-time generation (a
+  // batched prefill of ragged prompts would pad them). A row that ends at its first token leaves its cache
+  // row to the next prompt.
+  for (int64_t r = 0; r < rows; ++r) {
+    if (limit_R[r] == 0) continue;
+    const int64_t slot = static_cast<int64_t>(running.size()), T = static_cast<int64_t>(prompts[r].size());
+    std::vector<KVCache> slot_caches = empty_cache_row(caches, slot);
     MoEContext context;
-    const Variable logits = model.logits(Tensor::from_vector<int32_t>({1, T}, step_ids), context, position, &caches);
-    position += T;
-    const std::vector<float> all = logits.value().to_vector<float>();
-    const std::vector<double> scores(all.end() - model_vocab, all.end() - model_vocab + sample_vocab);
-    const uint32_t next = draw(scores, settings, rng);
-    out.push_back(next);
-    if (settings.stop_at && next == *settings.stop_at) break;
-    step_ids.assign(1, static_cast<int32_t>(next));
+    const std::vector<int32_t> ids(prompts[r].begin(), prompts[r].end());
+    const std::vector<float> logits =
+        model.logits(Tensor::from_vector<int32_t>({1, T}, ids), context, 0, &slot_caches).value().to_vector<float>();
+    for (KVCache& c : caches) c.length_B[slot] = T;
+    if (extend(r, logits, logits.size() - model_vocab)) running.push_back(r);
+  }
+  std::vector<int64_t> kept(running.size());
+  for (size_t i = 0; i < kept.size(); ++i) kept[i] = static_cast<int64_t>(i);
+  keep_cache_rows(caches, kept);
+  // Decode: one [n, 1] forward per step for the n rows still running, each at its own position.
+  while (!running.empty()) {
+    const int64_t n = static_cast<int64_t>(running.size());
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(out[running[i]].back());
+    MoEContext context;
+    const std::vector<float> logits =
+        model.logits(Tensor::from_vector<int32_t>({n, 1}, ids), context, 0, &caches).value().to_vector<float>();
+    std::vector<int64_t> still_running;
+    kept.clear();
+    for (int64_t i = 0; i < n; ++i) {
+      if (!extend(running[i], logits, static_cast<size_t>(i * model_vocab))) continue;
+      kept.push_back(i);
+      still_running.push_back(running[i]);
+    }
+    if (static_cast<int64_t>(kept.size()) < n) keep_cache_rows(caches, kept);
+    running = std::move(still_running);
   }
   return out;
+}
+
+std::vector<uint32_t> generate(LingForCausalLM& model, const std::vector<uint32_t>& prompt,
+                               const SamplingSettings& settings, int64_t sample_vocab) {
+  return generate_batch(model, {prompt}, settings, sample_vocab)[0];
 }
 
 int64_t sample_prompt_tokens(const Tokenizer& tokenizer, const std::string& prompt) {
@@ -73,11 +154,16 @@ int64_t sample_prompt_tokens(const Tokenizer& tokenizer, const std::string& prom
   return static_cast<int64_t>(ids.size());
 }
 
-std::string sample_text(LingForCausalLM& model, const Tokenizer& tokenizer, const std::string& prompt,
-                        const SamplingSettings& settings) {
+std::vector<std::string> sample_texts(LingForCausalLM& model, const Tokenizer& tokenizer, const std::string& prompt,
+                                      const SamplingSettings& settings, int64_t count) {
   std::vector<uint32_t> ids;
   append_document_tokens(ids, prompt, tokenizer);  // eos first, as every training document starts
-  return tokenizer.decode(generate(model, ids, settings, tokenizer.vocab_size()));
+  std::vector<std::string> texts;
+  for (const std::vector<uint32_t>& continuation :
+       generate_batch(model, std::vector<std::vector<uint32_t>>(static_cast<size_t>(count), ids), settings,
+                      tokenizer.vocab_size()))
+    texts.push_back(tokenizer.decode(continuation));
+  return texts;
 }
 
 }  // namespace lt

@@ -1,5 +1,6 @@
-// Generation with a KV cache: the prompt fills the caches in one forward, then one token per step,
-// drawn greedily (temperature 0) or from the top-k / nucleus (top-p) restricted distribution.
+// Generation with a KV cache: each prompt fills its row of the caches in one forward of its own, then
+// one token per step for all rows still running together, drawn greedily (temperature 0) or from the
+// top-k / nucleus (top-p) restricted distribution.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -18,18 +19,34 @@ struct SamplingSettings {
   double top_p = 0.95;       // in (0, 1]
   uint64_t seed = 1;
   std::optional<uint32_t> stop_at;  // generation ends once this id is drawn (it is the last id returned)
+  // Where a prompt plus max_new_tokens would pass the model's max_position_embeddings: false, an error;
+  // true, that row ends at the last position (replies in conversations that grow turn by turn).
+  bool end_at_context = false;
 };
 
-// Only ids below `sample_vocab` are drawn: the model's vocabulary may be padded past the tokenizer's,
-// and those padding rows were never trained on.
+// The seed of row `row`'s sampling stream. Row 0 draws from `seed` itself, as one-at-a-time generation
+// always has; row r > 0 from derive_seed(seed, r). A row's tokens thus depend on its index, never on
+// which other rows are decoded with it.
+uint64_t row_sampling_seed(uint64_t seed, int64_t row);
+
+// The continuations of several prompts (ragged lengths), decoded together: row r stops at its own stop id
+// or its own limit, and leaves the batch then. Only ids below `sample_vocab` are drawn: the model's
+// vocabulary may be padded past the tokenizer's, and those padding rows were never trained on.
+std::vector<std::vector<uint32_t>> generate_batch(LingForCausalLM& model,
+                                                  const std::vector<std::vector<uint32_t>>& prompts,
+                                                  const SamplingSettings& settings, int64_t sample_vocab);
+
+// One prompt: generate_batch's one-row case.
 std::vector<uint32_t> generate(LingForCausalLM& model, const std::vector<uint32_t>& prompt,
                                const SamplingSettings& settings, int64_t sample_vocab);
 
-// How many tokens `prompt` takes in sample_text (the end-of-text token first).
+// How many tokens `prompt` takes in sample_texts (the end-of-text token first).
 int64_t sample_prompt_tokens(const Tokenizer& tokenizer, const std::string& prompt);
 
-// The prompt as a training document starts (end-of-text first), then the continuation, decoded.
-std::string sample_text(LingForCausalLM& model, const Tokenizer& tokenizer, const std::string& prompt,
-                        const SamplingSettings& settings);
+// `count` continuations of the prompt, decoded together, continuation c drawn from row c's stream
+// (row_sampling_seed): the prompt as a training document starts (end-of-text first), then each
+// continuation, decoded.
+std::vector<std::string> sample_texts(LingForCausalLM& model, const Tokenizer& tokenizer, const std::string& prompt,
+                                      const SamplingSettings& settings, int64_t count);
 
 }  // namespace lt

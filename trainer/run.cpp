@@ -71,7 +71,7 @@ void add_sample(RunSetup& setup, Json& summary) {
   if (sampling.max_new_tokens < options.sample_tokens)
     std::fprintf(setup.out(), "sample: %lld tokens, as many as the model's %lld positions leave after the prompt\n",
                  static_cast<long long>(sampling.max_new_tokens), static_cast<long long>(positions));
-  summary["sample"] = sample_text(model, tokenizer, options.sample_prompt, sampling);
+  summary["sample"] = sample_texts(model, tokenizer, options.sample_prompt, sampling, 1)[0];
 }
 
 // The end of the run on the ranks that evaluate (RunSetup::evaluates): the held-out figures over all of the

@@ -13,19 +13,32 @@ namespace {
 
 double ratio(int64_t part, int64_t whole) { return whole ? static_cast<double>(part) / static_cast<double>(whole) : 0.0; }
 
-// The greedy reply to `played` (its end token dropped), or nullopt when no position is left for one.
-std::optional<std::string> reply_to(LingForCausalLM& model, const Tokenizer& tokenizer,
-                                    const std::vector<ChatMessage>& played, int64_t max_reply_tokens) {
-  const RenderedChat prompt = render_chat(played, tokenizer, /*add_generation_prompt=*/true);
-  const int64_t room = model.config().max_position_embeddings - static_cast<int64_t>(prompt.ids.size());
-  if (room <= 0) return std::nullopt;
-  SamplingSettings greedy;
-  greedy.temperature = 0;
-  greedy.max_new_tokens = std::min(max_reply_tokens, room);
-  greedy.stop_at = tokenizer.eos_id();
-  std::vector<uint32_t> ids = generate(model, prompt.ids, greedy, tokenizer.vocab_size());
-  if (!ids.empty() && ids.back() == tokenizer.eos_id()) ids.pop_back();
-  return tokenizer.decode(ids);
+// A conversation as the model plays it: the messages so far, the expected path (its calls in order, and
+// the value the last observation gave), and the model's next turn.
+struct PlayedConversation {
+  std::vector<ChatMessage> played;
+  std::vector<std::pair<std::string, std::string>> calls;
+  std::string answer_value;
+  size_t turn = 0;
+};
+
+// Scores `reply` as the conversation's next turn and, when it is a call, appends the call and the graph's
+// answer; true while the conversation goes on (a call, and a turn left on the expected path).
+bool play_reply(PlayedConversation& c, const std::string& reply, const KnowledgeGraph& graph,
+                ToolEvalResult& result) {
+  const auto call = parse_tool_call(reply);
+  if (c.turn < c.calls.size()) {
+    result.valid_format += call.has_value();
+    result.exact_calls += call.has_value() && *call == c.calls[c.turn];
+    result.relation_calls += call.has_value() && call->second == c.calls[c.turn].second;
+  }
+  if (!call) {
+    result.correct_answers += reply.find(c.answer_value) != std::string::npos;
+    return false;
+  }
+  c.played.push_back({ChatRole::kAssistant, reply});
+  c.played.push_back({ChatRole::kObservation, tool_result(graph.lookup(call->first, call->second))});
+  return ++c.turn <= c.calls.size();
 }
 
 }  // namespace
@@ -41,47 +54,64 @@ Json ToolEvalResult::to_json() const {
 }
 
 ToolEvalResult evaluate_tool_use(LingForCausalLM& model, const Tokenizer& tokenizer, const KnowledgeGraph& graph,
-                                 const std::vector<std::pair<Json, std::string>>& records, int64_t max_reply_tokens) {
+                                 const std::vector<std::pair<Json, std::string>>& records, int64_t max_reply_tokens,
+                                 int64_t batch) {
+  LT_CHECK(batch > 0, "tool evaluation: batch must be > 0, got ", batch);
   ToolEvalResult result;
+  std::vector<PlayedConversation> conversations;
   for (const auto& [record, where] : records) {
     const std::vector<ChatMessage> expected = conversation_from_json(record, where);
     const auto first_reply = std::find_if(expected.begin(), expected.end(),
                                           [](const ChatMessage& m) { return m.role == ChatRole::kAssistant; });
-    // The expected path: its calls in order, and the value the last observation gave.
-    std::vector<std::pair<std::string, std::string>> calls;
-    std::string answer_value;
+    PlayedConversation c;
+    c.played.assign(expected.begin(), first_reply);
     for (auto m = first_reply; m != expected.end(); ++m) {
       if (m->role == ChatRole::kAssistant) {
-        if (const auto call = parse_tool_call(m->content)) calls.push_back(*call);
+        if (const auto call = parse_tool_call(m->content)) c.calls.push_back(*call);
       } else if (m->role == ChatRole::kObservation) {
-        if (const auto value = parse_tool_result(m->content)) answer_value = *value;
+        if (const auto value = parse_tool_result(m->content)) c.answer_value = *value;
       }
     }
-    if (calls.empty() || answer_value.empty()) {
+    if (c.calls.empty() || c.answer_value.empty()) {
       ++result.skipped;
       continue;
     }
     ++result.conversations;
-    result.expected_calls += static_cast<int64_t>(calls.size());
+    result.expected_calls += static_cast<int64_t>(c.calls.size());
+    conversations.push_back(std::move(c));
+  }
 
-    // The model plays the conversation: as many replies as the expected path has, no more.
-    std::vector<ChatMessage> played(expected.begin(), first_reply);
-    for (size_t turn = 0; turn <= calls.size(); ++turn) {
-      const std::optional<std::string> reply = reply_to(model, tokenizer, played, max_reply_tokens);
-      if (!reply) break;
-      const auto call = parse_tool_call(*reply);
-      if (turn < calls.size()) {
-        result.valid_format += call.has_value();
-        result.exact_calls += call.has_value() && *call == calls[turn];
-        result.relation_calls += call.has_value() && call->second == calls[turn].second;
+  // The model plays the conversations, as many replies each as its expected path has, no more. Each round
+  // gives every conversation still playing its next reply, `batch` of them decoded together (greedy, so a
+  // reply is the one it would get alone); a conversation whose prompt fills the model's positions ends.
+  SamplingSettings greedy;
+  greedy.temperature = 0;
+  greedy.max_new_tokens = max_reply_tokens;
+  greedy.stop_at = tokenizer.eos_id();
+  greedy.end_at_context = true;
+  std::vector<size_t> playing(conversations.size());
+  for (size_t i = 0; i < playing.size(); ++i) playing[i] = i;
+  while (!playing.empty()) {
+    std::vector<size_t> still_playing;
+    for (size_t begin = 0; begin < playing.size(); begin += static_cast<size_t>(batch)) {
+      std::vector<size_t> replying;
+      std::vector<std::vector<uint32_t>> prompts;
+      for (size_t i = begin; i < std::min(playing.size(), begin + static_cast<size_t>(batch)); ++i) {
+        RenderedChat prompt = render_chat(conversations[playing[i]].played, tokenizer, /*add_generation_prompt=*/true);
+        if (static_cast<int64_t>(prompt.ids.size()) >= model.config().max_position_embeddings) continue;
+        replying.push_back(playing[i]);
+        prompts.push_back(std::move(prompt.ids));
       }
-      if (!call) {
-        result.correct_answers += reply->find(answer_value) != std::string::npos;
-        break;
+      if (prompts.empty()) continue;
+      const std::vector<std::vector<uint32_t>> replies = generate_batch(model, prompts, greedy, tokenizer.vocab_size());
+      for (size_t r = 0; r < replying.size(); ++r) {
+        std::vector<uint32_t> ids = replies[r];
+        if (!ids.empty() && ids.back() == tokenizer.eos_id()) ids.pop_back();
+        if (play_reply(conversations[replying[r]], tokenizer.decode(ids), graph, result))
+          still_playing.push_back(replying[r]);
       }
-      played.push_back({ChatRole::kAssistant, *reply});
-      played.push_back({ChatRole::kObservation, tool_result(graph.lookup(call->first, call->second))});
     }
+    playing = std::move(still_playing);
   }
   return result;
 }

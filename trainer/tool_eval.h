@@ -29,8 +29,10 @@ struct ToolEvalResult {
   Json to_json() const;
 };
 
-// records: TRL {"messages": [...]} as tool-data writes them; `where` of each names it in errors.
+// records: TRL {"messages": [...]} as tool-data writes them; `where` of each names it in errors. Up to
+// `batch` conversations' next replies are decoded together (generate_batch); the figures do not depend on it.
 ToolEvalResult evaluate_tool_use(LingForCausalLM& model, const Tokenizer& tokenizer, const KnowledgeGraph& graph,
-                                 const std::vector<std::pair<Json, std::string>>& records, int64_t max_reply_tokens);
+                                 const std::vector<std::pair<Json, std::string>>& records, int64_t max_reply_tokens,
+                                 int64_t batch);
 
 }  // namespace lt

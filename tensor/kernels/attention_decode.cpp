@@ -3,7 +3,8 @@
 
 namespace lt::kernels {
 
-void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, int64_t Tk, double scale, Tensor& out) {
+void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& Tk_B, double scale,
+                      Tensor& out) {
   check_float(q, "attention_decode", "q");
   check_like(k, q, "attention_decode", "k");
   check_like(v, q, "attention_decode", "v");
@@ -14,13 +15,15 @@ void attention_decode(const Tensor& q, const Tensor& k, const Tensor& v, int64_t
   const int64_t capacity = k.dim(1), Hkv = k.dim(2);
   LT_CHECK(k.dim(0) == B && k.dim(3) == D && Hkv > 0 && Hq % Hkv == 0, "attention_decode: k ", k.str(),
            " does not fit q ", q.str());
-  LT_CHECK(Tq <= Tk && Tk <= capacity, "attention_decode: need Tq <= Tk <= capacity, got ", Tq, ", ", Tk, ", ",
-           capacity);
+  LT_CHECK(static_cast<int64_t>(Tk_B.size()) == B, "attention_decode: ", Tk_B.size(), " key lengths for ", B, " rows");
+  for (const int64_t Tk : Tk_B)
+    LT_CHECK(Tq <= Tk && Tk <= capacity, "attention_decode: need Tq <= Tk <= capacity, got ", Tq, ", ", Tk, ", ",
+             capacity);
   check_shape(out, q.shape(), "attention_decode", "out");
   if constexpr (kCudaBackend) {
-    if (!q.is_cpu()) return cuda::attention_decode(q, k, v, Tk, scale, out);
+    if (!q.is_cpu()) return cuda::attention_decode(q, k, v, Tk_B, scale, out);
   }
-  cpu::attention_decode(q, k, v, Tk, scale, out);
+  cpu::attention_decode(q, k, v, Tk_B, scale, out);
 }
 
 }  // namespace lt::kernels

@@ -22,6 +22,16 @@ grep -q '"threads":1' <<<"$last" || fail "threads is not 1: $last"
 # nlohmann::json writes keys in sorted order: op, percent, phase.
 grep -Eq '"op":"matmul","percent":[^,]*,"phase":"backward"' <<<"$last" || fail "no matmul backward in the profile: $last"
 
+# --generate: tiny, 4 prompts of 4 new tokens, alone and together: the same tokens.
+"$bin" bench --config tiny --generate 4 --tokens 4 --threads 1 >"$work/gen.txt" 2>"$work/err.txt" ||
+  fail "bench --generate exited non-zero: $(cat "$work/err.txt")"
+last=$(tail -n 1 "$work/gen.txt")
+for key in one_at_a_time_tokens_per_s together_tokens_per_s speedup speedup_per_cpu_s; do
+  grep -q "\"$key\":" <<<"$last" || fail "bench --generate: last line lacks \"$key\": $last"
+done
+grep -q '"same_tokens":true' <<<"$last" || fail "bench --generate: the rows decoded together differ: $last"
+expect_error "generate without a config" "bench: --generate needs --config" "$bin" bench --generate 4
+
 expect_error "bad flag" "unknown flag --stepz" "$bin" bench --config moe-s --stepz 1
 expect_error "no bench shape" "has no bench shape" "$bin" bench --config tiny --steps 1
 expect_error "bad part" "flag --part must be all, kernels or steps" "$bin" bench --part nonsense

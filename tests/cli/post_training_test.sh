@@ -33,6 +33,13 @@ run=(--data data/train_000000.bin --val data/train_000000.bin --seq 32 --batch 2
 cmp -s tok.json run/checkpoint/tokenizer.json || fail "the checkpoint does not carry the run's tokenizer.json"
 "$bin" sample --ckpt run/checkpoint --prompt "the quick" --tokens 8 --threads 1 >sample.out || fail "sample"
 grep -q '^the quick' sample.out || fail "sample: $(cat sample.out)"
+# --n 3: three continuations decoded together, each under its header; the first is --n 1's (row 0 draws
+# from the seed itself).
+"$bin" sample --ckpt run/checkpoint --prompt "the quick" --tokens 8 --threads 1 --n 3 >sample3.out || fail "sample --n 3"
+[ "$(grep -c '^=== sample [1-3] of 3 ===$' sample3.out)" = 3 ] || fail "sample --n 3: $(cat sample3.out)"
+[ "$(sed -n '2,/^=== sample 2 of 3 ===$/p' sample3.out | sed '$d')" = "$(cat sample.out)" ] ||
+  fail "sample --n 3: the first continuation is not --n 1's: $(cat sample3.out) vs $(cat sample.out)"
+expect_error "sample --n 0" "flag --n must be > 0" "$bin" sample --ckpt run/checkpoint --prompt hi --n 0
 "$bin" pretrain --resume run/checkpoint --steps 8 --threads 1 --eval-every 0 --sample-prompt "" >/dev/null 2>&1 ||
   fail "resume of a BPE run"
 cmp -s tok.json run/checkpoint/tokenizer.json || fail "the resumed checkpoint lost its tokenizer.json"
@@ -80,6 +87,12 @@ skipped=$(grep -o '"skipped_without_tool":[0-9]*' tools.out | cut -d: -f2)
 for key in tool_call_exact_match format_validity final_answer_accuracy expected_calls; do
   grep -q "\"$key\":" tools.out || fail "eval-tools: no $key in $(cat tools.out)"
 done
+# The replies decoded one conversation at a time: the same figures (greedy).
+"$bin" eval-tools --ckpt run/checkpoint --data td/sft_val.jsonl --limit 8 --max-tokens 16 --threads 1 --batch 1 \
+  >tools1.out || fail "eval-tools --batch 1"
+cmp -s tools.out tools1.out || fail "eval-tools --batch 1 differs: $(cat tools1.out) vs $(cat tools.out)"
+expect_error "eval-tools --batch 0" "flag --batch must be > 0" \
+  "$bin" eval-tools --ckpt run/checkpoint --data td/sft_val.jsonl --batch 0
 
 mkdir -p nograph && cp td/sft_val.jsonl nograph/
 expect_error "eval-tools without its graph" "no knowledge graph at nograph/knowledge_graph.json .*pass --graph" \

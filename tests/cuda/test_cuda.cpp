@@ -624,14 +624,14 @@ OpCase moe_case(DType dtype, double tolerance) {
           }};
 }
 
-// Decoding attention against a partly filled cache, and the DPO loss with its token gradients.
+// Decoding attention against partly filled caches, and the DPO loss with its token gradients.
 OpCase decode_and_dpo_case(DType dtype, double tolerance) {
   return {"attention_decode dpo_loss", dtype_name(dtype), tolerance, [dtype](Device device) {
             Outputs outputs;
             const Tensor q = input({2, 3, 4, 16}, 60, dtype, device);
             const Tensor k = input({2, 300, 2, 16}, 61, dtype, device), v = input({2, 300, 2, 16}, 62, dtype, device);
             Tensor out = Tensor::empty(q.shape(), dtype, device);
-            kernels::attention_decode(q, k, v, 290, 0.25, out);
+            kernels::attention_decode(q, k, v, {290, 37}, 0.25, out);  // rows of different lengths
             outputs.push_back({"attention_decode", out});
             const int64_t N = 40, P = 3;
             const Tensor response =

@@ -1226,20 +1226,30 @@ TEST(CudaEmulation, RouterTopKWithAuxLossMatchesTheUnfusedKernels) {
 
 // ---- attention_decode.cu, dpo.cu ---------------------------------------------------------------
 
-// Queries at the end of a partly filled cache, GQA, more keys than the block's threads.
+// Queries at the end of partly filled caches, rows of different lengths, GQA, more keys than the block's
+// threads.
 TEST(CudaEmulation, AttentionDecodeMatchesTheCpuKernel) {
+  struct Case {
+    int64_t Tq, capacity, Hq, Hkv, D;
+    std::vector<int64_t> Tk_B;
+  };
   for (DType dtype : {DType::F32, DType::F64})
-    for (const auto& [B, Tq, Tk, capacity, Hq, Hkv, D] :
-         std::vector<std::array<int64_t, 7>>{{1, 1, 1, 1, 1, 1, 4}, {2, 1, 37, 40, 4, 2, 8}, {1, 3, 300, 300, 2, 1, 16}}) {
+    for (const Case& c : std::vector<Case>{{1, 1, 1, 1, 4, {1}},
+                                           {1, 40, 4, 2, 8, {37, 40}},
+                                           {2, 50, 2, 1, 37, {50, 9}},
+                                           {1, 40, 4, 2, 8, {3, 40, 1, 22}},
+                                           {3, 300, 2, 1, 16, {300}}}) {
+      const int64_t B = static_cast<int64_t>(c.Tk_B.size());
       const double tolerance = dtype == DType::F32 ? 1e-6 : 1e-13;
-      const Tensor q = test::random_tensor({B, Tq, Hq, D}, 151, dtype);
-      const Tensor k = test::random_tensor({B, capacity, Hkv, D}, 152, dtype);
-      const Tensor v = test::random_tensor({B, capacity, Hkv, D}, 153, dtype);
+      const Tensor q = test::random_tensor({B, c.Tq, c.Hq, c.D}, 151, dtype);
+      const Tensor k = test::random_tensor({B, c.capacity, c.Hkv, c.D}, 152, dtype);
+      const Tensor v = test::random_tensor({B, c.capacity, c.Hkv, c.D}, 153, dtype);
       Tensor out = Tensor::empty(q.shape(), dtype), out_e = Tensor::full(q.shape(), NAN, dtype);
-      kernels::attention_decode(q, k, v, Tk, 0.25, out);
-      cuda_emulated::attention_decode(q, k, v, Tk, 0.25, out_e);
+      kernels::attention_decode(q, k, v, c.Tk_B, 0.25, out);
+      cuda_emulated::attention_decode(q, k, v, c.Tk_B, 0.25, out_e);
       test::expect_close(values(out_e), values(out), tolerance, tolerance,
-                         "attention_decode " + std::string(dtype_name(dtype)) + " Tk " + std::to_string(Tk));
+                         "attention_decode " + std::string(dtype_name(dtype)) + " B " + std::to_string(B) +
+                             " capacity " + std::to_string(c.capacity));
     }
 }
 

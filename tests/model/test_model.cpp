@@ -169,7 +169,7 @@ TEST(Generation, KVCachedLogitsMatchTheFullForward) {
   cached.insert(cached.end(), first.begin(), first.end());
   for (int64_t t = 5; t < T; ++t) {
     MoEContext step_context;
-    auto step = model.logits(Tensor::from_vector<int32_t>({1, 1}, {ids[t]}), step_context, t, &caches)
+    auto step = model.logits(Tensor::from_vector<int32_t>({1, 1}, {ids[t]}), step_context, 0, &caches)
                     .value()
                     .to_vector<float>();
     cached.insert(cached.end(), step.begin(), step.end());

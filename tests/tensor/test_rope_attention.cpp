@@ -502,5 +502,28 @@ TEST(AttentionKernel, FusedQkvRejectsBadArguments) {
       {"dqkv"});
 }
 
+// Rows of different lengths decoded together (a batch of ragged sequences): each row's output is the
+// bits it gets decoded alone, in a batch of one with its own length, on every CPU target. Its accuracy is
+// checked against the plain loops of the CUDA kernel (CudaEmulation.AttentionDecodeMatchesTheCpuKernel).
+TEST(AttentionDecode, RaggedRowsMatchEachRowAlone) {
+  auto values = [](const Tensor& t) { return t.to(DType::F64).to_vector<double>(); };
+  for_each_cpu_target([&] {
+    for (DType dtype : {DType::F32, DType::F64}) {
+      const int64_t B = 4, Tq = 2, Hq = 4, Hkv = 2, D = 40, capacity = 40;  // D: full vectors and a tail
+      const std::vector<int64_t> Tk_B = {2, 40, 17, 5};
+      const Tensor q = random_tensor({B, Tq, Hq, D}, 71, dtype);
+      const Tensor k = random_tensor({B, capacity, Hkv, D}, 72, dtype);
+      const Tensor v = random_tensor({B, capacity, Hkv, D}, 73, dtype);
+      Tensor out = Tensor::empty(q.shape(), dtype);
+      kernels::attention_decode(q, k, v, Tk_B, 0.3, out);
+      for (int64_t b = 0; b < B; ++b) {
+        Tensor alone = Tensor::empty({1, Tq, Hq, D}, dtype);
+        kernels::attention_decode(q.narrow(b, 1), k.narrow(b, 1), v.narrow(b, 1), {Tk_B[b]}, 0.3, alone);
+        EXPECT_EQ(values(out.narrow(b, 1)), values(alone)) << dtype_name(dtype) << " row " << b;
+      }
+    }
+  });
+}
+
 }  // namespace
 }  // namespace lt
