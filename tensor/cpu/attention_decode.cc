@@ -2,20 +2,22 @@
 // positions. Inference only (no lse, no backward); one (batch, query head, query row) per work item, so a
 // row's output is the same whatever other rows are decoded with it.
 //
-// Numerics: a score is the dot product in f64 (the products of f32 inputs are exact there), summed in
-// vectors across the head dimension and then across the lanes; the softmax is shifted by the row maximum,
-// with std::exp; out = sum_j weight_j v_j in the input dtype, in key order. Decoding is dominated by this
-// kernel once the rows are batched (the GEMMs then share their weights across rows; attention reads each
-// row's own cache), hence the vectors.
+// Numerics: a score is the dot product in the input dtype, summed in vectors across the head dimension
+// (four keys at a time, four chains in flight) and then across the lanes; the softmax is shifted by the
+// row maximum and exponentiated in vectors (ExpNonPositive, tensor/cpu/exp-inl.h: within 8.7e-8 of exp);
+// out = sum_j weight_j v_j in the input dtype, in key order. Decoding is dominated by this kernel once
+// the rows are batched (the GEMMs then share their weights across rows; attention reads each row's own
+// cache), hence the vectors everywhere.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "tensor/cpu/attention_decode.cc"
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
+#include <limits>
 #include <vector>
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "tensor/cpu/exp-inl.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
@@ -24,30 +26,57 @@ HWY_BEFORE_NAMESPACE();
 namespace lt::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// lanes values of type T at p, widened to f64.
-template <class DD, class T>
-HWY_INLINE hn::Vec<DD> LoadAsDouble(DD dd, const T* p) {
-  if constexpr (std::is_same_v<T, double>) {
-    return hn::LoadU(dd, p);
-  } else {
-    return hn::PromoteTo(dd, hn::LoadU(hn::Rebind<T, DD>(), p));
+// scores[j] = scale * q . k_j for keys j = 0 .. n - 1, key j at k + j * key_stride.
+template <class T>
+HWY_INLINE void KeyScores(const T* q, const T* k, int64_t key_stride, int64_t n, int64_t D, T scale, T* scores) {
+  const hn::ScalableTag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), full = D - D % lanes;
+  auto finish = [&](auto acc, const T* kj) {
+    T dot = hn::GetLane(hn::SumOfLanes(d, acc));
+    for (int64_t e = full; e < D; ++e) dot += q[e] * kj[e];
+    return dot * scale;
+  };
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const T* k0 = k + j * key_stride;
+    const T *k1 = k0 + key_stride, *k2 = k1 + key_stride, *k3 = k2 + key_stride;
+    auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+    for (int64_t e = 0; e < full; e += lanes) {
+      const auto qe = hn::LoadU(d, q + e);
+      a0 = hn::MulAdd(qe, hn::LoadU(d, k0 + e), a0);
+      a1 = hn::MulAdd(qe, hn::LoadU(d, k1 + e), a1);
+      a2 = hn::MulAdd(qe, hn::LoadU(d, k2 + e), a2);
+      a3 = hn::MulAdd(qe, hn::LoadU(d, k3 + e), a3);
+    }
+    scores[j] = finish(a0, k0);
+    scores[j + 1] = finish(a1, k1);
+    scores[j + 2] = finish(a2, k2);
+    scores[j + 3] = finish(a3, k3);
+  }
+  for (; j < n; ++j) {
+    const T* kj = k + j * key_stride;
+    auto acc = hn::Zero(d);
+    for (int64_t e = 0; e < full; e += lanes) acc = hn::MulAdd(hn::LoadU(d, q + e), hn::LoadU(d, kj + e), acc);
+    scores[j] = finish(acc, kj);
   }
 }
 
-// scores[j] = scale * q . k_j for keys j = 0 .. n - 1, key j at k + j * key_stride; q_f64 is q in f64.
+// The softmax of scores[0, n) in place; scores has room for whole vectors past n (overwritten).
 template <class T>
-HWY_INLINE void KeyScores(const double* q_f64, const T* k, int64_t key_stride, int64_t n, int64_t D, double scale,
-                          double* scores) {
-  const hn::ScalableTag<double> dd;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(dd)), full = D - D % lanes;
-  for (int64_t j = 0; j < n; ++j) {
-    const T* kj = k + j * key_stride;
-    auto acc = hn::Zero(dd);
-    for (int64_t d = 0; d < full; d += lanes) acc = hn::MulAdd(hn::LoadU(dd, q_f64 + d), LoadAsDouble(dd, kj + d), acc);
-    double dot = hn::GetLane(hn::SumOfLanes(dd, acc));
-    for (int64_t d = full; d < D; ++d) dot += q_f64[d] * static_cast<double>(kj[d]);
-    scores[j] = dot * scale;
+HWY_INLINE void SoftmaxInPlace(T* scores, int64_t n) {
+  const hn::ScalableTag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), padded = (n + lanes - 1) / lanes * lanes;
+  const T max_score = *std::max_element(scores, scores + n);
+  std::fill(scores + n, scores + padded, -std::numeric_limits<T>::infinity());  // exp gives 0 there
+  const auto shift = hn::Set(d, max_score);
+  auto total = hn::Zero(d);
+  for (int64_t j = 0; j < padded; j += lanes) {
+    const auto e = ExpNonPositive(d, hn::Sub(hn::LoadU(d, scores + j), shift));
+    hn::StoreU(e, d, scores + j);
+    total = hn::Add(total, e);
   }
+  const auto inverse = hn::Set(d, static_cast<T>(1) / hn::GetLane(hn::SumOfLanes(d, total)));
+  for (int64_t j = 0; j < padded; j += lanes) hn::StoreU(hn::Mul(hn::LoadU(d, scores + j), inverse), d, scores + j);
 }
 
 // out = sum_j weights[j] v_j over keys j = 0 .. n - 1, value j at v + j * key_stride: two vectors of
@@ -87,20 +116,16 @@ void AttentionDecodeT(const T* q, const T* k, const T* v, const int64_t* Tk_B, d
   const int64_t B = shape[0], Tq = shape[1], Hq = shape[2], D = shape[3], capacity = shape[4], Hkv = shape[5];
   const int64_t group = Hq / Hkv, key_stride = Hkv * D;
   const int64_t max_Tk = *std::max_element(Tk_B, Tk_B + B);
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
   parallel_for(B * Hq * Tq, 1, [&](int64_t begin, int64_t end) {
-    std::vector<double> scores(static_cast<size_t>(max_Tk)), q_f64(static_cast<size_t>(D));
-    std::vector<T> weights(static_cast<size_t>(max_Tk));
+    std::vector<T> weights(static_cast<size_t>((max_Tk + lanes - 1) / lanes * lanes));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / (Hq * Tq), h = (item / Tq) % Hq, i = item % Tq;
       const int64_t keys = Tk_B[b] - Tq + i + 1;  // this query sits at position keys - 1: it sees keys 0 .. keys - 1
       const int64_t kv_offset = (b * capacity * Hkv + h / group) * D;
-      const T* qi = q + ((b * Tq + i) * Hq + h) * D;
-      std::copy(qi, qi + D, q_f64.begin());
-      KeyScores(q_f64.data(), k + kv_offset, key_stride, keys, D, scale, scores.data());
-      const double max_score = *std::max_element(scores.begin(), scores.begin() + keys);
-      double total = 0;
-      for (int64_t j = 0; j < keys; ++j) total += scores[j] = std::exp(scores[j] - max_score);
-      for (int64_t j = 0; j < keys; ++j) weights[j] = static_cast<T>(scores[j] / total);
+      KeyScores(q + ((b * Tq + i) * Hq + h) * D, k + kv_offset, key_stride, keys, D, static_cast<T>(scale),
+                weights.data());
+      SoftmaxInPlace(weights.data(), keys);
       WeightedValues(weights.data(), v + kv_offset, key_stride, keys, D, out + ((b * Tq + i) * Hq + h) * D);
     }
   });

@@ -79,34 +79,43 @@ HWY_EXPORT(RopeKernel);
 
 namespace {
 
-// cos and sin of the angles of positions [pos_offset, pos_offset + seq), [seq, D/2], in the dtype T.
+// cos and sin of the angles of positions [0, positions), [positions, D/2], in the dtype T.
 template <class T>
 struct RopeTable {
-  int64_t pos_offset = -1, seq = 0, dim = 0;  // what the tables hold; pos_offset -1: nothing yet
+  int64_t positions = 0, dim = 0;
   double theta = 0;
   std::vector<double> inv_freq;  // [D/2]
   std::vector<T> cos_table, sin_table;
 };
 
-// The calling thread's table for this range, rebuilt only when the key changes. Thread-local, so two
-// threads calling rope at once never share a half-built table.
+// The calling thread's table, holding at least positions [0, end): grown when a later position is asked
+// for (decoding rows one position at a time, each at its own), made anew when D or theta changes. Every
+// entry is a function of its position alone, so a range reads the same values whatever was asked before.
+// Thread-local, so two threads calling rope at once never share a half-built table.
 template <class T>
-const RopeTable<T>& rope_table(int64_t pos_offset, int64_t seq, int64_t D, double theta) {
+const RopeTable<T>& rope_table(int64_t end, int64_t D, double theta) {
   thread_local RopeTable<T> table;
-  if (table.pos_offset == pos_offset && table.seq == seq && table.dim == D && table.theta == theta) return table;
-  const int64_t half = D / 2;
-  table.inv_freq.resize(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i)
-    table.inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
-  table.cos_table.resize(static_cast<size_t>(seq * half));
-  table.sin_table.resize(static_cast<size_t>(seq * half));
+  if (table.dim != D || table.theta != theta) {
+    table.positions = 0;
+    table.dim = D;
+    table.theta = theta;
+    table.inv_freq.resize(static_cast<size_t>(D / 2));
+    for (int64_t i = 0; i < D / 2; ++i)
+      table.inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+  }
+  if (end <= table.positions) return table;
+  const int64_t half = D / 2, first = table.positions;
+  // At least double the positions: a decode that asks for one more position each step grows it rarely.
+  const int64_t grown = std::max(end, 2 * first);
+  table.cos_table.resize(static_cast<size_t>(grown * half));
+  table.sin_table.resize(static_cast<size_t>(grown * half));
   // Plain pointers for the workers: inside their chunks the name `table` would mean their own copy.
   const double* inv_freq = table.inv_freq.data();
   T* cos_table = table.cos_table.data();
   T* sin_table = table.sin_table.data();
-  parallel_for(seq, std::max<int64_t>(1, 1024 / half), [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const double position = static_cast<double>(pos_offset + t);
+  parallel_for(grown - first, std::max<int64_t>(1, 1024 / half), [&](int64_t begin, int64_t stop) {
+    for (int64_t t = first + begin; t < first + stop; ++t) {
+      const double position = static_cast<double>(t);
       for (int64_t i = 0; i < half; ++i) {
         const double angle = position * inv_freq[i];
         cos_table[t * half + i] = static_cast<T>(std::cos(angle));
@@ -114,10 +123,7 @@ const RopeTable<T>& rope_table(int64_t pos_offset, int64_t seq, int64_t D, doubl
       }
     }
   });
-  table.pos_offset = pos_offset;
-  table.seq = seq;
-  table.dim = D;
-  table.theta = theta;
+  table.positions = grown;
   return table;
 }
 
@@ -139,8 +145,9 @@ void copy_v_block(const Tensor& from, int64_t from_stride, int64_t from_start, T
 RopeTables rope_tables(DType dtype, int64_t pos_offset, int64_t seq, int64_t D, double theta) {
   RopeTables tables;
   LT_FLOAT_SWITCH(dtype, T, {
-    const RopeTable<T>& table = rope_table<T>(pos_offset, seq, D, theta);
-    tables = {table.cos_table.data(), table.sin_table.data()};
+    const RopeTable<T>& table = rope_table<T>(pos_offset + seq, D, theta);
+    const size_t first = static_cast<size_t>(pos_offset * (D / 2));
+    tables = {table.cos_table.data() + first, table.sin_table.data() + first};
   });
   return tables;
 }
