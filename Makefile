@@ -88,7 +88,7 @@ dpo: build
 # run (TEST_FUZZ_SECONDS); `make fuzz FUZZ_SECONDS=600` for the long one.
 FUZZ_BUILD    ?= build-fuzz
 FUZZ_SECONDS  ?= 60
-FUZZ_HARNESSES := safetensors shard config trainer_json tokenizer chat
+FUZZ_HARNESSES := safetensors shard config trainer_json tokenizer chat multiple_choice
 fuzz:
 	@scripts/setup.sh --fuzz
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
