@@ -56,7 +56,8 @@ void decode_tokens(const uint8_t* bytes, int token_bytes, int64_t count, Out* ou
     } else {
       std::memcpy(&token, bytes + 4 * i, 4);
     }
-    if (token >= limit) fail(path, ": token ", token, " at position ", first_position + i, " is >= ", limit_name, ' ', limit);
+    if (token >= limit)
+      fail(path, ": token ", token, " at position ", first_position + i, " is >= ", limit_name, ' ', limit);
     out[i] = static_cast<Out>(token);
   }
 }

@@ -88,7 +88,8 @@ TokenShards TokenShards::in_memory(Tensor tokens) {
 
 std::string TokenShards::describe() const {
   if (num_shards() == 1) return format_text("%s (%lld tokens)", spec_.c_str(), static_cast<long long>(total_tokens_));
-  return format_text("%s (%zu shards, %lld tokens)", spec_.c_str(), num_shards(), static_cast<long long>(total_tokens_));
+  return format_text("%s (%zu shards, %lld tokens)", spec_.c_str(), num_shards(),
+                     static_cast<long long>(total_tokens_));
 }
 
 void TokenShards::read(size_t shard, int64_t start, int64_t count, int32_t* out) const {

@@ -309,8 +309,9 @@ std::string summary_table(const ReportData& d, const LossMeaning& objective) {
     if (!value.empty()) add(name, value);
   for (auto r = d.records.rbegin(); r != d.records.rend(); ++r)
     if (has_number(*r, "mc_acc") && has_number(*r, "mc_acc_norm") && has_number(*r, "mc_chance")) {
-      add("last multiple-choice accuracy", format_text("acc %.3f, acc_norm %.3f (chance %.3f)", (*r)["mc_acc"].get<double>(),
-                                                       (*r)["mc_acc_norm"].get<double>(), (*r)["mc_chance"].get<double>()));
+      add("last multiple-choice accuracy",
+          format_text("acc %.3f, acc_norm %.3f (chance %.3f)", (*r)["mc_acc"].get<double>(),
+                      (*r)["mc_acc_norm"].get<double>(), (*r)["mc_chance"].get<double>()));
       break;
     }
   if (std::isfinite(d.unigram_entropy))
@@ -536,7 +537,8 @@ std::string training_report_html(const ReportData& d) {
     LineChart accuracy = step_chart("Multiple-choice accuracy", "share of items answered right",
                                     {series_of(records, "mc_acc", "acc (summed log-probability)", "#0072B2"),
                                      series_of(records, "mc_acc_norm", "acc_norm (per character)", "#D55E00")});
-    for (ChartSeries& s : accuracy.series) s.style = s.x.size() > 1 ? ChartSeries::Style::Line : ChartSeries::Style::Points;
+    for (ChartSeries& s : accuracy.series)
+      s.style = s.x.size() > 1 ? ChartSeries::Style::Line : ChartSeries::Style::Points;
     const ChartSeries chance = series_of(records, "mc_chance", "", "");
     if (!chance.y.empty()) accuracy.levels.push_back({chance.y.back(), "chance (guessing)", "#009E73"});
     accuracy.events = events;

@@ -68,7 +68,8 @@ std::vector<double> packed_sequence_logprobs(LingForCausalLM& model, const std::
     size_t n = 0;
     for (size_t r = first; r < first + count; ++r)
       for (size_t t = 0; t < rows[r].sequence.size(); ++t, ++n)
-        if (rows[r].sequence[t] >= 0 && rows[r].counted[t]) logp[static_cast<size_t>(rows[r].sequence[t])] += token_logp[n];
+        if (rows[r].sequence[t] >= 0 && rows[r].counted[t])
+          logp[static_cast<size_t>(rows[r].sequence[t])] += token_logp[n];
   }
   return logp;
 }

@@ -58,7 +58,8 @@ void MetricsSink::show(const Json& record, double loss, double lr, double grad_n
   if (record.contains("mc_acc")) {
     progress_.set_multiple_choice_accuracy(record["mc_acc"].get<double>());
     progress_.event(format_text("step %lld: multiple-choice acc %.4f, acc_norm %.4f (%s, chance %.4f)",
-                                static_cast<long long>(record.value("step", int64_t{0})), record["mc_acc"].get<double>(),
+                                static_cast<long long>(record.value("step", int64_t{0})),
+                                record["mc_acc"].get<double>(),
                                 record["mc_acc_norm"].get<double>(),
                                 count_of(record["mc_items"].get<int64_t>(), "item").c_str(),
                                 record["mc_chance"].get<double>()));

@@ -122,7 +122,8 @@ RunSetup::RunSetup(const Recipe& requested, const RunOptions& options) : options
   make_model_and_tokenizer();
   if (options_.eval_mc == "embedded") {
     LT_CHECK(options_.eval_mc_items > 0, "--eval-mc embedded makes --eval-mc-items items: it must be > 0");
-    multiple_choice_items_ = make_corpus_multiple_choice_items(kDefaultCorpusMultipleChoiceSeed, options_.eval_mc_items);
+    multiple_choice_items_ =
+        make_corpus_multiple_choice_items(kDefaultCorpusMultipleChoiceSeed, options_.eval_mc_items);
   } else if (!options_.eval_mc.empty()) {
     multiple_choice_items_ = read_multiple_choice_file(options_.eval_mc, options_.eval_mc_items);
     LT_CHECK(!multiple_choice_items_.empty(), options_.eval_mc, ": no multiple-choice item");
@@ -332,10 +333,11 @@ void RunSetup::size_stages() {
     if (stage.warmup_steps > 0 && stage.warmup_steps >= stage.steps) {
       const int64_t fitted = stage.steps / 10;
       note += std::string(note.empty() ? "" : "; ") +
-              format_text("stage '%s': a warmup of %lld steps is not shorter than its %lld steps; %s", stage.name.c_str(),
-                         static_cast<long long>(stage.warmup_steps), static_cast<long long>(stage.steps),
-                         fitted > 0 ? format_text("warming up over %lld instead", static_cast<long long>(fitted)).c_str()
-                                    : "no warmup instead");
+              format_text("stage '%s': a warmup of %lld steps is not shorter than its %lld steps; %s",
+                          stage.name.c_str(), static_cast<long long>(stage.warmup_steps),
+                          static_cast<long long>(stage.steps),
+                          fitted > 0 ? format_text("warming up over %lld instead", static_cast<long long>(fitted)).c_str()
+                                     : "no warmup instead");
       stage.warmup_steps = fitted;
     }
     stage_notes_.push_back(note);
@@ -420,8 +422,9 @@ std::string RunSetup::check_pretrain_data(StageSettings& stage) {
   LT_CHECK(steps > 0, "stage '", stage.name, "': ", source, " runs out (", runs_out.windows, " windows of ",
            stage.seq + 1, " tokens) before its first step");
   if (steps == stage.steps) return "";
-  const std::string note = format_text("stage '%s': %s runs out after %lld steps (on_exhausted end); the stage ends there",
-                                       stage.name.c_str(), source.c_str(), static_cast<long long>(steps));
+  const std::string note =
+      format_text("stage '%s': %s runs out after %lld steps (on_exhausted end); the stage ends there",
+                  stage.name.c_str(), source.c_str(), static_cast<long long>(steps));
   stage.steps = steps;
   return note;
 }

@@ -219,7 +219,8 @@ std::unique_ptr<StageBatches> post_training_batches(const StageSettings& stage, 
 
 int64_t packed_train_rows(const StageSettings& stage, const Tokenizer& tokenizer) {
   if (!stage.val.empty()) pack_file(stage.kind, FileRole::HeldOut, stage.val, tokenizer, stage.seq);
-  return static_cast<int64_t>(pack_file(stage.kind, FileRole::Train, stage.data.path(), tokenizer, stage.seq).rows.size());
+  const PackedData train = pack_file(stage.kind, FileRole::Train, stage.data.path(), tokenizer, stage.seq);
+  return static_cast<int64_t>(train.rows.size());
 }
 
 }  // namespace lt

@@ -149,7 +149,8 @@ DataSpec DataSpec::from_json(const Json& json, const std::string& where) {
 Json DataSpec::to_json() const {
   if (!is_mixture()) return path();
   Json sources = Json::array();
-  for (const DataSource& s : this->sources) sources.push_back({{"name", s.name}, {"path", s.path}, {"weight", s.weight}});
+  for (const DataSource& s : this->sources)
+    sources.push_back({{"name", s.name}, {"path", s.path}, {"weight", s.weight}});
   return sources;
 }
 

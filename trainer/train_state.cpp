@@ -21,8 +21,8 @@ Integer exact_integer(const Json& value, const std::string& source, const std::s
 SamplerCursor sampler_cursor_from_json(const JsonObject& o) {
   const int64_t epoch = o.get<int64_t>("epoch"), position = o.get<int64_t>("position");
   const int64_t given = o.get<int64_t>("given", 0);  // absent from checkpoints of one-source data before mixtures
-  LT_CHECK(epoch >= 0 && position >= 0 && given >= 0, o.source(), ": data_cursor epoch, position and given must be >= 0, got ",
-           epoch, ", ", position, " and ", given);
+  LT_CHECK(epoch >= 0 && position >= 0 && given >= 0, o.source(),
+           ": data_cursor epoch, position and given must be >= 0, got ", epoch, ", ", position, " and ", given);
   return {static_cast<uint64_t>(epoch), static_cast<uint64_t>(position), static_cast<uint64_t>(given)};
 }
 

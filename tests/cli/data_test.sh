@@ -6,7 +6,9 @@
 # Usage: data_test.sh path/to/lingtrain
 source "$(dirname "$0")/common.sh"
 
-for i in $(seq 1 900); do echo "line $i: the quick brown fox $((i * 7 % 13)) jumps over $((i % 5)) lazy dogs."; done >web.txt
+for i in $(seq 1 900); do
+  echo "line $i: the quick brown fox $((i * 7 % 13)) jumps over $((i % 5)) lazy dogs."
+done >web.txt
 for i in $(seq 1 200); do echo "int f$i(int x) { return x * $i + $((i % 3)); }"; done >code.txt
 "$bin" shards --out web/part --tokens-per-shard 5000 web.txt >/dev/null || fail "shards web"
 "$bin" shards --out code/part --tokens-per-shard 3000 code.txt >/dev/null || fail "shards code"
@@ -21,7 +23,8 @@ common=(--model tiny --seq 32 --batch 4 --threads 1 --sample-prompt "" --eval-ev
 grep -q "pretrain data web/part_\*.bin ($(ls web | wc -l) shards, [0-9]* tokens)" glob.txt ||
   fail "the first line names the shards: $(grep data glob.txt)"
 list=$(ls web/part_*.bin | paste -sd,)
-"$bin" pretrain "${common[@]}" --steps 4 --data "$list" --val code/part_000000.bin --out list >/dev/null 2>&1 || fail "a list"
+"$bin" pretrain "${common[@]}" --steps 4 --data "$list" --val code/part_000000.bin --out list >/dev/null 2>&1 ||
+  fail "a list"
 cmp -s glob/checkpoint/model.safetensors list/checkpoint/model.safetensors || fail "a glob and its list differ"
 
 # A mixture: each source's share of the tokens within one window (32 tokens) of its weight at every step.
@@ -51,7 +54,8 @@ cmp -s mix/checkpoint/model.safetensors recipe/checkpoint/model.safetensors || f
   fail "code's epochs are not counted: $(grep '"step":200,' repeat/metrics.jsonl)"
 "$bin" pretrain "${common[@]}" --steps 200 --batch 8 "${mix[@]}" --on-exhausted end --out end >end.txt 2>&1 ||
   fail "on_exhausted end: $(tail -1 end.txt)"
-grep -q "stage 'pretrain': source 'code' runs out after [0-9]* steps (on_exhausted end); the stage ends there" end.txt ||
+grep -q "stage 'pretrain': source 'code' runs out after [0-9]* steps (on_exhausted end); the stage ends there" \
+  end.txt ||
   fail "no note of the end: $(head -2 end.txt)"
 steps=$(json_number end/metrics.jsonl step)
 [ "$steps" -gt 10 ] && [ "$steps" -lt 200 ] || fail "the stage ended at step $steps"
@@ -70,13 +74,14 @@ grep -q '"world_size":2' two.txt || fail "not 2 ranks: $(tail -1 two.txt)"
 close accum/metrics.jsonl two/metrics.jsonl || fail "2 ranks of 2 rows take other windows than 2 micro-batches"
 resumed=(--sample-prompt "" --eval-every 0 --ckpt-every 0 --threads 1)
 resumes_bit_for_bit 2 two resumed2 --batch 2
-diff <(grep -o '"sources":{[^}]*}[^}]*}' two/metrics.jsonl) <(grep -o '"sources":{[^}]*}[^}]*}' resumed2/metrics.jsonl) \
-  >/dev/null || fail "the resumed run's source counts differ"
+sources_of() { grep -o '"sources":{[^}]*}[^}]*}' "$1/metrics.jsonl"; }
+diff <(sources_of two) <(sources_of resumed2) >/dev/null || fail "the resumed run's source counts differ"
 
 # A preset follows its tokenizer: a 400-token BPE with tiny (320) makes a 448-row table.
 syllables=(ka lo mi ne ru sa te vi zo pa qu bre stra fli gon dur wex yal hob cim)
 for i in $(seq 1 3000); do
-  echo "${syllables[$((i % 20))]}${syllables[$((i * 7 % 20))]}${syllables[$((i * 13 % 19))]} ${syllables[$((i / 20 % 20))]}."
+  word="${syllables[$((i % 20))]}${syllables[$((i * 7 % 20))]}${syllables[$((i * 13 % 19))]}"
+  echo "$word ${syllables[$((i / 20 % 20))]}."
 done >words.txt
 "$bin" tokenizer train --vocab 400 --out bpe.json words.txt >bpe.txt || fail "tokenizer"
 grep -q '"vocab_size":400' bpe.txt || fail "the tokenizer has $(cat bpe.txt)"
@@ -95,11 +100,14 @@ printf 'x' | cat web/part_000000.bin - >truncated.bin
 head -c 2000 web/part_000000.bin >short.bin
 expect_error "a truncated shard" "short.bin: header says [0-9]* tokens .* (truncated)" \
   "$bin" pretrain "${common[@]}" --data short.bin --out bad
-expect_error "a shard with a byte too many" "truncated.bin: header says" "$bin" pretrain "${common[@]}" --data truncated.bin --out bad
-expect_error "no match" "nothing/\*.bin: no file matches" "$bin" pretrain "${common[@]}" --data 'nothing/*.bin' --out bad
+expect_error "a shard with a byte too many" "truncated.bin: header says" \
+  "$bin" pretrain "${common[@]}" --data truncated.bin --out bad
+expect_error "no match" "nothing/\*.bin: no file matches" \
+  "$bin" pretrain "${common[@]}" --data 'nothing/*.bin' --out bad
 expect_error "a bad weight" "source 'web': weight 'x' is not a number" \
   "$bin" pretrain "${common[@]}" --data 'web@x=web/part_*.bin;code@1=code/part_*.bin' --out bad
-expect_error "on_exhausted" "on_exhausted must be repeat or end" "$bin" pretrain "${common[@]}" --on-exhausted stop --out bad
+expect_error "on_exhausted" "on_exhausted must be repeat or end" \
+  "$bin" pretrain "${common[@]}" --on-exhausted stop --out bad
 [ ! -e bad ] || fail "a run that failed on its data left $(ls bad)"
 
 finish data_test

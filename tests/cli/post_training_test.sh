@@ -35,7 +35,8 @@ cmp -s tok.json run/checkpoint/tokenizer.json || fail "the checkpoint does not c
 grep -q '^the quick' sample.out || fail "sample: $(cat sample.out)"
 # --n 3: three continuations decoded together, each under its header; the first is --n 1's (row 0 draws
 # from the seed itself).
-"$bin" sample --ckpt run/checkpoint --prompt "the quick" --tokens 8 --threads 1 --n 3 >sample3.out || fail "sample --n 3"
+"$bin" sample --ckpt run/checkpoint --prompt "the quick" --tokens 8 --threads 1 --n 3 >sample3.out ||
+  fail "sample --n 3"
 [ "$(grep -c '^=== sample [1-3] of 3 ===$' sample3.out)" = 3 ] || fail "sample --n 3: $(cat sample3.out)"
 [ "$(sed -n '2,/^=== sample 2 of 3 ===$/p' sample3.out | sed '$d')" = "$(cat sample.out)" ] ||
   fail "sample --n 3: the first continuation is not --n 1's: $(cat sample3.out) vs $(cat sample.out)"

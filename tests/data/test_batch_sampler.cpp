@@ -202,7 +202,8 @@ TEST(Sampler, AMixtureKeepsEverySourceWithinOneWindowOfItsWeight) {
   const std::vector<double> weights = {0.6, 0.3, 0.1};
   auto make = [&](uint64_t seed, int rank, int world, int64_t B) {
     std::vector<SamplerSource> sources;
-    for (int s = 0; s < 3; ++s) sources.push_back(counting_source("s" + std::to_string(s), 400 + 300 * s, 100000 * s, weights[s]));
+    for (int s = 0; s < 3; ++s)
+      sources.push_back(counting_source("s" + std::to_string(s), 400 + 300 * s, 100000 * s, weights[s]));
     return BatchSampler(std::move(sources), B, 10, seed, rank, world);
   };
   BatchSampler sampler = make(3, 0, 1, 5);
@@ -233,7 +234,8 @@ TEST(Sampler, AMixtureKeepsEverySourceWithinOneWindowOfItsWeight) {
 }
 
 TEST(Sampler, FirstExhaustionIsWhenASourceWouldStartItsSecondEpoch) {
-  std::vector<SamplerSource> sources = {counting_source("big", 5000, 0, 0.5), counting_source("small", 800, 100000, 0.5)};
+  std::vector<SamplerSource> sources = {counting_source("big", 5000, 0, 0.5),
+                                        counting_source("small", 800, 100000, 0.5)};
   BatchSampler sampler(std::move(sources), 1, 10, 8);
   const BatchSampler::Exhaustion first = sampler.first_exhaustion();
   EXPECT_EQ(first.source, "small");

@@ -20,7 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::string context = item.context;
       if (items.size() > 1) context = lt::few_shot_context(item, {&items[(i + 1) % items.size()]});
       for (int64_t max_tokens : {int64_t{4096}, int64_t{24}}) {
-        const lt::MultipleChoiceSequences sequences = lt::multiple_choice_sequences(item, context, tokenizer, max_tokens);
+        const lt::MultipleChoiceSequences sequences =
+            lt::multiple_choice_sequences(item, context, tokenizer, max_tokens);
         if (sequences.choices.size() != item.choices.size()) __builtin_trap();
       }
     }

@@ -66,7 +66,8 @@ TEST(StageSettings, APretrainingStageWritesTheKeysItAlwaysWrote) {
   const Json pretrain = stage_to_json(StageSettings{});
   std::set<std::string> keys;
   for (const auto& [key, value] : pretrain.items()) keys.insert(key);
-  EXPECT_EQ(keys, (std::set<std::string>{"name", "steps", "batch", "seq", "accum", "rope_theta", "data", "on_exhausted", "val",
+  EXPECT_EQ(keys, (std::set<std::string>{"name", "steps", "batch", "seq", "accum", "rope_theta", "data",
+                                         "on_exhausted", "val",
                                          "lr_schedule", "lr", "min_lr", "warmup_steps", "halve_at",
                                          "batch_warmup_start", "batch_warmup_steps", "clip", "weight_decay"}));
   StageSettings weighted;
@@ -114,7 +115,8 @@ TEST(StageSettings, DataIsFilesOrAMixtureOfNamedWeightedSources) {
   test::expect_error([] { DataSpec::from_json("web@1=", "d"); }, {"source 'web' names no files"});
   test::expect_error([] { DataSpec::from_json(parse_json(R"([{"name": "w", "path": "a", "wieght": 1}])", "t"), "d"); },
                      {"unknown key 'wieght'"});
-  test::expect_error([] { DataSpec::from_json(parse_json("42", "t"), "d"); }, {"d: must be a string (files) or a list"});
+  test::expect_error([] { DataSpec::from_json(parse_json("42", "t"), "d"); },
+                     {"d: must be a string (files) or a list"});
   Json sft = stage_to_json(stage_defaults(StageKind::Sft));
   sft["data"] = listed;
   test::expect_error([&] { stage_from_json(JsonObject(sft, "s"), "s"); }, {"a mixture of sources is for pre-training"});
