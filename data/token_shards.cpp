@@ -41,7 +41,7 @@ std::vector<std::string> expand(const std::string& pattern) {
 
 }  // namespace
 
-TokenShards TokenShards::open(const std::string& spec, int64_t vocab_size) {
+TokenShards TokenShards::open(const std::string& spec, int64_t vocab_size, bool random_access) {
   LT_CHECK(vocab_size >= 1 && static_cast<uint64_t>(vocab_size) <= kInt32Limit, spec, ": vocab_size ", vocab_size,
            " is outside [1, 2^31], the ids int32 token tensors hold");
   auto shards = std::make_shared<std::vector<Shard>>();
@@ -54,6 +54,7 @@ TokenShards TokenShards::open(const std::string& spec, int64_t vocab_size) {
         fail(path, ": holds uint", 8 * info.token_bytes, " tokens, but ", shards->front().path, " holds uint",
              8 * shards->front().token_bytes, " (a shard set is one or the other)");
       auto mapped = std::make_shared<const MappedFile>(file);
+      if (random_access) mapped->advise_random_access();
       Shard shard{path, info.num_tokens, info.token_bytes, mapped->bytes() + kShardHeaderBytes, mapped};
       shards->push_back(std::move(shard));
     }

@@ -17,8 +17,9 @@ class TokenShards {
   // "a.bin,b.bin"), each pattern's files in sorted order. Fails with one line naming the pattern that
   // matches nothing, the file that is no shard (data/shard.h's checks), or the file whose token width
   // differs from the first one's (uint16 and uint32 shards do not mix). Every token read is checked
-  // below vocab_size.
-  static TokenShards open(const std::string& spec, int64_t vocab_size);
+  // below vocab_size. random_access: the reads will be windows in a shuffled order (training), so no page
+  // is brought in but those read; otherwise the kernel reads ahead (held-out data, read in order).
+  static TokenShards open(const std::string& spec, int64_t vocab_size, bool random_access = false);
   // A 1-D i32 CPU tensor as one shard (tests; the tensor is shared, not copied).
   static TokenShards in_memory(Tensor tokens);
 

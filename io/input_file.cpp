@@ -60,6 +60,10 @@ MappedFile::MappedFile(const InputFile& file) : path_(file.path()), size_(file.s
   bytes_ = static_cast<const uint8_t*>(mapped);
 }
 
+void MappedFile::advise_random_access() const {
+  if (bytes_ != nullptr) ::madvise(const_cast<uint8_t*>(bytes_), size_, MADV_RANDOM);  // advice only: ignore failure
+}
+
 MappedFile::~MappedFile() {
   if (bytes_ != nullptr) ::munmap(const_cast<uint8_t*>(bytes_), size_);
 }

@@ -42,6 +42,9 @@ class MappedFile {
   const std::string& path() const { return path_; }
   uint64_t size() const { return size_; }
   const uint8_t* bytes() const { return bytes_; }
+  // Tells the kernel the bytes will be read at random places (a training set's shuffled windows): a page
+  // fault then brings in that page alone, not the read-ahead and neighbours a sequential reader wants.
+  void advise_random_access() const;
 
  private:
   std::string path_;

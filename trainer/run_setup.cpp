@@ -348,9 +348,9 @@ std::vector<SamplerSource> RunSetup::pretrain_sources(const StageSettings& stage
   const int64_t vocab = model_->config().vocab_size;
   std::vector<SamplerSource> sources;
   for (const DataSource& source : stage.data.sources)
-    sources.push_back({source.name, TokenShards::open(source.path, vocab), source.weight});
+    sources.push_back({source.name, TokenShards::open(source.path, vocab, /*random_access=*/true), source.weight});
   if (sources.empty())
-    sources.push_back({"", TokenShards::open(default_corpus_ + "/train.bin", vocab), 1.0});
+    sources.push_back({"", TokenShards::open(default_corpus_ + "/train.bin", vocab, /*random_access=*/true), 1.0});
   return sources;
 }
 
