@@ -113,20 +113,4 @@ std::vector<uint32_t> read_token_shard(const std::string& path, std::optional<in
   return tokens;
 }
 
-Tensor read_token_shard_tensor(const std::string& path, std::optional<int64_t> vocab_size) {
-  const InputFile file(path);
-  const ShardInfo info = parse_info(file);
-  Tensor tokens = Tensor::empty({info.num_tokens}, DType::I32);
-  const uint64_t int32_limit = uint64_t{1} << 31;
-  if (vocab_size) {
-    check_vocab_size(path, *vocab_size);
-    if (static_cast<uint64_t>(*vocab_size) > int32_limit)
-      fail(path, ": vocab_size ", *vocab_size, " does not fit int32 token tensors");
-    read_tokens(file, info, tokens.data<int32_t>(), static_cast<uint64_t>(*vocab_size), "vocab_size");
-  } else {
-    read_tokens(file, info, tokens.data<int32_t>(), int32_limit, "the int32 limit");
-  }
-  return tokens;
-}
-
 }  // namespace lt

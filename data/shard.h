@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "tensor/error.h"
-#include "tensor/tensor.h"
 
 namespace lt {
 
@@ -63,9 +62,8 @@ void decode_tokens(const uint8_t* bytes, int token_bytes, int64_t count, Out* ou
 }
 
 // Reads the tokens. With vocab_size, every token must be below it; the first that is not fails with
-// "<path>: token 70000 at position 12 is >= vocab_size 65536".
+// "<path>: token 70000 at position 12 is >= vocab_size 65536". (Training reads shards in place:
+// data/token_shards.h.)
 std::vector<uint32_t> read_token_shard(const std::string& path, std::optional<int64_t> vocab_size = std::nullopt);
-// The same as a 1-D i32 tensor on the CPU (what the batch sampler and embedding lookups take).
-Tensor read_token_shard_tensor(const std::string& path, std::optional<int64_t> vocab_size = std::nullopt);
 
 }  // namespace lt

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "data/shard.h"
+#include "data/token_shards.h"
 #include "tensor/random.h"
 #include "tests/io/temp_dir.h"
 
@@ -56,10 +57,10 @@ TEST(Shard, RoundTripUint16) {
   const ShardInfo info = read_token_shard_info(path);
   EXPECT_EQ(info.token_bytes, 2);
   EXPECT_EQ(info.num_tokens, 3000);
-  const Tensor as_tensor = read_token_shard_tensor(path, 259);
-  EXPECT_EQ(as_tensor.dtype(), DType::I32);
-  EXPECT_EQ(as_tensor.shape(), Shape{3000});
-  const std::vector<int32_t> values = as_tensor.to_vector<int32_t>();
+  const TokenShards mapped = TokenShards::open(path, 259);
+  ASSERT_EQ(mapped.num_tokens(), 3000);
+  std::vector<int32_t> values(3000);
+  mapped.read(0, 3000, values.data());
   EXPECT_TRUE(std::equal(values.begin(), values.end(), tokens.begin()));
 }
 
@@ -73,7 +74,9 @@ TEST(Shard, RoundTripUint32) {
   EXPECT_EQ(header_of(bytes)[1], 7);
   EXPECT_EQ(bytes.size(), 1024u + 4 * 2500);
   EXPECT_EQ(read_token_shard(path), tokens);
-  EXPECT_EQ(read_token_shard_tensor(path, 126464).to_vector<int32_t>()[2499], 126463);
+  int32_t last = 0;
+  TokenShards::open(path, 126464).read(2499, 1, &last);
+  EXPECT_EQ(last, 126463);
 }
 
 TEST(Shard, TokenWidthFollowsVocabSize) {
@@ -97,7 +100,10 @@ TEST(Shard, OutOfVocabularyTokensNameFilePositionAndValue) {
   } catch (const Error& error) {
     EXPECT_EQ(std::string(error.what()), path + ": token 300 at position 2 is >= vocab_size 259");
   }
-  expect_error([&] { read_token_shard_tensor(path, 259); }, {path, "token 300 at position 2"});
+  expect_error([&] {
+    std::vector<int32_t> all(4);
+    TokenShards::open(path, 259).read(0, 4, all.data());
+  }, {path, "token 300 at position 2"});
   expect_error([&] { write_token_shard(path, std::vector<uint32_t>{5, 259}, 259); },
                {path, "token 259 at position 1 is >= vocab_size 259"});
   EXPECT_EQ(read_token_shard(path).size(), 4u) << "the failed write left the old shard in place";
@@ -123,7 +129,7 @@ TEST(Shard, MalformedShardsAreClearErrors) {
     SCOPED_TRACE(malformed.what);
     write_raw_file(path, malformed.bytes);
     expect_error([&] { read_token_shard(path); }, {path + ": ", malformed.fragment});
-    expect_error([&] { read_token_shard_tensor(path); }, {path + ": ", malformed.fragment});
+    expect_error([&] { TokenShards::open(path, 259); }, {path + ": ", malformed.fragment});
   }
   expect_error([&] { read_token_shard(dir.path("absent.bin")); }, {dir.path("absent.bin"), "cannot open"});
   write_raw_file(path, shard_bytes(20240520, 1, 4, four_tokens));

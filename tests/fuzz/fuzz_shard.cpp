@@ -1,6 +1,6 @@
-// libFuzzer harness for the llm.c token shard reader (data/shard.h), as a token vector, as an i32 tensor
-// and as a shard set read through its memory map the way training reads windows (data/token_shards.h),
-// with the byte vocabulary's size and with a uint32-sized one. Bad input must
+// libFuzzer harness for the llm.c token shard reader (data/shard.h), as a token vector and as a shard set
+// read through its memory map the way training reads windows (data/token_shards.h), with the byte
+// vocabulary's size and with a uint32-sized one. Bad input must
 // end in lt::Error; anything else escaping, a crash, a hang or a sanitizer report is a bug.
 #include <cstddef>
 #include <cstdint>
@@ -20,14 +20,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     lt::read_token_shard(path);
-  } catch (const lt::Error&) {
-  }
-  try {
-    lt::read_token_shard_tensor(path, kByteVocabulary);
-  } catch (const lt::Error&) {
-  }
-  try {
-    lt::read_token_shard_tensor(path, kLingVocabulary);
   } catch (const lt::Error&) {
   }
   for (int64_t vocabulary : {kByteVocabulary, kLingVocabulary}) {

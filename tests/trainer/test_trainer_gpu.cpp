@@ -27,6 +27,23 @@ using test::random_batch;
 using test::small_config;
 using test::values_of;
 
+// A GPU step's loss and gradient norm against the CPU's, to the rounding of another summation order.
+void expect_step_near(const StepStats& actual, const StepStats& expected, int step) {
+  EXPECT_NEAR(actual.loss, expected.loss, 1e-4 * std::abs(expected.loss)) << "step " << step;
+  EXPECT_NEAR(actual.grad_norm, expected.grad_norm, 1e-3 * expected.grad_norm) << "step " << step;
+}
+
+// AdamW divides each gradient by its own running magnitude, so a weight moves by about lr a step however
+// small its gradient, and where the gradient is small (a router's during the warmup, reached through
+// alpha) two summation orders can part it by a percent of lr over a few steps: 2e-4 is 2% of one step's
+// move at lr 1e-2.
+void expect_weights_near(Trainer& actual, Trainer& expected) {
+  const std::vector<float> expected_values = values_of(expected), actual_values = values_of(actual);
+  ASSERT_EQ(actual_values.size(), expected_values.size());
+  for (size_t i = 0; i < expected_values.size(); ++i)
+    ASSERT_NEAR(actual_values[i], expected_values[i], 2e-4) << "weight " << i;
+}
+
 // The model on the GPU (Module::to before the Trainer lays it out flat), fed the same host batches:
 // the same losses, gradient norms and updated weights as on the CPU, to the rounding of another
 // summation order, over steps with the routing warmup's noise and without.
@@ -49,13 +66,7 @@ TEST(Trainer, StepsOnTheGpuMatchTheStepsOnTheCpu) {
     for (size_t l = 0; l < expected.moe_layers.size(); ++l)
       EXPECT_EQ(actual.moe_layers[l].tokens_per_expert, expected.moe_layers[l].tokens_per_expert) << "step " << step;
   }
-  // AdamW divides each gradient by its own running magnitude, so a weight moves by about lr a step however
-  // small its gradient, and where the gradient is small (a router's during the warmup, reached through
-  // alpha) the two summation orders can part it by a percent of lr over these steps: 2e-4 is 2% of one
-  // step's move at lr 1e-2.
-  const std::vector<float> cpu_values = values_of(on_cpu), gpu_values = values_of(on_gpu);
-  ASSERT_EQ(gpu_values.size(), cpu_values.size());
-  for (size_t i = 0; i < cpu_values.size(); ++i) ASSERT_NEAR(gpu_values[i], cpu_values[i], 2e-4) << "weight " << i;
+  expect_weights_near(on_gpu, on_cpu);
 }
 
 // The routed experts through the expert-parallel path (a group of one rank: the exchange is the identity,
@@ -73,12 +84,9 @@ TEST(Trainer, ExpertParallelStepsOnTheGpuMatchTheCpu) {
   for (int step = 0; step < 3; ++step) {
     const std::vector<TokenBatch> batch = {random_batch(rng, 2, 16)};
     const StepStats expected = on_cpu.step(batch), actual = on_gpu.step(batch);
-    EXPECT_NEAR(actual.loss, expected.loss, 1e-4 * std::abs(expected.loss)) << "step " << step;
-    EXPECT_NEAR(actual.grad_norm, expected.grad_norm, 1e-3 * expected.grad_norm) << "step " << step;
+    expect_step_near(actual, expected, step);
   }
-  const std::vector<float> cpu_values = values_of(on_cpu), gpu_values = values_of(on_gpu);
-  ASSERT_EQ(gpu_values.size(), cpu_values.size());
-  for (size_t i = 0; i < cpu_values.size(); ++i) ASSERT_NEAR(gpu_values[i], cpu_values[i], 2e-4) << "weight " << i;
+  expect_weights_near(on_gpu, on_cpu);
 }
 
 // Parameter sharding over one process (--shard-params, dist/parameter_shards.h): every layer's weights
@@ -100,16 +108,13 @@ TEST(Trainer, ShardedParameterStepsOnTheGpuMatchTheCpu) {
   for (int step = 0; step < 3; ++step) {
     const std::vector<TokenBatch> batch = {random_batch(rng, 2, 16), random_batch(rng, 2, 16)};
     const StepStats expected = on_cpu.step(batch), actual = on_gpu.step(batch);
-    EXPECT_NEAR(actual.loss, expected.loss, 1e-4 * std::abs(expected.loss)) << "step " << step;
-    EXPECT_NEAR(actual.grad_norm, expected.grad_norm, 1e-3 * expected.grad_norm) << "step " << step;
+    expect_step_near(actual, expected, step);
     for (size_t u = 0; u < on_gpu.parameters().units().size(); ++u) {
       EXPECT_TRUE(on_gpu.parameters().unit_values(u).storage().released()) << "unit " << u << ", step " << step;
       EXPECT_TRUE(on_gpu.parameters().unit_grads(u).storage().released()) << "unit " << u << ", step " << step;
     }
   }
-  const std::vector<float> cpu_values = values_of(on_cpu), gpu_values = values_of(on_gpu);
-  ASSERT_EQ(gpu_values.size(), cpu_values.size());
-  for (size_t i = 0; i < cpu_values.size(); ++i) ASSERT_NEAR(gpu_values[i], cpu_values[i], 2e-4) << "weight " << i;
+  expect_weights_near(on_gpu, on_cpu);
 }
 
 // Parameter sharding under mixed precision: each gathered layer's bf16 rounding, made as it is gathered,
