@@ -129,19 +129,19 @@ Json report_profile(int64_t steps, double mean_step_seconds, bool on_device) {
   return rows;
 }
 
-// What the device was asked per measured step (tensor/device_counters.h), with the allocator's part:
-// printed for a GPU run, and returned as JSON.
+// What the device was asked per measured step (or other unit, `per`) (tensor/device_counters.h), with the
+// allocator's part: printed for a GPU run, and returned as JSON.
 Json report_device_counters(const DeviceCounters& c, const AllocatorStats& start, const AllocatorStats& end,
-                            int64_t steps, bool print) {
+                            int64_t steps, bool print, const char* per = "step") {
   const double n = static_cast<double>(steps);
   auto per_step = [n](uint64_t count) { return round_to(static_cast<double>(count) / n, 1); };
   const uint64_t allocations = end.allocations - start.allocations;
   const uint64_t driver_allocations = end.system_allocs - start.system_allocs;
   if (print)
     std::printf(
-      "per step on the device: %.0f launches, %.1f host syncs, %.1f copies to the host (%.1f KiB), %.1f from it "
+      "per %s on the device: %.0f launches, %.1f host syncs, %.1f copies to the host (%.1f KiB), %.1f from it "
       "(%.1f KiB), %.1f within it; %.0f GEMM calls (%.2f GFLOP); %.0f allocations, %.1f from the driver\n",
-      per_step(c.launches), per_step(c.host_syncs), per_step(c.d2h_copies), per_step(c.d2h_bytes) / 1024,
+      per, per_step(c.launches), per_step(c.host_syncs), per_step(c.d2h_copies), per_step(c.d2h_bytes) / 1024,
       per_step(c.h2d_copies), per_step(c.h2d_bytes) / 1024, per_step(c.d2d_copies), per_step(c.blas_calls),
       per_step(c.blas_flops) / 1e9, per_step(allocations), per_step(driver_allocations));
   return {{"launches", per_step(c.launches)},
@@ -564,9 +564,15 @@ Json run_generation_bench(const GenerationBenchOptions& o) {
   SamplingSettings greedy;
   greedy.temperature = 0;
   greedy.max_new_tokens = o.new_tokens;
-  generate(model, prompts[0], greedy, config.vocab_size);  // warm-up: the allocator's caches, the thread pool
+  // Warm-up of both ways: the allocator's caches (a batch's larger activations included), the thread pool.
+  generate(model, prompts[0], greedy, config.vocab_size);
+  generate_batch(model, prompts, greedy, config.vocab_size);
   // Wall time, and the process's CPU time beside it: on a machine shared with other work the wall time of
   // one thread also counts the time it waited for a core, the CPU time does not.
+  // What each way asks of the device, per new token (printed on a GPU).
+  CachingAllocator& allocator = allocator_for(device);
+  const AllocatorStats alone_allocator = allocator.stats();
+  const DeviceCounters alone_counters = device_counters();
   const Clock::time_point alone_start = Clock::now();
   const std::clock_t alone_cpu_start = std::clock();
   std::vector<std::vector<uint32_t>> alone;
@@ -574,9 +580,13 @@ Json run_generation_bench(const GenerationBenchOptions& o) {
     alone.push_back(generate(model, prompt, greedy, config.vocab_size));
   const Clock::time_point together_start = Clock::now();
   const std::clock_t together_cpu_start = std::clock();
+  const AllocatorStats together_allocator = allocator.stats();
+  const DeviceCounters together_counters = device_counters();
   const std::vector<std::vector<uint32_t>> together = generate_batch(model, prompts, greedy, config.vocab_size);
   const Clock::time_point end = Clock::now();
   const std::clock_t cpu_end = std::clock();
+  const DeviceCounters end_counters = device_counters();
+  const AllocatorStats end_allocator = allocator.stats();
   const double tokens = static_cast<double>(o.rows * o.new_tokens);
   auto cpu_seconds = [](std::clock_t from, std::clock_t to) { return static_cast<double>(to - from) / CLOCKS_PER_SEC; };
   const double alone_tps = tokens / seconds_between(alone_start, together_start);
@@ -588,6 +598,13 @@ Json run_generation_bench(const GenerationBenchOptions& o) {
               config.name.c_str(), o.device.c_str(), num_threads(), static_cast<long long>(o.rows),
               static_cast<long long>(o.new_tokens), alone_tps, together_tps, together_tps / alone_tps,
               together_cpu_tps / alone_cpu_tps, together == alone ? "yes" : "no");
+  const bool on_gpu = !device.is_cpu();
+  if (on_gpu) std::printf("one at a time, ");
+  const Json alone_device = report_device_counters(together_counters - alone_counters, alone_allocator,
+                                                   together_allocator, o.rows * o.new_tokens, on_gpu, "new token");
+  if (on_gpu) std::printf("together, ");
+  const Json together_device = report_device_counters(end_counters - together_counters, together_allocator,
+                                                      end_allocator, o.rows * o.new_tokens, on_gpu, "new token");
   return {{"config", config.name},
           {"device", o.device},
           {"threads", num_threads()},
@@ -598,6 +615,8 @@ Json run_generation_bench(const GenerationBenchOptions& o) {
           {"speedup", together_tps / alone_tps},
           {"one_at_a_time_tokens_per_cpu_s", alone_cpu_tps},
           {"together_tokens_per_cpu_s", together_cpu_tps},
+          {"one_at_a_time_device_per_token", alone_device},
+          {"together_device_per_token", together_device},
           {"speedup_per_cpu_s", together_cpu_tps / alone_cpu_tps},
           {"same_tokens", together == alone}};
 }

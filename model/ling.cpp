@@ -18,6 +18,8 @@ void ask_before_backward(ParameterGathering& gathering, const std::string& part,
   ask_before_backward(gathering, part, output.stream);
   ask_before_backward(gathering, part, output.pending);
 }
+// A plain tensor has no backward to gather for.
+void ask_before_backward(ParameterGathering&, const std::string&, Tensor&) {}
 template <class Forward>
 auto gathered(ParameterGathering* gathering, const std::string& part, Forward&& forward) -> decltype(forward()) {
   if (gathering == nullptr) return forward();
@@ -104,15 +106,49 @@ LingForCausalLM::LingForCausalLM(const LingConfig& config, uint64_t seed, const 
 }
 
 Variable LingForCausalLM::logits(const Tensor& ids_BT, MoEContext& context, int64_t pos_offset,
-                                 std::vector<KVCache>* caches) {
+                                 std::vector<KVCache>* caches, const Tensor& head_VH) {
   LT_CHECK(ids_BT.ndim() == 2, "model input ids must be [B, T], got ", ids_BT.str());
   const int64_t B = ids_BT.dim(0), T = ids_BT.dim(1), H = config_.hidden_size;
   const Variable h = model_->forward(here(ids_BT), context, pos_offset, caches);
+  return reshape(apply_head(reshape(h, {B * T, H}), head_VH), {B, T, config_.vocab_size});
+}
+
+Variable LingForCausalLM::apply_head(const Variable& h_NH, const Tensor& head_VH) {
+  if (head_VH.defined()) {
+    LT_CHECK(head_VH.shape() == lm_head_VH_->value().shape(), "the head ", head_VH.str(), " does not fit the weights ",
+             lm_head_VH_->value().str());
+    return matmul(h_NH, Variable(head_VH), false, true);
+  }
   return gathered(gathering_, "lm_head", [&] {
     const Variable head = config_.norm_head
                               ? column_normalize(*lm_head_VH_, config_.norm_head_grad == NormHeadGrad::Detached)
                               : *lm_head_VH_;
-    return reshape(matmul(reshape(h, {B * T, H}), head, false, true), {B, T, config_.vocab_size});
+    return matmul(h_NH, head, false, true);
+  });
+}
+
+Variable LingForCausalLM::next_token_logits(const Tensor& ids_BT, const std::vector<int64_t>& lengths_B,
+                                            MoEContext& context, std::vector<KVCache>& caches, const Tensor& head_VH) {
+  LT_CHECK(ids_BT.ndim() == 2, "model input ids must be [B, T], got ", ids_BT.str());
+  const int64_t B = ids_BT.dim(0), T = ids_BT.dim(1), H = config_.hidden_size;
+  LT_CHECK(static_cast<int64_t>(lengths_B.size()) == B, "next_token_logits: ", lengths_B.size(), " lengths for ", B,
+           " rows");
+  std::vector<int32_t> last_B(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    LT_CHECK(lengths_B[b] >= 1 && lengths_B[b] <= T, "next_token_logits: row ", b, " has length ", lengths_B[b],
+             " of ", T);
+    last_B[b] = static_cast<int32_t>(b * T + lengths_B[b] - 1);
+  }
+  const Variable h = reshape(model_->forward(here(ids_BT), context, 0, &caches), {B * T, H});
+  const Variable h_last = T == 1 ? h : gather_rows(h, here(Tensor::from_vector<int32_t>({B}, last_B)));
+  return apply_head(h_last, head_VH);
+}
+
+Tensor LingForCausalLM::decoding_head() {
+  NoGradGuard no_grad;
+  return gathered(gathering_, "lm_head", [&] {
+    if (config_.norm_head) return column_normalize(*lm_head_VH_, true).value();
+    return gathering_ ? lm_head_VH_->value().clone() : lm_head_VH_->value();
   });
 }
 

@@ -85,9 +85,21 @@ class LingForCausalLM : public Module {
   Device device() const { return lm_head_VH_->value().device(); }
 
   // Logits [B, T, V] of ids [B, T], for evaluation and sampling (loss() never forms them). With caches
-  // (one per layer), each row's positions continue from its cached length (pos_offset 0).
+  // (one per layer), each row's positions continue from its cached length (pos_offset 0). With head_VH
+  // (decoding_head()), the head is that table instead of being made from the weights at this call.
   Variable logits(const Tensor& ids_BT, MoEContext& context, int64_t pos_offset = 0,
-                  std::vector<KVCache>* caches = nullptr);
+                  std::vector<KVCache>* caches = nullptr, const Tensor& head_VH = Tensor());
+  // The logits [B, V] of the token after each row's first lengths_B[b] ids (1 <= lengths_B[b] <= T) of ids
+  // [B, T] (a shorter row padded after its ids with any valid ids), through the caches (one per layer,
+  // each row's positions continuing from its cached length), with head_VH as logits() takes it: the
+  // prefill of ragged prompts together, and the steps of decoding. The head multiplies those B rows only.
+  // The caches' lengths then count all T positions of every row: the caller sets them to its own.
+  Variable next_token_logits(const Tensor& ids_BT, const std::vector<int64_t>& lengths_B, MoEContext& context,
+                             std::vector<KVCache>& caches, const Tensor& head_VH = Tensor());
+  // The head [V, H] as logits() applies it (NormHead's column-normalised table, or the weights), made
+  // once for the many forwards of a generation while the weights stay as they are; its own copy under
+  // parameter sharding, where the whole head exists only around its uses.
+  Tensor decoding_head();
   // The final hidden states [B, T, H] of ids [B, T], before the head: what inspection runs to see the
   // routing (the logits of a large vocabulary would cost far more than the layers).
   Variable final_hidden_states(const Tensor& ids_BT, MoEContext& context);
@@ -123,6 +135,8 @@ class LingForCausalLM : public Module {
   Variable hidden_states(const Tensor& ids_BT, const Tensor& targets_BT, MoEContext& context,
                          const Tensor& doc_start_BT);
   HeadNorm head_norm() const;
+  // h [N, H] times the head: head_VH where given (decoding_head()), else the head made from the weights.
+  Variable apply_head(const Variable& h_NH, const Tensor& head_VH);
   Tensor here(const Tensor& t) const { return t.defined() ? t.to(device()) : t; }
 
   LingConfig config_;

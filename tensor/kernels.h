@@ -23,6 +23,10 @@
 #include "tensor/kernel_types.h"
 #include "tensor/tensor.h"
 
+namespace lt::cpu {
+struct ReusedOperands;
+}  // namespace lt::cpu
+
 namespace lt::kernels {
 
 // The front doors, with their contracts: tensor/kernels.def, the one list of every kernel's signature.
@@ -47,6 +51,25 @@ class TrustedDeviceIndices {
   TrustedDeviceIndices& operator=(const TrustedDeviceIndices&) = delete;
 };
 bool device_indices_trusted();
+
+// While one lives on this thread, the given tensors are constants (nothing writes them until it ends), and
+// a CPU matmul on this thread whose b lies in one of them and that takes the panel path with few rows
+// (13 to 24 rows of c) packs that b once, at its second use, and reuses the packed copy until the scope
+// ends: the same bits
+// as packing it at every call. For the many forwards of decoding over unchanged weights, where packing
+// the weights for 16 rows cost as much as their product. Holds up to one packed copy of the constants
+// (their size, columns rounded up to whole panels). GPU matmuls are unaffected. Scopes nest: the
+// innermost one on this thread applies.
+class ReusedMatmulOperands {
+ public:
+  explicit ReusedMatmulOperands(std::vector<Tensor> constants);
+  ~ReusedMatmulOperands();
+  ReusedMatmulOperands(const ReusedMatmulOperands&) = delete;
+  ReusedMatmulOperands& operator=(const ReusedMatmulOperands&) = delete;
+
+ private:
+  cpu::ReusedOperands* operands_;
+};
 
 // The first id of `ids` that `range` does not allow (position -1 when there is none), on the host:
 // for checking host data before it is copied to a device.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -192,6 +193,10 @@ void set_num_threads(int threads) {
 int64_t reduction_chunks(int64_t n, int64_t grain) {
   if (n <= 0) return 0;
   return std::min(CeilDiv(n, std::max<int64_t>(grain, 1)), kMaxReductionChunks);
+}
+
+int64_t grain_for_flops(double unit_flops) {
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(kMinFlopsPerPiece / std::max(unit_flops, 1.0))));
 }
 
 int64_t chunk_begin(int64_t n, int64_t chunks, int64_t c) {

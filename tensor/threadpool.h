@@ -72,6 +72,12 @@ int64_t pool_wait_ns();
 void set_num_threads(int threads);
 
 using ChunkFn = FunctionRef<void(int64_t begin, int64_t end)>;
+// A piece of parallel work worth a pool worker does at least this many FLOPs (~50 us of FMAs on one core):
+// waking a worker whose core is idle took 50-120 us on the 2-vCPU VM (the vCPU halts; 2 us when the core
+// is busy), so smaller work runs faster on the calling thread alone. grain_for_flops(unit_flops): the
+// grain, in units of unit_flops each, that makes such pieces.
+inline constexpr double kMinFlopsPerPiece = 1e7;
+int64_t grain_for_flops(double unit_flops);
 // Runs fn over [0, n) in pieces [p * size, (p + 1) * size) (the last may be shorter), size the smallest
 // multiple of `grain` that makes at most kMaxPieces pieces, or in one call fn(0, n) on one thread.
 inline constexpr int64_t kMaxPieces = 1024;

@@ -6,6 +6,7 @@
 
 #include "data/corpus.h"
 #include "tensor/derive_seed.h"
+#include "tensor/kernels.h"
 
 namespace lt {
 
@@ -37,11 +38,32 @@ uint32_t draw(const std::vector<double>& scores, const SamplingSettings& s, Rng&
   return static_cast<uint32_t>(order[pick]);
 }
 
-// Views of row `slot` of every layer's cache, emptied: a prefill through them fills that row in place.
-std::vector<KVCache> empty_cache_row(const std::vector<KVCache>& caches, int64_t slot) {
-  std::vector<KVCache> row;
-  for (const KVCache& c : caches) row.push_back({c.k_BTHD.narrow(slot, 1), c.v_BTHD.narrow(slot, 1), {0}});
-  return row;
+// Views of rows first .. first + count - 1 of every layer's cache, emptied: a prefill through them fills
+// those rows in place.
+std::vector<KVCache> empty_cache_rows(const std::vector<KVCache>& caches, int64_t first, int64_t count) {
+  std::vector<KVCache> rows;
+  for (const KVCache& c : caches)
+    rows.push_back({c.k_BTHD.narrow(first, count), c.v_BTHD.narrow(first, count),
+                    std::vector<int64_t>(static_cast<size_t>(count), 0)});
+  return rows;
+}
+
+// The prompts to prefill (their indices), longest first, in groups whose padded tokens are at most 5/4
+// of their own (the padding's compute is wasted; a group's forward has a fixed cost of its own): [first,
+// end) of the order is one group.
+std::vector<std::pair<size_t, size_t>> prefill_groups(const std::vector<int64_t>& order,
+                                                      const std::vector<std::vector<uint32_t>>& prompts) {
+  const auto length = [&](size_t i) { return static_cast<int64_t>(prompts[order[i]].size()); };
+  std::vector<std::pair<size_t, size_t>> groups;
+  for (size_t first = 0, end = 0; first < order.size(); first = end) {
+    int64_t real = 0;
+    for (end = first; end < order.size(); ++end) {
+      if (4 * static_cast<int64_t>(end - first + 1) * length(first) > 5 * (real + length(end))) break;
+      real += length(end);
+    }
+    groups.emplace_back(first, end);
+  }
+  return groups;
 }
 
 // Keeps the cache rows `kept` (ascending) as rows 0 .. kept.size() - 1, in that order, and drops the rest:
@@ -103,33 +125,61 @@ std::vector<std::vector<uint32_t>> generate_batch(LingForCausalLM& model,
     return !(settings.stop_at && next == *settings.stop_at) && static_cast<int64_t>(out[r].size()) < limit_R[r];
   };
   std::vector<KVCache> caches = model.make_kv_caches(rows, capacity);
+  // The weights stay as they are for the whole generation: the head is made once, and on the CPU the
+  // GEMMs pack each weight once, not at every step.
+  const Tensor head_VH = model.decoding_head();
+  std::vector<Tensor> constants{head_VH};
+  for (const Parameter& p : model.parameters()) constants.push_back(p.value->value());
+  const kernels::ReusedMatmulOperands packed_once(std::move(constants));
+  // Prefill: prompts of similar lengths together, a group one [G, T] forward through its cache rows, the
+  // shorter prompts padded after their ids with their last id (causal attention: no real position sees a
+  // padded one; the padded keys lie past the row's cached length, where decoding overwrites them).
+  std::vector<int64_t> order;
+  for (int64_t r = 0; r < rows; ++r)
+    if (limit_R[r] > 0) order.push_back(r);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return prompts[a].size() > prompts[b].size(); });
+  std::vector<int64_t> slot_row, kept;  // the prompt each cache row holds; the cache rows that go on
+  for (const auto& [first, end] : prefill_groups(order, prompts)) {
+    const int64_t G = static_cast<int64_t>(end - first), T = static_cast<int64_t>(prompts[order[first]].size());
+    const int64_t slot = static_cast<int64_t>(slot_row.size());
+    std::vector<int32_t> ids;
+    std::vector<int64_t> lengths_G;
+    for (size_t i = first; i < end; ++i) {
+      const std::vector<uint32_t>& prompt = prompts[order[i]];
+      ids.insert(ids.end(), prompt.begin(), prompt.end());
+      ids.insert(ids.end(), static_cast<size_t>(T) - prompt.size(), static_cast<int32_t>(prompt.back()));
+      lengths_G.push_back(static_cast<int64_t>(prompt.size()));
+    }
+    std::vector<KVCache> group_caches = empty_cache_rows(caches, slot, G);
+    MoEContext context;
+    const std::vector<float> logits =
+        model.next_token_logits(Tensor::from_vector<int32_t>({G, T}, ids), lengths_G, context, group_caches, head_VH)
+            .value()
+            .to_vector<float>();
+    for (int64_t g = 0; g < G; ++g) {
+      for (KVCache& c : caches) c.length_B[slot + g] = lengths_G[g];
+      slot_row.push_back(order[first + g]);
+      if (extend(order[first + g], logits, static_cast<size_t>(g * model_vocab))) kept.push_back(slot + g);
+    }
+  }
   // The rows still running, in the order of the cache rows that hold them.
   std::vector<int64_t> running;
-  // Prefill: each prompt alone through its cache row, the very computation of one-at-a-time generation (a
-  // batched prefill of ragged prompts would pad them). A row that ends at its first token leaves its cache
-  // row to the next prompt.
-  for (int64_t r = 0; r < rows; ++r) {
-    if (limit_R[r] == 0) continue;
-    const int64_t slot = static_cast<int64_t>(running.size()), T = static_cast<int64_t>(prompts[r].size());
-    std::vector<KVCache> slot_caches = empty_cache_row(caches, slot);
-    MoEContext context;
-    const std::vector<int32_t> ids(prompts[r].begin(), prompts[r].end());
-    const std::vector<float> logits =
-        model.logits(Tensor::from_vector<int32_t>({1, T}, ids), context, 0, &slot_caches).value().to_vector<float>();
-    for (KVCache& c : caches) c.length_B[slot] = T;
-    if (extend(r, logits, logits.size() - model_vocab)) running.push_back(r);
-  }
-  std::vector<int64_t> kept(running.size());
-  for (size_t i = 0; i < kept.size(); ++i) kept[i] = static_cast<int64_t>(i);
+  for (const int64_t slot : kept) running.push_back(slot_row[slot]);
   keep_cache_rows(caches, kept);
   // Decode: one [n, 1] forward per step for the n rows still running, each at its own position.
+  const std::vector<int64_t> one_each(static_cast<size_t>(running.size()), 1);
   while (!running.empty()) {
     const int64_t n = static_cast<int64_t>(running.size());
     std::vector<int32_t> ids(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(out[running[i]].back());
     MoEContext context;
     const std::vector<float> logits =
-        model.logits(Tensor::from_vector<int32_t>({n, 1}, ids), context, 0, &caches).value().to_vector<float>();
+        model
+            .next_token_logits(Tensor::from_vector<int32_t>({n, 1}, ids),
+                               {one_each.begin(), one_each.begin() + n}, context, caches, head_VH)
+            .value()
+            .to_vector<float>();
     std::vector<int64_t> still_running;
     kept.clear();
     for (int64_t i = 0; i < n; ++i) {

@@ -1,6 +1,7 @@
-// Generation with a KV cache: each prompt fills its row of the caches in one forward of its own, then
-// one token per step for all rows still running together, drawn greedily (temperature 0) or from the
-// top-k / nucleus (top-p) restricted distribution.
+// Generation with a KV cache: the prompts fill their rows of the caches in forwards of a few prompts of
+// similar lengths together (the shorter padded), then one token per step for all rows still running
+// together, drawn greedily (temperature 0) or from the top-k / nucleus (top-p) restricted distribution.
+// The weights are prepared once per call (NormHead's table; on the CPU, the GEMMs' packed weights).
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -26,6 +27,50 @@ HWY_BEFORE_NAMESPACE();
 namespace lt::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The f32 targets whose lanes TransposedSums adds: 4 per 128-bit block, 1, 2 or 4 blocks.
+#if HWY_TARGET <= HWY_AVX3
+constexpr int64_t kTransposedSumLanes = 16;
+#elif HWY_TARGET == HWY_AVX2
+constexpr int64_t kTransposedSumLanes = 8;
+#elif HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3
+constexpr int64_t kTransposedSumLanes = 4;
+#else
+constexpr int64_t kTransposedSumLanes = 0;  // scores go key by key (SumOfLanes)
+#endif
+
+// One vector whose lane j is the sum of the lanes of acc[j], for as many f32 vectors as a vector has lanes:
+// a tree of shuffles and adds, ~3 instructions a vector, where reducing each alone (SumOfLanes) takes ~8.
+// Within each 128-bit block, lanes are added in pairs (lane i with i + 2, then the two halves), which
+// leaves each vector's per-block sums side by side; then the blocks are added. The same order every call.
+#if HWY_TARGET != HWY_SCALAR
+template <class D, class V>
+HWY_INLINE V TransposedSums(D d, V* acc) {
+  const hn::Repartition<uint64_t, D> d64;
+  constexpr int64_t L = kTransposedSumLanes;
+  V pair[L / 2];
+  for (int64_t i = 0; i < L / 2; ++i)
+    pair[i] = hn::Add(hn::InterleaveLower(d, acc[2 * i], acc[2 * i + 1]),
+                      hn::InterleaveUpper(d, acc[2 * i], acc[2 * i + 1]));
+  // quad[i], block b: the sums of block b of acc[4i .. 4i + 3].
+  V quad[L / 4];
+  for (int64_t i = 0; i < L / 4; ++i) {
+    const auto lo = hn::BitCast(d64, pair[2 * i]), hi = hn::BitCast(d64, pair[2 * i + 1]);
+    quad[i] = hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, lo, hi)),
+                      hn::BitCast(d, hn::InterleaveUpper(d64, lo, hi)));
+  }
+  if constexpr (L == 4) {
+    return quad[0];
+  } else if constexpr (L == 8) {
+    return hn::Add(hn::ConcatLowerLower(d, quad[1], quad[0]), hn::ConcatUpperUpper(d, quad[1], quad[0]));
+  } else {
+    // Blocks 0 + 1 and 2 + 3 of each quad, then two quads' side by side, then the halves.
+    for (V& v : quad) v = hn::Add(v, hn::SwapAdjacentBlocks(v));
+    const V first = hn::OddEvenBlocks(quad[1], quad[0]), second = hn::OddEvenBlocks(quad[3], quad[2]);
+    return hn::Add(hn::ConcatLowerLower(d, second, first), hn::ConcatUpperUpper(d, second, first));
+  }
+}
+#endif
+
 // scores[j] = scale * q . k_j for keys j = 0 .. n - 1, key j at k + j * key_stride.
 template <class T>
 HWY_INLINE void KeyScores(const T* q, const T* k, int64_t key_stride, int64_t n, int64_t D, T scale, T* scores) {
@@ -37,6 +82,33 @@ HWY_INLINE void KeyScores(const T* q, const T* k, int64_t key_stride, int64_t n,
     return dot * scale;
   };
   int64_t j = 0;
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (std::is_same_v<T, float> && kTransposedSumLanes > 0) {
+    // A key's score in one lane of a vector of kTransposedSumLanes keys' scores: the keys' products
+    // summed across the head dimension in vectors, then across the lanes in TransposedSums; the k's past
+    // the last whole vector are added after, in order.
+    constexpr int64_t L = kTransposedSumLanes;
+    HWY_ALIGN T rest[L];
+    for (; j + L <= n; j += L) {
+      const T* kj = k + j * key_stride;
+      hn::Vec<decltype(d)> acc[L];
+      for (auto& a : acc) a = hn::Zero(d);
+      for (int64_t e = 0; e < full; e += lanes) {
+        const auto qe = hn::LoadU(d, q + e);
+        for (int64_t i = 0; i < L; ++i) acc[i] = hn::MulAdd(qe, hn::LoadU(d, kj + i * key_stride + e), acc[i]);
+      }
+      auto dots = TransposedSums(d, acc);
+      if (full < D) {
+        for (int64_t i = 0; i < L; ++i) {
+          rest[i] = 0;
+          for (int64_t e = full; e < D; ++e) rest[i] += q[e] * kj[i * key_stride + e];
+        }
+        dots = hn::Add(dots, hn::Load(d, rest));
+      }
+      hn::StoreU(hn::Mul(dots, hn::Set(d, scale)), d, scores + j);
+    }
+  }
+#endif
   for (; j + 4 <= n; j += 4) {
     const T* k0 = k + j * key_stride;
     const T *k1 = k0 + key_stride, *k2 = k1 + key_stride, *k3 = k2 + key_stride;
@@ -117,7 +189,10 @@ void AttentionDecodeT(const T* q, const T* k, const T* v, const int64_t* Tk_B, d
   const int64_t group = Hq / Hkv, key_stride = Hkv * D;
   const int64_t max_Tk = *std::max_element(Tk_B, Tk_B + B);
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
-  parallel_for(B * Hq * Tq, 1, [&](int64_t begin, int64_t end) {
+  // Four FLOPs per key and dimension (score and weighted value): a few rows' heads are less work than
+  // waking a pool worker (kMinFlopsPerPiece), and stay on the calling thread.
+  const int64_t grain = grain_for_flops(4.0 * static_cast<double>(max_Tk * D));
+  parallel_for(B * Hq * Tq, grain, [&](int64_t begin, int64_t end) {
     std::vector<T> weights(static_cast<size_t>((max_Tk + lanes - 1) / lanes * lanes));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / (Hq * Tq), h = (item / Tq) % Hq, i = item % Tq;

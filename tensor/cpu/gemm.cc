@@ -46,6 +46,8 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
@@ -75,6 +77,45 @@ namespace lt::cpu {
 constexpr int64_t kDepthBlockBytes = 1024;
 constexpr int64_t kMaxColumnBlockBytes = 4096;
 constexpr int64_t kRowBlock = 2048;
+
+// The operands a kernels::ReusedMatmulOperands scope declares constant, and the packed panels of those
+// that the panel path has met as b, each packed on its second use and kept until the scope ends: a
+// decoding step multiplies every weight by a handful of rows, and packing it anew each step cost as much
+// as the product. Not on the first: a weight used once (one prompt's prefill) is packed as it goes, in
+// L2-sized blocks by every thread, with nothing to allocate. Found by b's address, layout and the
+// target's panel width.
+struct ReusedOperands {
+  struct Key {
+    const void* b;
+    int64_t K, N, ldb;
+    bool trans_b;
+    size_t element_bytes;
+    int64_t tile_cols;
+    bool operator==(const Key&) const = default;
+  };
+  struct Packed {
+    Key key;
+    hwy::AlignedFreeUniquePtr<uint8_t[]> panels;
+  };
+  // Held, so their storage cannot be freed and reused for other data while the scope lives.
+  std::vector<Tensor> constants;
+  // A few per layer: searched in order.
+  std::vector<Key> seen_once;
+  std::vector<Packed> packed;
+  ReusedOperands* outer = nullptr;
+
+  bool holds(const void* first, int64_t bytes) const {
+    const char* begin = static_cast<const char*>(first);
+    for (const Tensor& t : constants) {
+      const char* data = static_cast<const char*>(t.raw_data());
+      const int64_t size = t.numel() * static_cast<int64_t>(dtype_size(t.dtype()));
+      if (begin >= data && begin + bytes <= data + size) return true;
+    }
+    return false;
+  }
+};
+// The innermost scope of this thread (GEMMs called from other threads pack as usual).
+thread_local ReusedOperands* reused_operands = nullptr;
 }  // namespace lt::cpu
 #endif
 
@@ -99,16 +140,6 @@ static_assert(kTileRows == kBf16TileRows && kTileVectors * 16 == kBf16TileColumn
 #else
 constexpr int kTileVectors = 2;
 #endif
-
-// A thread's share of a GEMM is at least this many FLOPs (~50 us of FMAs on one core): waking a pool
-// worker whose core is idle took 50-120 us on this VM (the vCPU halts; 2 us when the core is busy), so
-// smaller GEMMs run faster on the calling thread alone.
-constexpr double kMinFlopsPerChunk = 1e7;
-
-// The chunk grain for parallel_for: enough units that each chunk does at least kMinFlopsPerChunk.
-int64_t GrainFor(double unit_flops) {
-  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(kMinFlopsPerChunk / unit_flops)));
-}
 
 // Operands read in place by the f32 panel path instead of packed. Up to kFewRows rows of C, b [K, N]:
 // each of its elements meets at most two A micro-panels. (A transposed b with few rows of C takes the
@@ -140,6 +171,14 @@ constexpr int64_t kFarApartRowBlock = 512;
 // FMAs. Measured crossover on this Xeon: the panel path wins from about two row panels (12 rows) on.
 constexpr int64_t kMaxRowsDot = 2 * kTileRows;
 
+// Up to this many rows of C, a b that a ReusedMatmulOperands scope holds takes the panel path, whatever
+// the row count (one row included, which would otherwise take the dot-product path), packed once and read
+// from there (ReusedPackedB): the rows of a decoding step. On the panel path a row's bits do not depend on
+// how many rows go with it, so a row decoded in a batch, or prefilled with other prompts, gets the bits it
+// gets alone (greedy decoding then picks the same tokens, ties included). More rows reuse each packed
+// block of B enough that packing it into L2 as it goes (and reading it from there) costs little.
+constexpr int64_t kMaxRowsReusedB = 4 * kTileRows;
+
 template <class T>
 struct Gemm {
   int64_t M, N, K;
@@ -162,6 +201,8 @@ struct Gemm {
   // Added to C once its product is complete, ldc apart like C's rows (nullptr: none). Read in the pass
   // that writes C, it saves the separate add's pass over C (the residual stream joining a projection).
   const T* addend = nullptr;
+  // op(b) packed whole (ReusedPackedB), in place of packing it block by block; nullptr: packed as it goes.
+  const T* b_packed = nullptr;
 };
 
 // Row i of a's storage and row k of b's, through the gathers.
@@ -188,6 +229,15 @@ T* PackBuffer(int64_t n) {
 }
 
 int64_t CeilDiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
+
+// The depth of the panel path's KC blocks, a function of K alone: (nearly) equal blocks whose count is the
+// fewest that fit kDepthBlockBytes, so the rounding points of the sum over k do not depend on M or N. In
+// bf16 pairs (kPerUnit 2) a block holds twice the k's (the same bytes) and starts at an even k.
+template <class P, int64_t kPerUnit>
+int64_t DepthStep(int64_t K) {
+  const int64_t fitting_blocks = std::max<int64_t>(1, CeilDiv(K, kPerUnit * kDepthBlockBytes / int64_t(sizeof(P))));
+  return std::max<int64_t>(1, CeilDiv(CeilDiv(K, fitting_blocks), kPerUnit)) * kPerUnit;
+}
 
 #if HWY_TARGET != HWY_SCALAR
 // panel[k * MR + r] = src[r][k] for the MR = 6 rows of a full panel of 32-bit elements (f32, or the bf16
@@ -467,18 +517,20 @@ void PackPairRowsA(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_
 // Aligned to a cache line, so that its k loop (~900 bytes unrolled) sits in the same place relative to
 // the decoder's 64-byte windows whatever code is linked before it: without that, a change elsewhere in
 // the binary moved dense-124m's matmuls by 2-6% on the Xeon (Sapphire Rapids), forward ones included.
-template <class D, class T = hn::TFromD<D>>
+// kRows < MR: the first kRows rows only (the last tile of a few rows, one decoded row), each element the
+// same chain of FMAs as in a full tile.
+template <int kRows, class D, class T = hn::TFromD<D>>
 HWY_NOINLINE __attribute__((aligned(64))) void AccumulateTile(D d, int64_t depth, const T* HWY_RESTRICT a_panel,
                                                               const int64_t* a_row_offsets, int64_t a_col,
                                                               const T* HWY_RESTRICT b_panel, int64_t b_stride,
                                                               T* HWY_RESTRICT tile) {
   using V = hn::Vec<D>;
   const size_t lanes = hn::Lanes(d);
-  int64_t row_offset[kTileRows];
-  for (int r = 0; r < kTileRows; ++r) row_offset[r] = a_row_offsets[r];
-  V acc[kTileRows][kTileVectors];
+  int64_t row_offset[kRows];
+  for (int r = 0; r < kRows; ++r) row_offset[r] = a_row_offsets[r];
+  V acc[kRows][kTileVectors];
   HWY_UNROLL(kTileRows)
-  for (int r = 0; r < kTileRows; ++r) {
+  for (int r = 0; r < kRows; ++r) {
     HWY_UNROLL(kTileVectors)
     for (int v = 0; v < kTileVectors; ++v) acc[r][v] = hn::Zero(d);
   }
@@ -489,7 +541,7 @@ HWY_NOINLINE __attribute__((aligned(64))) void AccumulateTile(D d, int64_t depth
     HWY_UNROLL(kTileVectors)
     for (int v = 0; v < kTileVectors; ++v) b[v] = hn::LoadU(d, b_panel + v * lanes);
     HWY_UNROLL(kTileRows)
-    for (int r = 0; r < kTileRows; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       const V ar = hn::Set(d, a_panel[row_offset[r]]);
       HWY_UNROLL(kTileVectors)
       for (int v = 0; v < kTileVectors; ++v) acc[r][v] = hn::MulAdd(ar, b[v], acc[r][v]);
@@ -498,7 +550,7 @@ HWY_NOINLINE __attribute__((aligned(64))) void AccumulateTile(D d, int64_t depth
     b_panel += b_stride;
   }
   HWY_UNROLL(kTileRows)
-  for (int r = 0; r < kTileRows; ++r) {
+  for (int r = 0; r < kRows; ++r) {
     HWY_UNROLL(kTileVectors)
     for (int v = 0; v < kTileVectors; ++v) hn::Store(acc[r][v], d, tile + (r * kTileVectors + v) * lanes);
   }
@@ -571,9 +623,31 @@ HWY_INLINE void PrefetchRows(const T* c, int64_t ldc, int rows, int cols) {
     for (int col = 0; col < cols; col += static_cast<int>(64 / sizeof(T))) hwy::Prefetch(c + r * ldc + col);
 }
 
+// The first `rows` rows of a tile (AccumulateTile).
+template <class D, class T = hn::TFromD<D>>
+HWY_INLINE void AccumulateRows(D d, int rows, int64_t depth, const T* a_panel, const int64_t* a_row_offsets,
+                               int64_t a_col, const T* b_panel, int64_t b_stride, T* tile) {
+  static_assert(kTileRows == 6, "one case per row count");
+  switch (rows) {
+    case 1:
+      return AccumulateTile<1>(d, depth, a_panel, a_row_offsets, a_col, b_panel, b_stride, tile);
+    case 2:
+      return AccumulateTile<2>(d, depth, a_panel, a_row_offsets, a_col, b_panel, b_stride, tile);
+    case 3:
+      return AccumulateTile<3>(d, depth, a_panel, a_row_offsets, a_col, b_panel, b_stride, tile);
+    case 4:
+      return AccumulateTile<4>(d, depth, a_panel, a_row_offsets, a_col, b_panel, b_stride, tile);
+    case 5:
+      return AccumulateTile<5>(d, depth, a_panel, a_row_offsets, a_col, b_panel, b_stride, tile);
+    default:
+      return AccumulateTile<kTileRows>(d, depth, a_panel, a_row_offsets, a_col, b_panel, b_stride, tile);
+  }
+}
+
 // One MR x NR tile of C over one KC block, written back with alpha and beta (rows/cols < MR/NR at the
-// edges of C). accumulate(depth, a_panel, a_row, a_col, b_panel, b_stride, tile) is the micro-kernel:
-// AccumulateTile on T, or accumulate_tile_bf16 on pairs (P, the packed element, is T or uint32_t).
+// edges of C). accumulate(depth, a_panel, a_row, a_col, b_panel, b_stride, tile, rows) is the
+// micro-kernel: AccumulateRows on T, or accumulate_tile_bf16 on pairs (P, the packed element, is T or
+// uint32_t; all MR rows).
 template <class D, class P, class Accumulate, class T = hn::TFromD<D>>
 HWY_INLINE void MicroKernel(D d, int64_t depth, const P* a_panel, const int64_t* a_row_offsets, int64_t a_col,
                             const P* b_panel, int64_t b_stride, T* c, int64_t ldc, int rows, int cols, T alpha, T beta,
@@ -581,7 +655,7 @@ HWY_INLINE void MicroKernel(D d, int64_t depth, const P* a_panel, const int64_t*
   HWY_ALIGN T tile[kTileRows * kTileVectors * HWY_MAX_BYTES / sizeof(T)];
   PrefetchRows(c, ldc, rows, cols);
   if (addend) PrefetchRows(addend, ldc, rows, cols);
-  accumulate(depth, a_panel, a_row_offsets, a_col, b_panel, b_stride, tile);
+  accumulate(depth, a_panel, a_row_offsets, a_col, b_panel, b_stride, tile, rows);
   WriteTile(d, tile, rows, cols, c, ldc, alpha, beta, addend);
 }
 
@@ -618,10 +692,28 @@ struct Panels {
 // Measured on Zen 4 with moe-s's experts (gemm_bench --filter paired, 1 thread), the products that read
 // A in place (x W^T, g W): 1.09-1.16x on AVX2, 1.01-1.15x on AVX-512; in a step the grouped GEMMs took
 // 0.93-0.95x the time on AVX2, and on AVX-512 within noise.
+//
+// A b packed whole (Gemm::b_packed) lies in memory, not in a block kept in L2: there the B panel is the
+// outer loop instead, so that each is read from memory once and meets the few A micro-panels (at most
+// kMaxRowsReusedB rows) while it is in cache.
 template <class D, class P, class Accumulate, class T = hn::TFromD<D>>
 void MacroKernel(D d, const Gemm<T>& g, int64_t i0, int64_t rows, int64_t j0, int64_t cols, int64_t depth,
                  const Panels<P>& a, const Panels<P>& b, T beta, bool with_addend, Accumulate accumulate) {
   const int64_t tile_cols = kTileVectors * static_cast<int64_t>(hn::Lanes(d));
+  if (g.b_packed) {
+    int64_t offsets[kTileRows];
+    for (int64_t p = 0, c0 = 0; c0 < cols; ++p, c0 += tile_cols) {
+      const int tile_width = static_cast<int>(std::min(tile_cols, cols - c0));
+      for (int64_t q = 0, r0 = 0; r0 < rows; ++q, r0 += kTileRows) {
+        const int tile_rows = static_cast<int>(std::min<int64_t>(kTileRows, rows - r0));
+        const int64_t c_offset = (i0 + r0) * g.ldc + j0 + c0;
+        a.row_offsets(q, offsets);
+        MicroKernel(d, depth, a.panel(q), offsets, a.k_step(q), b.panel(p), b.k_step(p), g.c + c_offset, g.ldc,
+                    tile_rows, tile_width, g.alpha, beta, with_addend ? g.addend + c_offset : nullptr, accumulate);
+      }
+    }
+    return;
+  }
   constexpr int64_t kLineElements = 64 / sizeof(P);
   // The next in-place A panel's lines, k-major (the first k's of every row first), spread over the tiles.
   const int64_t next_lines = kTileRows * CeilDiv(depth, kLineElements);
@@ -677,11 +769,8 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   using P = std::conditional_t<kPairs, uint32_t, T>;
   const hn::ScalableTag<T> d;
   const int64_t tile_cols = kTileVectors * static_cast<int64_t>(hn::Lanes(d));
-  // KC blocks of (nearly) equal size, a function of K alone: the rounding points of the sum over k. In
-  // pairs a block holds twice the k's (the same bytes) and starts at an even k.
   const int64_t k_per_unit = kPairs ? 2 : 1;
-  const int64_t fitting_blocks = std::max<int64_t>(1, CeilDiv(g.K, k_per_unit * kDepthBlockBytes / int64_t(sizeof(P))));
-  const int64_t depth_step = std::max<int64_t>(1, CeilDiv(CeilDiv(g.K, fitting_blocks), k_per_unit)) * k_per_unit;
+  const int64_t depth_step = DepthStep<P, kPairs ? 2 : 1>(g.K);
   // K = 0 still makes one (empty) block: C = beta C.
   const int64_t depth_blocks = std::max<int64_t>(1, CeilDiv(g.K, depth_step));
   static const int64_t column_block_bytes = gemm_column_block_bytes(cpu_l2_cache_bytes());
@@ -717,11 +806,12 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
   P* b_packed = PackBuffer<P, 1>(CeilDiv(column_block, tile_cols) * tile_cols * buffer_units);
   // Pairs are always packed, so their A panels are always kTileRows units per k.
   const auto accumulate = [d](int64_t depth, const P* a_panel, [[maybe_unused]] const int64_t* a_row_offsets,
-                              [[maybe_unused]] int64_t a_col, const P* b_panel, int64_t b_stride, T* tile) {
+                              [[maybe_unused]] int64_t a_col, const P* b_panel, int64_t b_stride, T* tile,
+                              [[maybe_unused]] int rows) {
 #if LT_GEMM_BF16
     if constexpr (kPairs) return accumulate_tile_bf16(depth, a_panel, b_panel, b_stride, tile);
 #endif
-    if constexpr (!kPairs) AccumulateTile(d, depth, a_panel, a_row_offsets, a_col, b_panel, b_stride, tile);
+    if constexpr (!kPairs) AccumulateRows(d, rows, depth, a_panel, a_row_offsets, a_col, b_panel, b_stride, tile);
   };
 
   for (int64_t p0 = 0, block = 0; block < depth_blocks; ++block, p0 += depth_step) {
@@ -775,6 +865,9 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
           const int64_t full_panels = cols / tile_cols;
           if (cols % tile_cols) PackB(d, g, p0, depth, j0 + full_panels * tile_cols, cols % tile_cols, b_packed);
           b_panels = {g.b + p0 * g.ldb + j0, g.ldb, 1, tile_cols, full_panels, b_packed, tile_cols};
+        } else if (g.b_packed) {  // this block's panels within the whole packing (ReusedPackedB's layout)
+          const T* block_panels = g.b_packed + p0 * CeilDiv(g.N, tile_cols) * tile_cols + j0 * depth;
+          b_panels = {block_panels, tile_cols, 1, depth * tile_cols, CeilDiv(cols, tile_cols), b_packed, tile_cols};
         } else {
           PackB(d, g, p0, depth, j0, cols, b_packed);
         }
@@ -883,7 +976,7 @@ void GemmDot(const Gemm<T>& g) {
     job.a_copy = gathered;
   }
   const double column_flops = 2.0 * static_cast<double>(g.M) * static_cast<double>(g.K + 1);
-  const int64_t grain = GrainFor(column_flops);
+  const int64_t grain = grain_for_flops(column_flops);
   // Capturing one reference keeps the closure inside std::function's small buffer: no allocation.
   parallel_for(g.N, grain, [&job](int64_t begin, int64_t end) { GemmDotRows(*job.g, job.a_copy, begin, end); });
 }
@@ -905,6 +998,43 @@ void GemmBlockOf(const Gemm<T>& g, [[maybe_unused]] bool pairs, int64_t m0, int6
     if (pairs) return GemmBlock<T, true>(g, m0, m1, n0, n1);
 #endif
   GemmBlock<T, false>(g, m0, m1, n0, n1);
+}
+
+// Whether the calling thread's ReusedMatmulOperands scope holds b (not gathered, K > 0).
+template <class T>
+bool HeldConstant(const Gemm<T>& g) {
+  const ReusedOperands* reused = reused_operands;
+  if (reused == nullptr || g.b_rows || g.K == 0 || g.N == 0) return false;
+  const int64_t extent = g.trans_b ? (g.N - 1) * g.ldb + g.K : (g.K - 1) * g.ldb + g.N;
+  return reused->holds(g.b, extent * int64_t(sizeof(T)));
+}
+
+// op(b) packed whole for the panel path when the calling thread's ReusedMatmulOperands scope holds b
+// (nullptr otherwise, and at its first use): packed at the second use, then found. Per KC block
+// (DepthStep) all of its NR-column panels in column order, the block at p0 starting at p0 x N rounded up
+// to whole panels: the panels PackB writes for any block of columns, so the product has the bits of
+// packing as it goes.
+template <class T>
+const T* ReusedPackedB(const Gemm<T>& g, int64_t tile_cols) {
+  if (!HeldConstant(g)) return nullptr;
+  ReusedOperands* reused = reused_operands;
+  const ReusedOperands::Key key{g.b, g.K, g.N, g.ldb, g.trans_b, sizeof(T), tile_cols};
+  for (const ReusedOperands::Packed& p : reused->packed)
+    if (p.key == key) return reinterpret_cast<const T*>(p.panels.get());
+  const auto seen = std::find(reused->seen_once.begin(), reused->seen_once.end(), key);
+  if (seen == reused->seen_once.end()) {
+    reused->seen_once.push_back(key);
+    return nullptr;
+  }
+  reused->seen_once.erase(seen);
+  const int64_t padded_cols = CeilDiv(g.N, tile_cols) * tile_cols;
+  auto panels = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(g.K * padded_cols) * sizeof(T));
+  T* whole = reinterpret_cast<T*>(panels.get());
+  const int64_t depth_step = DepthStep<T, 1>(g.K);
+  for (int64_t p0 = 0; p0 < g.K; p0 += depth_step)
+    PackB(hn::ScalableTag<T>(), g, p0, std::min(depth_step, g.K - p0), 0, g.N, whole + p0 * padded_cols);
+  reused->packed.push_back({key, std::move(panels)});
+  return whole;
 }
 
 // The panel path: threads split C into slabs of whole tiles, along N when N > M (each thread then packs
@@ -931,12 +1061,14 @@ void GemmPanels(const Gemm<T>& g) {
   const double flop_cost = !pairs ? 1.0 : amx_tiles() == AmxTiles::Hardware ? 0.25 : 0.5;
   const double panel_flops = flop_cost * 2.0 * static_cast<double>(g.K + 1) *
                              static_cast<double>(split_cols ? tile_cols * g.M : kTileRows * g.N);
-  const int64_t grain = GrainFor(panel_flops);
+  const int64_t grain = grain_for_flops(panel_flops);
+  Gemm<T> with_packed_b = g;
+  if (!pairs && g.M <= kMaxRowsReusedB) with_packed_b.b_packed = ReusedPackedB(g, tile_cols);
   const struct Job {
     const Gemm<T>* g;
     bool split_cols, pairs;
     int64_t tile_cols;
-  } job{&g, split_cols, pairs, tile_cols};
+  } job{&with_packed_b, split_cols, pairs, tile_cols};
   parallel_for_slabs(split_cols ? col_panels : row_panels, grain, [&job](int64_t begin, int64_t end) {
     const Gemm<T>& gemm = *job.g;
     if (job.split_cols)
@@ -976,7 +1108,9 @@ void GemmTransposed(const Gemm<T>& g) {
 
 template <class T>
 void GemmT(const Gemm<T>& g) {
-  if (g.trans_b && g.M <= kMaxRowsDot)
+  if (g.M <= kMaxRowsReusedB && HeldConstant(g))
+    GemmPanels(g);
+  else if (g.trans_b && g.M <= kMaxRowsDot)
     GemmDot(g);
   else if (FewColumnsGoTransposed(g))
     GemmTransposed(g);
@@ -1003,6 +1137,18 @@ HWY_EXPORT(GemmKernel);
 HWY_EXPORT(Bf16GemmAvailable);
 
 bool bf16_matmul_available() { return HWY_DYNAMIC_DISPATCH(Bf16GemmAvailable)(); }
+
+ReusedOperands* begin_reused_operands(std::vector<Tensor> constants) {
+  auto* operands = new ReusedOperands{std::move(constants), {}, {}, reused_operands};
+  reused_operands = operands;
+  return operands;
+}
+
+void end_reused_operands(ReusedOperands* operands) {
+  LT_CHECK(reused_operands == operands, "reused matmul operands: scopes must end in reverse order, on their thread");
+  reused_operands = operands->outer;
+  delete operands;
+}
 
 int64_t gemm_column_block_bytes(int64_t l2_bytes) {
   // A block of KC x NC floats is kDepthBlockBytes / 4 x NC x 4 bytes; at least 256 columns.

@@ -39,6 +39,11 @@ void matmul_gathered(const Tensor& a, const Tensor& a_rows, bool trans_a, const 
                      bool trans_b, Tensor& c, double alpha, double beta, MatmulPrecision precision);
 // True when this CPU multiplies bf16 natively (AVX512_BF16, tensor/cpu/bf16_dot.h).
 bool bf16_matmul_available();
+// The constant operands of the calling thread's GEMMs from begin to the matching end (the scope of
+// kernels::ReusedMatmulOperands); scopes nest.
+struct ReusedOperands;
+ReusedOperands* begin_reused_operands(std::vector<Tensor> constants);
+void end_reused_operands(ReusedOperands* operands);
 // The width in bytes of one row of the GEMM's packed B block (NC x the element size; the block is
 // KC x NC) on a core with l2_bytes of L2: the block fits that L2, up to 1024 f32 columns.
 int64_t gemm_column_block_bytes(int64_t l2_bytes);

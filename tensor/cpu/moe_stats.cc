@@ -135,7 +135,13 @@ struct ExpertSplit {
   bool rows = false;
   // Independent products (the weight gradients, each into its own tensor): one item per product.
   int64_t products = 0;
+  // The FLOPs of one row through all of the products: all of the experts' rows together below a pool
+  // worker's worth (kMinFlopsPerPiece) run on the calling thread (one token's experts, when decoding).
+  double row_flops = 0;
 };
+
+// 2 x the elements of each expert's part of `w` ([E, N, K] or [E, K, N]): the FLOPs of one row through it.
+double row_flops_through(const Tensor& w) { return 2.0 * static_cast<double>(w.numel() / w.dim(0)); }
 
 // Parts of at least this many rows (a few hundred microseconds of FMAs on moe-s's experts), at multiples
 // of kPartAlign rows (the GEMM tile's 6 rows, so no part adds a partial row panel). Each part still takes
@@ -153,12 +159,15 @@ constexpr int64_t kPartAlign = 6;
 // evened out a thread whose data sat in the other core's cache or whose vCPU lost time to the host (the
 // time one thread waited for the other fell from 16.5 to 13.0 ms per moe-s step of 177 on Zen 4, 2
 // threads), and items smaller than an expert shorten the last one a thread may be left waiting for (with
-// parallel_for's pieces, the waits of a whole step fell to ~4 ms). An expert's items are adjacent, so they mostly run back to back on one thread, sharing its
-// operands in L2. Each item writes only its own outputs, so which thread runs it never changes a result.
+// parallel_for's pieces, the waits of a whole step fell to ~4 ms). An expert's items are adjacent, so they
+// mostly run back to back on one thread, sharing its operands in L2. Each item writes only its own outputs,
+// so which thread runs it never changes a result. All of the rows together less than two pool workers'
+// worth of FLOPs (split.row_flops) run on the calling thread: a decoded token's few experts.
 template <class Item>
 void for_each_expert(const int64_t* offsets, int64_t E, ExpertSplit split, Item item) {
-  const int64_t threads = num_threads();
   const int64_t total_rows = offsets[E] - offsets[0];
+  const bool small = static_cast<double>(total_rows) * split.row_flops < 2 * kMinFlopsPerPiece;
+  const int64_t threads = small ? 1 : num_threads();
   std::vector<ExpertItem> items;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t rows = offsets[e + 1] - offsets[e];
@@ -178,6 +187,10 @@ void for_each_expert(const int64_t* offsets, int64_t E, ExpertSplit split, Item 
       items.push_back({e, offsets[e] + begin, end - begin, -1});
     }
   }
+  if (threads == 1) {
+    for (const ExpertItem& it : items) item(it);
+    return;
+  }
   parallel_for_each(
       static_cast<int64_t>(items.size()), [&](int64_t i) { return items[static_cast<size_t>(i)].rows; },
       [&](int64_t i) { item(items[static_cast<size_t>(i)]); });
@@ -191,7 +204,10 @@ void for_each_expert(const int64_t* offsets, int64_t E, ExpertSplit split, Item 
 // 1.02-1.07x on AVX-512, 1.03-1.08x on AVX2.
 void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& offsets, MatmulPrecision precision) {
   const int64_t* bounds = offsets.data<int64_t>();
-  for_each_expert(bounds, offsets.numel() - 1, ExpertSplit{.rows = true}, [&](const ExpertItem& item) {
+  double row_flops = 0;
+  for (const GroupedProduct& p : products) row_flops += row_flops_through(p.w);
+  for_each_expert(bounds, offsets.numel() - 1, ExpertSplit{.rows = true, .row_flops = row_flops},
+                  [&](const ExpertItem& item) {
     for (const GroupedProduct& p : products)
       grouped_matmul_rows(p, item.expert, item.first, item.rows, precision, matmul_gathered);
   });
@@ -201,7 +217,10 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
                           MatmulPrecision precision) {
   const int64_t* bounds = offsets.data<int64_t>();
   const auto products = static_cast<int64_t>(grads.size());
-  for_each_expert(bounds, offsets.numel() - 1, ExpertSplit{.products = products}, [&](const ExpertItem& item) {
+  double row_flops = 0;
+  for (const GroupedWeightGrad& g : grads) row_flops += row_flops_through(g.dw);
+  for_each_expert(bounds, offsets.numel() - 1, ExpertSplit{.products = products, .row_flops = row_flops},
+                  [&](const ExpertItem& item) {
     for (int64_t i = 0; i < products; ++i) {
       if (item.product >= 0 && item.product != i) continue;
       grouped_weight_grad_segment(grads[static_cast<size_t>(i)], bounds, item.expert, precision, matmul_gathered);

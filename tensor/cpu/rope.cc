@@ -176,6 +176,33 @@ void split_qkv_rope(const Tensor& qkv, double theta, int64_t pos_offset, Tensor&
   copy_v_block(qkv, C, (Hq + Hkv) * D, v, Hkv * D, 0, tokens, Hkv * D);
 }
 
+void split_qkv_rope_to_cache(const Tensor& qkv, double theta, const std::vector<int64_t>& Tk_B, Tensor& q,
+                             Tensor& k_cache, Tensor& v_cache) {
+  const int64_t B = q.dim(0), T = q.dim(1), Hq = q.dim(2), D = q.dim(3);
+  const int64_t capacity = k_cache.dim(1), Hkv = k_cache.dim(2), C = qkv.dim(2);
+  if (B * T == 0) return;
+  const auto kernel = HWY_DYNAMIC_DISPATCH(RopeKernel);
+  const int64_t elem = static_cast<int64_t>(dtype_size(qkv.dtype()));
+  const char* from = static_cast<const char*>(qkv.raw_data());
+  char* to_q = static_cast<char*>(q.raw_data());
+  char* to_k = static_cast<char*>(k_cache.raw_data());
+  char* to_v = static_cast<char*>(v_cache.raw_data());
+  // Row by row, each at its own positions; a row's T tokens are contiguous in qkv and q, and so are its
+  // new positions in the caches.
+  for (int64_t b = 0; b < B; ++b) {
+    const RopeTables tables = rope_tables(qkv.dtype(), Tk_B[b], T, D, theta);
+    const char* row = from + b * T * C * elem;
+    const int64_t cached = (b * capacity + Tk_B[b]) * Hkv * D * elem;
+    kernel(qkv.dtype(), false, row, HeadRows{C, 0}, to_q + b * T * Hq * D * elem, HeadRows{Hq * D, 0}, T * Hq, T, Hq, D,
+           tables.cos, tables.sin);
+    kernel(qkv.dtype(), false, row, HeadRows{C, Hq * D}, to_k + cached, HeadRows{Hkv * D, 0}, T * Hkv, T, Hkv, D,
+           tables.cos, tables.sin);
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(to_v + cached + t * Hkv * D * elem, row + (t * C + (Hq + Hkv) * D) * elem,
+                  static_cast<size_t>(Hkv * D * elem));
+  }
+}
+
 void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, double theta, int64_t pos_offset,
                              Tensor& dqkv) {
   const int64_t tokens = dq.dim(0) * dq.dim(1), seq = dq.dim(1), Hq = dq.dim(2), Hkv = dk.dim(2), D = dq.dim(3);

@@ -150,7 +150,53 @@ void copy_v_block(DType dtype, const Tensor& from, int64_t from_stride, int64_t 
   LT_CUDA_CHECK(cudaGetLastError());
 }
 
+// split_qkv_rope_to_cache: one thread per (token, rotated pair of a Q or K head, or V element). The
+// angle is the table kernel's expression at the row's own position, so the values are those of
+// rope_kernel with a table that starts there.
+struct CacheSplit {
+  int64_t tokens, T, Hq, Hkv, D, C, capacity;
+};
+template <class T>
+__global__ void split_qkv_rope_to_cache_kernel(const T* qkv, const int64_t* Tk_B, double theta, CacheSplit s, T* q,
+                                               T* k_cache, T* v_cache) {
+  const int64_t half = s.D / 2, rotated = (s.Hq + s.Hkv) * half, per_token = rotated + s.Hkv * s.D;
+  for (int64_t e = first_index(); e < s.tokens * per_token; e += grid_stride()) {
+    const int64_t token = e / per_token, j = e % per_token, b = token / s.T;
+    const int64_t position = Tk_B[b] + token % s.T;
+    const T* from = qkv + token * s.C;
+    const int64_t slot = (b * s.capacity + position) * s.Hkv * s.D;
+    if (j >= rotated) {
+      v_cache[slot + j - rotated] = from[(s.Hq + s.Hkv) * s.D + j - rotated];
+      continue;
+    }
+    const int64_t head = j / half, i = j % half;
+    const double angle =
+        static_cast<double>(position) * pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(s.D));
+    const T c = static_cast<T>(cos(angle)), sn = static_cast<T>(sin(angle));
+    const T a = from[head * s.D + i], bb = from[head * s.D + i + half];
+    T* to = head < s.Hq ? q + (token * s.Hq + head) * s.D : k_cache + slot + (head - s.Hq) * s.D;
+    to[i] = fused_multiply_add(-bb, sn, a * c);
+    to[i + half] = fused_multiply_add(a, sn, bb * c);
+  }
+}
+
 }  // namespace
+
+void split_qkv_rope_to_cache(const Tensor& qkv, double theta, const std::vector<int64_t>& Tk_B, Tensor& q,
+                             Tensor& k_cache, Tensor& v_cache) {
+  const CacheSplit s{q.dim(0) * q.dim(1), q.dim(1),        q.dim(2), k_cache.dim(2),
+                     q.dim(3),            qkv.dim(2),      k_cache.dim(1)};
+  const int64_t n = s.tokens * ((s.Hq + s.Hkv) * (s.D / 2) + s.Hkv * s.D);
+  if (n == 0) return;
+  const DeviceGuard guard(qkv.device().index);
+  // One small host-to-device copy per call (B lengths), as attention_decode's.
+  const Tensor lengths_B = Tensor::from_vector<int64_t>({q.dim(0)}, Tk_B).to(qkv.device());
+  LT_FLOAT_SWITCH(qkv.dtype(), T, {
+    LT_CUDA_LAUNCH(blocks_for(n), kThreadsPerBlock, split_qkv_rope_to_cache_kernel<T>)(
+        qkv.data<T>(), lengths_B.data<int64_t>(), theta, s, q.data<T>(), k_cache.data<T>(), v_cache.data<T>());
+  });
+  LT_CUDA_CHECK(cudaGetLastError());
+}
 
 void rope(const Tensor& x, double theta, int64_t pos_offset, bool inverse, Tensor& y) {
   if (x.numel() == 0) return;

@@ -14,6 +14,10 @@ std::atomic<MatmulPrecision> precision_of_f32{MatmulPrecision::F32};
 void set_matmul_precision(MatmulPrecision precision) { precision_of_f32.store(precision); }
 MatmulPrecision matmul_precision() { return precision_of_f32.load(); }
 bool cpu_has_bf16_matmul() { return cpu::bf16_matmul_available(); }
+
+ReusedMatmulOperands::ReusedMatmulOperands(std::vector<Tensor> constants)
+    : operands_(cpu::begin_reused_operands(std::move(constants))) {}
+ReusedMatmulOperands::~ReusedMatmulOperands() { cpu::end_reused_operands(operands_); }
 const char* cpu_bf16_matmul_unit() {
   if (!cpu::bf16_matmul_available()) return nullptr;
   return cpu::amx_tiles() == cpu::AmxTiles::Hardware ? "AMX tiles" : "AVX512_BF16";

@@ -1,5 +1,5 @@
 // The rotary position embedding front doors: RoPE on [B, T, H, D], and the split of a fused QKV
-// projection with RoPE on q and k, forward and backward.
+// projection with RoPE on q and k, forward and backward, and into a KV cache for decoding.
 #include "tensor/kernels/dispatch.h"
 
 namespace lt::kernels {
@@ -51,6 +51,31 @@ void split_qkv_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& d
     if (!dqkv.is_cpu()) return cuda::split_qkv_rope_backward(dq, dk, dv, theta, pos_offset, dqkv);
   }
   cpu::split_qkv_rope_backward(dq, dk, dv, theta, pos_offset, dqkv);
+}
+
+void split_qkv_rope_to_cache(const Tensor& qkv, double theta, const std::vector<int64_t>& Tk_B, Tensor& q,
+                             Tensor& k_cache, Tensor& v_cache) {
+  const char* op = "split_qkv_rope_to_cache";
+  check_float(qkv, op, "qkv");
+  for (const Tensor* t : {&q, &k_cache, &v_cache}) check_like(*t, qkv, op, "q, k_cache, v_cache");
+  LT_CHECK(q.ndim() == 4 && k_cache.ndim() == 4, op, ": q and k_cache must be [B, T, H, D], got ", q.str(), ", ",
+           k_cache.str());
+  const int64_t B = q.dim(0), T = q.dim(1), Hq = q.dim(2), D = q.dim(3);
+  const int64_t capacity = k_cache.dim(1), Hkv = k_cache.dim(2);
+  check_shape(k_cache, {B, capacity, Hkv, D}, op, "k_cache");
+  check_shape(v_cache, {B, capacity, Hkv, D}, op, "v_cache");
+  check_shape(qkv, {B, T, (Hq + 2 * Hkv) * D}, op, "qkv");
+  LT_CHECK(D % 2 == 0, op, ": head dim D must be even, got ", D);
+  LT_CHECK(theta > 0, op, ": theta must be positive, got ", theta);
+  LT_CHECK(static_cast<int64_t>(Tk_B.size()) == B, op, ": ", Tk_B.size(), " cached lengths for ", B, " rows");
+  for (const int64_t Tk : Tk_B)
+    LT_CHECK(Tk >= 0 && Tk + T <= capacity, op, ": ", T, " new positions after ", Tk,
+             " cached ones exceed the capacity ", capacity);
+  check_outputs_apart(op, {{&q, "q"}, {&k_cache, "k_cache"}, {&v_cache, "v_cache"}}, {{&qkv, "qkv"}});
+  if constexpr (kCudaBackend) {
+    if (!qkv.is_cpu()) return cuda::split_qkv_rope_to_cache(qkv, theta, Tk_B, q, k_cache, v_cache);
+  }
+  cpu::split_qkv_rope_to_cache(qkv, theta, Tk_B, q, k_cache, v_cache);
 }
 
 }  // namespace lt::kernels

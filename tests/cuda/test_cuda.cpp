@@ -442,10 +442,11 @@ OpCase slice_case(DType dtype) {
           }};
 }
 
-// RoPE both ways (in place too) at a large position offset, and the fused QKV split with its backward.
+// RoPE both ways (in place too) at a large position offset, the fused QKV split with its backward, and
+// the split into a KV cache.
 OpCase rope_case(DType dtype, double tolerance) {
   return {
-      "rope split_qkv_rope", dtype_name(dtype), tolerance, [dtype](Device device) {
+      "rope split_qkv_rope split_qkv_rope_to_cache", dtype_name(dtype), tolerance, [dtype](Device device) {
         Outputs outputs;
         for (const auto& [B, T, Hq, Hkv, D] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
                  {1, 1, 1, 1, 2}, {2, 5, 4, 2, 6}, {2, 129, 8, 2, 64}}) {
@@ -461,8 +462,21 @@ OpCase rope_case(DType dtype, double tolerance) {
           Tensor v = Tensor::empty({B, T, Hkv, D}, dtype, device), dqkv = Tensor::full({B, T, C}, kNaN, dtype, device);
           kernels::split_qkv_rope(qkv, 10000.0, 7, q, k, v);
           kernels::split_qkv_rope_backward(q, k, v, 10000.0, 7, dqkv);
-          for (const auto& [what, out] :
-               Outputs{{"rope", y}, {"rope^-1", back}, {"q", q}, {"k", k}, {"v", v}, {"dqkv", dqkv}})
+          // Into a cache of 2 T + 3 positions per row: row 0 from position 0, row 1 from T + 3.
+          std::vector<int64_t> Tk_B;
+          for (int64_t b = 0; b < B; ++b) Tk_B.push_back(b == 0 ? 0 : T + 3);
+          Tensor q_cached = Tensor::empty({B, T, Hq, D}, dtype, device);
+          Tensor k_cache = input({B, 2 * T + 3, Hkv, D}, 44, dtype, device), v_cache = k_cache.clone();
+          kernels::split_qkv_rope_to_cache(qkv, 10000.0, Tk_B, q_cached, k_cache, v_cache);
+          for (const auto& [what, out] : Outputs{{"rope", y},
+                                                 {"rope^-1", back},
+                                                 {"q", q},
+                                                 {"k", k},
+                                                 {"v", v},
+                                                 {"dqkv", dqkv},
+                                                 {"q to cache", q_cached},
+                                                 {"k cache", k_cache},
+                                                 {"v cache", v_cache}})
             outputs.push_back({what + where, out});
         }
         return outputs;

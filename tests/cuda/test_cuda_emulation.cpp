@@ -826,6 +826,25 @@ TEST(CudaEmulation, RopeAndTheFusedQkvSplitMatchTheCpuKernels) {
     }
 }
 
+// The split into a KV cache: rows at different positions (one at a large offset), several new positions
+// per row, GQA; the cache rows outside the new positions keep their values.
+TEST(CudaEmulation, SplitQkvRopeToCacheMatchesTheCpuKernel) {
+  for (DType dtype : {DType::F32, DType::F64}) {
+    const int64_t B = 3, T = 2, Hq = 4, Hkv = 2, D = 6, capacity = 4100, C = (Hq + 2 * Hkv) * D;
+    const std::vector<int64_t> Tk_B = {0, 4093, 17};
+    const double tolerance = dtype == DType::F32 ? 1e-6 : 1e-14;
+    const Tensor qkv = test::random_tensor({B, T, C}, 114, dtype);
+    const Tensor cache = test::random_tensor({B, capacity, Hkv, D}, 115, dtype);
+    Tensor q = Tensor::empty({B, T, Hq, D}, dtype), q_e = Tensor::full({B, T, Hq, D}, NAN, dtype);
+    Tensor k = cache.clone(), v = cache.clone(), k_e = cache.clone(), v_e = cache.clone();
+    kernels::split_qkv_rope_to_cache(qkv, 600000.0, Tk_B, q, k, v);
+    cuda_emulated::split_qkv_rope_to_cache(qkv, 600000.0, Tk_B, q_e, k_e, v_e);
+    test::expect_close(values(q_e), values(q), tolerance, tolerance, std::string("q ") + dtype_name(dtype));
+    test::expect_close(values(k_e), values(k), tolerance, tolerance, std::string("k cache ") + dtype_name(dtype));
+    expect_same_bits(v_e, v, std::string("v cache ") + dtype_name(dtype));
+  }
+}
+
 // ---- attention.cu --------------------------------------------------------------------------------
 
 // The doc_start of documents of the given lengths packed into each of B rows of length T.

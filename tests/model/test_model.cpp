@@ -2,11 +2,13 @@
 // Face names, checkpoint round trips, and KV-cached generation agreeing with the full forward.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "autograd/ops.h"
 #include "model/hf_names.h"
 #include "model/ling.h"
+#include "tensor/kernels.h"
 #include "tests/io/temp_dir.h"
 #include "tests/model/small_config.h"
 #include "trainer/checkpoint.h"
@@ -176,6 +178,108 @@ TEST(Generation, KVCachedLogitsMatchTheFullForward) {
   }
   ASSERT_EQ(cached.size(), full.size());
   for (size_t i = 0; i < full.size(); ++i) EXPECT_NEAR(cached[i], full[i], 1e-4) << "logit " << i;
+}
+
+// Prompts of different lengths prefilled together (the shorter padded after their ids) and then decoded a
+// step together: each row's next-token logits are those of its own ids through a cache of its own.
+TEST(Generation, NextTokenLogitsOfPaddedRowsMatchEachRowAlone) {
+  LingForCausalLM model(small_config(), 7);
+  NoGradGuard no_grad;
+  const std::vector<std::vector<int32_t>> prompts = {{256, 72, 101, 108, 108}, {256, 9}, {256, 40, 41, 42}};
+  const int64_t B = 3, T = 5, V = model.config().vocab_size;
+  std::vector<int32_t> padded;
+  std::vector<int64_t> lengths;
+  for (const std::vector<int32_t>& prompt : prompts) {
+    padded.insert(padded.end(), prompt.begin(), prompt.end());
+    padded.insert(padded.end(), static_cast<size_t>(T) - prompt.size(), 7);
+    lengths.push_back(static_cast<int64_t>(prompt.size()));
+  }
+  std::vector<KVCache> caches = model.make_kv_caches(B, T + 1);
+  MoEContext context;
+  const std::vector<float> prefill =
+      model.next_token_logits(Tensor::from_vector<int32_t>({B, T}, padded), lengths, context, caches)
+          .value()
+          .to_vector<float>();
+  for (KVCache& c : caches) c.length_B = lengths;
+  const std::vector<int32_t> next = {3, 4, 5};
+  MoEContext step_context;
+  const std::vector<float> step =
+      model.next_token_logits(Tensor::from_vector<int32_t>({B, 1}, next), {1, 1, 1}, step_context, caches)
+          .value()
+          .to_vector<float>();
+  ASSERT_EQ(prefill.size(), static_cast<size_t>(B * V));
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<int32_t> ids = prompts[b];
+    const int64_t n = static_cast<int64_t>(ids.size());
+    ids.push_back(next[b]);
+    MoEContext alone_context;
+    const std::vector<float> alone =
+        model.logits(Tensor::from_vector<int32_t>({1, n + 1}, ids), alone_context).value().to_vector<float>();
+    for (int64_t v = 0; v < V; ++v) {
+      EXPECT_NEAR(prefill[b * V + v], alone[(n - 1) * V + v], 1e-4) << "prefill row " << b << " logit " << v;
+      EXPECT_NEAR(step[b * V + v], alone[n * V + v], 1e-4) << "step row " << b << " logit " << v;
+    }
+  }
+  const Tensor one_each = Tensor::from_vector<int32_t>({B, 1}, next);
+  test::expect_error([&] { model.next_token_logits(one_each, {1, 2, 1}, context, caches); },
+                     {"row 1 has length 2 of 1"});
+}
+
+// With the weights held constant (kernels::ReusedMatmulOperands, as generation holds them), a row's
+// logits have the same bits whether it is prefilled and decoded with other rows or alone: on the CPU
+// every GEMM of a few rows then takes the panel path, where a row's arithmetic does not depend on the
+// others (the experts' segments, which differ with the batch, included). The prefill's attention keeps a
+// row's bits whatever the padded length where the head dimension is whole vectors (16 here, as in the
+// presets: 32 to 128).
+TEST(Generation, RowsTogetherHaveTheBitsOfEachRowAloneWithTheWeightsHeld) {
+  LingConfig config = small_config();
+  config.hidden_size = 64;  // head_dim 16
+  LingForCausalLM model(config, 8);
+  NoGradGuard no_grad;
+  std::vector<Tensor> weights;
+  for (const Parameter& p : model.parameters()) weights.push_back(p.value->value());
+  const kernels::ReusedMatmulOperands held(weights);
+  const std::vector<std::vector<int32_t>> prompts = {{256, 72, 101, 108, 108, 111, 44}, {256, 9}, {256, 40, 41}};
+  const int64_t B = 3, T = 7;
+  // Prefill then two steps, through caches of `rows` rows; the logits of every row at every call.
+  auto run = [&](const std::vector<int64_t>& rows) {
+    const int64_t n = static_cast<int64_t>(rows.size());
+    int64_t width = 0;
+    for (int64_t r : rows) width = std::max<int64_t>(width, static_cast<int64_t>(prompts[r].size()));
+    std::vector<int32_t> ids;
+    std::vector<int64_t> lengths;
+    for (int64_t r : rows) {
+      ids.insert(ids.end(), prompts[r].begin(), prompts[r].end());
+      ids.insert(ids.end(), static_cast<size_t>(width) - prompts[r].size(), 5);
+      lengths.push_back(static_cast<int64_t>(prompts[r].size()));
+    }
+    std::vector<KVCache> caches = model.make_kv_caches(n, T + 2);
+    std::vector<std::vector<float>> calls;
+    MoEContext context;
+    calls.push_back(model.next_token_logits(Tensor::from_vector<int32_t>({n, width}, ids), lengths, context, caches)
+                        .value()
+                        .to_vector<float>());
+    for (KVCache& c : caches) c.length_B = lengths;
+    for (int32_t step = 0; step < 2; ++step) {
+      std::vector<int32_t> next;
+      for (int64_t r : rows) next.push_back(static_cast<int32_t>(10 * r + step));
+      MoEContext step_context;
+      calls.push_back(model
+                          .next_token_logits(Tensor::from_vector<int32_t>({n, 1}, next),
+                                             std::vector<int64_t>(static_cast<size_t>(n), 1), step_context, caches)
+                          .value()
+                          .to_vector<float>());
+    }
+    return calls;
+  };
+  const std::vector<std::vector<float>> together = run({0, 1, 2});
+  const size_t V = static_cast<size_t>(model.config().vocab_size);
+  for (int64_t b = 0; b < B; ++b) {
+    const std::vector<std::vector<float>> alone = run({b});
+    for (size_t call = 0; call < alone.size(); ++call)
+      EXPECT_EQ(std::vector<float>(together[call].begin() + b * V, together[call].begin() + (b + 1) * V), alone[call])
+          << "row " << b << " call " << call;
+  }
 }
 
 // Packing: two documents in one row, attending only within themselves, lose what each loses alone (the

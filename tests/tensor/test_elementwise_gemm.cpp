@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstring>
+#include <string>
 
 #include "tensor/cpu/amx.h"
 #include "tensor/cpu/bf16_dot.h"
@@ -524,6 +525,46 @@ TEST(GemmKernel, GatheredOperandsHaveTheBitsOfAGatheredCopy) {
 }
 
 // beta == 0 must not read C (BLAS semantics): NaN in the output buffer does not leak into the result.
+// Inside a ReusedMatmulOperands scope, a constant b is packed once (at its second use) and read from
+// there by the few-row panel path: every call, first, second and later, has the bits of the same call
+// outside the scope, at any width (whole and partial panels), several KC blocks of K, either layout of b,
+// and for a b the scope does not hold. Scopes nest (the innermost applies); after the scope ends a
+// matmul packs as usual.
+TEST(GemmKernel, ReusedOperandsKeepTheBits) {
+  for_each_cpu_target([] {
+    for (DType dtype : {DType::F32, DType::F64}) {
+      for (const bool trans_b : {true, false}) {
+        const int64_t N = 150, K = 600;  // N: two whole panels and a partial one; K: three KC blocks in f32
+        const Tensor w = random_tensor(trans_b ? Shape{N, K} : Shape{K, N}, 31, dtype);
+        const Tensor other = random_tensor(w.shape(), 32, dtype);
+        auto product = [&](const Tensor& b, int64_t M, uint64_t seed) {
+          const Tensor x = random_tensor({M, K}, seed, dtype);
+          Tensor c = Tensor::empty({M, N}, dtype);
+          kernels::matmul(x, false, b, trans_b, c);
+          return c.to(DType::F64).to_vector<double>();
+        };
+        std::vector<std::vector<double>> outside;
+        for (int64_t M : {13, 16, 24, 25, 16}) outside.push_back(product(w, M, 40 + M));
+        const std::vector<double> other_outside = product(other, 16, 7);
+        const std::string what = std::string(dtype_name(dtype)) + (trans_b ? " b [N, K]" : " b [K, N]");
+        {
+          const kernels::ReusedMatmulOperands scope({w});
+          size_t i = 0;
+          for (int64_t M : {13, 16, 24, 25, 16}) EXPECT_EQ(product(w, M, 40 + M), outside[i++]) << what << " M " << M;
+          EXPECT_EQ(product(other, 16, 7), other_outside) << what << ": a b the scope does not hold";
+          {
+            const kernels::ReusedMatmulOperands inner({other});
+            for (int call = 0; call < 3; ++call) EXPECT_EQ(product(other, 16, 7), other_outside) << what << ": inner";
+            EXPECT_EQ(product(w, 16, 56), outside[1]) << what << ": the outer scope's b inside the inner one";
+          }
+          EXPECT_EQ(product(w, 16, 56), outside[1]) << what << ": the outer scope again";
+        }
+        EXPECT_EQ(product(w, 16, 56), outside[1]) << what << ": after the scope";
+      }
+    }
+  });
+}
+
 TEST(GemmKernel, BetaZeroIgnoresGarbageInC) {
   for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{13, 70, 20}, {3, 9, 20}, {64, 130, 300}})
     for (bool tb : {false, true}) {

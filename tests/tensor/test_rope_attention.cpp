@@ -122,6 +122,47 @@ TEST(RopeKernel, SplitOfTheFusedProjection) {
   });
 }
 
+// The split into a KV cache: each row's q and its new cache rows hold the bits of split_qkv_rope of that
+// row alone at its own offset, on every target; the rest of the cache is left as it was.
+TEST(RopeKernel, SplitIntoTheCacheMatchesEachRowAlone) {
+  for_each_cpu_target([] {
+    for (DType dtype : {DType::F32, DType::F64}) {
+      const int64_t B = 3, T = 2, Hq = 4, Hkv = 2, D = 10, capacity = 9, C = (Hq + 2 * Hkv) * D;
+      const std::vector<int64_t> Tk_B = {0, 7, 3};
+      const Tensor qkv = random_tensor({B, T, C}, 81, dtype);
+      const Tensor k_before = random_tensor({B, capacity, Hkv, D}, 82, dtype);
+      const Tensor v_before = random_tensor({B, capacity, Hkv, D}, 83, dtype);
+      Tensor q = Tensor::empty({B, T, Hq, D}, dtype);
+      Tensor k_cache = k_before.clone(), v_cache = v_before.clone();
+      kernels::split_qkv_rope_to_cache(qkv, 5000.0, Tk_B, q, k_cache, v_cache);
+      Tensor k_want = k_before.clone(), v_want = v_before.clone();
+      for (int64_t b = 0; b < B; ++b) {
+        Tensor q_row = Tensor::empty({1, T, Hq, D}, dtype);
+        Tensor k_row = Tensor::empty({1, T, Hkv, D}, dtype), v_row = Tensor::empty({1, T, Hkv, D}, dtype);
+        kernels::split_qkv_rope(qkv.narrow(b, 1), 5000.0, Tk_B[b], q_row, k_row, v_row);
+        EXPECT_EQ(q.narrow(b, 1).to(DType::F64).to_vector<double>(), q_row.to(DType::F64).to_vector<double>())
+            << dtype_name(dtype) << " row " << b;
+        k_want.narrow(b, 1).reshape({capacity, Hkv, D}).narrow(Tk_B[b], T).copy_from(k_row.reshape({T, Hkv, D}));
+        v_want.narrow(b, 1).reshape({capacity, Hkv, D}).narrow(Tk_B[b], T).copy_from(v_row.reshape({T, Hkv, D}));
+      }
+      EXPECT_EQ(k_cache.to(DType::F64).to_vector<double>(), k_want.to(DType::F64).to_vector<double>()) << "k";
+      EXPECT_EQ(v_cache.to(DType::F64).to_vector<double>(), v_want.to(DType::F64).to_vector<double>()) << "v";
+    }
+  });
+}
+
+TEST(RopeKernel, SplitIntoTheCacheRejectsBadArguments) {
+  const Tensor qkv = random_tensor({2, 1, 40}, 1);
+  Tensor q = Tensor::empty({2, 1, 2, 10});
+  Tensor k_cache = Tensor::zeros({2, 4, 1, 10}), v_cache = Tensor::zeros({2, 4, 1, 10});
+  test::expect_error([&] { kernels::split_qkv_rope_to_cache(qkv, 1e4, {0, 4}, q, k_cache, v_cache); },
+                     {"exceed the capacity 4"});
+  test::expect_error([&] { kernels::split_qkv_rope_to_cache(qkv, 1e4, {0}, q, k_cache, v_cache); },
+                     {"1 cached lengths for 2 rows"});
+  Tensor narrow_v = Tensor::zeros({2, 3, 1, 10});
+  test::expect_error([&] { kernels::split_qkv_rope_to_cache(qkv, 1e4, {0, 1}, q, k_cache, narrow_v); }, {"v_cache"});
+}
+
 TEST(RopeKernel, InverseUndoesRope) {
   for_each_cpu_target([] {
     for (DType dtype : {DType::F32, DType::F64}) {
