@@ -12,8 +12,10 @@
 #include "tensor/kernels.h"
 
 int main(int argc, char** argv) {
+  // Under mpirun a rank that ends here still ends the others (abort_all_ranks joins the world to do it).
   if (argc < 2) {
     lt::cli::print_usage(stderr);
+    lt::abort_all_ranks(2);
     return 2;
   }
   const std::string name = argv[1];
@@ -24,6 +26,7 @@ int main(int argc, char** argv) {
   const lt::cli::Command command = lt::cli::find_command(name);
   if (!command) {
     std::fprintf(stderr, "lingtrain: error: unknown command '%s' (try lingtrain --help)\n", name.c_str());
+    lt::abort_all_ranks(2);
     return 2;
   }
   try {

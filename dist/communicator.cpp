@@ -320,11 +320,24 @@ int process_rank() {
   int rank = 0;
   if (mpi_world_running(rank)) return rank;
 #endif
+  // Not in the world yet (an error before it is joined): the launcher's rank of this process.
+  if (launched_by_mpi())
+    for (const char* variable : {"PMI_RANK", "OMPI_COMM_WORLD_RANK"})
+      if (const char* value = std::getenv(variable)) return std::atoi(value);
   return -1;
 }
 
 void abort_all_ranks(int exit_code) {
 #ifdef LINGTRAIN_MPI
+  // A rank that fails before joining the world (a flag it cannot read) joins it first: the other ranks
+  // wait for it there, in MPI_Init or a collective, and the launcher ends them for a rank that dies as a
+  // member of the world, not for a process that leaves before it ever joined (the job hung).
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized && launched_by_mpi()) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+  }
   int rank = 0;
   if (mpi_world_running(rank)) {
     std::fflush(stdout);

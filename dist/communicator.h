@@ -96,12 +96,14 @@ struct AllToAllParts {
 AllToAllParts all_to_all_parts(const Tensor& in, const std::vector<int64_t>& send_counts, const Tensor& out,
                                const std::vector<int64_t>& recv_counts, int ranks);
 
-// This process's rank in a multi-process run, or -1 when it runs alone (for error messages).
+// This process's rank in a multi-process run (the launcher's, before the world is joined), or -1 when it
+// runs alone (for error messages).
 int process_rank();
 // Ends this rank of a multi-process run at once with exit_code, for an error: without MPI_Finalize
 // (a collective, which would wait for the others), so the launcher sees a rank die and ends the rest,
 // as it does for a killed rank. MPI_Abort would end them too, but can tear the launcher down before it
-// forwards this rank's last error line. Does nothing when the process runs alone.
+// forwards this rank's last error line. A rank launched by MPI that has not joined the world yet joins it
+// first. Does nothing when the process runs alone.
 void abort_all_ranks(int exit_code);
 
 }  // namespace lt

@@ -63,6 +63,20 @@ timeout 60 mpiexec -n 2 "$bin" pretrain "${common[@]}" --batch 2 --out notadir >
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "an erroring rank: mpiexec exited $rc (124: the other rank hung)"
 grep -q "error: rank 0: .*notadir" nd.err || fail "an erroring rank: no line naming the rank ($(head -1 nd.err))"
+# An error before the world is joined (a flag rank 1 cannot read) ends rank 0 too, which waits to join it.
+timeout 60 mpiexec -n 1 "$bin" pretrain "${common[@]}" --batch 2 --out early : \
+  -n 1 "$bin" pretrain "${common[@]}" --batch 2 --steps abc --out early >/dev/null 2>early.err
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "an error before joining the world: mpiexec exited $rc (124: rank 0 hung)"
+grep -q "error: rank 1: flag --steps needs an integer" early.err ||
+  fail "an error before joining the world: no line naming the rank ($(head -1 early.err))"
+# A rank whose machine lacks the --resume checkpoint ends the run with its line.
+timeout 60 mpiexec -n 1 "$bin" pretrain --resume part/checkpoint --out gone --threads 1 --sample-prompt "" : \
+  -n 1 "$bin" pretrain --resume gone/checkpoint --out gone --threads 1 --sample-prompt "" >/dev/null 2>gone.err
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "a rank without the checkpoint: mpiexec exited $rc (124: rank 0 hung)"
+grep -q "error: rank 1: gone/checkpoint: no checkpoint here" gone.err ||
+  fail "a rank without the checkpoint: no line naming the rank ($(head -1 gone.err))"
 mpiexec -n 2 "$bin" pretrain "${common[@]}" --batch 2 --straggle 2:2 --out badstraggle >/dev/null 2>bs.err &&
   fail "--straggle of a rank outside the world accepted"
 grep -q "outside the 2 ranks" bs.err || fail "--straggle: no clear line ($(head -1 bs.err))"
