@@ -168,7 +168,6 @@ std::vector<std::vector<uint32_t>> generate_batch(LingForCausalLM& model,
   for (const int64_t slot : kept) running.push_back(slot_row[slot]);
   keep_cache_rows(caches, kept);
   // Decode: one [n, 1] forward per step for the n rows still running, each at its own position.
-  const std::vector<int64_t> one_each(static_cast<size_t>(running.size()), 1);
   while (!running.empty()) {
     const int64_t n = static_cast<int64_t>(running.size());
     std::vector<int32_t> ids(static_cast<size_t>(n));
@@ -177,7 +176,7 @@ std::vector<std::vector<uint32_t>> generate_batch(LingForCausalLM& model,
     const std::vector<float> logits =
         model
             .next_token_logits(Tensor::from_vector<int32_t>({n, 1}, ids),
-                               {one_each.begin(), one_each.begin() + n}, context, caches, head_VH)
+                               std::vector<int64_t>(static_cast<size_t>(n), 1), context, caches, head_VH)
             .value()
             .to_vector<float>();
     std::vector<int64_t> still_running;

@@ -3,7 +3,9 @@
 // row's output is the same whatever other rows are decoded with it.
 //
 // Numerics: a score is the dot product in the input dtype, summed in vectors across the head dimension
-// (four keys at a time, four chains in flight) and then across the lanes; the softmax is shifted by the
+// and then across the lanes: in f32 for 16 (AVX-512; 8 on AVX2) keys at once through TransposedSums, the
+// keys after the last such group four at a time by SumOfLanes, so a key's sum depends on its index and the
+// row's length only; the softmax is shifted by the
 // row maximum and exponentiated in vectors (ExpNonPositive, tensor/cpu/exp-inl.h: within 8.7e-8 of exp);
 // out = sum_j weight_j v_j in the input dtype, in key order. Decoding is dominated by this kernel once
 // the rows are batched (the GEMMs then share their weights across rows; attention reads each row's own

@@ -251,7 +251,9 @@ TEST(Trainer, CheckpointsMoveBetweenTheGpuAndTheCpu) {
   EXPECT_EQ(back_on_gpu.device(), Device::cuda(0));
 }
 
-// Greedy generation with the KV cache (decoding attention) on the GPU picks the CPU's tokens.
+// Greedy generation with the KV cache on the GPU picks the CPU's tokens: one prompt alone, and ragged
+// prompts decoded together (decoding attention with a length per row, rows leaving the batch at the stop
+// id).
 TEST(Trainer, GreedyGenerationOnTheGpuMatchesTheCpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount found none)";
   LingForCausalLM on_cpu(small_config(), 5), on_gpu(small_config(), 5);
@@ -259,20 +261,8 @@ TEST(Trainer, GreedyGenerationOnTheGpuMatchesTheCpu) {
   SamplingSettings greedy;
   greedy.max_new_tokens = 12;
   greedy.temperature = 0;
-  const std::vector<uint32_t> prompt = {3, 17, 101, 42, 7};
-  EXPECT_EQ(generate(on_gpu, prompt, greedy, 250), generate(on_cpu, prompt, greedy, 250));
-}
-
-// Ragged prompts decoded together on the GPU (decoding attention with a length per row, rows leaving the
-// batch at the stop id) pick the CPU's tokens.
-TEST(Trainer, BatchedGreedyGenerationOnTheGpuMatchesTheCpu) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount found none)";
-  LingForCausalLM on_cpu(small_config(), 5), on_gpu(small_config(), 5);
-  on_gpu.to(Device::cuda(0));
-  SamplingSettings greedy;
-  greedy.max_new_tokens = 12;
-  greedy.temperature = 0;
   const std::vector<std::vector<uint32_t>> prompts = {{3, 17, 101, 42, 7}, {9}, {200, 1, 5}, {64, 65, 66, 67, 68}};
+  EXPECT_EQ(generate(on_gpu, prompts[0], greedy, 250), generate(on_cpu, prompts[0], greedy, 250));
   greedy.stop_at = generate(on_cpu, prompts[2], greedy, 250).at(3);
   const std::vector<std::vector<uint32_t>> on_cpu_rows = generate_batch(on_cpu, prompts, greedy, 250);
   EXPECT_EQ(generate_batch(on_gpu, prompts, greedy, 250), on_cpu_rows);
