@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -82,30 +84,94 @@ void remove_stale_staging(const std::string& dir) {
 
 }  // namespace
 
+namespace {
+
+// The buffer: a whole number of blocks for any device (4 KiB covers 512-byte and 4K-sector disks).
+constexpr size_t kDirectAlignment = 4096;
+constexpr size_t kSinkBufferBytes = size_t{8} << 20;
+
+}  // namespace
+
+void FileSink::FreeAligned::operator()(char* p) const { std::free(p); }
+
+FileSink::FileSink(int descriptor, bool direct, const std::string& path)
+    : descriptor_(descriptor),
+      direct_(direct),
+      path_(path),
+      buffer_(static_cast<char*>(std::aligned_alloc(kDirectAlignment, kSinkBufferBytes))) {
+  if (!buffer_) fail(path_, ": out of memory for the write buffer");
+}
+
 void FileSink::write(const void* data, size_t bytes) {
-  if (bytes == 0) return;
-  if (std::fwrite(data, 1, bytes, file_) != bytes)
-    fail(path_, ": write failed after ", bytes_written_, " bytes: ", std::strerror(errno));
+  const char* from = static_cast<const char*>(data);
   bytes_written_ += bytes;
+  while (bytes > 0) {
+    const size_t n = std::min(bytes, kSinkBufferBytes - held_);
+    std::memcpy(buffer_.get() + held_, from, n);
+    held_ += n;
+    from += n;
+    bytes -= n;
+    if (held_ == kSinkBufferBytes) write_out(held_);
+  }
+}
+
+void FileSink::write_out(size_t bytes) {
+  for (size_t done = 0; done < bytes;) {
+    const ssize_t n = ::write(descriptor_, buffer_.get() + done, bytes - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINVAL && direct_) {
+      // A filesystem that took O_DIRECT at open but not this write: ordinary writes from here on.
+      direct_ = false;
+      if (::fcntl(descriptor_, F_SETFL, ::fcntl(descriptor_, F_GETFL) & ~O_DIRECT) != 0)
+        fail(path_, ": cannot leave direct I/O: ", std::strerror(errno));
+      continue;
+    }
+    if (n <= 0)
+      fail(path_, ": write failed after ", bytes_on_disk_ + done, " bytes: ", std::strerror(n < 0 ? errno : EIO));
+    done += static_cast<size_t>(n);
+  }
+  bytes_on_disk_ += bytes;
+  held_ = 0;
+}
+
+void FileSink::finish() {
+  if (held_ == 0) return;
+  if (!direct_) {
+    write_out(held_);
+    return;
+  }
+  // A direct write is whole blocks: the tail goes out padded, and the file is cut back to its length.
+  const size_t padded = (held_ + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
+  std::memset(buffer_.get() + held_, 0, padded - held_);
+  write_out(padded);
+  bytes_on_disk_ = bytes_written_;
+  if (::ftruncate(descriptor_, static_cast<off_t>(bytes_written_)) != 0)
+    fail(path_, ": cannot set its length: ", std::strerror(errno));
 }
 
 void write_file_atomic(const std::string& path, const std::function<void(FileSink&)>& write_contents) {
   const std::string temporary = temporary_name(path);
-  std::FILE* file = std::fopen(temporary.c_str(), "wb");
-  if (!file) fail(path, ": cannot create ", temporary, ": ", std::strerror(errno));
+  const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  bool direct = true;
+  int descriptor = ::open(temporary.c_str(), flags | O_DIRECT, 0644);
+  if (descriptor < 0 && errno == EINVAL) {  // a filesystem without direct I/O
+    direct = false;
+    descriptor = ::open(temporary.c_str(), flags, 0644);
+  }
+  if (descriptor < 0) fail(path, ": cannot create ", temporary, ": ", std::strerror(errno));
   try {
-    FileSink sink(file, path);
+    FileSink sink(descriptor, direct, path);
     write_contents(sink);
-    // fflush moves the bytes to the kernel, fsync to the disk: only then may the rename publish them,
-    // or a power loss could leave <path> pointing at an empty or partial file.
-    if (std::fflush(file) != 0) fail(path, ": cannot write ", temporary, ": ", std::strerror(errno));
-    if (::fsync(::fileno(file)) != 0) fail(path, ": cannot sync ", temporary, ": ", std::strerror(errno));
-    std::FILE* closing = file;
-    file = nullptr;
-    if (std::fclose(closing) != 0) fail(path, ": cannot close ", temporary, ": ", std::strerror(errno));
+    sink.finish();
+    // fsync moves the bytes to the disk: only then may the rename publish them, or a power loss could
+    // leave <path> pointing at an empty or partial file.
+    if (::fsync(descriptor) != 0) fail(path, ": cannot sync ", temporary, ": ", std::strerror(errno));
+    const int closing = descriptor;
+    descriptor = -1;
+    if (::close(closing) != 0) fail(path, ": cannot close ", temporary, ": ", std::strerror(errno));
     rename_or_fail(temporary, path, path);
   } catch (...) {
-    if (file) std::fclose(file);
+    if (descriptor >= 0) ::close(descriptor);
     std::remove(temporary.c_str());
     throw;
   }
@@ -116,11 +182,16 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
   write_file_atomic(path, [&](FileSink& sink) { sink.write(contents); });
 }
 
-void write_directory_atomic(const std::string& dir_path, const std::function<void(const std::string&)>& fill) {
+void write_directory_atomic(const std::string& dir_path, const std::function<void(const std::string&)>& fill,
+                            const std::function<void(const std::string&)>& retire) {
   const std::string dir = without_trailing_slashes(dir_path);
   const std::string staging = temporary_name(dir);
   const std::string previous = dir + ".old";
   const std::string parent = parent_directory(dir);
+  auto retire_previous = [&] {
+    if (retire) retire(previous);
+    else remove_tree_or_fail(previous, dir);
+  };
 
   remove_stale_staging(dir);
   std::error_code error;
@@ -135,15 +206,18 @@ void write_directory_atomic(const std::string& dir_path, const std::function<voi
   }
 
   if (fs::exists(dir, error)) {
-    remove_tree_or_fail(previous, dir);
+    if (fs::exists(previous, error)) retire_previous();
     rename_or_fail(dir, previous, dir);
     sync_path(parent, true, dir);
   }
   rename_or_fail(staging, dir, dir);
   sync_path(parent, true, dir);
-  // The new directory is complete and published; a leftover "<dir>.old" (if removal fails here) is
-  // removed by the next write, so a failure now must not report the save itself as failed.
-  fs::remove_all(previous, error);
+  // The new directory is complete and published; a leftover "<dir>.old" (if this fails here) is
+  // retired by the next write, so a failure now must not report the save itself as failed.
+  try {
+    if (fs::exists(previous, error)) retire_previous();
+  } catch (const std::exception&) {
+  }
 }
 
 std::optional<std::string> find_complete_directory(const std::string& dir_path) {

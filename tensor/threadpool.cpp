@@ -184,6 +184,8 @@ int thread_slot() { return running_slot; }
 
 int64_t pool_wait_ns() { return pool().wait_ns(); }
 
+void run_parallel_work_on_this_thread() { in_parallel_region = true; }
+
 void set_num_threads(int threads) {
   LT_CHECK(!in_parallel_region, "set_num_threads called from inside parallel_for");
   LT_CHECK(threads >= 0, "thread count must be >= 0, got ", threads);

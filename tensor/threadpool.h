@@ -67,6 +67,10 @@ int thread_slot();
 // summed over threads and fork-joins), in nanoseconds: how far the work splitting is from even.
 // `lingtrain bench` reports it per step.
 int64_t pool_wait_ns();
+// Makes the calling thread, one the pool does not own (the background checkpoint writer), run its own
+// parallel_for calls serially on itself, as calls from inside a chunk do: the pool serves one caller at a
+// time, the training thread. The chunked reductions give the same bits either way.
+void run_parallel_work_on_this_thread();
 // Sets the pool size (>= 1). 0 means default_threads() (tensor/cores.h): one per core this process may
 // use. The pool starts at that size. Not to be called from inside a chunk.
 void set_num_threads(int threads);

@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "io/atomic_file.h"
 #include "tests/io/temp_dir.h"
@@ -44,6 +47,25 @@ TEST(AtomicFile, WriterThatThrowsMidwayLeavesOldFileIntact) {
                std::runtime_error);
   EXPECT_EQ(read_raw_file(path), "old complete contents");
   EXPECT_EQ(entries_in(dir.root()), 1u) << "the temporary must be removed";
+}
+
+// Direct writes are whole blocks from an 8 MiB buffer: lengths around a block and around the buffer come
+// back exactly (the padded tail cut off), in pieces of any size.
+TEST(AtomicFile, LengthsAroundBlocksAndTheBufferComeBackExactly) {
+  TempDir dir;
+  const std::string path = dir.path("blob.bin");
+  for (size_t length : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{4097}, (size_t{8} << 20) - 1,
+                        size_t{8} << 20, (size_t{8} << 20) + 4099, size_t{20} << 20}) {
+    std::string bytes(length, '\0');
+    for (size_t i = 0; i < length; ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
+    write_file_atomic(path, [&](FileSink& sink) {
+      for (size_t at = 0; at < length; at += 3000001)
+        sink.write(bytes.data() + at, std::min<size_t>(3000001, length - at));
+    });
+    EXPECT_EQ(fs::file_size(path), length);
+    EXPECT_TRUE(read_raw_file(path) == bytes) << length << " bytes";
+  }
+  EXPECT_EQ(entries_in(dir.root()), 1u);
 }
 
 TEST(AtomicFile, UnwritableDestinationNamesTheFile) {
@@ -105,6 +127,24 @@ TEST(AtomicDirectory, KilledBetweenRenamesLeavesOldReadableAndNextWriteRecovers)
   EXPECT_EQ(find_complete_directory(checkpoint), checkpoint);
   EXPECT_EQ(read_raw_file(checkpoint + "/a"), "step 2");
   EXPECT_EQ(entries_in(dir.root()), 1u) << "the .old and the stale staging folder are cleaned up";
+}
+
+// The directory a write replaces goes to `retire` (a history of checkpoints), a stale "<dir>.old" too.
+TEST(AtomicDirectory, ReplacedDirectoryGoesToRetire) {
+  TempDir dir;
+  const std::string checkpoint = dir.path("ckpt");
+  std::vector<std::string> retired;
+  auto keep = [&](const std::string& previous) {
+    const std::string kept = dir.path("kept-" + std::to_string(retired.size()));
+    fs::rename(previous, kept);
+    retired.push_back(read_raw_file(kept + "/step"));
+  };
+  for (const char* step : {"1", "2", "3"})
+    write_directory_atomic(
+        checkpoint, [&](const std::string& staging) { write_raw_file(staging + "/step", step); }, keep);
+  EXPECT_EQ(retired, (std::vector<std::string>{"1", "2"}));
+  EXPECT_EQ(read_raw_file(checkpoint + "/step"), "3");
+  EXPECT_FALSE(fs::exists(checkpoint + ".old"));
 }
 
 TEST(AtomicDirectory, KilledAfterSecondRenamePrefersNewDirectory) {
