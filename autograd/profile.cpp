@@ -19,6 +19,7 @@ struct Table {
   // Keyed by the name's text, not its pointer: the same literal may live at several addresses, and a
   // node's name() need not outlive the node.
   std::map<std::pair<std::string, Phase>, OpTime> entries;
+  std::vector<Segment> timeline;
 };
 
 Table& table() {
@@ -47,6 +48,13 @@ void reset() {
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mutex);
   t.entries.clear();
+  t.timeline.clear();
+}
+
+std::vector<Segment> timeline() {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  return t.timeline;
 }
 
 std::vector<OpTime> report() {
@@ -97,6 +105,13 @@ void Scope::close() {
   entry.launches += launches - child_launches_;
   entry.host_syncs += host_syncs - child_host_syncs_;
   ++entry.calls;
+  if (parent_ != nullptr) return;
+  const auto ns = [](std::chrono::steady_clock::time_point at) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
+  };
+  const int64_t start_ns = ns(start_), end_ns = start_ns + static_cast<int64_t>(total * 1e9);
+  if (!t.timeline.empty() && t.timeline.back().phase == phase_) t.timeline.back().end_ns = end_ns;
+  else t.timeline.push_back({phase_, start_ns, end_ns});
 }
 
 }  // namespace lt::profile

@@ -1,4 +1,5 @@
-// A per-op wall-time profiler: off by default, switched on by `lingtrain bench --profile 1`.
+// A per-op wall-time profiler: off by default, switched on by `lingtrain bench --profile 1` and, for one
+// step in N, by a training run's --profile-every N.
 //
 // Every differentiable op opens an LT_PROFILE_SCOPE("name") at the top of its forward function, and the
 // engine times each node->backward under the node's name(). Scopes nest (a composite op calls other
@@ -40,10 +41,18 @@ extern std::atomic<bool> g_enabled;
 inline bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
 void enable();
 void disable();
-// Drops every accumulated entry.
+// Drops every accumulated entry and the timeline.
 void reset();
 // The accumulated entries, most time first (ties by name, then phase, so the order is stable).
 std::vector<OpTime> report();
+// The timeline since the last reset: the outermost scopes in the order they closed, consecutive ones of
+// one phase merged into a segment (a step is a few: forward, backward, optimizer, per micro-batch), with
+// their steady-clock times in nanoseconds.
+struct Segment {
+  Phase phase = Phase::Forward;
+  int64_t start_ns = 0, end_ns = 0;
+};
+std::vector<Segment> timeline();
 
 class Scope {
  public:

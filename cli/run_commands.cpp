@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -15,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "tensor/error.h"
+#include "trainer/checkpoint.h"
 #include "trainer/recipe.h"
 #include "trainer/run.h"
 
@@ -76,6 +76,11 @@ std::vector<FlagSpec> run_flags(StageKind kind) {
       {"eval-mc-every", "0", std::string("... every N steps (0: with the held-out figures)") + kRoundEndNote},
       {"eval-mc-items", "500", "... over the first N items (0: all of the file)"},
       {"ckpt-every", pretrain ? "200" : "100", std::string("a checkpoint every N steps (0: at the end)") + kRoundEndNote},
+      {"ckpt-async", "on", "on: a checkpoint is copied at the step boundary and written while training goes on; "
+                           "off: the run waits for the write"},
+      {"keep-checkpoints", "1", "the last K checkpoints stay (the older in OUT/checkpoints/step-N); a diverged run "
+                                "that reloads again before its next checkpoint goes back one further"},
+      {"keep-every", "0", "the checkpoints of every M-th step also stay, for ever (0: none)"},
       {"metrics", "", "the metrics file (default: OUT/metrics.jsonl)"},
       {"sample-prompt", pretrain ? "The " : "", "the prompt of the sample at the end (empty: no sample)"},
       {"sample-tokens", "200", "tokens of that sample"},
@@ -94,6 +99,13 @@ std::vector<FlagSpec> run_flags(StageKind kind) {
                               "--expert-parallel each rank's experts split over their copies; edit, aedit: inside "
                               "each replica, in place of ZeRO-2; a resume on as many ranks keeps its checkpoint's, "
                               "on another number off"},
+      {"collective-timeout", "1800", "seconds a collective or a step may last before the run ends on every rank "
+                                     "with a line naming the rank (a rank that stopped answering; 0: never)"},
+      {"profile-every", "0", "profile one step in N op by op (forward, backward, optimizer), with the thread pool's "
+                             "waits and each collective's time and bytes, per rank, into the metrics and the report "
+                             "(0: never)"},
+      {"slow-rank-factor", "1.5", "under mpirun: a rank this many times slower than the median rank for "
+                                   "3 log points in a row is named, with the part of its step that is slow (0: off)"},
       {"straggle", "", "RANK:FACTOR: that rank's steps take FACTOR times as long (to measure uneven hardware)"},
       {"tokenizer", "", "a byte-level BPE tokenizer.json (kept in checkpoints; default: the byte tokenizer)"},
       {"device", "cpu", "cpu, cuda or cuda:N (under mpirun one GPU per rank, --dist dp)"},
@@ -147,7 +159,8 @@ const std::vector<FlagSpec>& spike_flags() {
       {"spike-cooldown", "200", "steps the cut lr lasts"},
       {"nan-reload-after", "3", "non-finite steps in a row that reload the last checkpoint"},
       {"max-reloads", "3", "reloads before the run stops"},
-      {"inject", "", "tests: spike@STEP:FACTOR or nan@STEP[:COUNT], comma-separated"}};
+      {"inject", "", "tests: spike@STEP:FACTOR, nan@STEP[:COUNT] or hang@STEP[:RANK] (that rank stops answering), "
+                     "comma-separated"}};
   return specs;
 }
 
@@ -233,20 +246,25 @@ std::vector<Injection> injections_from_flag(const std::string& value) {
     Injection injection;
     const size_t at = item.find('@'), colon = item.find(':');
     const std::string kind = item.substr(0, at);
-    injection.kind = kind == "nan" ? Injection::Kind::Nan : Injection::Kind::Spike;
+    injection.kind = kind == "nan"    ? Injection::Kind::Nan
+                     : kind == "hang" ? Injection::Kind::Hang
+                                      : Injection::Kind::Spike;
     char* end = nullptr;
     const std::string step = at == std::string::npos ? "" : item.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1);
     injection.step = std::strtoll(step.c_str(), &end, 10);
-    bool ok = (kind == "spike" || kind == "nan") && !step.empty() && *end == '\0' && injection.step >= 0;
+    bool ok = (kind == "spike" || kind == "nan" || kind == "hang") && !step.empty() && *end == '\0' && injection.step >= 0;
     const std::string argument = colon == std::string::npos ? "" : item.substr(colon + 1);
     if (injection.kind == Injection::Kind::Spike) {
       injection.factor = std::strtod(argument.c_str(), &end);
       ok = ok && !argument.empty() && *end == '\0' && std::isfinite(injection.factor);
+    } else if (injection.kind == Injection::Kind::Hang && !argument.empty()) {
+      injection.rank = static_cast<int>(std::strtol(argument.c_str(), &end, 10));
+      ok = ok && *end == '\0' && injection.rank >= 0;
     } else if (!argument.empty()) {
       injection.count = std::strtoll(argument.c_str(), &end, 10);
       ok = ok && *end == '\0' && injection.count >= 1;
     }
-    if (!ok) fail("flag --inject needs spike@STEP:FACTOR or nan@STEP[:COUNT], got '", item, "'");
+    if (!ok) fail("flag --inject needs spike@STEP:FACTOR, nan@STEP[:COUNT] or hang@STEP[:RANK], got '", item, "'");
     out.push_back(injection);
   }
   return out;
@@ -284,11 +302,7 @@ void apply_resume(const Flags& flags, const Json& stage, Recipe& recipe, RunOpti
   if (flags.was_set("ckpt")) named["init"] = flags.str("ckpt");
   options.named_recipe_keys = named;
   options.stage_overrides = stage;
-  if (!flags.was_set("out")) {
-    const std::filesystem::path checkpoint = std::filesystem::path(options.resume).lexically_normal();
-    const std::filesystem::path folder = (checkpoint.has_filename() ? checkpoint : checkpoint.parent_path()).parent_path();
-    options.out_dir = (folder.empty() ? std::filesystem::path(".") : folder).string();
-  }
+  if (!flags.was_set("out")) options.out_dir = run_folder_of_checkpoint(options.resume);
 }
 
 // sft and dpo: a one-stage recipe of their kind from --ckpt, sized by --steps or --epochs.
@@ -378,6 +392,10 @@ int run_command(const Args& args, StageKind kind) {
     fail("flags --eval-mc-every and --eval-mc-items must be >= 0, got ", options.eval_mc_every, " and ",
          options.eval_mc_items);
   options.ckpt_every = flags.integer("ckpt-every");
+  options.async_checkpoints = flags.on_off("ckpt-async");
+  options.keep_checkpoints = flags.positive("keep-checkpoints");
+  options.keep_every = flags.integer("keep-every");
+  if (options.keep_every < 0) fail("flag --keep-every must be >= 0, got ", options.keep_every);
   options.metrics_path = flags.str("metrics");
   options.sample_prompt = flags.str("sample-prompt");
   options.sample_tokens = flags.positive("sample-tokens");
@@ -399,6 +417,14 @@ int run_command(const Args& args, StageKind kind) {
   options.spike_guard = spike_guard_from_flags(flags);
   if (!flags.str("inject").empty()) options.injections = injections_from_flag(flags.str("inject"));
   if (!flags.str("straggle").empty()) parse_straggle(flags.str("straggle"), options);
+  options.collective_timeout_seconds = flags.number("collective-timeout");
+  options.slow_rank_factor = flags.number("slow-rank-factor");
+  options.profile_every = flags.integer("profile-every");
+  if (options.profile_every < 0) fail("flag --profile-every must be >= 0, got ", options.profile_every);
+  if (!(options.slow_rank_factor == 0 || options.slow_rank_factor > 1))
+    fail("flag --slow-rank-factor must be > 1 (or 0: off), got ", flags.str("slow-rank-factor"));
+  if (!(options.collective_timeout_seconds >= 0))
+    fail("flag --collective-timeout must be >= 0 seconds, got ", flags.str("collective-timeout"));
   Json summary = run_training(recipe, options);
   if (summary.is_null()) return 0;  // a rank other than 0 of a multi-process run: rank 0 reports
   if (summary.contains("sample")) {

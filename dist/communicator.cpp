@@ -11,6 +11,7 @@
 #include <mpi.h>
 #include <sched.h>
 
+#include "dist/watchdog.h"
 #include "tensor/cores.h"
 #endif
 
@@ -170,6 +171,7 @@ class Mpi : public Communicator {
   // order, and the owned sums are gathered back into x.
   void all_reduce(Tensor& x, ReduceOp op) override {
     check_reducible(x, "all_reduce", "x");
+    const WatchedCollective watch("all_reduce", x.nbytes());
     const int64_t n = x.numel(), element = static_cast<int64_t>(dtype_size(x.dtype()));
     std::vector<int> counts(size_), offsets(size_);
     for (int r = 0; r < size_; ++r) {
@@ -201,6 +203,7 @@ class Mpi : public Communicator {
     LT_CHECK(out.numel() == in.numel() * size_ && out.dtype() == in.dtype(), "all_gather: out must hold ",
              in.numel() * size_, " elements of ", dtype_name(in.dtype()), ", got ", out.str());
     const int bytes = static_cast<int>(in.nbytes());
+    const WatchedCollective watch("all_gather", bytes);
     run_collective("Iallgather", [&](MPI_Request* request) {
       return MPI_Iallgather(in.raw_data(), bytes, MPI_BYTE, out.raw_data(), bytes, MPI_BYTE, comm_, request);
     });
@@ -225,6 +228,7 @@ class Mpi : public Communicator {
     };
     const std::vector<int> sends = in_bytes(send_counts), send_at = in_bytes(parts.send_at);
     const std::vector<int> receives = in_bytes(recv_counts), receive_at = in_bytes(parts.receive_at);
+    const WatchedCollective watch("all_to_all", in.nbytes());
     run_collective("Ialltoallv", [&](MPI_Request* request) {
       return MPI_Ialltoallv(in.raw_data(), sends.data(), send_at.data(), MPI_BYTE, out.raw_data(), receives.data(),
                             receive_at.data(), MPI_BYTE, comm_, request);
@@ -242,6 +246,7 @@ class Mpi : public Communicator {
                in.numel() * size_, " elements of ", dtype_name(in.dtype()), ", got ", out.str());
     }
     const int bytes = static_cast<int>(in.nbytes());
+    const WatchedCollective watch("gather", bytes);
     run_collective("Igather", [&](MPI_Request* request) {
       return MPI_Igather(in.raw_data(), bytes, MPI_BYTE, rank_ == root ? out.raw_data() : nullptr, bytes, MPI_BYTE,
                          root, comm_, request);
@@ -256,6 +261,7 @@ class Mpi : public Communicator {
              " x ", out.numel(), " elements of ", dtype_name(out.dtype()), ", got ", in.str());
     const int n = static_cast<int>(out.numel());
     scratch_.resize(static_cast<size_t>(in.nbytes()));
+    const WatchedCollective watch("reduce_scatter", in.nbytes());
     run_collective("Ialltoall", [&](MPI_Request* request) {
       return MPI_Ialltoall(in.raw_data(), n, mpi_type(in.dtype()), scratch_.data(), n, mpi_type(in.dtype()), comm_,
                            request);
@@ -267,6 +273,7 @@ class Mpi : public Communicator {
   void broadcast(Tensor& x, int root) override {
     check_contiguous_cpu(x, "broadcast", "x");
     LT_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside ", size_, " ranks");
+    const WatchedCollective watch("broadcast", x.nbytes());
     run_collective("Ibcast", [&](MPI_Request* request) {
       return MPI_Ibcast(x.raw_data(), static_cast<int>(x.nbytes()), MPI_BYTE, root, comm_, request);
     });
@@ -274,11 +281,13 @@ class Mpi : public Communicator {
   }
 
   void barrier() override {
+    const WatchedCollective watch("barrier", 0);
     run_collective("Ibarrier", [&](MPI_Request* request) { return MPI_Ibarrier(comm_, request); });
   }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm sub;
+    const WatchedCollective watch("split", 0);
     check_mpi(MPI_Comm_split(comm_, color, key, &sub), "Comm_split");
     return std::make_unique<Mpi>(sub, true);
   }

@@ -1,6 +1,7 @@
 #include "inspect/report.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -432,6 +433,127 @@ std::string spikes_section(const std::vector<Json>& records) {
          rows + "</table>";
 }
 
+// The profiled steps (--profile-every): the op families' time, mean over the profiled steps and ranks, and
+// the last profiled step's timeline, one lane per rank, with a table of each rank's totals.
+std::string profile_section(const std::vector<Json>& records) {
+  std::map<std::string, std::array<double, 3>> op_ms;  // per op family: forward, backward, optimizer
+  const Json* last = nullptr;
+  double profiles = 0;
+  for (const Json& r : records) {
+    if (!r.contains("profile") || !r["profile"].is_array()) continue;
+    last = &r;
+    for (const Json& rank : r["profile"]) {
+      if (!rank.is_object() || !rank.contains("ops")) continue;
+      ++profiles;
+      for (const Json& op : rank["ops"]) {
+        const std::string phase = op.value("phase", std::string());
+        const size_t slot = phase == "forward" ? 0 : phase == "backward" ? 1 : 2;
+        op_ms[op.value("op", std::string("?"))][slot] += op.value("ms", 0.0);
+      }
+    }
+  }
+  if (last == nullptr)
+    return "<p class=\"note\">This run was not profiled: <code>--profile-every N</code> times one step in N op by op, "
+           "with its collectives, on every rank.</p>";
+  std::vector<std::pair<std::string, std::array<double, 3>>> ops(op_ms.begin(), op_ms.end());
+  auto total = [](const std::array<double, 3>& t) { return t[0] + t[1] + t[2]; };
+  std::stable_sort(ops.begin(), ops.end(),
+                   [&](const auto& a, const auto& b) { return total(a.second) > total(b.second); });
+  constexpr size_t kShownOps = 16;
+  if (ops.size() > kShownOps) ops.resize(kShownOps);
+  BarChart bars;
+  bars.title = "Time per op family";
+  bars.x_label = "milliseconds per profiled step (self time)";
+  const char* const phases[3] = {"forward", "backward", "optimizer"};
+  const char* const colours[3] = {"#0072B2", "#E69F00", "#009E73"};
+  for (size_t p = 0; p < 3; ++p) bars.series.push_back({phases[p], colours[p], {}});
+  for (const auto& [name, t] : ops) {
+    bars.rows.push_back(name);
+    for (size_t p = 0; p < 3; ++p) bars.series[p].values.push_back(t[p] / profiles);
+  }
+  Timeline lanes;
+  lanes.title = "Timeline of step " + std::to_string(last->value("step", 0));
+  lanes.x_label = "milliseconds from the step's start";
+  lanes.legend = {{"forward", colours[0]}, {"backward", colours[1]}, {"optimizer", colours[2]},
+                  {"collective", "#CC79A7"}};
+  std::string rows;
+  for (const Json& rank : (*last)["profile"]) {
+    if (!rank.is_object()) continue;
+    const size_t lane = lanes.lanes.size();
+    lanes.lanes.push_back("rank " + std::to_string(rank.value("rank", 0)));
+    for (const Json& s : rank.value("timeline", Json::array())) {
+      const std::string part = s.value("part", std::string());
+      const bool collective = s.value("collective", false);
+      const std::string colour = collective           ? "#CC79A7"
+                                 : part == "forward"  ? colours[0]
+                                 : part == "backward" ? colours[1]
+                                                      : colours[2];
+      lanes.segments.push_back({lane, s.value("start_ms", 0.0), s.value("end_ms", 0.0), colour, collective});
+    }
+    double collective_ms = 0;
+    int64_t bytes = 0;
+    for (const Json& c : rank.value("collectives", Json::array())) {
+      collective_ms += c.value("ms", 0.0);
+      bytes += c.value("bytes", int64_t{0});
+    }
+    rows += "<tr><td>" + std::to_string(rank.value("rank", 0)) + "</td><td>" +
+            format_text("%.2f", rank.value("step_ms", 0.0)) + "</td><td>" +
+            format_text("%.2f", rank.value("pool_wait_ms", 0.0)) + "</td><td>" + format_text("%.2f", collective_ms) +
+            "</td><td>" + format_text("%.2f", static_cast<double>(bytes) / 1e6) + "</td></tr>";
+  }
+  return "<div class=\"grid\">" +
+         figure(bars.title, svg_bar_chart(bars),
+                "Each op family's own time (not its callees'), mean over the profiled steps and the ranks, for the " +
+                    std::to_string(ops.size()) + " largest.") +
+         figure(lanes.title, svg_timeline(lanes),
+                "The step's phases on each rank, and under them its collectives (a rank waiting in one for a slower "
+                "rank shows a long bar).") +
+         "</div><table class=\"data\"><tr><th>rank</th><th>step ms</th><th>thread pool waits ms</th>"
+         "<th>collectives ms</th><th>MB sent through collectives</th></tr>" +
+         rows + "</table>";
+}
+
+// Each rank's time per step over training (multi-rank runs), with the ranks named as slow.
+std::string ranks_section(const std::vector<Json>& records) {
+  std::vector<ChartSeries> per_rank;
+  std::vector<ChartMark> turned_slow;
+  std::string rows;
+  std::set<int64_t> slow_before;
+  for (const Json& r : records) {
+    if (!r.contains("rank_step_s") || !r["rank_step_s"].is_array()) continue;
+    const double step = r.value("step", 0.0);
+    const Json& times = r["rank_step_s"];
+    for (size_t k = 0; k < times.size(); ++k) {
+      if (per_rank.size() <= k) per_rank.push_back({"rank " + std::to_string(k), "", {}, {}});
+      per_rank[k].x.push_back(step);
+      per_rank[k].y.push_back(times[k].get<double>() * 1e3);
+    }
+    std::set<int64_t> slow_now;
+    for (const Json& s : r.value("slow_ranks", Json::array())) {
+      const int64_t rank = s.value("rank", int64_t{0});
+      slow_now.insert(rank);
+      if (slow_before.count(rank)) continue;
+      turned_slow.push_back({step, "rank " + std::to_string(rank) + " slow", "#D55E00"});
+      rows += "<tr><td>" + std::to_string(static_cast<int64_t>(step)) + "</td><td>" + std::to_string(rank) +
+              "</td><td>" +
+              format_text("%.2f", s.value("times_median", 0.0)) + "</td><td>" +
+              html_escape(s.value("part", std::string())) + "</td></tr>";
+    }
+    slow_before = slow_now;
+  }
+  if (per_rank.empty()) return "<p class=\"note\">One process: no ranks to compare.</p>";
+  for (size_t k = 0; k < per_rank.size(); ++k) per_rank[k].colour = series_colour(k, per_rank.size());
+  LineChart chart = step_chart("Time per step of each rank", "busy milliseconds per step", per_rank);
+  chart.events = turned_slow;
+  std::string html = figure(chart.title, svg_line_chart(chart),
+                            "Each rank's time per step less its waits in collectives (what it computed); a marked "
+                            "step is where a rank was named slow.");
+  if (rows.empty()) return html + "<p class=\"note\">No rank was slow (--slow-rank-factor).</p>";
+  return html + "<table class=\"data\"><tr><th>named at step</th><th>rank</th><th>x the median rank</th>"
+                "<th>slowest part</th></tr>" +
+         rows + "</table>";
+}
+
 const char* kStyle = R"(
 body { font-family: system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; margin: 0 auto; max-width: 1200px;
        padding: 16px 24px 48px; color: #222; background: #fff; line-height: 1.4; }
@@ -463,9 +585,9 @@ nav a { margin-right: 12px; }
 }  // namespace
 
 const std::vector<std::string>& report_section_ids() {
-  static const std::vector<std::string> ids = {"summary",          "loss",       "learning-rate", "gradient-norm",
-                                               "auxiliary-losses", "throughput", "expert-load",   "routing-entropy",
-                                               "specialisation",   "spikes",     "configuration"};
+  static const std::vector<std::string> ids = {
+      "summary",     "loss",  "learning-rate", "gradient-norm",   "auxiliary-losses", "throughput", "profile",
+      "ranks",       "expert-load", "routing-entropy", "specialisation", "spikes", "configuration"};
   return ids;
 }
 
@@ -490,6 +612,8 @@ std::string training_report_html(const ReportData& d) {
                                            "Gradient norm",
                                            "Auxiliary losses",
                                            "Throughput",
+                                           "Where a step's time goes",
+                                           "Ranks",
                                            "Expert load over training",
                                            "Routing entropy",
                                            "Expert specialisation",
@@ -617,6 +741,13 @@ std::string training_report_html(const ReportData& d) {
                                      {series_of(records, "tokens_per_s", "training tokens per second", "#0072B2")});
   html += section("throughput", titles[5], "Training speed of each step (forward, backward and update).",
                   figure("Throughput", svg_line_chart(speed), "Dips are evaluations, checkpoints or a busy machine."));
+  html += section("profile", titles[6],
+                  "The profiled steps (--profile-every): each op family's time, the thread pool's waits, and the "
+                  "collectives of every rank.",
+                  profile_section(records));
+  html += section("ranks", titles[7], "Under several ranks, how fast each one is: the run names a rank slower than "
+                                      "the median one by --slow-rank-factor at 3 log points in a row.",
+                  ranks_section(records));
 
   std::string load_body;
   if (layers.empty()) {
@@ -648,7 +779,7 @@ std::string training_report_html(const ReportData& d) {
   else
     load_intro += std::string("The balance loss keeps it from collapsing onto a few experts") +
                   (warmup_known ? " (this run had no routing warmup)." : ".");
-  html += section("expert-load", titles[6], load_intro, load_body);
+  html += section("expert-load", titles[8], load_intro, load_body);
 
   LineChart entropy = step_chart("Routing entropy", "mean router entropy (nats)", {});
   size_t i = 0;
@@ -658,20 +789,20 @@ std::string training_report_html(const ReportData& d) {
     entropy.levels.push_back({std::log(static_cast<double>(num_experts)), "uniform over all E experts (ln E)", "#777"});
   if (top_k > 1)
     entropy.levels.push_back({std::log(static_cast<double>(top_k)), "k experts, equal weight (ln k)", "#009E73"});
-  html += section("routing-entropy", titles[7],
+  html += section("routing-entropy", titles[9],
                   "How sure each router is: the entropy of its softmax over all experts, averaged over tokens. At "
                   "ln E it cannot tell experts apart; falling towards ln k it puts its weight on a few.",
                   figure("Routing entropy", svg_line_chart(entropy), "Per MoE layer, over the tokens of each step."));
 
   html +=
-      section("specialisation", titles[8],
+      section("specialisation", titles[10],
               "Do the experts divide the work by kind of text? Measured on the final checkpoint with " +
                   html_escape(d.specialisation_source) +
                   ". The mutual information between a token's domain and its chosen experts is 0 bits when "
                   "routing ignores the domain and reaches its largest value when each domain has experts of its own.",
               specialisation_section(d));
 
-  html += section("spikes", titles[9],
+  html += section("spikes", titles[11],
                   "Steps the spike guard judged abnormal (a loss or gradient-norm z-score over its threshold, or a "
                   "non-finite loss) and what it did: skip the update, retry on other data, cut the learning rate, "
                   "or reload the last checkpoint.",
@@ -685,7 +816,7 @@ std::string training_report_html(const ReportData& d) {
     config_body += "<div><h3>distribution</h3><pre>" + html_escape(d.trainer_state["dist"].dump(2)) + "</pre></div>";
   config_body += "</div>";
   html +=
-      section("configuration", titles[10], "The model and the run as the final checkpoint records them.", config_body);
+      section("configuration", titles[12], "The model and the run as the final checkpoint records them.", config_body);
   return html + "</body></html>\n";
 }
 

@@ -375,4 +375,98 @@ std::string svg_heatmap(const Heatmap& h) {
   return svg + "</svg>";
 }
 
+namespace {
+
+// The frame of the two horizontal charts: a row label column on the left, an x axis with ticks over
+// [0, x_max] along the bottom, a legend along the top. Returns the SVG up to its rows; x_of maps a value.
+struct HorizontalFrame {
+  int left = 150, right = 16, top = 28, row_height = 18, bottom = 40;
+  double x_max = 1;  // > 0
+  int width = 560;
+  double x_of(double v) const { return left + (width - left - right) * v / x_max; }
+  int height(size_t rows) const { return top + static_cast<int>(rows) * row_height + bottom; }
+};
+
+std::string horizontal_frame(const HorizontalFrame& f, size_t rows, const std::string& title,
+                             const std::string& x_label, const std::vector<std::pair<std::string, std::string>>& legend,
+                             const std::vector<std::string>& row_labels) {
+  std::string svg = svg_open(f.width, f.height(rows), title);
+  double x = f.left;
+  for (const auto& [name, colour] : legend) {
+    svg += "<rect x=\"" + num(x) + "\" y=\"8\" width=\"10\" height=\"10\" fill=\"" + colour + "\"/>";
+    svg += text(x + 14, 17, name, "class=\"legend\"");
+    x += 24 + 6.5 * static_cast<double>(name.size());
+  }
+  const double axis_y = f.top + static_cast<double>(rows) * f.row_height;
+  for (size_t r = 0; r < rows; ++r)
+    svg += text(f.left - 6, f.top + (static_cast<double>(r) + 0.7) * f.row_height, row_labels[r],
+                "text-anchor=\"end\" class=\"tick\"");
+  for (double t : linear_ticks(0, f.x_max)) {
+    svg += "<line x1=\"" + num(f.x_of(t)) + "\" y1=\"" + num(f.top) + "\" x2=\"" + num(f.x_of(t)) + "\" y2=\"" +
+           num(axis_y) + "\" class=\"grid\"/>";
+    svg += text(f.x_of(t), axis_y + 14, tick_label(t), "text-anchor=\"middle\" class=\"tick\"");
+  }
+  svg += "<line x1=\"" + num(f.left) + "\" y1=\"" + num(axis_y) + "\" x2=\"" + num(f.width - f.right) + "\" y2=\"" +
+         num(axis_y) + "\" class=\"axis\"/>";
+  svg += text((f.left + f.width - f.right) / 2.0, axis_y + 32, x_label, "text-anchor=\"middle\" class=\"axis-title\"");
+  return svg;
+}
+
+std::string rect(double x0, double x1, double y, double height, const std::string& colour, const std::string& tip) {
+  return "<rect x=\"" + num(x0) + "\" y=\"" + num(y) + "\" width=\"" + num(std::max(x1 - x0, 0.5)) + "\" height=\"" +
+         num(height) + "\" fill=\"" + colour + "\"><title>" + html_escape(tip) + "</title></rect>";
+}
+
+}  // namespace
+
+std::string svg_bar_chart(const BarChart& chart) {
+  HorizontalFrame f;
+  f.width = chart.width;
+  f.x_max = 0;
+  for (size_t r = 0; r < chart.rows.size(); ++r) {
+    double total = 0;
+    for (const BarSeries& s : chart.series) total += s.values[r];
+    f.x_max = std::max(f.x_max, total);
+  }
+  if (!(f.x_max > 0)) f.x_max = 1;
+  std::vector<std::pair<std::string, std::string>> legend;
+  for (const BarSeries& s : chart.series) legend.emplace_back(s.name, s.colour);
+  std::string svg = horizontal_frame(f, chart.rows.size(), chart.title, chart.x_label, legend, chart.rows);
+  for (size_t r = 0; r < chart.rows.size(); ++r) {
+    double at = 0;
+    const double y = f.top + static_cast<double>(r) * f.row_height + 3;
+    for (const BarSeries& s : chart.series) {
+      const double v = s.values[r];
+      if (v > 0)
+        svg += rect(f.x_of(at), f.x_of(at + v), y, f.row_height - 6, s.colour,
+                    chart.rows[r] + ", " + s.name + ": " + tick_label(v) + " " + chart.x_label);
+      at += v;
+    }
+  }
+  return svg + "</svg>";
+}
+
+std::string svg_timeline(const Timeline& timeline) {
+  HorizontalFrame f;
+  f.width = timeline.width;
+  f.row_height = 26;
+  f.left = 70;
+  f.x_max = 0;
+  for (const TimelineSegment& s : timeline.segments) f.x_max = std::max(f.x_max, s.end);
+  if (!(f.x_max > 0)) f.x_max = 1;
+  std::string svg =
+      horizontal_frame(f, timeline.lanes.size(), timeline.title, timeline.x_label, timeline.legend, timeline.lanes);
+  for (bool thin : {false, true})
+    for (const TimelineSegment& s : timeline.segments) {
+      if (s.thin != thin) continue;
+      const double lane_top = f.top + static_cast<double>(s.lane) * f.row_height;
+      const double y = thin ? lane_top + f.row_height * 0.55 : lane_top + 3;
+      const double height = thin ? f.row_height * 0.35 : f.row_height - 6;
+      svg += rect(f.x_of(s.start), f.x_of(s.end), y, height, s.colour,
+                  timeline.lanes[s.lane] + ": " + tick_label(s.start) + " to " + tick_label(s.end) + " " +
+                      timeline.x_label);
+    }
+  return svg + "</svg>";
+}
+
 }  // namespace lt

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lt {
@@ -55,5 +56,36 @@ struct Heatmap {
   int width = 560;
 };
 std::string svg_heatmap(const Heatmap& heatmap);
+
+// Horizontal bars, one row per label, each row's series stacked left to right (an op family's forward and
+// backward time).
+struct BarSeries {
+  std::string name, colour;
+  std::vector<double> values;  // one per row
+};
+struct BarChart {
+  std::string title, x_label;
+  std::vector<std::string> rows;
+  std::vector<BarSeries> series;
+  int width = 560;
+};
+std::string svg_bar_chart(const BarChart& chart);
+
+// Lanes of segments over a time axis (a step's phases and collectives, one lane per rank). A segment drawn
+// `thin` sits in the lower part of its lane, over the wide ones (a collective during the backward).
+struct TimelineSegment {
+  size_t lane = 0;
+  double start = 0, end = 0;
+  std::string colour;
+  bool thin = false;
+};
+struct Timeline {
+  std::string title, x_label;
+  std::vector<std::string> lanes;
+  std::vector<TimelineSegment> segments;
+  std::vector<std::pair<std::string, std::string>> legend;  // name, colour
+  int width = 560;
+};
+std::string svg_timeline(const Timeline& timeline);
 
 }  // namespace lt

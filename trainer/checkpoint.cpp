@@ -4,9 +4,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
+#include <unistd.h>
+
+#include "dist/share_folder.h"
 #include "io/atomic_file.h"
+#include "io/format_text.h"
 #include "io/input_file.h"
 #include "io/safetensors.h"
 #include "io/safetensors_folder.h"
@@ -25,7 +30,8 @@ constexpr const char* kTokenizerFile = "/tokenizer.json";
 
 void save_checkpoint(const std::string& dir, const LingConfig& config, const CheckpointTensors& tensors,
                      const Json& trainer_state, const std::string& tokenizer_json,
-                     const std::function<void(const std::string&)>& write_extra, DType weights_dtype) {
+                     const std::function<void(const std::string&)>& write_extra, DType weights_dtype,
+                     const std::function<void(const std::string&)>& retire) {
   NamedTensors weights = hf_named(tensors.parameters);
   if (weights_dtype != DType::F32)
     for (auto& [name, tensor] : weights) tensor = tensor.to(Device::cpu()).to(weights_dtype);
@@ -40,7 +46,7 @@ void save_checkpoint(const std::string& dir, const LingConfig& config, const Che
     write_json_file(staging + "/trainer_state.json", trainer_state);
     if (!tokenizer_json.empty()) write_file_atomic(staging + kTokenizerFile, tokenizer_json);
     if (write_extra) write_extra(staging);
-  });
+  }, retire);
 }
 
 void save_checkpoint(const std::string& dir, LingForCausalLM& model, const AdamW* optimizer,
@@ -55,6 +61,104 @@ void save_checkpoint(const std::string& dir, LingForCausalLM& model, const AdamW
     tensors.steps_taken = optimizer->steps_taken();
   }
   save_checkpoint(dir, model.config(), tensors, trainer_state, tokenizer_json, write_extra, weights_dtype);
+}
+
+namespace {
+
+constexpr const char* kHistoryFolder = "checkpoints";
+constexpr const char* kKeptPrefix = "step-";
+// A kept checkpoint on its way out is renamed to this first, so that a kill during its removal never
+// leaves a partial folder under a kept name.
+constexpr const char* kRemovingSuffix = ".removing";
+
+void remove_whole(const std::string& dir) {
+  const std::string removing = dir + kRemovingSuffix;
+  std::filesystem::remove_all(removing);
+  std::filesystem::rename(dir, removing);
+  std::filesystem::remove_all(removing);
+}
+
+}  // namespace
+
+SharedCheckpoint::SharedCheckpoint(Communicator& world, const std::string& dir) : folder_(dir) {
+  if (world.size() == 1) return;
+  const std::string copy = (std::filesystem::temp_directory_path() /
+                            format_text("lingtrain-%d-checkpoint-rank-%d", static_cast<int>(::getpid()), world.rank()))
+                               .string();
+  folder_ = share_folder(world, 0, world.rank() == 0 ? checkpoint_folder(dir) : "", copy);
+  if (world.rank() != 0) copy_ = copy;
+}
+
+SharedCheckpoint::~SharedCheckpoint() {
+  std::error_code ignored;
+  if (!copy_.empty()) std::filesystem::remove_all(copy_, ignored);
+}
+
+std::string checkpoint_history_dir(const std::string& out_dir) { return out_dir + "/" + kHistoryFolder; }
+
+std::vector<KeptCheckpoint> checkpoint_history(const std::string& out_dir) {
+  std::vector<KeptCheckpoint> kept;
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(checkpoint_history_dir(out_dir), error), end; !error && it != end;
+       it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with(kKeptPrefix)) continue;
+    char* rest = nullptr;
+    const long long step = std::strtoll(name.c_str() + std::strlen(kKeptPrefix), &rest, 10);
+    if (*rest == '\0' && step >= 0) kept.push_back({step, it->path().string()});
+  }
+  std::sort(kept.begin(), kept.end(), [](const KeptCheckpoint& a, const KeptCheckpoint& b) { return a.step < b.step; });
+  return kept;
+}
+
+int64_t checkpoint_step(const std::string& dir) {
+  const std::string path = checkpoint_folder(dir) + "/trainer_state.json";
+  return JsonObject(read_json_file(path), path).object("state").get<int64_t>("step");
+}
+
+void retire_checkpoint(const std::string& previous, const std::string& out_dir, int64_t new_step, int64_t keep,
+                       int64_t keep_every) {
+  namespace fs = std::filesystem;
+  // Half-removed checkpoints of a killed run go first.
+  std::error_code error;
+  for (fs::directory_iterator it(checkpoint_history_dir(out_dir), error), end; !error && it != end; it.increment(error))
+    if (it->path().filename().string().ends_with(kRemovingSuffix)) fs::remove_all(it->path());
+  auto kept_for_ever = [&](int64_t step) { return keep_every > 0 && step % keep_every == 0; };
+  int64_t step = -1;
+  try {
+    step = checkpoint_step(previous);
+  } catch (const Error&) {
+    // Not a complete checkpoint (never the case for a folder write_directory_atomic published): dropped.
+  }
+  if (step >= 0 && step < new_step && (keep > 1 || kept_for_ever(step))) {
+    const std::string history = checkpoint_history_dir(out_dir);
+    fs::create_directories(history);
+    const std::string target = history + "/" + format_text("%s%08lld", kKeptPrefix, static_cast<long long>(step));
+    if (fs::exists(target)) remove_whole(target);
+    fs::rename(previous, target);
+  } else {
+    fs::remove_all(previous);
+  }
+  // The newest keep - 1 kept checkpoints before new_step stay, with those kept for ever.
+  std::vector<KeptCheckpoint> kept = checkpoint_history(out_dir);
+  int64_t recent = 0;
+  for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
+    if (it->step >= new_step) {
+      remove_whole(it->dir);
+      continue;
+    }
+    const bool stays = ++recent < keep || kept_for_ever(it->step);
+    if (!stays) remove_whole(it->dir);
+  }
+}
+
+std::string run_folder_of_checkpoint(const std::string& checkpoint) {
+  std::filesystem::path path = std::filesystem::path(checkpoint).lexically_normal();
+  if (!path.has_filename()) path = path.parent_path();
+  std::filesystem::path folder = path.parent_path();
+  if (folder.filename() == kHistoryFolder && path.filename().string().starts_with(kKeptPrefix))
+    folder = folder.parent_path();
+  return folder.empty() ? "." : folder.string();
 }
 
 std::string checkpoint_folder(const std::string& dir) {

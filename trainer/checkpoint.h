@@ -12,15 +12,20 @@
 //                           model.safetensors holds replica 0
 //
 // The folder is written atomically (io/atomic_file.h): a run killed at any moment leaves the previous
-// checkpoint complete. Released models arrive as Hugging Face folders whose weights may be sharded
+// checkpoint complete. A run's latest checkpoint is <out>/checkpoint; with a history (--keep-checkpoints,
+// --keep-every) the ones before it move, whole, to <out>/checkpoints/step-NNNNNNNN (the step they end).
+// Released models arrive as Hugging Face folders whose weights may be sharded
 // (model.safetensors.index.json naming several shard files); the loaders read both forms.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <memory>
 
 #include "data/tokenizer.h"
+#include "dist/communicator.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "model/ling.h"
@@ -45,9 +50,47 @@ struct CheckpointTensors {
   NamedTensors moments;
   int64_t steps_taken = 0;
 };
+// retire: what becomes of the checkpoint the new one replaces (write_directory_atomic's; default: removed).
 void save_checkpoint(const std::string& dir, const LingConfig& config, const CheckpointTensors& tensors,
                      const Json& trainer_state, const std::string& tokenizer_json,
-                     const std::function<void(const std::string&)>& write_extra, DType weights_dtype);
+                     const std::function<void(const std::string&)>& write_extra, DType weights_dtype,
+                     const std::function<void(const std::string&)>& retire = {});
+
+// The history of a run whose output folder is out_dir: its kept checkpoints, oldest step first.
+struct KeptCheckpoint {
+  int64_t step = 0;
+  std::string dir;
+};
+std::string checkpoint_history_dir(const std::string& out_dir);  // <out>/checkpoints
+std::vector<KeptCheckpoint> checkpoint_history(const std::string& out_dir);
+// The step a checkpoint folder ends (its trainer_state.json's).
+int64_t checkpoint_step(const std::string& dir);
+// The checkpoint `previous`, replaced by a new one of step new_step, moves into the history when it is one
+// of the newest keep - 1 before it or its step is a multiple of keep_every (> 0); else it is removed, as
+// are the history's checkpoints beyond those and any of step new_step or later (a timeline the run left
+// when it went back to an older checkpoint). Every move is a rename, so a kill leaves whole checkpoints.
+void retire_checkpoint(const std::string& previous, const std::string& out_dir, int64_t new_step, int64_t keep,
+                       int64_t keep_every);
+// The output folder of a run resumed from `checkpoint`: the folder that holds it, or for a kept one
+// (<out>/checkpoints/step-N) the folder that holds the history.
+std::string run_folder_of_checkpoint(const std::string& checkpoint);
+
+// A checkpoint every rank of a run reads (--resume, or the one a diverged run goes back to) when the
+// machines may share no filesystem: rank 0 finds its complete folder (checkpoint_folder below) and sends
+// it (dist/share_folder.h); every other rank reads its own copy, in the system's temporary folder, removed
+// with this. Collective; alone, nothing moves.
+class SharedCheckpoint {
+ public:
+  SharedCheckpoint(Communicator& world, const std::string& dir);
+  ~SharedCheckpoint();
+  SharedCheckpoint(const SharedCheckpoint&) = delete;
+  SharedCheckpoint& operator=(const SharedCheckpoint&) = delete;
+  // Where this rank reads it.
+  const std::string& folder() const { return folder_; }
+
+ private:
+  std::string folder_, copy_;  // copy_: this rank's copy ("" on rank 0 and alone)
+};
 
 // The folder to read: `dir`, or the previous complete one if a writer died mid-swap. Fails naming dir
 // when no checkpoint exists there.

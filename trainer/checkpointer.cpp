@@ -1,7 +1,9 @@
 #include "trainer/checkpointer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <vector>
 
 #include "model/hf_names.h"
 #include "tensor/kernels.h"
@@ -59,6 +61,14 @@ CheckpointTensors whole_model(Trainer& trainer, Communicator* group, bool moment
   return tensors;
 }
 
+// A copy in host memory of what may still change (the live weights and moments; a GPU's are copied off
+// it), for a write that happens while training goes on.
+void snapshot(NamedTensors& tensors) {
+  for (auto& [name, t] : tensors)
+    if (t.defined()) t = t.device().is_cpu() ? t.clone() : t.to(Device::cpu());
+}
+
+
 }  // namespace
 
 Checkpointer::Checkpointer(RunSetup& setup, Trainer& trainer, SpikeGuard& guard, RankState* rank_state,
@@ -71,6 +81,8 @@ Checkpointer::Checkpointer(RunSetup& setup, Trainer& trainer, SpikeGuard& guard,
       dir_(setup.checkpoint_dir()) {}
 
 void Checkpointer::save(int64_t seq_len) {
+  writer_.wait();  // one copy of the state in flight at a time
+  reloads_since_save_ = 0;
   LingForCausalLM& model = setup_.model();
   const TrainState& state = trainer_.state();
   // A non-finite weight would make every later resume diverge at once; the guard keeps them out, and
@@ -88,43 +100,70 @@ void Checkpointer::save(int64_t seq_len) {
                               {"dist", setup_.dist_json()},
                               {"spike_guard", guard_.to_json()}};
   const bool lead = setup_.lead();
-  const std::string& tokenizer_json = setup_.tokenizer().json_text;
-  const DType weights_dtype = setup_.options().save_dtype;
   // The model (with the optimiser where every rank holds the same): under expert parallelism the ranks of
   // rank 0's group hold every expert between them.
   Communicator* group = setup_.expert_group();
   CheckpointTensors whole;
   if (shards_ != nullptr || group == nullptr || setup_.evaluates())
     whole = whole_model(trainer_, group, rank_state_ == nullptr, shards_);
-  if (rank_state_ == nullptr) {
-    if (lead) save_checkpoint(dir_, model.config(), whole, trainer_state, tokenizer_json, {}, weights_dtype);
-    return;
-  }
   // Every rank's own state is gathered to rank 0 in host memory, where the checkpoint is written.
-  Communicator& world = setup_.world();
-  NamedTensors own = rank_state_->own_tensors();
-  for (auto& [name, t] : own) t = t.to(Device::cpu());
-  Json own_json = rank_state_->own_json();
-  own_json["state"] = train_state_to_json(state, model);
-  const std::vector<std::string> texts = gather_text(world, own_json.dump(), 0);
-  std::vector<Tensor> all;
-  for (const auto& [name, t] : own) {
-    all.push_back(lead ? Tensor::empty({t.numel() * world.size()}, t.dtype()) : Tensor());
-    world.gather(t, all.back(), 0);
+  std::vector<std::string> own_names, own_texts;
+  std::vector<Tensor> own_all;  // per tensor: every rank's, end to end
+  if (rank_state_ != nullptr) {
+    Communicator& world = setup_.world();
+    NamedTensors own = rank_state_->own_tensors();
+    Json own_json = rank_state_->own_json();
+    own_json["state"] = train_state_to_json(state, model);
+    own_texts = gather_text(world, own_json.dump(), 0);
+    for (auto& [name, t] : own) {
+      const Tensor host = t.to(Device::cpu());
+      own_names.push_back(name);
+      own_all.push_back(lead ? Tensor::empty({host.numel() * world.size()}, host.dtype()) : Tensor());
+      world.gather(host, own_all.back(), 0);
+    }
   }
   if (!lead) return;
-  save_checkpoint(dir_, model.config(), whole, trainer_state, tokenizer_json, [&](const std::string& staging) {
-    std::filesystem::create_directories(staging + "/edit");
-    for (int r = 0; r < world.size(); ++r) {
-      NamedTensors rank_tensors;
-      for (size_t i = 0; i < own.size(); ++i)
-        rank_tensors.emplace_back(own[i].first, all[i].narrow(r * own[i].second.numel(), own[i].second.numel()));
-      save_safetensors(checkpoint_rank_path(staging, r), rank_tensors, {{"state", texts[static_cast<size_t>(r)]}});
-    }
-  }, weights_dtype);
+  const bool async = setup_.options().async_checkpoints;
+  if (async) {
+    snapshot(whole.parameters);
+    snapshot(whole.moments);
+  }
+  const RunOptions& options = setup_.options();
+  auto write = [this, whole = std::move(whole), trainer_state, own_names = std::move(own_names),
+                own_texts = std::move(own_texts), own_all = std::move(own_all), step = state.step,
+                config = model.config(), tokenizer_json = setup_.tokenizer().json_text,
+                weights_dtype = options.save_dtype,
+                out_dir = options.out_dir, keep = options.keep_checkpoints, keep_every = options.keep_every] {
+    auto write_ranks = [&](const std::string& staging) {
+      std::filesystem::create_directories(staging + "/edit");
+      const int ranks = static_cast<int>(own_texts.size());
+      for (int r = 0; r < ranks; ++r) {
+        NamedTensors rank_tensors;
+        for (size_t i = 0; i < own_names.size(); ++i) {
+          const int64_t n = own_all[i].numel() / ranks;
+          rank_tensors.emplace_back(own_names[i], own_all[i].narrow(r * n, n));
+        }
+        save_safetensors(checkpoint_rank_path(staging, r), rank_tensors,
+                         {{"state", own_texts[static_cast<size_t>(r)]}});
+      }
+    };
+    save_checkpoint(dir_, config, whole, trainer_state, tokenizer_json,
+                    own_texts.empty() ? std::function<void(const std::string&)>() : write_ranks, weights_dtype,
+                    [&](const std::string& previous) { retire_checkpoint(previous, out_dir, step, keep, keep_every); });
+  };
+  if (async) writer_.start(std::move(write));
+  else write();
+}
+
+std::string Checkpointer::reload_dir() {
+  writer_.wait();
+  const std::vector<KeptCheckpoint> kept = checkpoint_history(setup_.options().out_dir);
+  const int64_t back = std::min<int64_t>(reloads_since_save_++, static_cast<int64_t>(kept.size()));
+  return back <= 0 ? dir_ : kept[kept.size() - static_cast<size_t>(back)].dir;
 }
 
 void Checkpointer::restore(const std::string& dir, bool reloading) {
+  writer_.wait();
   LingForCausalLM& model = setup_.model();
   TrainState& state = trainer_.state();
   const std::string folder = checkpoint_folder(dir);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dist/parameter_shards.h"
+#include "io/background_task.h"
 #include "io/safetensors.h"
 #include "optim/spike_guard.h"
 #include "trainer/run_setup.h"
@@ -34,12 +35,19 @@ class Checkpointer {
   Checkpointer(RunSetup& setup, Trainer& trainer, SpikeGuard& guard, RankState* rank_state,
                ParameterShards* shards = nullptr);
 
-  // Writes <out>/checkpoint; `seq_len` is the current stage's. Collective when the ranks differ.
+  // Writes <out>/checkpoint; `seq_len` is the current stage's. Collective when the ranks differ. With
+  // --ckpt-async on, the state is copied to host memory here and written by a background thread while
+  // training goes on (waiting first for the write before it); wait() returns once it is on disk.
   void save(int64_t seq_len);
+  void wait() { writer_.wait(); }
   // Reads `dir` into the run: to resume (the guard's state too), and to go back after diverged steps
   // (reloading: the guard keeps its count of reloads and its cuts).
   void restore(const std::string& dir, bool reloading);
   const std::string& dir() const { return dir_; }
+  // Where a run that diverged goes back to, once the writes finished: the latest checkpoint on its first
+  // reload since the last save, the kept one before it (--keep-checkpoints) on the second, and so on down
+  // to the oldest kept.
+  std::string reload_dir();
 
  private:
   RunSetup& setup_;
@@ -48,6 +56,8 @@ class Checkpointer {
   RankState* rank_state_;
   ParameterShards* shards_;
   std::string dir_;
+  int64_t reloads_since_save_ = 0;
+  BackgroundTask writer_;  // declared last: destroyed first, so a write in flight ends before the rest
 };
 
 }  // namespace lt

@@ -11,18 +11,21 @@
 namespace lt {
 
 // At step `step`, the loss of the first `count` attempts is multiplied by `factor` (Spike; its gradients
-// with it) or made NaN (Nan).
+// with it) or made NaN (Nan); or rank `rank` stops answering in the step's forward (Hang: it sleeps for
+// ever, and the other ranks wait for it in the step's collectives, which is what the hang watchdog is for).
 struct Injection {
-  enum class Kind { Spike, Nan };
+  enum class Kind { Spike, Nan, Hang };
   Kind kind = Kind::Spike;
   int64_t step = 0;
   double factor = 1;
   int64_t count = 1;
+  int rank = 0;
 };
 
 class FaultInjector {
  public:
-  explicit FaultInjector(std::vector<Injection> injections) : injections_(std::move(injections)) {}
+  // rank: this process's rank in the world.
+  FaultInjector(std::vector<Injection> injections, int rank) : injections_(std::move(injections)), rank_(rank) {}
   FaultInjector(const FaultInjector&) = delete;
   FaultInjector& operator=(const FaultInjector&) = delete;
 
@@ -33,6 +36,7 @@ class FaultInjector {
 
  private:
   std::vector<Injection> injections_;
+  int rank_;
   std::map<int64_t, int64_t> attempts_;  // judged attempts per injected step
 };
 

@@ -6,6 +6,8 @@
 
 #include "data/corpus.h"
 #include "data/shard.h"
+#include "dist/communicator.h"
+#include "dist/watchdog.h"
 #include "io/format_text.h"
 #include "trainer/generate.h"
 #include "trainer/strategy.h"
@@ -126,6 +128,7 @@ Json summarise(RunControl& run, double train_seconds, double comm_bytes_per_step
 }  // namespace
 
 Json run_training(const Recipe& requested, const RunOptions& options) {
+  const HangWatchdog watchdog(options.collective_timeout_seconds, process_rank());
   RunSetup setup(requested, options);
   const std::unique_ptr<DistributionStrategy> strategy = make_strategy(setup);
   TrainerSettings settings;
@@ -138,7 +141,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   strategy->attach(trainer);
   SpikeGuard guard(options.spike_guard);
   Checkpointer checkpointer(setup, trainer, guard, strategy->rank_state(), strategy->parameter_shards());
-  if (setup.resuming()) checkpointer.restore(options.resume, /*reloading=*/false);
+  if (setup.resuming()) checkpointer.restore(setup.resume_folder(), /*reloading=*/false);
 
   TrainState& state = trainer.state();
   const std::string metrics_path = options.metrics_path.empty() ? options.out_dir + "/metrics.jsonl" : options.metrics_path;
@@ -147,7 +150,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
                    setup.recipe().total_steps(), state.step);
   Evaluator evaluator(setup.model(), setup.evaluates(), options.eval_every, options.eval_tokens,
                       {&setup.multiple_choice_items(), setup.tokenizer().tokenizer.get(), options.eval_mc_every});
-  FaultInjector faults(options.injections);
+  FaultInjector faults(options.injections, setup.world().rank());
   RunControl run(setup, trainer, guard, checkpointer, sink, evaluator, faults, strategy->agreeing(),
                  strategy->can_reload());
 
@@ -168,6 +171,7 @@ Json run_training(const Recipe& requested, const RunOptions& options) {
   const int64_t steps_run = std::max<int64_t>(state.step - run.first_step(), 1);
   const double comm_bytes_per_step = static_cast<double>(strategy->bytes_sent()) / static_cast<double>(steps_run);
   checkpointer.save(run.stage().seq);
+  checkpointer.wait();
   sink.finish();
   // The ranks that evaluate all take the final figures and the sample (under expert parallelism each
   // forward is collective over rank 0's group); rank 0 reports.

@@ -70,6 +70,13 @@ struct RunOptions {
   int64_t eval_mc_every = 0;
   int64_t eval_mc_items = 500;
   int64_t ckpt_every = 200;          // a checkpoint every N steps (0: only at the end)
+  // --ckpt-async on: a checkpoint is copied to host memory at the step boundary and written by a
+  // background thread while the next steps run (off: the run waits for the write).
+  bool async_checkpoints = true;
+  // The history (trainer/checkpoint.h): the last keep_checkpoints checkpoints stay (1: the latest only), and
+  // every one whose step is a multiple of keep_every (0: none) stays for ever, in <out>/checkpoints/.
+  int64_t keep_checkpoints = 1;
+  int64_t keep_every = 0;
   std::string metrics_path;          // default: <out_dir>/metrics.jsonl
   std::string sample_prompt = "The ";  // empty: no sample at the end
   int64_t sample_tokens = 200;
@@ -90,6 +97,15 @@ struct RunOptions {
   EditSettings edit;                 // edit / aedit: the mesh, the sync and its penalties
   SpikeGuardSettings spike_guard;    // loss spikes and non-finite steps (optim/spike_guard.h)
   std::vector<Injection> injections;
+  // The hang watchdog (dist/watchdog.h): a collective or a step that lasts longer ends the run on every rank
+  // with one line (0: off). Far above any step or wait of a healthy run, as PyTorch's process groups' default.
+  double collective_timeout_seconds = 1800;
+  // A rank whose time per step exceeds the median rank's by this factor at several log points in a row is
+  // named as slow (trainer/slow_ranks.h; 0: not judged).
+  double slow_rank_factor = 1.5;
+  // --profile-every N: the steps N, 2N, ... are profiled op by op, their collectives too, into the metrics
+  // (trainer/step_profiler.h); 0: never.
+  int64_t profile_every = 0;
   // For measuring uneven hardware: rank straggle_rank's steps take straggle_factor times as long (it
   // sleeps for the extra time after each step's compute). straggle_rank -1: none.
   int straggle_rank = -1;

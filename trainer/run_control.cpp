@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "dist/watchdog.h"
 #include "io/format_text.h"
 #include "model/config.h"
 #include "tensor/threadpool.h"
@@ -13,7 +14,8 @@ RunControl::RunControl(RunSetup& setup, Trainer& trainer, SpikeGuard& guard, Che
                        bool can_reload)
     : setup_(setup), trainer_(trainer), guard_(guard), checkpointer_(checkpointer), sink_(sink), evaluator_(evaluator),
       faults_(faults), can_reload_(can_reload), total_steps_(setup.recipe().total_steps()),
-      first_step_(trainer.state().step) {
+      first_step_(trainer.state().step), profiler_(setup.world(), setup.options().profile_every) {
+  if (setup.world().size() > 1) slow_ranks_.emplace(setup.world(), setup.options().slow_rank_factor);
   trainer_.hooks().before_update = [this, &agreeing](const StepStats& stats) {
     Tensor observed = Tensor::from_vector<double>({2}, {stats.loss, stats.grad_norm});
     if (agreeing.size() > 1) agreeing.all_reduce(observed, ReduceOp::Mean);
@@ -93,18 +95,28 @@ StepStats RunControl::train_step() {
   const int64_t micro = stage_->micro_batches_at(s.stage_step);
   for (int64_t i = 0; i < micro; ++i) micro_batches_.push_back(batches_->next());
   trainer_.settings().lr_scale = guard_.lr_factor(s.step);
-  StepStats stats = trainer_.step(micro_batches_);
+  StepStats stats;
+  {
+    const WatchedStep watch(s.step);
+    profiler_.begin(s.step + 1);
+    stats = trainer_.step(micro_batches_);
+    profiler_.end();
+  }
   straggle(stats.seconds);
+  if (slow_ranks_) slow_ranks_->add_step(stats);
   s.data_cursor = batches_->cursor();
   if (verdict_->action == SpikeGuard::Action::Reload) {
     // Non-finite steps in a row: back to the last checkpoint, at a lower learning rate, past the data
     // that led here.
-    const std::string& dir = checkpointer_.dir();
+    const std::string dir = checkpointer_.reload_dir();
     LT_CHECK(can_reload_, "non-finite steps under --dist aedit (its replicas cannot reload together): resume from ",
              dir, " with a lower --lr");
     const DataCursor position = batches_->cursor();
     const int64_t stage_now = s.stage;
-    checkpointer_.restore(dir, /*reloading=*/true);
+    {
+      const SharedCheckpoint shared(setup_.world(), dir);  // rank 0's, on every rank
+      checkpointer_.restore(shared.folder(), /*reloading=*/true);
+    }
     LT_CHECK(s.stage == stage_now, "non-finite steps right after a stage change: resume from ", dir, " with a lower --lr");
     guard_.reloaded();
     s.data_cursor = position;
@@ -149,6 +161,9 @@ bool RunControl::conclude(int64_t step_before, Json& record, std::optional<Shown
   const bool last = step >= total_steps_;
   if (evaluator_.due(step_before, step) && !last) evaluator_.add_periodic(*batches_, record);
   if (evaluator_.multiple_choice_due(step_before, step) && !last) evaluator_.add_multiple_choice(record);
+  if (slow_ranks_)
+    for (const std::string& line : slow_ranks_->at_log_point(record)) sink_.event(line);
+  profiler_.at_log_point(step_before, step, record);
   sink_.write(record);
   if (shown) sink_.show(record, shown->loss, shown->lr, shown->grad_norm, elapsed());
   if (!last && time_up) stop_ = Stop::TimeLimit;

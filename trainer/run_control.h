@@ -14,6 +14,8 @@
 #include "trainer/fault_injection.h"
 #include "trainer/metrics_sink.h"
 #include "trainer/run_setup.h"
+#include "trainer/slow_ranks.h"
+#include "trainer/step_profiler.h"
 #include "trainer/trainer.h"
 
 namespace lt {
@@ -86,6 +88,8 @@ class RunControl {
   std::unique_ptr<StageBatches> batches_;
   std::vector<TokenBatch> micro_batches_;
   std::optional<SpikeGuard::Verdict> verdict_;  // of the last step
+  std::optional<SlowRanks> slow_ranks_;         // under several ranks
+  StepProfiler profiler_;
   Stop stop_ = Stop::None;
   double train_loss_ = NAN;
 };

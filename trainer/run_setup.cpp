@@ -101,6 +101,7 @@ int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / mult
 RunSetup::RunSetup(const Recipe& requested, const RunOptions& options) : options_(options), recipe_(requested) {
   LT_CHECK(options_.straggle_factor >= 1, "--straggle: the factor must be >= 1, got ", options_.straggle_factor);
   open_world();
+  if (resuming()) resumed_ = std::make_unique<SharedCheckpoint>(*world_, options_.resume);
   if (resuming()) resume_recipe(requested);
   resume_dist_settings();
   open_expert_groups();
@@ -134,8 +135,8 @@ RunSetup::RunSetup(const Recipe& requested, const RunOptions& options) : options
 RunSetup::~RunSetup() = default;
 
 void RunSetup::resume_recipe(const Recipe& requested) {
-  saved_state_ = load_trainer_state(options_.resume);
-  const std::string source = checkpoint_folder(options_.resume) + "/trainer_state.json";
+  saved_state_ = load_trainer_state(resume_folder());
+  const std::string source = checkpoint_folder(resume_folder()) + "/trainer_state.json";
   LT_CHECK(saved_state_.contains("recipe") && saved_state_.contains("state"), source,
            ": no recipe or state (a checkpoint of an older lingtrain?)");
   Json recipe_json = saved_state_.at("recipe");
@@ -200,7 +201,7 @@ void RunSetup::resume_dist_settings() {
     edit_.time_based = dist_ == DistMode::AEdit;
     return;
   }
-  const std::string folder = checkpoint_folder(options_.resume);
+  const std::string folder = checkpoint_folder(resume_folder());
   const Json saved = saved_state_.value("dist", Json{{"mode", "dp"}});
   // The checkpoint holds the whole model whatever its expert-parallel degree, so a resume may name another;
   // one that names none keeps the checkpoint's on as many ranks, and runs without on another number.
@@ -281,7 +282,7 @@ void RunSetup::open_expert_groups() {
 
 void RunSetup::make_model_and_tokenizer() {
   // The checkpoint the weights come from: the one resumed, else the recipe's starting one (post-training).
-  const std::string source = resuming() ? options_.resume : recipe_.init;
+  const std::string source = resuming() ? resume_folder() : recipe_.init;
   LingConfig config = source.empty() ? resolve_config(recipe_.model) : load_checkpoint_config(source);
   if (source.empty() && !options_.tokenizer.empty() && !fixes_vocab_size(recipe_.model)) {
     // A preset's table follows the tokenizer it trains with: its vocabulary rounded up to a multiple of 64

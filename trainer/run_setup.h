@@ -15,6 +15,7 @@
 #include "moe/expert_parallel.h"
 #include "model/ling.h"
 #include "tensor/kernels.h"
+#include "trainer/checkpoint.h"
 #include "trainer/run.h"
 #include "trainer/stage_batches.h"
 
@@ -36,6 +37,9 @@ class RunSetup {
   const RunOptions& options() const { return options_; }
   const Recipe& recipe() const { return recipe_; }
   bool resuming() const { return !options_.resume.empty(); }
+  // Where this rank reads the checkpoint it resumes: under several ranks its own copy of rank 0's, so the
+  // machines need not share a filesystem (trainer/checkpoint.h SharedCheckpoint).
+  const std::string& resume_folder() const { return resumed_->folder(); }
   // The distribution settings in force: the command line's, or a resumed checkpoint's.
   DistMode dist() const { return dist_; }
   const EditSettings& edit() const { return edit_; }
@@ -121,6 +125,7 @@ class RunSetup {
   bool relayout_ = false;
   Layout checkpoint_layout_;
   std::unique_ptr<Communicator> host_world_, gpu_world_;
+  std::unique_ptr<SharedCheckpoint> resumed_;
   Communicator* world_ = nullptr;
   int expert_parallel_ = 1;
   bool shard_params_ = false;

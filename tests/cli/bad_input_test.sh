@@ -112,6 +112,16 @@ esac
 expect_error "unknown model" "unknown model 'nosuchmodel' (presets: " "$bin" pretrain "${run[@]}" --model nosuchmodel --out x16
 expect_error "bad injection" "flag --inject needs" "$bin" pretrain "${run[@]}" --inject boom@3 --out x17
 expect_error "bad straggle" "flag --straggle needs RANK:FACTOR" "$bin" pretrain "${run[@]}" --straggle 1 --out x18
+expect_error "bad hang injection" "flag --inject needs" "$bin" pretrain "${run[@]}" --inject hang@2:x --out x18
+expect_error "bad slow-rank factor" "flag --slow-rank-factor must be > 1" "$bin" pretrain "${run[@]}" --slow-rank-factor 1 \
+  --out x18
+expect_error "negative collective timeout" "flag --collective-timeout must be >= 0" "$bin" pretrain "${run[@]}" \
+  --collective-timeout -1 --out x18
+expect_error "no checkpoints kept" "flag --keep-checkpoints" "$bin" pretrain "${run[@]}" --keep-checkpoints 0 --out x18
+expect_error "bad keep-every" "flag --keep-every must be >= 0" "$bin" pretrain "${run[@]}" --keep-every -5 --out x18
+expect_error "bad ckpt-async" "flag --ckpt-async" "$bin" pretrain "${run[@]}" --ckpt-async maybe --out x18
+expect_error "negative profile-every" "flag --profile-every must be >= 0" "$bin" pretrain "${run[@]}" --profile-every -1 \
+  --out x18
 expect_error "eval seq beyond the model" "flag --seq 100000 exceeds max_position_embeddings" "$bin" eval --ckpt "$ckpt" --data "$val" --seq 100000
 expect_error "sample zero tokens" "flag --tokens must be > 0" "$bin" sample --ckpt "$ckpt" --prompt hi --tokens 0
 expect_error "params unknown model" "unknown model 'nosuch'" "$bin" params --model nosuch

@@ -2,8 +2,10 @@
 # Data parallel under mpiexec: N ranks x batch B train like one process with N micro-batches of B (the
 # same windows, the same mean gradient, the routing warmup's noise and statistics alike; only the
 # summation order of the gradient average differs),
-# rank 0 alone reports, a run resumes bit for bit at the same world size, routing warmup included, and
-# faults end the whole run promptly: mismatched settings, an error on one rank, a killed rank.
+# rank 0 alone reports, a run resumes bit for bit at the same world size, routing warmup included (also
+# on machines that share no folder: rank 0 sends the checkpoint), and
+# faults end the whole run promptly: mismatched settings, an error on one rank, a killed rank, a rank that
+# stops answering (the hang watchdog).
 # Usage: dp_test.sh path/to/lingtrain
 source "$(dirname "$0")/common.sh"
 
@@ -70,13 +72,48 @@ rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "an error before joining the world: mpiexec exited $rc (124: rank 0 hung)"
 grep -q "error: rank 1: flag --steps needs an integer" early.err ||
   fail "an error before joining the world: no line naming the rank ($(head -1 early.err))"
-# A rank whose machine lacks the --resume checkpoint ends the run with its line.
-timeout 60 mpiexec -n 1 "$bin" pretrain --resume part/checkpoint --out gone --threads 1 --sample-prompt "" : \
-  -n 1 "$bin" pretrain --resume gone/checkpoint --out gone --threads 1 --sample-prompt "" >/dev/null 2>gone.err
+# Machines that share no filesystem: a folder of its own per rank (-wdir), each with its copy of the data.
+# Rank 0 alone holds the checkpoint and sends it to the others: the resume ends with the bits of the
+# uninterrupted run, under dp and under EDiT (whose ranks each read their own state), and a diverged run
+# goes back to its checkpoints the same way. A fresh run on the embedded corpus makes it on every machine.
+mkdir -p own0 own1 && cp -r data own0/ && cp -r data own1/ && cp -r part own0/
+resume=(pretrain --resume part/checkpoint --threads 1 --sample-prompt "" --eval-every 0 --ckpt-every 0)
+mpiexec -n 1 -wdir own0 "$bin" "${resume[@]}" : -n 1 -wdir own1 "$bin" "${resume[@]}" >/dev/null 2>own.err ||
+  fail "resume without a shared folder: $(tail -1 own.err)"
+cmp -s full/checkpoint/model.safetensors own0/part/checkpoint/model.safetensors ||
+  fail "resume without a shared folder: weights differ from the uninterrupted run"
+[ "$(ls own1)" = data ] || fail "resume without a shared folder: rank 1 left files: $(ls own1)"
+edit=(--batch 2 --steps 12 --dist edit --sync-interval 2 --local-sgd-warmup 2)
+mpiexec -n 2 "$bin" pretrain "${common[@]}" "${edit[@]}" --out efull >/dev/null 2>&1 || fail "edit run"
+mpiexec -n 2 "$bin" pretrain "${common[@]}" "${edit[@]}" --stop-at 7 --out own0/epart >/dev/null 2>&1 || fail "edit part"
+mpiexec -n 1 -wdir own0 "$bin" "${resume[@]/part/epart}" : -n 1 -wdir own1 "$bin" "${resume[@]/part/epart}" \
+  >/dev/null 2>own.err || fail "edit resume without a shared folder: $(tail -1 own.err)"
+for f in model.safetensors edit/rank-00001.safetensors; do
+  cmp -s efull/checkpoint/$f own0/epart/checkpoint/$f || fail "edit resume without a shared folder: $f differs"
+done
+nan=(pretrain "${common[@]}" --batch 2 --steps 12 --ckpt-every 4 --keep-checkpoints 2 --inject nan@8:6 --out nan)
+mpiexec -n 1 -wdir own0 "$bin" "${nan[@]}" : -n 1 -wdir own1 "$bin" "${nan[@]}" >/dev/null 2>own.err ||
+  fail "reloads without a shared folder: $(tail -1 own.err)"
+grep -q "reloaded nan/checkpoints/step-00000004," own.err || fail "reloads without a shared folder: no reload of step 4"
+embedded=(pretrain --model tiny --steps 2 --threads 1 --sample-prompt "" --eval-every 0 --out emb)
+mpiexec -n 1 -wdir own0 "$bin" "${embedded[@]}" : -n 1 -wdir own1 "$bin" "${embedded[@]}" >/dev/null 2>own.err ||
+  fail "the embedded corpus without a shared folder: $(tail -1 own.err)"
+# Rank 0's machine lacking the --resume checkpoint ends the run with its line.
+mkdir -p empty
+timeout 60 mpiexec -n 1 -wdir empty "$bin" "${resume[@]}" : -n 1 "$bin" "${resume[@]}" >/dev/null 2>gone.err
 rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "a rank without the checkpoint: mpiexec exited $rc (124: rank 0 hung)"
-grep -q "error: rank 1: gone/checkpoint: no checkpoint here" gone.err ||
-  fail "a rank without the checkpoint: no line naming the rank ($(head -1 gone.err))"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "rank 0 without the checkpoint: mpiexec exited $rc (124: a rank hung)"
+grep -q "error: rank 0: part/checkpoint: no checkpoint here" gone.err ||
+  fail "rank 0 without the checkpoint: no line naming the rank ($(head -1 gone.err))"
+
+# A rank three times as slow (it sleeps after each step) is named, with the part of its step that is slow.
+mpiexec -n 2 "$bin" pretrain "${common[@]}" --batch 2 --steps 16 --straggle 1:3 --out slow >/dev/null 2>slow.err ||
+  fail "straggle: $(tail -1 slow.err)"
+grep -q "rank 1 is slow: [0-9.]*x the median rank's time per step for 3 log points in a row, most of it outside the step" \
+  slow.err || fail "straggle: the slow rank is not named: $(grep slow slow.err | head -2)"
+grep -q "rank 0 is slow" slow.err && fail "straggle: rank 0 named as slow"
+grep -q '"slow_ranks":\[{[^]]*"rank":1' slow/metrics.jsonl || fail "straggle: no slow_ranks record naming rank 1"
+[ "$(grep -c '"rank_step_s":\[' slow/metrics.jsonl)" -ge 16 ] || fail "straggle: records without each rank's step time"
 mpiexec -n 2 "$bin" pretrain "${common[@]}" --batch 2 --straggle 2:2 --out badstraggle >/dev/null 2>bs.err &&
   fail "--straggle of a rank outside the world accepted"
 grep -q "outside the 2 ranks" bs.err || fail "--straggle: no clear line ($(head -1 bs.err))"
@@ -108,5 +145,24 @@ else
   fail "a killed rank: no rank process found under mpiexec"
   kill $launcher
 fi
+
+# A rank that stops answering (--inject hang@STEP:RANK). Rank 1 runs no watchdog here, so rank 0's, waiting
+# in the gradient average, ends the run after --collective-timeout seconds with its line; the launcher ends
+# rank 1; the checkpoint of step 10 stays as it was.
+hang=(--batch 2 --steps 20 --ckpt-every 5 --inject hang@12:1 --out hung)
+SECONDS=0
+mpiexec -n 1 "$bin" pretrain "${common[@]}" "${hang[@]}" --collective-timeout 3 : \
+  -n 1 "$bin" pretrain "${common[@]}" "${hang[@]}" --collective-timeout 0 >/dev/null 2>hung.err &&
+  fail "a hung rank: mpiexec exited 0"
+[ "$SECONDS" -le 60 ] || fail "a hung rank: the run took $SECONDS s to end with a 3 s timeout"
+grep -q "lingtrain: error: rank 0: all_reduce of [0-9]* bytes waited [3-9]\.[0-9] s for the other ranks, beyond --collective-timeout 3 s" \
+  hung.err || fail "a hung rank: no watchdog line from rank 0: $(grep error hung.err | head -2)"
+grep -q '"step": 10,' hung/checkpoint/trainer_state.json || fail "a hung rank: the checkpoint is not step 10's"
+"$bin" eval --ckpt hung/checkpoint --data data/val_000000.bin >/dev/null 2>&1 || fail "a hung rank: checkpoint unreadable"
+# The hung rank's own watchdog names its step (as a process alone does).
+"$bin" pretrain "${common[@]}" --batch 2 --inject hang@3:0 --collective-timeout 2 --out hung1 >/dev/null 2>hung1.err &&
+  fail "a hung process: exited 0"
+grep -q "lingtrain: error: step 3 has run for [2-9]\.[0-9] s, beyond --collective-timeout 2 s" hung1.err ||
+  fail "a hung process: no watchdog line: $(tail -1 hung1.err)"
 
 finish dp

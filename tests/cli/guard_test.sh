@@ -2,7 +2,8 @@
 # The spike guard and NaN recovery from the command line, with faults injected by the test-only
 # --inject switch: a spike is retried on the next batch and the run ends where a clean one does; NaN
 # steps never reach the weights, and after K in a row the run reloads its last checkpoint and finishes;
-# a run that keeps diverging (--lr 1e3) stops with one clear line and leaves a finite checkpoint; the
+# recovery that fails again before the next checkpoint goes back to the kept one before it; a run that keeps
+# diverging (--lr 1e3) stops with one clear line and leaves a finite checkpoint; the
 # guard's state survives a resume bit for bit; ranks under mpiexec decide together.
 # Usage: guard_test.sh path/to/lingtrain
 source "$(dirname "$0")/common.sh"
@@ -47,6 +48,16 @@ common=(--model tiny --data data/train_000000.bin --val data/val_000000.bin --se
 "$bin" pretrain "${common[@]}" --lr 1e3 --max-reloads 2 --out diverge >/dev/null 2>diverge.err && fail "--lr 1e3 exited 0"
 tail -1 diverge.err | grep -q "error: the run diverged" || fail "--lr 1e3: last line '$(tail -1 diverge.err)'"
 "$bin" eval --ckpt diverge/checkpoint --data data/val_000000.bin >/dev/null 2>&1 || fail "--lr 1e3: checkpoint not finite"
+
+# Recovery that fails at the latest checkpoint goes back one further: six NaN attempts at step 100 reload
+# the checkpoint of step 100 after three, then the kept one of step 80 (--keep-checkpoints 2) after three more.
+"$bin" pretrain "${common[@]}" --keep-checkpoints 2 --inject nan@100:6 --out fallback >/dev/null 2>fallback.err ||
+  fail "fallback run: $(tail -1 fallback.err)"
+grep -q 'non-finite steps in a row; reloaded fallback/checkpoint,' fallback.err || fail "fallback: no reload of the latest"
+grep -q 'non-finite steps in a row; reloaded fallback/checkpoints/step-00000080,' fallback.err ||
+  fail "fallback: the second reload did not go back to step 80: $(grep reloaded fallback.err)"
+[ "$(ls fallback/checkpoints)" = "step-00000100" ] || fail "fallback: history $(ls fallback/checkpoints), want step 100's"
+"$bin" eval --ckpt fallback/checkpoint --data data/val_000000.bin >/dev/null 2>&1 || fail "fallback: checkpoint unreadable"
 
 # Resume through the guard's state: stop at 90 (after the spike at 80), resume, equal weights.
 "$bin" pretrain "${common[@]}" --inject spike@80:30 --out spike80 >/dev/null 2>&1 || fail "spike run, small corpus"

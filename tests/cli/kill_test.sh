@@ -2,6 +2,8 @@
 # kill -9 trials: a run that checkpoints every step is killed with SIGKILL at random moments (many of
 # them inside a checkpoint write) and resumed, over and over; every resume must find a complete
 # checkpoint, and the final weights and optimiser state must equal an uninterrupted run's bit for bit.
+# The killed runs write in the background (--ckpt-async on, the default) and keep a history of three, each
+# kept checkpoint complete, and a resume from a kept one ends with the same bits too.
 # Also a resume on another thread count, which must not change a bit either.
 # Also a full disk: the write fails with one clear line and the previous checkpoint stays intact.
 # Usage: kill_test.sh path/to/lingtrain [TRIALS]
@@ -18,10 +20,10 @@ killed=0 resumed=0 in_write=0
 for trial in $(seq 1 "$trials"); do
   if [ -e killed/checkpoint ] || [ -e killed/checkpoint.old ]; then
     "$bin" pretrain --resume killed/checkpoint --out killed --threads 1 --sample-prompt "" --eval-every 0 \
-      --ckpt-every 1 >/dev/null 2>trial.err &
+      --ckpt-every 1 --keep-checkpoints 3 >/dev/null 2>trial.err &
     resumed=$((resumed + 1))
   else
-    "$bin" pretrain "${common[@]}" --out killed >/dev/null 2>trial.err &
+    "$bin" pretrain "${common[@]}" --keep-checkpoints 3 --out killed >/dev/null 2>trial.err &
   fi
   pid=$!
   sleep "0.$((RANDOM % 40 + 5))"
@@ -32,7 +34,7 @@ for trial in $(seq 1 "$trials"); do
   grep -q "error" trial.err && fail "trial $trial: $(grep error trial.err | head -1)"
 done
 "$bin" pretrain --resume killed/checkpoint --out killed --threads 1 --sample-prompt "" --eval-every 0 --ckpt-every 1 \
-  >/dev/null 2>final.err || fail "final resume: $(tail -1 final.err)"
+  --keep-checkpoints 3 >/dev/null 2>final.err || fail "final resume: $(tail -1 final.err)"
 [ "$killed" -ge 20 ] || fail "only $killed of $trials runs were killed mid-run (the run is too short for the kill moments)"
 for f in model.safetensors optimizer.safetensors; do
   cmp -s whole/checkpoint/$f killed/checkpoint/$f || fail "after $killed kills and $resumed resumes: $f differs"
@@ -49,6 +51,16 @@ records() { grep -o '"lm_loss":[^,]*\|"step":[0-9]*\|"update":"[a-z]*"' "$1" | t
   fail "metrics log: the killed and resumed run's records differ from the uninterrupted run's"
 [ "$(grep -vc '^{.*}$' killed/metrics.jsonl)" = 0 ] || fail "metrics log: a malformed line"
 echo "kill -9 trials: $killed kills ($in_write inside a checkpoint write), $resumed resumes, final weights identical"
+kept=(killed/checkpoints/step-*)
+[ "${#kept[@]}" = 2 ] || fail "history: ${#kept[@]} kept checkpoints besides the latest, want 2"
+for k in "${kept[@]}"; do
+  "$bin" eval --ckpt "$k" --data data/val_000000.bin >/dev/null 2>&1 || fail "history: $k unreadable"
+done
+"$bin" pretrain --resume "${kept[0]}" --out from_kept --threads 1 --sample-prompt "" --eval-every 0 --ckpt-every 0 \
+  >/dev/null 2>&1 || fail "resume from ${kept[0]}"
+for f in model.safetensors optimizer.safetensors; do
+  cmp -s whole/checkpoint/$f from_kept/checkpoint/$f || fail "resumed from ${kept[0]}: $f differs"
+done
 
 # Another core count: a run stopped half-way with 2 threads and resumed with 1 ends with the bits of an
 # uninterrupted 1-thread run. 512 rows per step, so the row reductions split into several chunks.

@@ -45,6 +45,7 @@ for id in summary loss learning-rate gradient-norm auxiliary-losses throughput e
 done
 grep -q '<table' <<<"$(section spikes)" || fail "the spike at step 40 is not in the spikes section"
 grep -q '<pre' <<<"$(section configuration)" || fail "section 'configuration' shows no config"
+grep -q 'was not profiled' <<<"$(section profile)" || fail "an unprofiled run's profile section does not say so"
 # Three MoE layers of the tiny model: a load heatmap and a specialisation matrix each.
 [ "$(grep -o 'Expert load over training, layer [0-9]' dom.html | sort -u | wc -l)" = 3 ] || fail "not 3 expert-load heatmaps"
 [ "$(grep -o 'Domain × expert, layer [0-9]' dom.html | sort -u | wc -l)" = 3 ] || fail "not 3 domain x expert matrices"
@@ -55,4 +56,19 @@ grep -Eq '<script|(src|href)="(https?:)?//' run/report.html && fail "the report 
 timeout 120 "$browser" "${flags[@]}" --hide-scrollbars --window-size=1280,6000 --screenshot="$PWD/shot.png" \
   "file://$PWD/run/report.html" >/dev/null 2>&1 || fail "no screenshot"
 [ "$(stat -c %s shot.png 2>/dev/null || echo 0)" -gt 100000 ] || fail "the screenshot is nearly empty ($(stat -c %s shot.png 2>/dev/null) bytes)"
+# Two ranks, one three times as slow, profiled every 10 steps: the profile section draws the op families
+# and a timeline lane per rank; the ranks section each rank's time per step and the slow rank.
+mpiexec -n 2 "$bin" pretrain --model tiny --steps 30 --batch 2 --seq 32 --eval-every 0 --sample-prompt "" --threads 1 \
+  --profile-every 10 --straggle 1:3 --out ranks >/dev/null 2>ranks.err || fail "two-rank run: $(tail -1 ranks.err)"
+"$bin" report --run ranks --domain-tokens 256 --threads 1 >/dev/null 2>report.err || fail "report: $(tail -1 report.err)"
+render ranks/report.html || fail "chromium failed on the two-rank report ($(tail -2 console.log))"
+grep 'CONSOLE' console.log && fail "the two-rank report logs to the browser console"
+profile=$(section profile)
+[ "$(grep -o '<svg' <<<"$profile" | wc -l)" = 2 ] || fail "profile section: not an op chart and a timeline"
+grep -q 'Time per op family' <<<"$profile" && grep -q 'rank 1:' <<<"$profile" ||
+  fail "profile section: no op bars or no lane for rank 1"
+grep -q '<table' <<<"$profile" || fail "profile section: no per-rank table"
+ranks=$(section ranks)
+grep -q '<svg' <<<"$ranks" || fail "ranks section draws nothing"
+grep -q '<td>1</td>' <<<"$ranks" || fail "ranks section: rank 1 is not named as slow"
 finish report_browser_test

@@ -133,6 +133,47 @@ TEST(Report, SaysSoWhenNothingHappened) {
   EXPECT_NE(html.find("the spike guard never acted"), std::string::npos);
 }
 
+// Two ranks, steps 10 and 20 profiled, rank 1 named slow from step 12 on: the profile's op bars (mean over
+// the profiled steps and ranks), a timeline lane per rank with its collectives, and the slow rank.
+TEST(Report, DrawsTheProfileAndTheSlowRank) {
+  ReportData d = made_up_run(8, 24);
+  for (Json& r : d.records) {
+    const int64_t step = r.value("step", int64_t{0});
+    r["rank_step_s"] = Json::array({0.010, step >= 9 ? 0.030 : 0.011});
+    if (step >= 12) r["slow_ranks"] = Json::array({{{"rank", 1}, {"times_median", 3.0}, {"part", "forward"}}});
+    if (step % 10 != 0 || step == 0) continue;
+    Json ranks = Json::array();
+    for (int rank : {0, 1})
+      ranks.push_back({{"rank", rank},
+                       {"step_ms", 5.0},
+                       {"pool_wait_ms", 0.25},
+                       {"ops", Json::array({{{"op", "matmul"}, {"phase", "forward"}, {"ms", 1.0 + rank}, {"calls", 3}},
+                                            {{"op", "matmul"}, {"phase", "backward"}, {"ms", 2.0}, {"calls", 6}},
+                                            {{"op", "adamw"}, {"phase", "optimizer"}, {"ms", 0.5}, {"calls", 1}}})},
+                       {"collectives",
+                        Json::array({{{"op", "all_reduce"}, {"calls", 2}, {"bytes", 3000000}, {"ms", 1.5}}})},
+                       {"timeline", Json::array({{{"part", "forward"}, {"start_ms", 0.0}, {"end_ms", 1.0}},
+                                                 {{"part", "backward"}, {"start_ms", 1.0}, {"end_ms", 4.0}},
+                                                 {{"part", "all_reduce"}, {"collective", true}, {"start_ms", 2.0},
+                                                  {"end_ms", 3.5}}})}});
+    r["profile"] = ranks;
+  }
+  const std::string html = training_report_html(d);
+  expect_a_whole_page(html);
+  EXPECT_NE(html.find("matmul, forward: 1.5 milliseconds per profiled step"), std::string::npos);
+  EXPECT_NE(html.find("matmul, backward: 2 milliseconds per profiled step"), std::string::npos);
+  EXPECT_NE(html.find("Timeline of step 20"), std::string::npos);
+  EXPECT_NE(html.find("rank 1: 2 to 3.5 milliseconds"), std::string::npos);  // its all-reduce
+  EXPECT_EQ(count(html, "<tr><td>0</td><td>5.00</td><td>0.25</td><td>1.50</td><td>3.00</td></tr>"), 1u);
+  EXPECT_NE(html.find("<tr><td>12</td><td>1</td><td>3.00</td><td>forward</td></tr>"), std::string::npos);
+}
+
+TEST(Report, SaysSoWithoutAProfileOrRanks) {
+  const std::string html = training_report_html(made_up_run(8, 20));
+  EXPECT_NE(html.find("This run was not profiled"), std::string::npos);
+  EXPECT_NE(html.find("One process: no ranks to compare."), std::string::npos);
+}
+
 // The summary table's row `name`, as its HTML.
 std::string summary_row(const std::string& html, const std::string& name) {
   const size_t at = html.find("<tr><th>" + name + "</th><td>");
