@@ -118,11 +118,12 @@ asan: setup
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	ctest --test-dir build-asan --output-on-failure -j $(JOBS) -E '^cli\.bench$$'
 
-# ThreadSanitizer over the tests that run threads: the pool itself, the Highway kernels inside it, the
-# autograd ops and whole training steps (the determinism tests). Clean means no report at all.
+# ThreadSanitizer over the tests that run threads: the pool itself, the background checkpoint writer, the
+# Highway kernels inside the pool, the autograd ops and whole training steps (the determinism tests).
+# Clean means no report at all.
 # UCX (under MPICH) hooks madvise, which a thread calls as it exits; its hook takes a lock TSan's
 # interceptor is not ready for, and the process crashes. UCX_MEM_MMAP_HOOK_MODE=none turns the hook off.
-TSAN_FILTER := ThreadPool.*:*Kernel*.*:MoEStats.*:ScaleBy.*:Router.*:NormHead*.*:Engine.*:*GradCheck*.*:Profile.*:QkvAttention.*:Determinism.*:Training.*
+TSAN_FILTER := ThreadPool.*:BackgroundTask.*:*Kernel*.*:MoEStats.*:ScaleBy.*:Router.*:NormHead*.*:Engine.*:*GradCheck*.*:Profile.*:QkvAttention.*:Determinism.*:Training.*
 tsan: setup
 	cmake -S . -B build-tsan $(SAN_CMAKE_FLAGS) -DLINGTRAIN_SANITIZE=thread
 	cmake --build build-tsan -j $(JOBS) --target lingtrain_tests

@@ -54,9 +54,12 @@ class HangWatchdog::Thread {
       const int64_t now = now_ns();
       const int64_t collective = collective_since.load(std::memory_order_acquire);
       const int64_t step = step_since.load(std::memory_order_acquire);
-      if (collective != 0 && now - collective > timeout_ns_) {
-        end(format_line("%s of %lld bytes waited %.1f s for the other ranks", collective_operation.load(),
-                        static_cast<long long>(collective_bytes.load()), (now - collective) * 1e-9));
+      // A rank waiting in a collective is judged by that wait alone, the line that names what it waits
+      // for; its step, which began before it, would otherwise run out first on a slow machine.
+      if (collective != 0) {
+        if (now - collective > timeout_ns_)
+          end(format_line("%s of %lld bytes waited %.1f s for the other ranks", collective_operation.load(),
+                          static_cast<long long>(collective_bytes.load()), (now - collective) * 1e-9));
       } else if (step != 0 && now - step > timeout_ns_) {
         end(format_line("step %lld has run for %.1f s", static_cast<long long>(step_number.load()),
                         (now - step) * 1e-9));

@@ -1,9 +1,10 @@
 // The hang watchdog (--collective-timeout): a collective that never returns, because a rank stopped
 // answering, would otherwise hold every rank for ever. A thread of the process watches two things, the
 // collective this rank is waiting in (its operation and bytes) and the training step it is running; when
-// either has lasted longer than the timeout it prints one line naming this rank, what it waited in and
-// for how long, and ends the process with exit code 3, as a rank that fails does (abort_all_ranks): the
-// launcher then ends the others, whose own watchdogs would fire too. Nothing is written on the way out,
+// the collective (or, outside collectives, the step) has lasted longer than the timeout it prints one
+// line naming this rank, what it waited in and for how long, and ends the process with exit code 3, as a
+// rank that fails does (abort_all_ranks): the launcher then ends the others, whose own watchdogs would
+// fire too. Nothing is written on the way out,
 // so the last checkpoint stays as it was (a write in flight is a staging folder, never the checkpoint).
 //
 // The marks are a few atomic operations each, so the watched paths cost nothing measurable; off (timeout
