@@ -159,6 +159,7 @@ bool RunControl::stop_asked_at(int64_t step) const {
 bool RunControl::conclude(int64_t step_before, Json& record, std::optional<Shown> shown, bool time_up) {
   const int64_t step = state().step;
   const bool last = step >= total_steps_;
+  if (slow_ranks_) slow_ranks_->end_interval();
   if (evaluator_.due(step_before, step) && !last) evaluator_.add_periodic(*batches_, record);
   if (evaluator_.multiple_choice_due(step_before, step) && !last) evaluator_.add_multiple_choice(record);
   if (slow_ranks_)
@@ -175,6 +176,7 @@ bool RunControl::conclude(int64_t step_before, Json& record, std::optional<Shown
     sink_.event(format_text("time limit of %.0f s reached at step %lld", setup_.options().time_limit_seconds,
                             static_cast<long long>(step)));
   if (stop_ == Stop::Asked) sink_.event(format_text("stopping at step %lld as asked", static_cast<long long>(step)));
+  if (slow_ranks_) slow_ranks_->begin_interval();
   return stop_ != Stop::None;
 }
 

@@ -31,8 +31,8 @@ const char* const kPartNames[kParts] = {"forward", "backward", "optimizer", "wai
 SlowRanks::SlowRanks(Communicator& world, double factor)
     : world_(world),
       factor_(factor),
-      last_point_time_(now_seconds()),
-      last_point_waits_(collective_seconds()),
+      interval_start_(now_seconds()),
+      interval_start_waits_(collective_seconds()),
       slow_in_a_row_(static_cast<size_t>(world.size()), 0) {}
 
 void SlowRanks::add_step(const StepStats& stats) {
@@ -42,9 +42,19 @@ void SlowRanks::add_step(const StepStats& stats) {
   ++steps_;
 }
 
+void SlowRanks::end_interval() {
+  interval_end_ = now_seconds();
+  interval_end_waits_ = collective_seconds();
+}
+
+void SlowRanks::begin_interval() {
+  interval_start_ = now_seconds();
+  interval_start_waits_ = collective_seconds();
+}
+
 std::vector<std::string> SlowRanks::at_log_point(Json& record) {
-  const double now = now_seconds(), waits_now = collective_seconds();
-  const double interval = now - last_point_time_, waits = waits_now - last_point_waits_;
+  const double interval = interval_end_ - interval_start_;
+  const double waits = interval_end_waits_ - interval_start_waits_;
   const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(steps_, 1));
   // Per step: the parts, and the busy time (the interval less the waits) last.
   std::vector<double> own(kParts + 1);
@@ -62,9 +72,6 @@ std::vector<std::string> SlowRanks::at_log_point(Json& record) {
   Tensor mine = Tensor::from_vector<double>({kParts + 1}, own);
   Tensor all = Tensor::empty({(kParts + 1) * ranks}, DType::F64);
   world_.all_gather(mine, all);
-  // The gathering is part of the next interval's waits, not of this one's.
-  last_point_time_ = now_seconds();
-  last_point_waits_ = collective_seconds();
   if (world_.rank() != 0) return {};
   const std::vector<double> figures = all.to_vector<double>();
   auto figure = [&](int rank, int part) { return figures[static_cast<size_t>(rank * (kParts + 1) + part)]; };

@@ -28,8 +28,13 @@ class SlowRanks {
 
   // A step of this rank (counted into the next log point).
   void add_step(const StepStats& stats);
-  // Collective over the world at a log point (every rank at the same points). Adds the figures to
-  // `record` and returns the lines to print (rank 0's; none elsewhere).
+  // Where a log point's interval ends (as the log point begins) and where the next one begins (as it
+  // ends): what happens in between, the held-out figures and the checkpoint that rank 0 takes alone while
+  // the others wait, is no rank's step time.
+  void end_interval();
+  void begin_interval();
+  // Collective over the world at a log point (every rank at the same points), after end_interval. Adds
+  // the figures to `record` and returns the lines to print (rank 0's; none elsewhere).
   std::vector<std::string> at_log_point(Json& record);
 
  private:
@@ -37,7 +42,7 @@ class SlowRanks {
   double factor_;
   double forward_ = 0, backward_ = 0, optimizer_ = 0;
   int64_t steps_ = 0;
-  double last_point_time_, last_point_waits_;
+  double interval_start_, interval_start_waits_, interval_end_ = 0, interval_end_waits_ = 0;
   std::vector<int> slow_in_a_row_;  // per rank (rank 0's)
 };
 
