@@ -16,11 +16,6 @@ namespace lt {
 
 namespace {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // What the process is doing, as the watched scopes mark it: the start of the current collective and of the
 // current step (0: none).
 std::atomic<int64_t> collective_since{0}, collective_bytes{0}, step_since{0}, step_number{0};
@@ -51,7 +46,7 @@ class HangWatchdog::Thread {
     const auto period = std::chrono::nanoseconds(std::min<int64_t>(timeout_ns_ / 10, 1'000'000'000));
     std::unique_lock<std::mutex> lock(mutex_);
     while (!wake_.wait_for(lock, period, [this] { return quit_; })) {
-      const int64_t now = now_ns();
+      const int64_t now = watch_clock_ns();
       const int64_t collective = collective_since.load(std::memory_order_acquire);
       const int64_t step = step_since.load(std::memory_order_acquire);
       // A rank waiting in a collective is judged by that wait alone, the line that names what it waits
@@ -94,6 +89,11 @@ class HangWatchdog::Thread {
   std::thread thread_;  // last: starts once the rest is set
 };
 
+int64_t watch_clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 HangWatchdog::HangWatchdog(double timeout_seconds, int rank) {
   if (timeout_seconds > 0) thread_ = std::make_unique<Thread>(timeout_seconds, rank);
 }
@@ -103,11 +103,11 @@ HangWatchdog::~HangWatchdog() = default;
 WatchedCollective::WatchedCollective(const char* operation, int64_t bytes) {
   collective_operation.store(operation, std::memory_order_relaxed);
   collective_bytes.store(bytes, std::memory_order_relaxed);
-  collective_since.store(now_ns(), std::memory_order_release);
+  collective_since.store(watch_clock_ns(), std::memory_order_release);
 }
 
 WatchedCollective::~WatchedCollective() {
-  const int64_t end = now_ns(), start = collective_since.exchange(0, std::memory_order_acq_rel);
+  const int64_t end = watch_clock_ns(), start = collective_since.exchange(0, std::memory_order_acq_rel);
   collective_total_ns.fetch_add(end - start, std::memory_order_relaxed);
   if (!recording.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lock(records_mutex);
@@ -125,7 +125,7 @@ double collective_seconds() { return static_cast<double>(collective_total_ns.loa
 
 WatchedStep::WatchedStep(int64_t step) {
   step_number.store(step, std::memory_order_relaxed);
-  step_since.store(now_ns(), std::memory_order_release);
+  step_since.store(watch_clock_ns(), std::memory_order_release);
 }
 
 WatchedStep::~WatchedStep() { step_since.store(0, std::memory_order_release); }

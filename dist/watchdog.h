@@ -32,6 +32,10 @@ class HangWatchdog {
   std::unique_ptr<Thread> thread_;
 };
 
+// The clock of the marks (steady, in nanoseconds): a profiled step's times are read on it too, so that
+// its collectives' start and end fall on the same axis as the step's.
+int64_t watch_clock_ns();
+
 // The seconds this process has spent in collectives so far (on any thread): what the slow-rank check takes
 // from a rank's time to see how long it computed.
 double collective_seconds();

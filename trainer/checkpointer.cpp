@@ -123,12 +123,12 @@ void Checkpointer::save(int64_t seq_len) {
     }
   }
   if (!lead) return;
-  const bool async = setup_.options().async_checkpoints;
+  const RunOptions& options = setup_.options();
+  const bool async = options.async_checkpoints;
   if (async) {
     snapshot(whole.parameters);
     snapshot(whole.moments);
   }
-  const RunOptions& options = setup_.options();
   auto write = [this, whole = std::move(whole), trainer_state, own_names = std::move(own_names),
                 own_texts = std::move(own_texts), own_all = std::move(own_all), step = state.step,
                 config = model.config(), tokenizer_json = setup_.tokenizer().json_text,

@@ -1,7 +1,6 @@
 #include "trainer/slow_ranks.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "dist/watchdog.h"
 #include "io/format_text.h"
@@ -9,10 +8,6 @@
 namespace lt {
 
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // The median, the lower middle value for an even count: of two ranks, the faster one (the mean of the two
 // would hide a rank twice as slow as the other below a factor of 1.5).
@@ -31,7 +26,7 @@ const char* const kPartNames[kParts] = {"forward", "backward", "optimizer", "wai
 SlowRanks::SlowRanks(Communicator& world, double factor)
     : world_(world),
       factor_(factor),
-      interval_start_(now_seconds()),
+      interval_start_(static_cast<double>(watch_clock_ns()) * 1e-9),
       interval_start_waits_(collective_seconds()),
       slow_in_a_row_(static_cast<size_t>(world.size()), 0) {}
 
@@ -43,12 +38,12 @@ void SlowRanks::add_step(const StepStats& stats) {
 }
 
 void SlowRanks::end_interval() {
-  interval_end_ = now_seconds();
+  interval_end_ = static_cast<double>(watch_clock_ns()) * 1e-9;
   interval_end_waits_ = collective_seconds();
 }
 
 void SlowRanks::begin_interval() {
-  interval_start_ = now_seconds();
+  interval_start_ = static_cast<double>(watch_clock_ns()) * 1e-9;
   interval_start_waits_ = collective_seconds();
 }
 

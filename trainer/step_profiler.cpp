@@ -12,11 +12,6 @@ namespace lt {
 
 namespace {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 double ms(int64_t ns) { return static_cast<double>(ns) * 1e-6; }
 
 }  // namespace
@@ -30,13 +25,13 @@ void StepProfiler::begin(int64_t steps_after) {
   record_collectives(true);
   profile::enable();
   pool_wait_start_ns_ = pool_wait_ns();
-  start_ns_ = now_ns();
+  start_ns_ = watch_clock_ns();
 }
 
 void StepProfiler::end() {
   if (!active_) return;
   active_ = false;
-  const int64_t end_ns = now_ns();
+  const int64_t end_ns = watch_clock_ns();
   profile::disable();
   record_collectives(false);
   Json ops = Json::array();
