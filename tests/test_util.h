@@ -6,9 +6,13 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hwy/targets.h"
+#include "tensor/cpu/amx.h"
+#include "tensor/cpu/bf16_dot.h"
+#include "tensor/kernels.h"
 #include "tensor/random.h"
 #include "tensor/tensor.h"
 
@@ -23,6 +27,29 @@ inline void for_each_cpu_target(const std::function<void()>& fn) {
     fn();
   }
   hwy::SetSupportedTargetsForTest(0);
+}
+
+// Matmuls (and attention's block products) in the given precision while the scope lives, f32 after.
+struct MatmulPrecisionScope {
+  explicit MatmulPrecisionScope(kernels::MatmulPrecision p) { kernels::set_matmul_precision(p); }
+  ~MatmulPrecisionScope() { kernels::set_matmul_precision(kernels::MatmulPrecision::F32); }
+  MatmulPrecisionScope(const MatmulPrecisionScope&) = delete;
+  MatmulPrecisionScope& operator=(const MatmulPrecisionScope&) = delete;
+};
+
+// Runs fn once per tile unit the bf16 GEMM (and attention's bf16 products) can use on this CPU: VDPBF16PS alone (AmxTiles::Off), the
+// AMX blocking with emulated tiles (any CPU with AVX512_BF16) and the AMX tiles themselves (where the CPU
+// has them), then restores the default.
+inline void for_each_bf16_tile_unit(const std::function<void(const char*)>& fn) {
+  const cpu::AmxTiles original = cpu::amx_tiles();
+  std::vector<std::pair<cpu::AmxTiles, const char*>> units = {{cpu::AmxTiles::Off, "VDPBF16PS"}};
+  if (cpu::has_bf16_dot()) units.push_back({cpu::AmxTiles::Emulated, "emulated AMX"});
+  if (cpu::has_amx_bf16()) units.push_back({cpu::AmxTiles::Hardware, "AMX"});
+  for (const auto& [tiles, name] : units) {
+    cpu::set_amx_tiles(tiles);
+    fn(name);
+  }
+  cpu::set_amx_tiles(original);
 }
 
 // Element-wise comparison with a tolerance relative to the larger magnitude (and an absolute floor).

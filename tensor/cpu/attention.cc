@@ -49,15 +49,20 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "tensor/cpu/amx.h"
+#include "tensor/cpu/bf16_dot.h"
 #include "tensor/cpu/exp-inl.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/rope-inl.h"
 #include "tensor/cpu/transpose-inl.h"
 #include "tensor/dtype_switch.h"
+#include "tensor/kernels.h"
 #include "tensor/threadpool.h"
 
 #ifndef LINGTRAIN_ATTENTION_SHAPE  // once, outside the per-target namespaces: the dispatched kernels take it
@@ -307,6 +312,133 @@ void ScatterRows(const T* src, int64_t rows, int64_t D, T* dst, int64_t ld, cons
   }
 }
 
+// ---- bf16 block products ----------------------------------------------------------------------------
+// Under mixed precision (--dtype bf16, f32 tensors, a CPU with AVX512_BF16) the block products run on
+// VDPBF16PS (tensor/cpu/bf16_dot.h) with the GPU's contract (tensor/cuda/attention.cu): q, k, v and dout
+// rounded to bf16 as they become operands, and P and dS as operands of the second products; scores,
+// maxima, sums, lse and every product's sums in f32. D_i takes dout rounded alike, so that it agrees with
+// dP = dout v^T. The operands are "pairs", two consecutive k's of one row or column in a 32-bit unit: a
+// left operand's pairs run along its rows (or, transposed, down its columns: the strides swap), a right
+// operand [K, N] is held as [K / 2][N] rows of pairs. The walks, the causal ranges and the order in which
+// each gradient sum meets its terms are the f32 kernel's, so the results are deterministic and the same
+// for any thread count; each element is one chain over its k-pairs in order. (The helpers are templates
+// on the element type, instantiated, like the kernels' pair walks, only where LT_ATTENTION_PAIRS is set.)
+#undef LT_ATTENTION_PAIRS  // this file is compiled once per target: the pair kernels are instantiated on
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // the AVX-512 targets only, as the bf16 GEMM's are
+#define LT_ATTENTION_PAIRS 1
+#endif
+static_assert(kGroupRows == kBf16TileRows, "a row group is one tile of the bf16 kernel");
+
+// k-pairs of a whole block of keys or queries.
+constexpr int64_t kPairBlock = kBlock / 2;
+// The row stride, in units, of a right operand [pairs][N] whose N is D: D rounded up to whole vectors, as
+// accumulate_rows_bf16 reads each row in whole vectors.
+inline int64_t PairRowStride(int64_t D) { return (D + 15) / 16 * 16; }
+
+// dst[r * dst_ld + kp] = the pair (src[r][2kp], src[r][2kp + 1]) for r < rows and 2kp < cols (the last
+// pair of an odd cols padded with zero).
+template <class T>
+void PairAlongRows(const T* src, int64_t ld, int64_t rows, int64_t cols, uint32_t* dst, int64_t dst_ld) {
+  for (int64_t r = 0; r < rows; ++r) row_to_pairs(src + r * ld, cols, dst + r * dst_ld);
+}
+
+// dst[kp * dst_ld + c] = the pair (src[2kp][c], src[2kp + 1][c]) for 2kp < rows and c < cols (a row past
+// the end reads as zeros).
+template <class T>
+void PairDownColumns(const T* src, int64_t ld, int64_t rows, int64_t cols, uint32_t* dst,
+                            int64_t dst_ld) {
+  for (int64_t kp = 0; 2 * kp < rows; ++kp)
+    interleave_to_pairs(src + 2 * kp * ld, 2 * kp + 1 < rows ? src + (2 * kp + 1) * ld : nullptr, cols,
+                        dst + kp * dst_ld);
+}
+
+// PairGemm on the AMX tiles (tensor/cpu/amx.h), where the bf16 GEMM uses them: blocks of 32 rows x 64
+// columns, both operands first copied into the tiles' layout (A as 32 rows of pairs, B as a panel of 64
+// columns, zero-padded to whole steps of kAmxDepthUnits pairs), a few KiB next to the block's 32 x 64 x K
+// product. A block's rows share one depth, so each row keeps its group's causal range by having its pairs
+// outside it zeroed: the tiles would otherwise read what the ranges leave unwritten (dS past each row's
+// columns, and so dS^T); kColumnsUpToRow computes every column. Each element is summed over the same
+// pairs whatever the rows or the thread, in the tiles' order.
+template <class T>
+void PairGemmOnTiles(int64_t M, int64_t N, int64_t K, T alpha, const uint32_t* a, int64_t a_row, int64_t a_pair,
+                     const uint32_t* b, int64_t ldb, bool accumulate, T* c, int64_t ldc, Causal causal) {
+  const hn::ScalableTag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t pairs = (K + 1) / 2;
+  const int64_t units = std::max<int64_t>(1, (pairs + kAmxDepthUnits - 1) / kAmxDepthUnits) * kAmxDepthUnits;
+  thread_local std::vector<uint32_t> a_rows, b_panel;  // grown once to the largest depth met
+  a_rows.resize(static_cast<size_t>(kAmxBlockRows * units));
+  b_panel.resize(static_cast<size_t>(units * kAmxBlockColumns));
+  alignas(64) float block[kAmxBlockRows * kAmxBlockColumns];
+  const auto valpha = hn::Set(d, alpha);
+  for (int64_t c0 = 0; c0 < N; c0 += kAmxBlockColumns) {
+    const int64_t cols = std::min<int64_t>(kAmxBlockColumns, N - c0);
+    std::fill(b_panel.begin(), b_panel.end(), 0u);
+    for (int64_t kp = 0; kp < pairs; ++kp)
+      std::copy_n(b + kp * ldb + c0, cols, b_panel.data() + kp * kAmxBlockColumns);
+    for (int64_t r0 = 0; r0 < M; r0 += kAmxBlockRows) {
+      const int64_t rows = std::min<int64_t>(kAmxBlockRows, M - r0);
+      std::fill(a_rows.begin(), a_rows.end(), 0u);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t m = r0 + r, group = m / kGroupRows * kGroupRows;
+        const int64_t begin = causal == Causal::kDepthFromRow ? std::min(K, group) / 2 : 0;
+        const int64_t end = causal == Causal::kDepthUpToRow ? (std::min(K, group + kGroupRows) + 1) / 2 : pairs;
+        for (int64_t kp = begin; kp < end; ++kp) a_rows[r * units + kp] = a[m * a_row + kp * a_pair];
+      }
+      amx_block(units, a_rows.data(), units, b_panel.data(), block);
+      for (int64_t r = 0; r < rows; ++r) {
+        T* c_r = c + (r0 + r) * ldc + c0;
+        for (int64_t j = 0; j < cols; j += lanes) {
+          const auto lanes_in = hn::FirstN(d, static_cast<size_t>(cols - j));
+          auto result = hn::Mul(valpha, hn::Load(d, block + r * kAmxBlockColumns + j));
+          if (accumulate) result = hn::Add(result, hn::MaskedLoad(lanes_in, d, c_r + j));
+          hn::BlendedStore(result, lanes_in, d, c_r + j);
+        }
+      }
+    }
+  }
+}
+
+// BlockGemm on pairs: c[M, N] = alpha * A @ b (+ c when accumulate), A's pair kp of row m at a[m * a_row +
+// kp * a_pair], b [ceil(K / 2)][N] with rows ldb units apart (each readable up to N rounded up to 16). K
+// counts elements; the causal ranges are BlockGemm's, in pairs (a group's 6 rows begin and end on even k).
+// With VDPBF16PS, or on the AMX tiles where `tiles` (PairGemmOnTiles).
+template <class T>
+void PairGemm(bool tiles, int64_t M, int64_t N, int64_t K, T alpha, const uint32_t* a, int64_t a_row, int64_t a_pair,
+              const uint32_t* b, int64_t ldb, bool accumulate, T* c, int64_t ldc, Causal causal = Causal::kNone) {
+  static_assert(std::is_same_v<T, float>, "bf16 products take f32 tensors");
+  if (tiles) return PairGemmOnTiles(M, N, K, alpha, a, a_row, a_pair, b, ldb, accumulate, c, ldc, causal);
+  const hn::ScalableTag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  alignas(64) float tile[kBf16TileRows * kBf16TileColumns];
+  const auto valpha = hn::Set(d, alpha);
+  for (int64_t m = 0; m < M; m += kGroupRows) {
+    int64_t n = N, k_begin = 0, k_end = K;
+    switch (causal) {
+      case Causal::kNone: break;
+      case Causal::kColumnsUpToRow: n = ColumnsUpToRow(m, N, lanes); break;
+      case Causal::kDepthUpToRow: k_end = std::min(K, m + kGroupRows); break;
+      case Causal::kDepthFromRow: k_begin = std::min(K, m); break;
+    }
+    const int64_t p_begin = k_begin / 2, pairs = std::max<int64_t>(0, (k_end + 1) / 2 - p_begin);
+    const int rows = static_cast<int>(std::min(kGroupRows, M - m));
+    for (int64_t c0 = 0; c0 < n; c0 += kBf16TileColumns) {
+      const int64_t cols = std::min<int64_t>(kBf16TileColumns, n - c0);
+      accumulate_rows_bf16(pairs, rows, static_cast<int>((cols + 15) / 16), a + m * a_row + p_begin * a_pair, a_row,
+                           a_pair, b + p_begin * ldb + c0, ldb, tile);
+      for (int r = 0; r < rows; ++r) {
+        float* c_r = c + (m + r) * ldc + c0;
+        for (int64_t j = 0; j < cols; j += lanes) {
+          const auto lanes_in = hn::FirstN(d, static_cast<size_t>(cols - j));
+          auto result = hn::Mul(valpha, hn::Load(d, tile + r * kBf16TileColumns + j));
+          if (accumulate) result = hn::Add(result, hn::MaskedLoad(lanes_in, d, c_r + j));
+          hn::BlendedStore(result, lanes_in, d, c_r + j);
+        }
+      }
+    }
+  }
+}
+
 // ---- row helpers ----------------------------------------------------------------------------------
 template <class T>
 T Dot(const T* x, const T* y, int64_t n) {
@@ -489,38 +621,62 @@ inline void VisibleRanges(const AttentionShape& s, int64_t b, int64_t i0, int64_
 }
 
 // ---- forward ----------------------------------------------------------------------------------------
-template <class T>
+// kPairs: the block products on bf16 pairs (T = float; "bf16 block products" above).
+template <class T, bool kPairs = false>
 void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T* v, T scale, T* out, T* lse) {
   const int64_t D = s.D, out_ld = s.Hq * D, blocks = BlockCount(s.T);
   const Rope<T> rope(s.rope);
   // Every query head of a group reads the same k and v blocks: pack them once per call rather than once
-  // per task, k transposed block by block [B, Hkv, blocks, D, kBlock] and v contiguous [B, Hkv, T, D].
-  // The storage comes from the caching allocator, so steady-state steps allocate nothing.
-  const Tensor packed = Tensor::empty({s.B * s.Hkv * (blocks * D * kBlock + s.T * D)}, dtype_of<T>());
-  T* k_blocks = packed.data<T>();
-  T* v_rows = k_blocks + s.B * s.Hkv * blocks * D * kBlock;
+  // per task, k transposed block by block [B, Hkv, blocks, D, kBlock] and v contiguous [B, Hkv, T, D]; in
+  // pairs, k's block [D / 2][kBlock] and v's [kBlock / 2][D] (rows PairRowStride(D) units apart). The
+  // storage comes from the caching allocator, so steady-state steps allocate nothing.
+  const int64_t d_pairs = (D + 1) / 2, v_pair_ld = PairRowStride(D);
+  const int64_t k_block_elements = kPairs ? d_pairs * kBlock : D * kBlock;
+  const int64_t v_block_elements = kPairs ? kPairBlock * v_pair_ld : kBlock * D;
+  // (A pair block's last row is read up to whole vectors: one vector of slack past the end.)
+  const Tensor packed =
+      Tensor::empty({s.B * s.Hkv * blocks * (k_block_elements + v_block_elements) + 16}, dtype_of<T>());
+  using Operand = std::conditional_t<kPairs, uint32_t, T>;
+  Operand* k_blocks = reinterpret_cast<Operand*>(packed.data<T>());
+  Operand* v_blocks = k_blocks + s.B * s.Hkv * blocks * k_block_elements;
   auto k_block_at = [&](int64_t b, int64_t kv, int64_t jb) {
-    return k_blocks + ((b * s.Hkv + kv) * blocks + jb) * D * kBlock;
+    return k_blocks + ((b * s.Hkv + kv) * blocks + jb) * k_block_elements;
   };
-  auto v_row_at = [&](int64_t b, int64_t kv, int64_t t) { return v_rows + ((b * s.Hkv + kv) * s.T + t) * D; };
-  const ThreadScratch<T> pack_scratch(kBlock * D);
+  auto v_block_at = [&](int64_t b, int64_t kv, int64_t jb) {
+    return v_blocks + ((b * s.Hkv + kv) * blocks + jb) * v_block_elements;
+  };
+  const ThreadScratch<T> pack_scratch(kBlock * D * (kPairs ? 2 : 1));
   parallel_for(s.B * s.Hkv * blocks, 1, [&](int64_t begin, int64_t end) {
     T* k_rotated = pack_scratch.mine();  // a key block turned by RoPE, before its transpose
     for (int64_t task = begin; task < end; ++task) {
       const int64_t jb = task % blocks, kv = task / blocks % s.Hkv, b = task / (blocks * s.Hkv);
       const int64_t j0 = jb * kBlock, keys = std::min(kBlock, s.T - j0);
       const auto [k_j, k_ld] = TurnedRows(k + s.kv_row(b, j0, kv), s.kv_ld, keys, D, rope, j0, k_rotated);
-      PackTransposed(k_j, k_ld, keys, D, k_block_at(b, kv, jb));
-      GatherRows(v + s.kv_row(b, j0, kv), s.kv_ld, keys, D, v_row_at(b, kv, j0));
+      if constexpr (kPairs) {
+        T* k_transposed = k_rotated + kBlock * D;
+        PackTransposed(k_j, k_ld, keys, D, k_transposed);
+        PairDownColumns(k_transposed, kBlock, D, keys, k_block_at(b, kv, jb), kBlock);
+        PairDownColumns(v + s.kv_row(b, j0, kv), s.kv_ld, keys, D, v_block_at(b, kv, jb), v_pair_ld);
+      } else {
+        PackTransposed(k_j, k_ld, keys, D, k_block_at(b, kv, jb));
+        GatherRows(v + s.kv_row(b, j0, kv), s.kv_ld, keys, D, v_block_at(b, kv, jb));
+      }
     }
   });
 
-  const ThreadScratch<T> block_scratch(kBlock * kBlock + 2 * kBlock + kBlock * D);
+  // In pairs, the query block's rows and the probabilities' rows as pairs; on the AMX tiles where the bf16
+  // GEMM uses them.
+  const bool tiles = kPairs && amx_tiles() != AmxTiles::Off;
+  const int64_t pair_scratch = kPairs ? (kBlock * d_pairs + kBlock * kPairBlock) * sizeof(uint32_t) / sizeof(T) : 0;
+  const ThreadScratch<T> block_scratch(kBlock * kBlock + 2 * kBlock + kBlock * D + pair_scratch);
   parallel_for(s.B * s.Hq * blocks, 1, [&](int64_t begin, int64_t end) {
+    const AmxTileScope tiles_in_use(tiles);
     T* scores = block_scratch.mine();
     T* row_max = scores + kBlock * kBlock;  // m per query row
     T* row_sum = row_max + kBlock;          // l per query row
     T* q_rotated = row_sum + kBlock;        // [kBlock, D]: the query block turned by RoPE
+    auto* q_pairs = reinterpret_cast<uint32_t*>(q_rotated + kBlock * D);  // [kBlock][D / 2]
+    uint32_t* p_pairs = q_pairs + kBlock * d_pairs;                        // [kBlock][kBlock / 2]
     T rescale[kBlock];
     int64_t lo[kBlock], hi[kBlock];
     for (int64_t task = begin; task < end; ++task) {
@@ -528,6 +684,7 @@ void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T*
       const int64_t kv = h / s.group();
       const int64_t i0 = ib * kBlock, rows = std::min(kBlock, s.T - i0);
       const auto [q_i, q_i_ld] = TurnedRows(q + s.q_row(b, i0, h), s.q_ld, rows, D, rope, i0, q_rotated);
+      if constexpr (kPairs) PairAlongRows(q_i, q_i_ld, rows, D, q_pairs, d_pairs);
       T* acc = out + s.out_row(b, i0, h);  // the unnormalised output rows, summed in place (out_ld apart)
       std::fill(row_max, row_max + rows, -std::numeric_limits<T>::infinity());
       std::fill(row_sum, row_sum + rows, T(0));
@@ -535,8 +692,13 @@ void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T*
       for (int64_t jb = first_jb; jb <= ib; ++jb) {
         const int64_t j0 = jb * kBlock, keys = std::min(kBlock, s.T - j0);
         const bool diagonal = jb == ib, first = jb == first_jb;
-        BlockGemm(rows, keys, D, scale, q_i, q_i_ld, 1, k_block_at(b, kv, jb), kBlock, false, scores, kBlock,
-                  diagonal ? Causal::kColumnsUpToRow : Causal::kNone);
+        const Causal columns = diagonal ? Causal::kColumnsUpToRow : Causal::kNone;
+        if constexpr (kPairs)
+          PairGemm(tiles, rows, keys, D, scale, q_pairs, d_pairs, 1, k_block_at(b, kv, jb), kBlock, false, scores,
+                   kBlock, columns);
+        else
+          BlockGemm(rows, keys, D, scale, q_i, q_i_ld, 1, k_block_at(b, kv, jb), kBlock, false, scores, kBlock,
+                    columns);
         VisibleRanges(s, b, i0, rows, ib, jb, keys, lo, hi);
         int64_t r = 0;
         for (; r + kSoftmaxRows <= rows; r += kSoftmaxRows)
@@ -550,8 +712,14 @@ void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T*
         if (!first)
           for (r = 0; r < rows; ++r)
             if (rescale[r] != T(1)) ScaleRow(rescale[r], acc + r * out_ld, acc + r * out_ld, D);
-        BlockGemm(rows, D, keys, T(1), scores, kBlock, 1, v_row_at(b, kv, j0), D, !first, acc, out_ld,
-                  diagonal ? Causal::kDepthUpToRow : Causal::kNone);
+        const Causal depth = diagonal ? Causal::kDepthUpToRow : Causal::kNone;
+        if constexpr (kPairs) {
+          PairAlongRows(scores, kBlock, rows, keys, p_pairs, kPairBlock);
+          PairGemm(tiles, rows, D, keys, T(1), p_pairs, kPairBlock, 1, v_block_at(b, kv, jb), v_pair_ld, !first, acc,
+                   out_ld, depth);
+        } else {
+          BlockGemm(rows, D, keys, T(1), scores, kBlock, 1, v_block_at(b, kv, jb), D, !first, acc, out_ld, depth);
+        }
       }
       for (int64_t r = 0; r < rows; ++r) {
         ScaleRow(T(1) / row_sum[r], acc + r * out_ld, acc + r * out_ld, D);
@@ -562,7 +730,8 @@ void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T*
 }
 
 // ---- backward ---------------------------------------------------------------------------------------
-template <class T>
+// kPairs: the block products on bf16 pairs (T = float; "bf16 block products" above).
+template <class T, bool kPairs = false>
 void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T* v, const T* out, const T* lse,
                         const T* dout, T scale, T* dq, T* dk, T* dv) {
   const int64_t D = s.D, out_ld = s.Hq * D, blocks = BlockCount(s.T), group = s.group();
@@ -570,8 +739,19 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
   const int64_t T_padded = blocks * kBlock;
   const int64_t sum_buffers = rope.on() ? 2 * T_padded * D + kBlock * D : 0;
-  const ThreadScratch<T> task_scratch(2 * kBlock * kBlock + 3 * T_padded * D + 2 * kBlock * D + kBlock + sum_buffers);
+  // In pairs: per key block k^T and v^T [D / 2][kBlock] and k [kBlock / 2][PairRowStride(D)]; per query
+  // block q and dout as rows of pairs [kBlock][D / 2] and paired down their columns [kBlock / 2][..];
+  // per tile P^T and dS^T paired down P's and dS's columns [kBlock / 2][kBlock], dS's rows [kBlock][kBlock /
+  // 2]; and one vector of slack, as a pair block's last row is read in whole vectors.
+  const int64_t d_pairs = (D + 1) / 2, d_pair_ld = PairRowStride(D);
+  const int64_t key_block_units = 2 * d_pairs * kBlock + kPairBlock * d_pair_ld;
+  const int64_t query_block_units = 2 * (kBlock * d_pairs + kPairBlock * d_pair_ld);
+  const int64_t pair_units = kPairs ? blocks * key_block_units + query_block_units + 3 * kBlock * kPairBlock + 16 : 0;
+  const bool tiles = kPairs && amx_tiles() != AmxTiles::Off;  // the AMX tiles, where the bf16 GEMM uses them
+  const ThreadScratch<T> task_scratch(2 * kBlock * kBlock + 3 * T_padded * D + 2 * kBlock * D + kBlock + sum_buffers +
+                                      pair_units * static_cast<int64_t>(sizeof(uint32_t) / sizeof(T)));
   parallel_for(s.B * s.Hkv, 1, [&](int64_t begin, int64_t end) {
+    const AmxTileScope tiles_in_use(tiles);
     // The task's kv head is packed once for the whole sequence (k and v transposed block by block, k
     // contiguous), and each query block is gathered once. Each gradient sum's first term is written
     // rather than added (dk and dv of a key block: the first query head's diagonal block, which every
@@ -593,6 +773,17 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
     T* dk_sums = row_dot + kBlock;        // with rope: [T, D] each, and [kBlock, D]
     T* dv_sums = dk_sums + T_padded * D;
     T* dq_sums = dv_sums + T_padded * D;
+    auto* key_pairs = reinterpret_cast<uint32_t*>(row_dot + kBlock + sum_buffers);  // per key block:
+    auto k_t_pairs_at = [&](int64_t jb) { return key_pairs + jb * key_block_units; };      // k^T
+    auto v_t_pairs_at = [&](int64_t jb) { return k_t_pairs_at(jb) + d_pairs * kBlock; };  // v^T
+    auto k_pairs_at = [&](int64_t jb) { return v_t_pairs_at(jb) + d_pairs * kBlock; };    // k
+    uint32_t* q_row_pairs = key_pairs + blocks * key_block_units;
+    uint32_t* q_column_pairs = q_row_pairs + kBlock * d_pairs;
+    uint32_t* dout_row_pairs = q_column_pairs + kPairBlock * d_pair_ld;
+    uint32_t* dout_column_pairs = dout_row_pairs + kBlock * d_pairs;
+    uint32_t* p_column_pairs = dout_column_pairs + kPairBlock * d_pair_ld;
+    uint32_t* ds_column_pairs = p_column_pairs + kPairBlock * kBlock;
+    uint32_t* ds_row_pairs = ds_column_pairs + kPairBlock * kBlock;
     int64_t lo[kBlock], hi[kBlock];
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / s.Hkv, kv = task % s.Hkv;
@@ -608,6 +799,11 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
           PrefetchRows(v + s.kv_row(b, j0 + kBlock, kv), s.kv_ld, std::min(kBlock, s.T - j0 - kBlock), D);
         PackTransposed(k_rows + j0 * D, D, keys, D, k_t + jb * D * kBlock);
         PackTransposed(v + s.kv_row(b, j0, kv), s.kv_ld, keys, D, v_t + jb * D * kBlock);
+        if constexpr (kPairs) {
+          PairDownColumns(k_t + jb * D * kBlock, kBlock, D, keys, k_t_pairs_at(jb), kBlock);
+          PairDownColumns(v_t + jb * D * kBlock, kBlock, D, keys, v_t_pairs_at(jb), kBlock);
+          PairDownColumns(k_rows + j0 * D, D, keys, D, k_pairs_at(jb), d_pair_ld);
+        }
       }
       // Each sum meets its terms in a fixed order (dk, dv of a key block: query head, then query block;
       // dq of a query block: key block), whatever the thread count.
@@ -617,6 +813,13 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
           const int64_t i0 = ib * kBlock, rows = std::min(kBlock, s.T - i0);
           GatherRows(q + s.q_row(b, i0, h), s.q_ld, rows, D, q_i, rope, i0);
           GatherRows(dout + s.out_row(b, i0, h), out_ld, rows, D, dout_i);
+          if constexpr (kPairs) {
+            round_to_bf16(dout_i, rows * D);  // D_i from dout as dP's product reads it
+            PairAlongRows(q_i, D, rows, D, q_row_pairs, d_pairs);
+            PairDownColumns(q_i, D, rows, D, q_column_pairs, d_pair_ld);
+            PairAlongRows(dout_i, D, rows, D, dout_row_pairs, d_pairs);
+            PairDownColumns(dout_i, D, rows, D, dout_column_pairs, d_pair_ld);
+          }
           for (int64_t r = 0; r < rows; ++r) row_dot[r] = Dot(dout_i + r * D, out + s.out_row(b, i0 + r, h), D);
           T* dq_i = rope.on() ? dq_sums : dq + s.q_row(b, i0, h);
           const int64_t dq_ld = rope.on() ? D : s.q_ld;
@@ -632,8 +835,14 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
             const bool diagonal = jb == ib;
             const bool add_kv = !(diagonal && g == 0), add_q = jb != first_jb;
             const Causal columns = diagonal ? Causal::kColumnsUpToRow : Causal::kNone;
+            const Causal depth_up_to_row = diagonal ? Causal::kDepthUpToRow : Causal::kNone;
+            const Causal depth_from_row = diagonal ? Causal::kDepthFromRow : Causal::kNone;
             // S = scale q k^T, then P in place
-            BlockGemm(rows, keys, D, scale, q_i, D, 1, k_t_j, kBlock, false, probs, kBlock, columns);
+            if constexpr (kPairs)
+              PairGemm(tiles, rows, keys, D, scale, q_row_pairs, d_pairs, 1, k_t_pairs_at(jb), kBlock, false, probs,
+                       kBlock, columns);
+            else
+              BlockGemm(rows, keys, D, scale, q_i, D, 1, k_t_j, kBlock, false, probs, kBlock, columns);
             VisibleRanges(s, b, i0, rows, ib, jb, keys, lo, hi);
             const T* lse_i = lse + s.lse_at(b, h, i0);
             T unused_sums[kSoftmaxRows];
@@ -642,20 +851,37 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
               ExpRows<kSoftmaxRows>(TileRows<T>{probs + r * kBlock, lo + r, hi + r}, keys, lse_i + r, unused_sums);
             for (; r < rows; ++r)
               ExpRows<1>(TileRows<T>{probs + r * kBlock, lo + r, hi + r}, keys, lse_i + r, unused_sums);
-            // dv += P^T dout
-            BlockGemm(keys, D, rows, T(1), probs, 1, kBlock, dout_i, D, add_kv, dv_j, dkv_ld,
-                      diagonal ? Causal::kDepthFromRow : Causal::kNone);
-            // dP = dout v^T, then dS in place
-            BlockGemm(rows, keys, D, T(1), dout_i, D, 1, v_t_j, kBlock, false, dprobs, kBlock, columns);
+            // dv += P^T dout; dP = dout v^T, then dS in place
+            if constexpr (kPairs) {
+              PairDownColumns(probs, kBlock, rows, keys, p_column_pairs, kBlock);
+              PairGemm(tiles, keys, D, rows, T(1), p_column_pairs, 1, kBlock, dout_column_pairs, d_pair_ld, add_kv,
+                       dv_j, dkv_ld, depth_from_row);
+              PairGemm(tiles, rows, keys, D, T(1), dout_row_pairs, d_pairs, 1, v_t_pairs_at(jb), kBlock, false, dprobs,
+                       kBlock, columns);
+            } else {
+              BlockGemm(keys, D, rows, T(1), probs, 1, kBlock, dout_i, D, add_kv, dv_j, dkv_ld, depth_from_row);
+              BlockGemm(rows, keys, D, T(1), dout_i, D, 1, v_t_j, kBlock, false, dprobs, kBlock, columns);
+            }
             for (int64_t r = 0; r < rows; ++r)
               ScoreGradRow(probs + r * kBlock, dprobs + r * kBlock, diagonal ? ColumnsUpToRow(r, keys, lanes) : keys,
                            row_dot[r]);
-            // dq += scale dS k
-            BlockGemm(rows, D, keys, scale, dprobs, kBlock, 1, k_rows + j0 * D, D, add_q, dq_i, dq_ld,
-                      diagonal ? Causal::kDepthUpToRow : Causal::kNone);
-            // dk += scale dS^T q
-            BlockGemm(keys, D, rows, scale, dprobs, 1, kBlock, q_i, D, add_kv, dk_j, dkv_ld,
-                      diagonal ? Causal::kDepthFromRow : Causal::kNone);
+            // dq += scale dS k; dk += scale dS^T q. In pairs each row of dS is paired up to the columns it
+            // holds, which cover every k-pair of its group's causal range; pairing dS's columns may read
+            // columns past them, which no product reads.
+            if constexpr (kPairs) {
+              for (int64_t r = 0; r < rows; ++r)
+                row_to_pairs(dprobs + r * kBlock, diagonal ? ColumnsUpToRow(r, keys, lanes) : keys,
+                             ds_row_pairs + r * kPairBlock);
+              PairDownColumns(dprobs, kBlock, rows, keys, ds_column_pairs, kBlock);
+              PairGemm(tiles, rows, D, keys, scale, ds_row_pairs, kPairBlock, 1, k_pairs_at(jb), d_pair_ld, add_q, dq_i,
+                       dq_ld, depth_up_to_row);
+              PairGemm(tiles, keys, D, rows, scale, ds_column_pairs, 1, kBlock, q_column_pairs, d_pair_ld, add_kv,
+                       dk_j, dkv_ld, depth_from_row);
+            } else {
+              BlockGemm(rows, D, keys, scale, dprobs, kBlock, 1, k_rows + j0 * D, D, add_q, dq_i, dq_ld,
+                        depth_up_to_row);
+              BlockGemm(keys, D, rows, scale, dprobs, 1, kBlock, q_i, D, add_kv, dk_j, dkv_ld, depth_from_row);
+            }
           }
           // The block's dq is whole once its last key block is in.
           if (rope.on()) ScatterRows(dq_sums, rows, D, dq + s.q_row(b, i0, h), s.q_ld, rope, i0);
@@ -669,8 +895,18 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
   });
 }
 
+// bf16_products: the caller asks for the bf16 block products, which run on f32 tensors where the CPU has
+// AVX512_BF16 and this target instantiates them.
 void AttentionKernel(DType dtype, const AttentionShape& s, const void* q, const void* k, const void* v, double scale,
-                     void* out, void* lse) {
+                     void* out, void* lse, bool bf16_products) {
+#if LT_ATTENTION_PAIRS
+  if (bf16_products && dtype == DType::F32 && has_bf16_dot())
+    return AttentionForwardT<float, true>(s, static_cast<const float*>(q), static_cast<const float*>(k),
+                                          static_cast<const float*>(v), static_cast<float>(scale),
+                                          static_cast<float*>(out), static_cast<float*>(lse));
+#else
+  (void)bf16_products;
+#endif
   LT_FLOAT_SWITCH(dtype, T,
                   AttentionForwardT<T>(s, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
                                        T(scale), static_cast<T*>(out), static_cast<T*>(lse)));
@@ -678,7 +914,16 @@ void AttentionKernel(DType dtype, const AttentionShape& s, const void* q, const 
 
 void AttentionBackwardKernel(DType dtype, const AttentionShape& s, const void* q, const void* k, const void* v,
                              const void* out, const void* lse, const void* dout, double scale, void* dq, void* dk,
-                             void* dv) {
+                             void* dv, bool bf16_products) {
+#if LT_ATTENTION_PAIRS
+  if (bf16_products && dtype == DType::F32 && has_bf16_dot())
+    return AttentionBackwardT<float, true>(
+        s, static_cast<const float*>(q), static_cast<const float*>(k), static_cast<const float*>(v),
+        static_cast<const float*>(out), static_cast<const float*>(lse), static_cast<const float*>(dout),
+        static_cast<float>(scale), static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
+#else
+  (void)bf16_products;
+#endif
   LT_FLOAT_SWITCH(dtype, T,
                   AttentionBackwardT<T>(s, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
                                         static_cast<const T*>(out), static_cast<const T*>(lse),
@@ -699,6 +944,9 @@ namespace {
 const int32_t* doc_start_data(const Tensor& doc_start) {
   return doc_start.defined() ? doc_start.data<int32_t>() : nullptr;
 }
+
+// Mixed precision asks for the bf16 block products (the kernels run them where the CPU has them).
+bool bf16_products() { return kernels::matmul_precision() == kernels::MatmulPrecision::BF16Inputs; }
 
 // q [B, T, Hq, D] and k, v [B, T, Hkv, D], compact and rotated.
 AttentionShape compact_shape(const Tensor& q, const Tensor& k, const Tensor& doc_start) {
@@ -728,7 +976,8 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, 
   if (q.numel() == 0) return;
   const AttentionShape shape = compact_shape(q, k, doc_start);
   HWY_DYNAMIC_DISPATCH(AttentionKernel)
-  (q.dtype(), shape, q.raw_data(), k.raw_data(), v.raw_data(), scale, out.raw_data(), lse.raw_data());
+  (q.dtype(), shape, q.raw_data(), k.raw_data(), v.raw_data(), scale, out.raw_data(), lse.raw_data(),
+   bf16_products());
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
@@ -737,7 +986,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   const AttentionShape shape = compact_shape(q, k, doc_start);
   HWY_DYNAMIC_DISPATCH(AttentionBackwardKernel)
   (q.dtype(), shape, q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(), dout.raw_data(), scale,
-   dq.raw_data(), dk.raw_data(), dv.raw_data());
+   dq.raw_data(), dk.raw_data(), dv.raw_data(), bf16_products());
 }
 
 // The bf16 copies are a GPU's (the front door's check_kept refuses them here).
@@ -748,7 +997,8 @@ void qkv_attention(const Tensor& qkv, int64_t Hq, int64_t Hkv, double theta, int
   const FusedLayout layout = fused_layout(qkv, Hq, Hkv, theta, pos_offset, doc_start);
   const char* x = static_cast<const char*>(qkv.raw_data());
   HWY_DYNAMIC_DISPATCH(AttentionKernel)
-  (qkv.dtype(), layout.shape, x, x + layout.k_offset, x + layout.v_offset, scale, out.raw_data(), lse.raw_data());
+  (qkv.dtype(), layout.shape, x, x + layout.k_offset, x + layout.v_offset, scale, out.raw_data(), lse.raw_data(),
+   bf16_products());
 }
 
 void qkv_attention_backward(const Tensor& qkv, int64_t Hq, int64_t Hkv, double theta, int64_t pos_offset,
@@ -760,7 +1010,7 @@ void qkv_attention_backward(const Tensor& qkv, int64_t Hq, int64_t Hkv, double t
   char* dx = static_cast<char*>(dqkv.raw_data());
   HWY_DYNAMIC_DISPATCH(AttentionBackwardKernel)
   (qkv.dtype(), layout.shape, x, x + layout.k_offset, x + layout.v_offset, out.raw_data(), lse.raw_data(),
-   dout.raw_data(), scale, dx, dx + layout.k_offset, dx + layout.v_offset);
+   dout.raw_data(), scale, dx, dx + layout.k_offset, dx + layout.v_offset, bf16_products());
 }
 
 }  // namespace lt::cpu

@@ -51,6 +51,39 @@ LT_BF16_TARGET void accumulate_tile_bf16(int64_t pairs, const uint32_t* a_panel,
 }
 
 namespace {
+template <int kRows, int kVectors>
+LT_BF16_TARGET void accumulate_rows(int64_t pairs, const uint32_t* a, int64_t a_row, int64_t a_pair,
+                                    const uint32_t* b, int64_t b_stride, float* tile) {
+  __m512 acc[kRows][kVectors];
+  for (auto& row : acc)
+    for (auto& v : row) v = _mm512_setzero_ps();
+  for (int64_t kp = 0; kp < pairs; ++kp) {
+    __m512bh b_kp[kVectors];
+    for (int v = 0; v < kVectors; ++v) b_kp[v] = (__m512bh)_mm512_loadu_si512(b + kp * b_stride + 16 * v);
+    for (int r = 0; r < kRows; ++r) {
+      const __m512bh a_rk = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r * a_row + kp * a_pair]));
+      for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], a_rk, b_kp[v]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kVectors; ++v) _mm512_store_ps(tile + r * kBf16TileColumns + 16 * v, acc[r][v]);
+}
+
+using AccumulateRows = void (*)(int64_t, const uint32_t*, int64_t, int64_t, const uint32_t*, int64_t, float*);
+template <int kRows>
+constexpr AccumulateRows kAccumulateRowsOf[4] = {accumulate_rows<kRows, 1>, accumulate_rows<kRows, 2>,
+                                                 accumulate_rows<kRows, 3>, accumulate_rows<kRows, 4>};
+constexpr const AccumulateRows* kAccumulateRows[kBf16TileRows] = {
+    kAccumulateRowsOf<1>, kAccumulateRowsOf<2>, kAccumulateRowsOf<3>,
+    kAccumulateRowsOf<4>, kAccumulateRowsOf<5>, kAccumulateRowsOf<6>};
+}  // namespace
+
+void accumulate_rows_bf16(int64_t pairs, int rows, int vectors, const uint32_t* a, int64_t a_row, int64_t a_pair,
+                          const uint32_t* b, int64_t b_stride, float* tile) {
+  kAccumulateRows[rows - 1][vectors - 1](pairs, a, a_row, a_pair, b, b_stride, tile);
+}
+
+namespace {
 // Lanes [0, count) of 16, count clamped to [0, 16].
 LT_BF16_TARGET __mmask16 first_lanes(int64_t count) {
   return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
@@ -81,6 +114,17 @@ LT_BF16_TARGET void interleave_to_pairs(const float* even, const float* odd, int
     const __m512 high = odd ? _mm512_maskz_loadu_ps(lanes, odd + j) : _mm512_setzero_ps();
     const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(high, low);
     _mm512_mask_storeu_epi32(dst + j, lanes, _mm512_permutexvar_epi16(zip, halves));
+  }
+}
+
+LT_BF16_TARGET void round_to_bf16(float* x, int64_t n) {
+  // bf16 in the high half of each 32-bit lane is the widened value. (The zero-masked forms: GCC's plain
+  // ones start from an undefined register, which it warns about.)
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 lanes = first_lanes(n - i);
+    const __m256i halves = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(lanes, x + i));
+    const __m512i widened = _mm512_maskz_slli_epi32(lanes, _mm512_maskz_cvtepu16_epi32(lanes, halves), 16);
+    _mm512_mask_storeu_ps(x + i, lanes, _mm512_castsi512_ps(widened));
   }
 }
 

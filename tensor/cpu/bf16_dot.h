@@ -36,4 +36,16 @@ void interleave_to_pairs(const float* even, const float* odd, int64_t n, uint32_
 void accumulate_tile_bf16(int64_t pairs, const uint32_t* a_panel, const uint32_t* b_panel, int64_t b_stride,
                           float* tile);
 
+// The same product for operands that are not packed panels (attention's blocks, tensor/cpu/attention.cc):
+// tile[r][c] (row-major [6][64], 64-byte aligned) = the sum over `pairs` k-pairs of a[r * a_row + kp *
+// a_pair] times b[kp * b_stride + c], in k order, for r < rows (at most 6) and c < 16 * vectors (at most 4
+// vectors); the rest of the tile is not written, and b is read up to 16 * vectors units of each row. A
+// transposed left operand is the same matrix with its strides swapped. Call only where has_bf16_dot().
+void accumulate_rows_bf16(int64_t pairs, int rows, int vectors, const uint32_t* a, int64_t a_row, int64_t a_pair,
+                          const uint32_t* b, int64_t b_stride, float* tile);
+
+// x[i] = bf16(x[i]) widened back, for i < n: the values a bf16 operand made of x holds (nearest even, like
+// row_to_pairs). Call only where has_bf16_dot().
+void round_to_bf16(float* x, int64_t n);
+
 }  // namespace lt::cpu

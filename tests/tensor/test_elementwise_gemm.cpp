@@ -286,12 +286,6 @@ TEST(GemmKernel, MatmulAddRejectsBadArguments) {
   EXPECT_NE(message(random_tensor({5, 6}, 3), wrong).find("matmul_add: c"), std::string::npos);
 }
 
-// The process-wide matmul precision for one scope.
-struct MatmulPrecisionScope {
-  explicit MatmulPrecisionScope(kernels::MatmulPrecision p) { kernels::set_matmul_precision(p); }
-  ~MatmulPrecisionScope() { kernels::set_matmul_precision(kernels::MatmulPrecision::F32); }
-};
-
 std::vector<float> rounded_to_bf16(const Tensor& x) { return x.to(DType::BF16).to(DType::F32).to_vector<float>(); }
 
 // The first n columns of a 2-D f32 tensor, as a new tensor.
@@ -303,21 +297,6 @@ Tensor first_columns(const Tensor& x, int64_t n) {
   return Tensor::from_vector<float>({x.dim(0), n}, part);
 }
 
-// Runs fn once per tile unit the bf16 GEMM can use on this CPU: VDPBF16PS alone (AmxTiles::Off), the
-// AMX blocking with emulated tiles (any CPU with AVX512_BF16) and the AMX tiles themselves (where the CPU
-// has them), then restores the default.
-void for_each_bf16_tile_unit(const std::function<void(const char*)>& fn) {
-  const cpu::AmxTiles original = cpu::amx_tiles();
-  std::vector<std::pair<cpu::AmxTiles, const char*>> units = {{cpu::AmxTiles::Off, "VDPBF16PS"}};
-  if (cpu::has_bf16_dot()) units.push_back({cpu::AmxTiles::Emulated, "emulated AMX"});
-  if (cpu::has_amx_bf16()) units.push_back({cpu::AmxTiles::Hardware, "AMX"});
-  for (const auto& [tiles, name] : units) {
-    cpu::set_amx_tiles(tiles);
-    fn(name);
-  }
-  cpu::set_amx_tiles(original);
-}
-
 // A C of few columns (the router's 16 or 32 experts) is computed as its transpose on AVX-512, whose tile
 // is 64 floats wide (tensor/cpu/gemm.cc, FewColumnsGoTransposed). Each element must keep the bits of
 // the panel path, which a product of 64 columns takes: its first N columns, against the same first N
@@ -325,11 +304,11 @@ void for_each_bf16_tile_unit(const std::function<void(const char*)>& fn) {
 // KC blocks, the edges of the rule (13 and 48 columns go transposed, 49 do not), f32 and bf16 inputs, on
 // every target.
 TEST(GemmKernel, FewColumnsKeepThePanelPathsBits) {
-  for_each_bf16_tile_unit([](const char* unit) {
+  test::for_each_bf16_tile_unit([](const char* unit) {
     for_each_cpu_target([unit] {
       for (const bool bf16 : {false, true}) {
         if (!bf16 && cpu::amx_tiles() != cpu::AmxTiles::Off) continue;  // f32 has no tile unit: checked once
-        const MatmulPrecisionScope precision(bf16 ? kernels::MatmulPrecision::BF16Inputs
+        const test::MatmulPrecisionScope precision(bf16 ? kernels::MatmulPrecision::BF16Inputs
                                                   : kernels::MatmulPrecision::F32);
         for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{
                  {1024, 16, 256}, {300, 33, 300}, {200, 13, 40}, {130, 48, 20}, {130, 49, 20}})
@@ -359,12 +338,12 @@ TEST(GemmKernel, FewColumnsKeepThePanelPathsBits) {
 // (a pair padded with zero), KC (512 k's), several KC blocks, partial tiles, M just above the few-row
 // paths, MC (2048 rows), NC (1024 columns) and K = 0.
 TEST(GemmKernel, Bf16InputsMultiplyTheRoundedOperands) {
-  const MatmulPrecisionScope bf16(kernels::MatmulPrecision::BF16Inputs);
+  const test::MatmulPrecisionScope bf16(kernels::MatmulPrecision::BF16Inputs);
   const std::vector<std::array<int64_t, 3>> shapes = {{13, 64, 1},   {13, 65, 3},     {30, 17, 511}, {19, 130, 512},
                                                       {25, 70, 513}, {40, 33, 1100},  {7, 200, 300}, {12, 129, 64},
                                                       {2049, 9, 34}, {14, 1100, 40},  {20, 70, 0}};
   int bf16_targets = 0;
-  for_each_bf16_tile_unit([&](const char* unit) {
+  test::for_each_bf16_tile_unit([&](const char* unit) {
     for_each_cpu_target([&] {
       const bool bf16_gemm = kernels::cpu_has_bf16_matmul();
       bf16_targets += bf16_gemm;
@@ -394,9 +373,9 @@ TEST(GemmKernel, Bf16InputsMultiplyTheRoundedOperands) {
 // C, and a NaN operand gives NaN (the rounding keeps NaNs NaN) in exactly its row.
 TEST(GemmKernel, Bf16InputsKeepThreadInvarianceAndNaNs) {
   if (!kernels::cpu_has_bf16_matmul()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
-  const MatmulPrecisionScope bf16(kernels::MatmulPrecision::BF16Inputs);
+  const test::MatmulPrecisionScope bf16(kernels::MatmulPrecision::BF16Inputs);
   const int original_threads = num_threads();
-  for_each_bf16_tile_unit([&](const char* unit) {
+  test::for_each_bf16_tile_unit([&](const char* unit) {
     for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{300, 700, 301}, {900, 130, 520}, {2049, 64, 100}})
       for (bool ta : {false, true})
         for (bool tb : {false, true}) {
@@ -434,7 +413,7 @@ TEST(GemmKernel, Bf16InputsKeepThreadInvarianceAndNaNs) {
 // first, nor one rounding per pair or per instruction on this machine's Xeon).
 TEST(GemmKernel, AmxTilesMatchTheirEmulation) {
   if (!cpu::has_amx_bf16()) GTEST_SKIP() << "this CPU (or its kernel) gives no AMX-BF16 tiles";
-  const MatmulPrecisionScope bf16(kernels::MatmulPrecision::BF16Inputs);
+  const test::MatmulPrecisionScope bf16(kernels::MatmulPrecision::BF16Inputs);
   const cpu::AmxTiles original = cpu::amx_tiles();
   for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{256, 128, 256}, {1024, 256, 4096}, {77, 300, 45}})
     for (bool ta : {false, true})

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor/cpu/kernels.h"
 #include "tensor/kernels.h"
 #include "tests/io/temp_dir.h"
 #include "tensor/threadpool.h"
@@ -504,6 +505,13 @@ TEST(AttentionKernel, FusedQkvHasTheBitsOfTheSplitAndAttention) {
           check_fused_against_parts<double>(DType::F64, n, pos_offset, {});
         }
         check_fused_against_parts<float>(DType::F32, n, 0, packed_starts(n.B, n.T, {1, 63, 64, 5, 100}));
+        // The bf16 block products alike, on each tile unit (f32 where the target or the CPU has none).
+        const test::MatmulPrecisionScope precision(kernels::MatmulPrecision::BF16Inputs);
+        test::for_each_bf16_tile_unit([&](const char* unit) {
+          SCOPED_TRACE(unit);
+          check_fused_against_parts<float>(DType::F32, n, 7, {});
+          check_fused_against_parts<float>(DType::F32, n, 0, packed_starts(n.B, n.T, {1, 63, 64, 5, 100}));
+        });
       }
     });
   }
@@ -563,6 +571,119 @@ TEST(AttentionDecode, RaggedRowsMatchEachRowAlone) {
         EXPECT_EQ(values(out.narrow(b, 1)), values(alone)) << dtype_name(dtype) << " row " << b;
       }
     }
+  });
+}
+
+
+// ---- bf16 block products (--dtype bf16) -----------------------------------------------------------------
+
+// Under mixed precision on a CPU with AVX512_BF16 the block products multiply bf16 operands with f32 sums
+// (tensor/cpu/attention.cc, "bf16 block products"): q, k, v and dout rounded to bf16, P and dS rounded
+// as operands of the second products. Against the double reference on the rounded inputs what is left is
+// the rounding of P and dS (2^-9 relative each); against the f32 kernel on the inputs as they are, the
+// inputs' rounding too. The bounds, on every element, relative to the largest magnitude of its tensor in
+// the reference (or 10^-3, where a gradient is all but zero: T = 1), are twice the largest error seen
+// over these shapes (0.0035 and 0.0074).
+constexpr double kBoundOnRoundedInputs = 1.0 / 128;
+constexpr double kBoundAgainstF32 = 1.0 / 64;
+
+std::vector<double> rounded_to_bf16(const Tensor& x) { return to_double<float>(x.to(DType::BF16).to(DType::F32)); }
+
+// The largest |actual - expected| over the largest |reference| (at least 10^-3).
+template <class E>
+double relative_error(const std::vector<float>& actual, const std::vector<E>& expected,
+                      const std::vector<double>& reference) {
+  double worst = 0, largest = 1e-3;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(actual[i]) - static_cast<double>(expected[i])));
+    largest = std::max(largest, std::abs(reference[i]));
+  }
+  return worst / largest;
+}
+
+struct AttentionResults {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+AttentionResults run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, double scale,
+                               const Tensor& starts) {
+  Tensor out = Tensor::empty_like(q), lse = Tensor::empty({q.dim(0), q.dim(2), q.dim(1)});
+  kernels::attention(q, k, v, scale, out, lse, starts);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor dq = Tensor::full(q.shape(), nan), dk = Tensor::full(k.shape(), nan), dv = Tensor::full(k.shape(), nan);
+  kernels::attention_backward(q, k, v, out, lse, dout, scale, dq, dk, dv, starts);
+  return {out.to_vector<float>(), lse.to_vector<float>(), dq.to_vector<float>(), dk.to_vector<float>(),
+          dv.to_vector<float>()};
+}
+
+void check_bf16_attention(const Dims& n, const std::vector<int32_t>& doc_start = {}) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(n.D));
+  const Tensor q = random_tensor({n.B, n.T, n.Hq, n.D}, 71), k = random_tensor({n.B, n.T, n.Hkv, n.D}, 72);
+  const Tensor v = random_tensor({n.B, n.T, n.Hkv, n.D}, 73), dout = random_tensor({n.B, n.T, n.Hq, n.D}, 74);
+  const Tensor starts = doc_start.empty() ? Tensor() : Tensor::from_vector<int32_t>({n.B, n.T}, doc_start);
+  const auto rounded = reference_attention(n, rounded_to_bf16(q), rounded_to_bf16(k), rounded_to_bf16(v),
+                                           rounded_to_bf16(dout), scale, doc_start);
+  const AttentionResults f32 = run_attention(q, k, v, dout, scale, starts);
+  AttentionResults bf16;
+  {
+    const test::MatmulPrecisionScope precision(kernels::MatmulPrecision::BF16Inputs);
+    bf16 = run_attention(q, k, v, dout, scale, starts);
+  }
+  const std::string what = n.str() + (doc_start.empty() ? "" : " packed");
+  const std::vector<std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>>> pairs = {
+      {"out", {&bf16.out, &f32.out}}, {"lse", {&bf16.lse, &f32.lse}}, {"dq", {&bf16.dq, &f32.dq}},
+      {"dk", {&bf16.dk, &f32.dk}},    {"dv", {&bf16.dv, &f32.dv}}};
+  const std::vector<const std::vector<double>*> references = {&rounded.out, &rounded.lse, &rounded.dq, &rounded.dk,
+                                                              &rounded.dv};
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const auto& [name, results] = pairs[i];
+    EXPECT_LE(relative_error(*results.first, *references[i], *references[i]), kBoundOnRoundedInputs)
+        << name << " " << what;
+    EXPECT_LE(relative_error(*results.first, *results.second, *references[i]), kBoundAgainstF32) << name << " " << what;
+  }
+}
+
+// On VDPBF16PS, on the AMX blocking with emulated tiles, and on the tiles where the CPU has them.
+TEST(AttentionKernel, Bf16ProductsMatchTheReferenceWithinTheirBound) {
+  if (!cpu::bf16_matmul_available()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  test::for_each_bf16_tile_unit([](const char* unit) {
+    SCOPED_TRACE(unit);
+    for (const Dims& n : attention_sizes()) check_bf16_attention(n);
+    for (const Dims& n : {Dims{2, 200, 4, 2, 17}, Dims{1, 129, 3, 1, 64}, Dims{1, 70, 2, 1, 130}})
+      check_bf16_attention(n, packed_starts(n.B, n.T, {1, 63, 64, 5, 100}));
+  });
+}
+
+void check_bf16_attention_bits(const Dims& n) {
+  const double scale = 0.125;
+  const Tensor q = random_tensor({n.B, n.T, n.Hq, n.D}, 81), k = random_tensor({n.B, n.T, n.Hkv, n.D}, 82);
+  const Tensor v = random_tensor({n.B, n.T, n.Hkv, n.D}, 83), dout = random_tensor({n.B, n.T, n.Hq, n.D}, 84);
+  auto round = [](const Tensor& x) { return x.to(DType::BF16).to(DType::F32); };
+  const AttentionResults f32_on_rounded = run_attention(round(q), round(k), round(v), round(dout), scale, Tensor());
+  const test::MatmulPrecisionScope precision(kernels::MatmulPrecision::BF16Inputs);
+  const int saved_threads = num_threads();
+  std::vector<AttentionResults> runs;
+  for (const int threads : {1, 2, 2}) {
+    set_num_threads(threads);
+    runs.push_back(run_attention(q, k, v, dout, scale, Tensor()));
+  }
+  set_num_threads(saved_threads);
+  EXPECT_NE(runs[0].out, f32_on_rounded.out);
+  EXPECT_NE(runs[0].dq, f32_on_rounded.dq);
+  for (size_t r = 1; r < runs.size(); ++r) {
+    EXPECT_TRUE(runs[r].out == runs[0].out && runs[r].lse == runs[0].lse) << "forward, run " << r;
+    EXPECT_TRUE(runs[r].dq == runs[0].dq && runs[r].dk == runs[0].dk && runs[r].dv == runs[0].dv)
+        << "backward, run " << r;
+  }
+}
+
+// The bf16 products are not the f32 kernel on rounded inputs (P and dS are rounded too), and their bits
+// do not depend on the thread count, run after run.
+TEST(AttentionKernel, Bf16ProductsAreTheirOwnAndBitIdenticalOnAnyThreadCount) {
+  if (!cpu::bf16_matmul_available()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  test::for_each_bf16_tile_unit([](const char* unit) {
+    SCOPED_TRACE(unit);
+    check_bf16_attention_bits({2, 129, 4, 2, 64});
   });
 }
 
