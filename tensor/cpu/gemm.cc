@@ -203,6 +203,9 @@ struct Gemm {
   const T* addend = nullptr;
   // op(b) packed whole (ReusedPackedB), in place of packing it block by block; nullptr: packed as it goes.
   const T* b_packed = nullptr;
+  // The same for the bf16 panel path: op(b) in pairs, packed whole beforehand (PackPairsBWhole's layout)
+  // for several GEMMs against it; read only where bf16_inputs.
+  const uint32_t* b_pairs = nullptr;
 };
 
 // Row i of a's storage and row k of b's, through the gathers.
@@ -459,6 +462,34 @@ void PackPairsB(DF df, const Gemm<float>& g, int64_t p0, int64_t depth, int64_t 
         for (int64_t i = 0; i < lanes; ++i) out[k * tile_cols + i] = pairs[i * units + k];
     }
   }
+}
+
+// The unit rows of a depth block's B panels: its k-pairs, padded to whole tile steps on the AMX tiles.
+int64_t PanelUnits(int64_t depth, bool amx) {
+  const int64_t units = CeilDiv(depth, 2);
+  return amx ? CeilDiv(units, kAmxDepthUnits) * kAmxDepthUnits : units;
+}
+
+// op(b) packed whole in pairs (Gemm::b_pairs): each depth block's NR-column panels in column order, as
+// PackPairsB packs a block of all the columns, the blocks one after the other. amx: the tiles' padding.
+template <class DF>
+void PackPairsBWhole(DF df, const Gemm<float>& g, bool amx, uint32_t* HWY_RESTRICT dst) {
+  const int64_t tile_cols = kTileVectors * static_cast<int64_t>(hn::Lanes(df));
+  const int64_t depth_step = DepthStep<uint32_t, 2>(g.K), panels = CeilDiv(g.N, tile_cols);
+  for (int64_t p0 = 0; p0 < g.K; p0 += depth_step) {
+    const int64_t depth = std::min(depth_step, g.K - p0), units = PanelUnits(depth, amx);
+    PackPairsB(df, g, p0, depth, 0, g.N, units, dst);
+    dst += panels * units * tile_cols;
+  }
+}
+
+// The panels of op(b)[p0 : p0 + depth_step, j0 :] within Gemm::b_pairs (j0 a multiple of tile_cols).
+const uint32_t* PackedPairsBlock(const Gemm<float>& g, int64_t p0, int64_t depth_step, int64_t j0, int64_t tile_cols,
+                                 bool amx) {
+  const int64_t panels = CeilDiv(g.N, tile_cols);
+  const int64_t block_units = PanelUnits(std::min(depth_step, g.K - p0), amx);
+  return g.b_pairs + (p0 / depth_step) * panels * PanelUnits(depth_step, amx) * tile_cols +
+         (j0 / tile_cols) * block_units * tile_cols;
 }
 
 // op(a)[i0 : i0 + rows, p0 : p0 + depth] as the AMX tiles read A: rows of pairs [padded_rows][stride],
@@ -828,8 +859,10 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
                         a_packed);
           for (int64_t j0 = n0; j0 < n1; j0 += column_block) {
             const int64_t cols = std::min(column_block, n1 - j0);
-            PackPairsB(d, g, p0, depth, j0, cols, padded_units, b_packed);
-            AmxMacroKernel(d, g, i0, rows, j0, cols, padded_units, a_packed, b_packed, beta, with_addend);
+            const uint32_t* b_block = b_packed;
+            if (g.b_pairs) b_block = PackedPairsBlock(g, p0, depth_step, j0, tile_cols, true);
+            else PackPairsB(d, g, p0, depth, j0, cols, padded_units, b_packed);
+            AmxMacroKernel(d, g, i0, rows, j0, cols, padded_units, a_packed, b_block, beta, with_addend);
           }
         }
         continue;
@@ -859,7 +892,8 @@ void GemmBlock(const Gemm<T>& g, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
         Panels<P> b_panels{b_packed, tile_cols, 1, units * tile_cols, CeilDiv(cols, tile_cols), b_packed, tile_cols};
         if constexpr (kPairs) {
 #if LT_GEMM_BF16
-          PackPairsB(d, g, p0, depth, j0, cols, units, b_packed);
+          if (g.b_pairs) b_panels.base = PackedPairsBlock(g, p0, depth_step, j0, tile_cols, false);
+          else PackPairsB(d, g, p0, depth, j0, cols, units, b_packed);
 #endif
         } else if (b_in_place) {
           const int64_t full_panels = cols / tile_cols;
@@ -1120,12 +1154,47 @@ void GemmT(const Gemm<T>& g) {
 
 void GemmKernel(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const void* a,
                 const int32_t* a_rows, const void* b, const int32_t* b_rows, double beta, void* c, const void* addend,
-                bool bf16_inputs) {
-  LT_FLOAT_SWITCH(dtype, T,
-                  GemmT<T>(Gemm<T>{M, N, K, static_cast<const T*>(a), trans_a ? M : K, trans_a,
-                                   static_cast<const T*>(b), trans_b ? K : N, trans_b, static_cast<T*>(c), N, T(alpha),
-                                   T(beta), bf16_inputs && std::is_same_v<T, float> && Bf16GemmAvailable(), a_rows,
-                                   b_rows, static_cast<const T*>(addend)}));
+                bool bf16_inputs, const uint32_t* b_pairs) {
+  LT_FLOAT_SWITCH(dtype, T, {
+    Gemm<T> g{M, N, K, static_cast<const T*>(a), trans_a ? M : K, trans_a, static_cast<const T*>(b), trans_b ? K : N,
+              trans_b, static_cast<T*>(c), N, T(alpha), T(beta),
+              bf16_inputs && std::is_same_v<T, float> && Bf16GemmAvailable(), a_rows, b_rows,
+              static_cast<const T*>(addend)};
+    if (g.bf16_inputs) g.b_pairs = b_pairs;
+    GemmT<T>(g);
+  });
+}
+
+// The units of op(b) [K, N] packed whole in pairs (PackPairsBWhole) with the tiles now in use; 0 where
+// this target or CPU has no bf16 GEMM.
+int64_t PackedPairsBUnits(int64_t K, int64_t N) {
+#if LT_GEMM_BF16
+  if (!Bf16GemmAvailable()) return 0;
+  const bool amx = amx_tiles() != AmxTiles::Off;
+  const int64_t tile_cols = kTileVectors * static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
+  const int64_t depth_step = DepthStep<uint32_t, 2>(K);
+  int64_t units = 0;
+  for (int64_t p0 = 0; p0 < K; p0 += depth_step) units += PanelUnits(std::min(depth_step, K - p0), amx);
+  return units * CeilDiv(N, tile_cols) * tile_cols;
+#else
+  (void)K;
+  (void)N;
+  return 0;
+#endif
+}
+
+void PackPairsBKernel(bool trans_b, int64_t K, int64_t N, const float* b, uint32_t* dst) {
+#if LT_GEMM_BF16
+  Gemm<float> g{};
+  g.K = K;
+  g.N = N;
+  g.b = b;
+  g.ldb = trans_b ? K : N;
+  g.trans_b = trans_b;
+  PackPairsBWhole(hn::ScalableTag<float>(), g, amx_tiles() != AmxTiles::Off, dst);
+#else
+  (void)trans_b, (void)K, (void)N, (void)b, (void)dst;
+#endif
 }
 
 }  // namespace lt::cpu::HWY_NAMESPACE
@@ -1135,6 +1204,8 @@ HWY_AFTER_NAMESPACE();
 namespace lt::cpu {
 HWY_EXPORT(GemmKernel);
 HWY_EXPORT(Bf16GemmAvailable);
+HWY_EXPORT(PackedPairsBUnits);
+HWY_EXPORT(PackPairsBKernel);
 
 bool bf16_matmul_available() { return HWY_DYNAMIC_DISPATCH(Bf16GemmAvailable)(); }
 
@@ -1170,18 +1241,30 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   char* pc = static_cast<char*>(c.raw_data());
   const char* pd = addend.defined() ? static_cast<const char*>(addend.raw_data()) : nullptr;
   if (batched && b.ndim() == 2 && !trans_a) {  // one tall GEMM: [G*M, K] @ op(b)
-    gemm(a.dtype(), false, trans_b, G * M, N, K, alpha, pa, nullptr, pb, nullptr, beta, pc, pd, bf16_inputs);
+    gemm(a.dtype(), false, trans_b, G * M, N, K, alpha, pa, nullptr, pb, nullptr, beta, pc, pd, bf16_inputs, nullptr);
     return;
   }
   const bool b_batched = b.ndim() == 3;
   for (int64_t g = 0; g < G; ++g)
     gemm(a.dtype(), trans_a, trans_b, M, N, K, alpha, pa + g * M * K * elem, nullptr,
          pb + (b_batched ? g * K * N * elem : 0), nullptr, beta, pc + g * M * N * elem,
-         pd ? pd + g * M * N * elem : nullptr, bf16_inputs);
+         pd ? pd + g * M * N * elem : nullptr, bf16_inputs, nullptr);
+}
+
+Tensor pack_b_pairs(const Tensor& b, bool trans_b) {
+  LT_CHECK(b.ndim() == 2 && b.dtype() == DType::F32, "pack_b_pairs: b must be a 2-D f32 tensor, got ", b.str());
+  const int64_t K = trans_b ? b.dim(1) : b.dim(0), N = trans_b ? b.dim(0) : b.dim(1);
+  const int64_t units = HWY_DYNAMIC_DISPATCH(PackedPairsBUnits)(K, N);
+  if (units == 0) return Tensor();
+  Tensor packed = Tensor::empty({units}, DType::I32);
+  HWY_DYNAMIC_DISPATCH(PackPairsBKernel)
+  (trans_b, K, N, b.data<float>(), reinterpret_cast<uint32_t*>(packed.data<int32_t>()));
+  return packed;
 }
 
 void matmul_gathered(const Tensor& a, const Tensor& a_rows, bool trans_a, const Tensor& b, const Tensor& b_rows,
-                     bool trans_b, Tensor& c, double alpha, double beta, MatmulPrecision precision) {
+                     bool trans_b, Tensor& c, double alpha, double beta, MatmulPrecision precision,
+                     const Tensor& b_pairs) {
   const auto rows_of = [](const Tensor& m, const Tensor& rows) { return rows.defined() ? rows.numel() : m.dim(0); };
   const int64_t M = trans_a ? a.dim(1) : rows_of(a, a_rows);
   const int64_t K = trans_a ? rows_of(a, a_rows) : a.dim(1);
@@ -1191,8 +1274,10 @@ void matmul_gathered(const Tensor& a, const Tensor& a_rows, bool trans_a, const 
            "matmul_gathered: a ", a.str(), ", b ", b.str(), " and c ", c.str(), " do not fit");
   const auto rows_data = [](const Tensor& rows) { return rows.defined() ? rows.data<int32_t>() : nullptr; };
   const auto gemm = HWY_DYNAMIC_DISPATCH(GemmKernel);
+  LT_CHECK(!b_pairs.defined() || !b_rows.defined(), "matmul_gathered: a packed b is not gathered");
+  const auto* pairs = b_pairs.defined() ? reinterpret_cast<const uint32_t*>(b_pairs.data<int32_t>()) : nullptr;
   gemm(a.dtype(), trans_a, trans_b, M, N, K, alpha, a.raw_data(), rows_data(a_rows), b.raw_data(), rows_data(b_rows),
-       beta, c.raw_data(), nullptr, precision == MatmulPrecision::BF16Inputs);
+       beta, c.raw_data(), nullptr, precision == MatmulPrecision::BF16Inputs, pairs);
 }
 
 }  // namespace lt::cpu

@@ -35,8 +35,16 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
 // has rows b[b_rows[k]]. An undefined index reads the rows in order. The gather happens in the GEMM's
 // packing (or its in-place reads), not as a pass of its own; the results have matmul's bits on the
 // gathered operands.
+// b_pairs: op(b) packed beforehand by pack_b_pairs (b not gathered), read by a bf16 product in place of
+// packing b again; the same bits.
 void matmul_gathered(const Tensor& a, const Tensor& a_rows, bool trans_a, const Tensor& b, const Tensor& b_rows,
-                     bool trans_b, Tensor& c, double alpha, double beta, MatmulPrecision precision);
+                     bool trans_b, Tensor& c, double alpha, double beta, MatmulPrecision precision,
+                     const Tensor& b_pairs = Tensor());
+// op(b) of a BF16Inputs GEMM (b f32 [K, N], or [N, K] when trans_b) packed whole into the bf16 pair panels
+// the GEMM reads, for several GEMMs against the same b (an expert's weight against its parts of rows):
+// i32 storage valid while the tile unit (tensor/cpu/amx.h) stays; undefined where this CPU has no bf16
+// GEMM.
+Tensor pack_b_pairs(const Tensor& b, bool trans_b);
 // True when this CPU multiplies bf16 natively (AVX512_BF16, tensor/cpu/bf16_dot.h).
 bool bf16_matmul_available();
 // The constant operands of the calling thread's GEMMs from begin to the matching end (the scope of

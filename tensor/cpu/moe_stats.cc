@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "tensor/cpu/amx.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/grouped_gemm.h"
@@ -198,18 +199,70 @@ void for_each_expert(const int64_t* offsets, int64_t E, ExpertSplit split, Item 
 
 }  // namespace
 
+// The weights of the experts whose rows for_each_expert cuts into several items (or whose GEMMs split
+// over the threads), packed once per call into the bf16 GEMM's pair panels (pack_b_pairs) rather than
+// once per item: each item of kPartRows rows would otherwise convert and pack its expert's whole weight,
+// as much data as its rows. Packed in parallel over those experts; the GEMMs read the panels as they are
+// (the same bits). On the AMX tiles only: there the products take a quarter of VDPBF16PS's time and
+// converting and packing the operands as long as the products (docs/performance.md), while with
+// VDPBF16PS a moe-m step's grouped products measured alike either way (Zen 5: forward 1.01x the time,
+// backward 0.97x) and the packed weights added 6 MiB to its peak. Empty otherwise.
+class PackedExpertWeights {
+ public:
+  PackedExpertWeights(const std::vector<GroupedProduct>& products, const int64_t* offsets, int64_t E,
+                      MatmulPrecision precision) {
+    if (precision != MatmulPrecision::BF16Inputs || !bf16_matmul_available() || amx_tiles() == AmxTiles::Off ||
+        num_threads() == 1)
+      return;
+    const int64_t total_rows = offsets[E] - offsets[0];
+    std::vector<int64_t> experts;
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t rows = offsets[e + 1] - offsets[e];
+      if (rows >= 2 * kPartRows || rows * num_threads() > total_rows) experts.push_back(e);
+    }
+    if (experts.empty()) return;
+    packed_.assign(products.size(), std::vector<Tensor>(static_cast<size_t>(E)));
+    parallel_for(static_cast<int64_t>(experts.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        for (size_t p = 0; p < products.size(); ++p) {
+          const int64_t e = experts[static_cast<size_t>(i)];
+          const Tensor& w = products[p].w;
+          packed_[p][static_cast<size_t>(e)] =
+              pack_b_pairs(w.narrow(e, 1).reshape({w.dim(1), w.dim(2)}), products[p].trans_w);
+        }
+    });
+  }
+  // Product p's weight of expert e in pair panels; undefined where it is packed as it goes.
+  const Tensor& of(size_t p, int64_t e) const {
+    static const Tensor none;
+    return packed_.empty() ? none : packed_[p][static_cast<size_t>(e)];
+  }
+
+ private:
+  std::vector<std::vector<Tensor>> packed_;
+};
+
 // An expert's products back to back: its segment of an operand they share is then in L2 for the second
 // (the whole operand, a few MiB, is not). Against all experts' first products, then all their second
 // ones, on Zen 4 with moe-s's experts and cold operands (gemm_bench --filter paired, 1 thread):
 // 1.02-1.07x on AVX-512, 1.03-1.08x on AVX2.
 void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& offsets, MatmulPrecision precision) {
   const int64_t* bounds = offsets.data<int64_t>();
+  const int64_t E = offsets.numel() - 1;
   double row_flops = 0;
   for (const GroupedProduct& p : products) row_flops += row_flops_through(p.w);
-  for_each_expert(bounds, offsets.numel() - 1, ExpertSplit{.rows = true, .row_flops = row_flops},
-                  [&](const ExpertItem& item) {
-    for (const GroupedProduct& p : products)
-      grouped_matmul_rows(p, item.expert, item.first, item.rows, precision, matmul_gathered);
+  const PackedExpertWeights packed(products, bounds, E, precision);
+  for_each_expert(bounds, E, ExpertSplit{.rows = true, .row_flops = row_flops}, [&](const ExpertItem& item) {
+    for (size_t p = 0; p < products.size(); ++p) {
+      const Tensor& w_pairs = packed.of(p, item.expert);
+      grouped_matmul_rows(products[p], item.expert, item.first, item.rows, precision,
+                          [&w_pairs](const Tensor& a, const Tensor& a_rows, bool trans_a, const Tensor& b,
+                                     const Tensor& b_rows, bool trans_b, Tensor& c, double alpha, double beta,
+                                     MatmulPrecision precision_of_product) {
+                            matmul_gathered(a, a_rows, trans_a, b, b_rows, trans_b, c, alpha, beta,
+                                            precision_of_product, w_pairs);
+                          });
+    }
   });
 }
 
@@ -223,7 +276,13 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
                   [&](const ExpertItem& item) {
     for (int64_t i = 0; i < products; ++i) {
       if (item.product >= 0 && item.product != i) continue;
-      grouped_weight_grad_segment(grads[static_cast<size_t>(i)], bounds, item.expert, precision, matmul_gathered);
+      grouped_weight_grad_segment(grads[static_cast<size_t>(i)], bounds, item.expert, precision,
+                                  [](const Tensor& a, const Tensor& a_rows, bool trans_a, const Tensor& b,
+                                     const Tensor& b_rows, bool trans_b, Tensor& c, double alpha, double beta,
+                                     MatmulPrecision precision_of_product) {
+                                    matmul_gathered(a, a_rows, trans_a, b, b_rows, trans_b, c, alpha, beta,
+                                                    precision_of_product);
+                                  });
     }
   });
 }

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "tensor/cpu/kernels.h"
 #include "tensor/kernels.h"
 #include "tensor/threadpool.h"
 #include "tests/test_util.h"
@@ -291,6 +292,39 @@ TEST(MoEStats, GroupedGemmsGiveTheSameBitsOnAnyThreadCount) {
     EXPECT_EQ(outputs[i], outputs[0]) << "grouped_matmul, thread count " << i + 1;
     EXPECT_EQ(weight_grads[i], weight_grads[0]) << "grouped_weight_grad, thread count " << i + 1;
   }
+}
+
+// The same in bf16 on each tile unit, where on the AMX tiles the weights of the experts cut into parts
+// (the one of 300 rows) or running alone are packed once per call (tensor/cpu/moe_stats.cc,
+// PackedExpertWeights; on 1 thread they are packed as they go): the bits of packing per GEMM, w read
+// transposed (the forward) and as it is (dx).
+TEST(MoEStats, Bf16GroupedGemmsGiveTheSameBitsOnAnyThreadCount) {
+  if (!cpu::bf16_matmul_available()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  const std::vector<int64_t> rows = {40, 0, 300, 7, 0, 64, 129, 1};
+  std::vector<int64_t> bounds = {0};
+  for (int64_t r : rows) bounds.push_back(bounds.back() + r);
+  const int64_t E = static_cast<int64_t>(rows.size()), M = bounds.back(), K = 80, N = 72;
+  const Tensor offsets = Tensor::from_vector<int64_t>({E + 1}, bounds);
+  const Tensor a = random_tensor({M, K}, 114), w = random_tensor({E, N, K}, 115), g = random_tensor({M, N}, 116);
+  const test::MatmulPrecisionScope precision(kernels::MatmulPrecision::BF16Inputs);
+  test::for_each_bf16_tile_unit([&](const char* unit) {
+    SCOPED_TRACE(unit);
+    const int threads_before = num_threads();
+    std::vector<std::vector<float>> outputs, input_grads;
+    for (int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      Tensor out = Tensor::zeros({M, N}), dx = Tensor::zeros({M, K});
+      kernels::grouped_matmul(a, w, true, offsets, out);
+      kernels::grouped_matmul(g, w, false, offsets, dx);
+      outputs.push_back(out.to_vector<float>());
+      input_grads.push_back(dx.to_vector<float>());
+    }
+    set_num_threads(threads_before);
+    for (size_t i = 1; i < outputs.size(); ++i) {
+      EXPECT_EQ(outputs[i], outputs[0]) << "x w^T, thread count " << i + 1;
+      EXPECT_EQ(input_grads[i], input_grads[0]) << "g w, thread count " << i + 1;
+    }
+  });
 }
 
 // Paired products run expert by expert, each product's GEMM unchanged: the same bits as one grouped call
