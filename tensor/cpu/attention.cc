@@ -210,18 +210,27 @@ inline int64_t ColumnsUpToRow(int64_t r, int64_t N, int64_t lanes) {
   return std::min(N, (group_end + lanes - 1) / lanes * lanes);
 }
 
+// What a product computes for the row group starting at row m under `causal`: the columns [0, columns)
+// and the depth [k_begin, k_end).
+struct GroupRange {
+  int64_t columns, k_begin, k_end;
+};
+inline GroupRange CausalRange(Causal causal, int64_t m, int64_t N, int64_t K, int64_t lanes) {
+  switch (causal) {
+    case Causal::kColumnsUpToRow: return {ColumnsUpToRow(m, N, lanes), 0, K};
+    case Causal::kDepthUpToRow: return {N, 0, std::min(K, m + kGroupRows)};
+    case Causal::kDepthFromRow: return {N, std::min(K, m), K};
+    case Causal::kNone: break;
+  }
+  return {N, 0, K};
+}
+
 template <class T>
 void BlockGemm(int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t a_row, int64_t a_col, const T* b,
                int64_t ldb, bool accumulate, T* c, int64_t ldc, Causal causal = Causal::kNone) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
   for (int64_t m = 0; m < M; m += kGroupRows) {
-    int64_t n = N, k_begin = 0, k_end = K;
-    switch (causal) {
-      case Causal::kNone: break;
-      case Causal::kColumnsUpToRow: n = ColumnsUpToRow(m, N, lanes); break;
-      case Causal::kDepthUpToRow: k_end = std::min(K, m + kGroupRows); break;
-      case Causal::kDepthFromRow: k_begin = std::min(K, m); break;
-    }
+    const auto [n, k_begin, k_end] = CausalRange(causal, m, N, K, lanes);
     const T* a_m = a + m * a_row + k_begin * a_col;
     const T* b_k = b + k_begin * ldb;
     const int64_t depth = k_end - k_begin;
@@ -352,6 +361,25 @@ void PairDownColumns(const T* src, int64_t ld, int64_t rows, int64_t cols, uint3
                         dst + kp * dst_ld);
 }
 
+// c[r][0 : cols] = alpha * sums[r][0 : cols] (+ c[r] when accumulate) for r < rows: a block of a pair
+// product written out, as BlockGemm's tiles write theirs (sums_ld floats between rows of sums).
+template <class T>
+void WriteSums(const float* sums, int64_t sums_ld, int64_t rows, int64_t cols, T alpha, bool accumulate, T* c,
+               int64_t ldc) {
+  const hn::ScalableTag<T> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto valpha = hn::Set(d, alpha);
+  for (int64_t r = 0; r < rows; ++r) {
+    T* c_r = c + r * ldc;
+    for (int64_t j = 0; j < cols; j += lanes) {
+      const auto lanes_in = hn::FirstN(d, static_cast<size_t>(cols - j));
+      auto result = hn::Mul(valpha, hn::LoadU(d, sums + r * sums_ld + j));
+      if (accumulate) result = hn::Add(result, hn::MaskedLoad(lanes_in, d, c_r + j));
+      hn::BlendedStore(result, lanes_in, d, c_r + j);
+    }
+  }
+}
+
 // PairGemm on the AMX tiles (tensor/cpu/amx.h), where the bf16 GEMM uses them: blocks of 32 rows x 64
 // columns, both operands first copied into the tiles' layout (A as 32 rows of pairs, B as a panel of 64
 // columns, zero-padded to whole steps of kAmxDepthUnits pairs), a few KiB next to the block's 32 x 64 x K
@@ -362,15 +390,12 @@ void PairDownColumns(const T* src, int64_t ld, int64_t rows, int64_t cols, uint3
 template <class T>
 void PairGemmOnTiles(int64_t M, int64_t N, int64_t K, T alpha, const uint32_t* a, int64_t a_row, int64_t a_pair,
                      const uint32_t* b, int64_t ldb, bool accumulate, T* c, int64_t ldc, Causal causal) {
-  const hn::ScalableTag<T> d;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t pairs = (K + 1) / 2;
   const int64_t units = std::max<int64_t>(1, (pairs + kAmxDepthUnits - 1) / kAmxDepthUnits) * kAmxDepthUnits;
   thread_local std::vector<uint32_t> a_rows, b_panel;  // grown once to the largest depth met
   a_rows.resize(static_cast<size_t>(kAmxBlockRows * units));
   b_panel.resize(static_cast<size_t>(units * kAmxBlockColumns));
   alignas(64) float block[kAmxBlockRows * kAmxBlockColumns];
-  const auto valpha = hn::Set(d, alpha);
   for (int64_t c0 = 0; c0 < N; c0 += kAmxBlockColumns) {
     const int64_t cols = std::min<int64_t>(kAmxBlockColumns, N - c0);
     std::fill(b_panel.begin(), b_panel.end(), 0u);
@@ -380,21 +405,13 @@ void PairGemmOnTiles(int64_t M, int64_t N, int64_t K, T alpha, const uint32_t* a
       const int64_t rows = std::min<int64_t>(kAmxBlockRows, M - r0);
       std::fill(a_rows.begin(), a_rows.end(), 0u);
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t m = r0 + r, group = m / kGroupRows * kGroupRows;
-        const int64_t begin = causal == Causal::kDepthFromRow ? std::min(K, group) / 2 : 0;
-        const int64_t end = causal == Causal::kDepthUpToRow ? (std::min(K, group + kGroupRows) + 1) / 2 : pairs;
-        for (int64_t kp = begin; kp < end; ++kp) a_rows[r * units + kp] = a[m * a_row + kp * a_pair];
+        const int64_t m = r0 + r;
+        const GroupRange range = CausalRange(causal, m / kGroupRows * kGroupRows, N, K, kBf16TileColumns);
+        for (int64_t kp = range.k_begin / 2; kp < (range.k_end + 1) / 2; ++kp)
+          a_rows[r * units + kp] = a[m * a_row + kp * a_pair];
       }
       amx_block(units, a_rows.data(), units, b_panel.data(), block);
-      for (int64_t r = 0; r < rows; ++r) {
-        T* c_r = c + (r0 + r) * ldc + c0;
-        for (int64_t j = 0; j < cols; j += lanes) {
-          const auto lanes_in = hn::FirstN(d, static_cast<size_t>(cols - j));
-          auto result = hn::Mul(valpha, hn::Load(d, block + r * kAmxBlockColumns + j));
-          if (accumulate) result = hn::Add(result, hn::MaskedLoad(lanes_in, d, c_r + j));
-          hn::BlendedStore(result, lanes_in, d, c_r + j);
-        }
-      }
+      WriteSums(block, kAmxBlockColumns, rows, cols, alpha, accumulate, c + r0 * ldc + c0, ldc);
     }
   }
 }
@@ -411,30 +428,15 @@ void PairGemm(bool tiles, int64_t M, int64_t N, int64_t K, T alpha, const uint32
   const hn::ScalableTag<T> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   alignas(64) float tile[kBf16TileRows * kBf16TileColumns];
-  const auto valpha = hn::Set(d, alpha);
   for (int64_t m = 0; m < M; m += kGroupRows) {
-    int64_t n = N, k_begin = 0, k_end = K;
-    switch (causal) {
-      case Causal::kNone: break;
-      case Causal::kColumnsUpToRow: n = ColumnsUpToRow(m, N, lanes); break;
-      case Causal::kDepthUpToRow: k_end = std::min(K, m + kGroupRows); break;
-      case Causal::kDepthFromRow: k_begin = std::min(K, m); break;
-    }
+    const auto [n, k_begin, k_end] = CausalRange(causal, m, N, K, lanes);
     const int64_t p_begin = k_begin / 2, pairs = std::max<int64_t>(0, (k_end + 1) / 2 - p_begin);
     const int rows = static_cast<int>(std::min(kGroupRows, M - m));
     for (int64_t c0 = 0; c0 < n; c0 += kBf16TileColumns) {
       const int64_t cols = std::min<int64_t>(kBf16TileColumns, n - c0);
       accumulate_rows_bf16(pairs, rows, static_cast<int>((cols + 15) / 16), a + m * a_row + p_begin * a_pair, a_row,
                            a_pair, b + p_begin * ldb + c0, ldb, tile);
-      for (int r = 0; r < rows; ++r) {
-        float* c_r = c + (m + r) * ldc + c0;
-        for (int64_t j = 0; j < cols; j += lanes) {
-          const auto lanes_in = hn::FirstN(d, static_cast<size_t>(cols - j));
-          auto result = hn::Mul(valpha, hn::Load(d, tile + r * kBf16TileColumns + j));
-          if (accumulate) result = hn::Add(result, hn::MaskedLoad(lanes_in, d, c_r + j));
-          hn::BlendedStore(result, lanes_in, d, c_r + j);
-        }
-      }
+      WriteSums(tile, kBf16TileColumns, rows, cols, alpha, accumulate, c + m * ldc + c0, ldc);
     }
   }
 }

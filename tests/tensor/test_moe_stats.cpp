@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <tuple>
 #include <vector>
@@ -267,31 +268,42 @@ TEST(MoEStats, GroupedWeightGradIsOneMatmulPerSegment) {
   }
 }
 
-// The CPU runs the small experts' GEMMs one group per thread and splits a large expert's GEMM over the
-// threads; neither may change a bit. Uneven experts (empty ones, one larger than a thread's share), on
-// 1, 2 and 3 threads.
-TEST(MoEStats, GroupedGemmsGiveTheSameBitsOnAnyThreadCount) {
+// Experts of uneven rows: empty ones, one larger than a thread's share (300 of 541), one small.
+Tensor uneven_offsets() {
   const std::vector<int64_t> rows = {40, 0, 300, 7, 0, 64, 129, 1};
   std::vector<int64_t> bounds = {0};
   for (int64_t r : rows) bounds.push_back(bounds.back() + r);
-  const int64_t E = static_cast<int64_t>(rows.size()), M = bounds.back(), K = 48, N = 40;
-  const Tensor offsets = Tensor::from_vector<int64_t>({E + 1}, bounds);
-  const Tensor a = random_tensor({M, K}, 111), w = random_tensor({E, N, K}, 112), g = random_tensor({M, N}, 113);
+  return Tensor::from_vector<int64_t>({static_cast<int64_t>(bounds.size())}, bounds);
+}
+
+// Runs `products` on 1, 2 and 3 threads and expects each of its results (named by `names`) to keep the
+// bits of the 1-thread run.
+void expect_the_same_bits_on_any_thread_count(const std::vector<const char*>& names,
+                                              const std::function<std::vector<std::vector<float>>()>& products) {
   const int threads_before = num_threads();
-  std::vector<std::vector<float>> outputs, weight_grads;
+  std::vector<std::vector<std::vector<float>>> runs;
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
+    runs.push_back(products());
+  }
+  set_num_threads(threads_before);
+  for (size_t t = 1; t < runs.size(); ++t)
+    for (size_t i = 0; i < names.size(); ++i)
+      EXPECT_EQ(runs[t][i], runs[0][i]) << names[i] << ", thread count " << t + 1;
+}
+
+// The CPU runs the small experts' GEMMs one group per thread and splits a large expert's GEMM over the
+// threads; neither may change a bit.
+TEST(MoEStats, GroupedGemmsGiveTheSameBitsOnAnyThreadCount) {
+  const Tensor offsets = uneven_offsets();
+  const int64_t E = offsets.numel() - 1, M = offsets.to_vector<int64_t>().back(), K = 48, N = 40;
+  const Tensor a = random_tensor({M, K}, 111), w = random_tensor({E, N, K}, 112), g = random_tensor({M, N}, 113);
+  expect_the_same_bits_on_any_thread_count({"grouped_matmul", "grouped_weight_grad"}, [&] {
     Tensor out = Tensor::zeros({M, N}), dw = Tensor::zeros({E, N, K});
     kernels::grouped_matmul(a, w, true, offsets, out);
     kernels::grouped_weight_grad(g, a, offsets, dw, 0.0);
-    outputs.push_back(out.to_vector<float>());
-    weight_grads.push_back(dw.to_vector<float>());
-  }
-  set_num_threads(threads_before);
-  for (size_t i = 1; i < outputs.size(); ++i) {
-    EXPECT_EQ(outputs[i], outputs[0]) << "grouped_matmul, thread count " << i + 1;
-    EXPECT_EQ(weight_grads[i], weight_grads[0]) << "grouped_weight_grad, thread count " << i + 1;
-  }
+    return std::vector<std::vector<float>>{out.to_vector<float>(), dw.to_vector<float>()};
+  });
 }
 
 // The same in bf16 on each tile unit, where on the AMX tiles the weights of the experts cut into parts
@@ -300,30 +312,18 @@ TEST(MoEStats, GroupedGemmsGiveTheSameBitsOnAnyThreadCount) {
 // transposed (the forward) and as it is (dx).
 TEST(MoEStats, Bf16GroupedGemmsGiveTheSameBitsOnAnyThreadCount) {
   if (!cpu::bf16_matmul_available()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
-  const std::vector<int64_t> rows = {40, 0, 300, 7, 0, 64, 129, 1};
-  std::vector<int64_t> bounds = {0};
-  for (int64_t r : rows) bounds.push_back(bounds.back() + r);
-  const int64_t E = static_cast<int64_t>(rows.size()), M = bounds.back(), K = 80, N = 72;
-  const Tensor offsets = Tensor::from_vector<int64_t>({E + 1}, bounds);
+  const Tensor offsets = uneven_offsets();
+  const int64_t E = offsets.numel() - 1, M = offsets.to_vector<int64_t>().back(), K = 80, N = 72;
   const Tensor a = random_tensor({M, K}, 114), w = random_tensor({E, N, K}, 115), g = random_tensor({M, N}, 116);
   const test::MatmulPrecisionScope precision(kernels::MatmulPrecision::BF16Inputs);
   test::for_each_bf16_tile_unit([&](const char* unit) {
     SCOPED_TRACE(unit);
-    const int threads_before = num_threads();
-    std::vector<std::vector<float>> outputs, input_grads;
-    for (int threads : {1, 2, 3}) {
-      set_num_threads(threads);
+    expect_the_same_bits_on_any_thread_count({"x w^T", "g w"}, [&] {
       Tensor out = Tensor::zeros({M, N}), dx = Tensor::zeros({M, K});
       kernels::grouped_matmul(a, w, true, offsets, out);
       kernels::grouped_matmul(g, w, false, offsets, dx);
-      outputs.push_back(out.to_vector<float>());
-      input_grads.push_back(dx.to_vector<float>());
-    }
-    set_num_threads(threads_before);
-    for (size_t i = 1; i < outputs.size(); ++i) {
-      EXPECT_EQ(outputs[i], outputs[0]) << "x w^T, thread count " << i + 1;
-      EXPECT_EQ(input_grads[i], input_grads[0]) << "g w, thread count " << i + 1;
-    }
+      return std::vector<std::vector<float>>{out.to_vector<float>(), dx.to_vector<float>()};
+    });
   });
 }
 
