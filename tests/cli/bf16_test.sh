@@ -3,7 +3,8 @@
 # does, 200 steps of it). On a CPU with AVX512_BF16 the matmuls take bf16 operands: the loss curve
 # (means over 25-step windows) and the held-out loss stay within 1% of f32's without being f32's. On
 # other CPUs (`lingtrain --version` says which) the run says its matmuls stay f32 and trains exactly as
-# f32 does. CTest runs it twice: as the machine is, and with the kernels capped at AVX2
+# f32 does; where bf16 runs, its bits do not depend on the thread count and a resumed run ends as an
+# uninterrupted one. CTest runs it twice: as the machine is, and with the kernels capped at AVX2
 # (LINGTRAIN_CPU_TARGET), which has no bf16 GEMM, so the fallback is checked on every x86 machine (there
 # in fewer steps: it compares checkpoints, not curves).
 # Usage: bf16_test.sh path/to/lingtrain [steps (200)]
@@ -38,6 +39,19 @@ if "$bin" --version | grep -q ", bf16 GEMM ("; then
   awk -v f="$(held_out f32.txt)" -v b="$(held_out bf16.txt)" \
     'BEGIN { print "held-out: f32 " f ", bf16 " b; d = (b - f) / f; exit !(f > 0 && d < 0.01 && d > -0.01) }' ||
     fail "the bf16 held-out loss is not within 1% of f32's"
+  # The bf16 products keep f32's rules: the same bits on 1 and 2 threads, and a run stopped and resumed
+  # ends as the uninterrupted one does (two 64-row attention blocks per sequence, so the causal walks run).
+  short=(--model tiny --data f32/data/train.bin --val f32/data/val.bin --batch 2 --seq 128 --sample-prompt ""
+    --eval-every 0 --routing-warmup 3 --warmup-steps 2 --dtype bf16)
+  "$bin" pretrain "${short[@]}" --steps 6 --threads 1 --out one >/dev/null 2>&1 || fail "bf16 on 1 thread"
+  "$bin" pretrain "${short[@]}" --steps 6 --threads 2 --out two >/dev/null 2>&1 || fail "bf16 on 2 threads"
+  cmp -s one/checkpoint/model.safetensors two/checkpoint/model.safetensors || fail "bf16: 1 and 2 threads differ"
+  "$bin" pretrain "${short[@]}" --steps 3 --threads 2 --out part >/dev/null 2>&1 || fail "bf16: 3 steps"
+  "$bin" pretrain --out part --steps 6 --resume part/checkpoint --dtype bf16 --threads 2 >/dev/null 2>&1 ||
+    fail "bf16: resume"
+  cmp -s two/checkpoint/model.safetensors part/checkpoint/model.safetensors || fail "bf16: resumed weights differ"
+  cmp -s two/checkpoint/optimizer.safetensors part/checkpoint/optimizer.safetensors ||
+    fail "bf16: resumed optimizer differs"
 else
   grep -q "no AVX512_BF16, so the matmuls stay f32" bf16.txt || fail "bf16 on a CPU without AVX512_BF16: no notice"
   cmp -s f32/checkpoint/model.safetensors bf16/checkpoint/model.safetensors || fail "the f32 fallback trained differently"
