@@ -740,8 +740,9 @@ OpCase bf16_matmul_case(const GemmShape& s, bool trans_a, bool trans_b) {
 
 // Attention under mixed precision: on the GPU the tensor-core kernels (q, k, v and dout as bf16, P and
 // dS rounded to bf16 for the second products, f32 sums and statistics), on the CPU the exact f32 kernel
-// on the operands rounded to bf16 (the precision is the GPU's business: the CPU run rounds them
-// itself, after the split and RoPE of the fused projection, where the GPU rounds them). What remains is
+// on the operands rounded to bf16 (in f32 mode: the CPU run rounds them itself, after the split and RoPE
+// of the fused projection, where the GPU rounds them; the CPU's own bf16 products are checked against
+// this reference in tests/tensor/test_rope_attention.cpp). What remains is
 // the rounding of P and dS, relative 2^-9, which moves out by at most 2^-9 max|v| and a gradient by a
 // few 2^-9 |x| (tests/cuda/test_cuda_emulation.cpp derives it): 1e-2.
 OpCase bf16_attention_case() {
@@ -770,13 +771,13 @@ OpCase bf16_attention_case() {
               Tensor out = Tensor::empty_like(q), lse = Tensor::empty({n.B, n.Hq, n.T}, DType::F32, device);
               Tensor dq = Tensor::empty_like(q), dk = Tensor::empty_like(k), dv = Tensor::empty_like(k);
               Tensor dqkv = Tensor::full(qkv.shape(), kNaN, DType::F32, device);
-              kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
-              if (rounded) {  // the split, then attention on rounded operands
+              if (rounded) {  // the split, then the f32 kernel on rounded operands
                 kernels::attention(operand(q), operand(k), operand(v), scale, out, lse, doc_start);
                 kernels::attention_backward(operand(q), operand(k), operand(v), out, lse, operand(dout), scale, dq,
                                             dk, dv, doc_start);
                 kernels::split_qkv_rope_backward(dq, dk, dv, 10000.0, 5, dqkv);
               } else {
+                kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
                 kernels::attention(q, k, v, scale, out, lse, doc_start);
                 kernels::attention_backward(q, k, v, out, lse, dout, scale, dq, dk, dv, doc_start);
                 Tensor qkv_out = Tensor::empty_like(q), qkv_lse = Tensor::empty_like(lse);

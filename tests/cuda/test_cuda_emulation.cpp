@@ -935,10 +935,13 @@ TEST(CudaEmulation, AttentionOnTensorCoresMatchesTheCpuKernelOnBf16Inputs) {
     const Tensor v = test::random_tensor({c.B, c.T, c.Hkv, c.D}, 133);
     const Tensor dout = test::random_tensor({c.B, c.T, c.Hq, c.D}, 134);
     const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+    // The reference in f32 (the CPU kernel's own bf16 products would round P and dS too).
+    kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
     Tensor out = Tensor::empty(q.shape()), lse = Tensor::empty({c.B, c.Hq, c.T});
     kernels::attention(bf16(q), bf16(k), bf16(v), scale, out, lse, doc_start);
     Tensor dq = Tensor::empty(q.shape()), dk = Tensor::empty(k.shape()), dv = Tensor::empty(k.shape());
     kernels::attention_backward(bf16(q), bf16(k), bf16(v), out, lse, bf16(dout), scale, dq, dk, dv, doc_start);
+    kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
     auto on_tensor_cores = [&] {
       Tensor out_e = Tensor::full(q.shape(), NAN), lse_e = Tensor::full({c.B, c.Hq, c.T}, NAN);
       cuda_emulated::attention(q, k, v, scale, out_e, lse_e, doc_start);
