@@ -323,14 +323,15 @@ void ScatterRows(const T* src, int64_t rows, int64_t D, T* dst, int64_t ld, cons
 
 // ---- bf16 block products ----------------------------------------------------------------------------
 // Under mixed precision (--dtype bf16, f32 tensors, a CPU with AVX512_BF16) the block products run on
-// VDPBF16PS (tensor/cpu/bf16_dot.h) with the GPU's contract (tensor/cuda/attention.cu): q, k, v and dout
-// rounded to bf16 as they become operands, and P and dS as operands of the second products; scores,
-// maxima, sums, lse and every product's sums in f32. D_i takes dout rounded alike, so that it agrees with
-// dP = dout v^T. The operands are "pairs", two consecutive k's of one row or column in a 32-bit unit: a
-// left operand's pairs run along its rows (or, transposed, down its columns: the strides swap), a right
-// operand [K, N] is held as [K / 2][N] rows of pairs. The walks, the causal ranges and the order in which
-// each gradient sum meets its terms are the f32 kernel's, so the results are deterministic and the same
-// for any thread count; each element is one chain over its k-pairs in order. (The helpers are templates
+// VDPBF16PS (tensor/cpu/bf16_dot.h), or on the AMX tiles where the bf16 GEMM uses them, with the GPU's
+// contract (tensor/cuda/attention.cu): q, k, v and dout rounded to bf16 as they become operands, and P and
+// dS as operands of the second products; scores, maxima, sums, lse and every product's sums in f32. D_i
+// takes dout rounded alike, so that it agrees with dP = dout v^T. The operands are "pairs", two consecutive
+// k's of one row or column in a 32-bit unit: a left operand's pairs run along its rows (or, transposed,
+// down its columns: the strides swap), a right operand [K, N] is held as [K / 2][N] rows of pairs. The
+// walks, the causal ranges and the order in which each gradient sum meets its terms are the f32 kernel's,
+// so the results are deterministic and the same for any thread count; with VDPBF16PS each element is one
+// chain over its k-pairs in order, on the tiles in theirs (tensor/cpu/amx.h). (The helpers are templates
 // on the element type, instantiated, like the kernels' pair walks, only where LT_ATTENTION_PAIRS is set.)
 #undef LT_ATTENTION_PAIRS  // this file is compiled once per target: the pair kernels are instantiated on
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // the AVX-512 targets only, as the bf16 GEMM's are
@@ -354,8 +355,7 @@ void PairAlongRows(const T* src, int64_t ld, int64_t rows, int64_t cols, uint32_
 // dst[kp * dst_ld + c] = the pair (src[2kp][c], src[2kp + 1][c]) for 2kp < rows and c < cols (a row past
 // the end reads as zeros).
 template <class T>
-void PairDownColumns(const T* src, int64_t ld, int64_t rows, int64_t cols, uint32_t* dst,
-                            int64_t dst_ld) {
+void PairDownColumns(const T* src, int64_t ld, int64_t rows, int64_t cols, uint32_t* dst, int64_t dst_ld) {
   for (int64_t kp = 0; 2 * kp < rows; ++kp)
     interleave_to_pairs(src + 2 * kp * ld, 2 * kp + 1 < rows ? src + (2 * kp + 1) * ld : nullptr, cols,
                         dst + kp * dst_ld);
