@@ -242,6 +242,15 @@ class PackedExpertWeights {
   std::vector<std::vector<Tensor>> packed_;
 };
 
+// matmul_gathered as tensor/grouped_gemm.h calls it, with b read from b_pairs where that holds it packed
+// (PackedExpertWeights), else packed as it goes.
+auto matmul_reading(const Tensor& b_pairs) {
+  return [b_pairs](const Tensor& a, const Tensor& a_rows, bool trans_a, const Tensor& b, const Tensor& b_rows,
+                   bool trans_b, Tensor& c, double alpha, double beta, MatmulPrecision precision) {
+    matmul_gathered(a, a_rows, trans_a, b, b_rows, trans_b, c, alpha, beta, precision, b_pairs);
+  };
+}
+
 // An expert's products back to back: its segment of an operand they share is then in L2 for the second
 // (the whole operand, a few MiB, is not). Against all experts' first products, then all their second
 // ones, on Zen 4 with moe-s's experts and cold operands (gemm_bench --filter paired, 1 thread):
@@ -254,14 +263,8 @@ void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& 
   const PackedExpertWeights packed(products, bounds, E, precision);
   for_each_expert(bounds, E, ExpertSplit{.rows = true, .row_flops = row_flops}, [&](const ExpertItem& item) {
     for (size_t p = 0; p < products.size(); ++p) {
-      const Tensor& w_pairs = packed.of(p, item.expert);
       grouped_matmul_rows(products[p], item.expert, item.first, item.rows, precision,
-                          [&w_pairs](const Tensor& a, const Tensor& a_rows, bool trans_a, const Tensor& b,
-                                     const Tensor& b_rows, bool trans_b, Tensor& c, double alpha, double beta,
-                                     MatmulPrecision precision_of_product) {
-                            matmul_gathered(a, a_rows, trans_a, b, b_rows, trans_b, c, alpha, beta,
-                                            precision_of_product, w_pairs);
-                          });
+                          matmul_reading(packed.of(p, item.expert)));
     }
   });
 }
@@ -277,12 +280,7 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
     for (int64_t i = 0; i < products; ++i) {
       if (item.product >= 0 && item.product != i) continue;
       grouped_weight_grad_segment(grads[static_cast<size_t>(i)], bounds, item.expert, precision,
-                                  [](const Tensor& a, const Tensor& a_rows, bool trans_a, const Tensor& b,
-                                     const Tensor& b_rows, bool trans_b, Tensor& c, double alpha, double beta,
-                                     MatmulPrecision precision_of_product) {
-                                    matmul_gathered(a, a_rows, trans_a, b, b_rows, trans_b, c, alpha, beta,
-                                                    precision_of_product);
-                                  });
+                                  matmul_reading(Tensor()));
     }
   });
 }
