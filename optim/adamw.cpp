@@ -53,7 +53,7 @@ void AdamW::clip_to(double norm, double max_norm) {
 
 // Every run of the owned range with a gradient in one kernel call (one launch on a GPU), each with its
 // decay group's weight decay.
-void AdamW::step(double lr) {
+void AdamW::step(double lr, const Tensor& values_bf16) {
   ++t_;
   std::vector<kernels::AdamWRun> runs;
   for (const FlatParameters::Run& run : owned_runs(params_, owned_, /*split_by_decay=*/true))
@@ -63,7 +63,8 @@ void AdamW::step(double lr) {
     const Tensor g = params_.grads().narrow(owned_.begin, owned_.size());
     const kernels::AdamWStep s{lr, settings_.beta1, settings_.beta2, settings_.eps, settings_.weight_decay, t_,
                                grad_scale_};
-    kernels::adamw_step(p, g, exp_avg_, exp_avg_sq_, s, runs);
+    const Tensor p_bf16 = values_bf16.defined() ? values_bf16.narrow(owned_.begin, owned_.size()) : Tensor();
+    kernels::adamw_step(p, g, exp_avg_, exp_avg_sq_, s, runs, p_bf16);
   }
   grad_scale_ = 1.0;
 }

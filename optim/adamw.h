@@ -37,8 +37,10 @@ class AdamW {
   // Given the gradients' global norm, makes the next step() use them scaled by max_norm / norm when
   // norm > max_norm (the scale rides along in the AdamW kernel: no pass of its own).
   void clip_to(double norm, double max_norm);
-  // One update at learning rate lr. Parameters without a gradient are left untouched.
-  void step(double lr);
+  // One update at learning rate lr. Parameters without a gradient are left untouched. values_bf16, where
+  // given (bf16, the shape of the flat values), receives the owned values' new bf16 rounding in the same
+  // pass: the weights' copy for the next step's bf16 matmuls (tensor/bf16_shadow.h).
+  void step(double lr, const Tensor& values_bf16 = Tensor());
 
   int64_t steps_taken() const { return t_; }
   const FlatParameters::Range& owned() const { return owned_; }

@@ -170,6 +170,7 @@ void Checkpointer::restore(const std::string& dir, bool reloading) {
   const Json saved = load_trainer_state(dir);
   if (shards_) shards_->with_whole_model([&] { load_checkpoint_weights(dir, model); });
   else load_checkpoint_weights(dir, model);
+  trainer_.values_changed();
   train_state_from_json(saved.at("state"), folder + "/trainer_state.json", state, model);
   // A reload keeps the guard as it is: its count of reloads and its cuts must outlive the reload.
   if (!reloading && saved.contains("spike_guard")) guard_.load(saved.at("spike_guard"), folder + "/trainer_state.json");

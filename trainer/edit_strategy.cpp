@@ -94,6 +94,7 @@ void EditStrategy::load_own(const SafetensorsFile& file, const JsonObject& own) 
   trainer_->optimizer().load_shard_state({{"exp_avg", file.get("exp_avg")}, {"exp_avg_sq", file.get("exp_avg_sq")}},
                                          own.get<int64_t>("adamw_steps"), path);
   trainer_->parameters().values().narrow(owned.begin, owned.size()).copy_from(file.get("values", {owned.size()}, DType::F32));
+  trainer_->values_changed();
   edit_->load_state(file.tensors, own.object("edit").json(), path);
   edit_->share_updated_shard();
   steps_since_sync_ = own.get<int64_t>("steps_since_sync");

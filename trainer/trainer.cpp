@@ -149,17 +149,22 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   // micro-batches, and one at the end.
   StepReadback readback;
   std::vector<MicroBatchFigures> figures;
-  // Mixed precision on a GPU: the weights rounded to bf16 once per step, for every matmul of its forward
-  // and backward (tensor/bf16_shadow.h); the update comes after the scope.
+  // Mixed precision on a GPU: the weights' bf16 rounding for every matmul of the step's forward and
+  // backward (tensor/bf16_shadow.h), written by the last update in its pass (values_bf16_current_), else
+  // made here; the update comes after the scope. (The CPU's bf16 GEMM converts as it packs: reading such a
+  // copy made its products no faster there, and writing it cost the update more than they saved.)
   std::optional<Bf16Shadow> bf16_weights;
   // (Under parameter sharding each layer is rounded as it is gathered: dist/parameter_shards.h.)
-  if (kernels::matmul_precision() == kernels::MatmulPrecision::BF16Inputs && !params_.values().is_cpu() &&
-      !params_.sharded_by_layer()) {
+  const bool bf16_copy = kernels::matmul_precision() == kernels::MatmulPrecision::BF16Inputs &&
+                         !params_.values().is_cpu() && !params_.sharded_by_layer();
+  if (bf16_copy) {
     if (!values_bf16_.defined())
       values_bf16_ = Tensor::empty(params_.values().shape(), DType::BF16, params_.values().device());
-    kernels::convert(params_.values(), values_bf16_);
+    if (!values_bf16_current_) kernels::convert(params_.values(), values_bf16_);
     bf16_weights.emplace(params_.values(), values_bf16_);
   }
+  // Only a completed update below makes the copy current again (a step that throws leaves it stale).
+  values_bf16_current_ = false;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const TokenBatch& batch = micro_batches[i];
     const Clock::time_point t0 = Clock::now();
@@ -244,9 +249,11 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   stats.decision = hooks_.before_update ? hooks_.before_update(stats) : UpdateDecision::Apply;
   if (stats.decision == UpdateDecision::Apply) {
     LT_PROFILE_PHASE_SCOPE("adamw", profile::Phase::Optimizer);
-    optimizer_.step(stats.lr);
+    optimizer_.step(stats.lr, bf16_copy ? values_bf16_ : Tensor());
     if (hooks_.after_update) hooks_.after_update(params_);
   }
+  const bool updated_all = optimizer_.owned().size() == params_.numel() && !hooks_.after_update;
+  values_bf16_current_ = bf16_copy && (stats.decision != UpdateDecision::Apply || updated_all);
   {
     LT_PROFILE_PHASE_SCOPE("zero_grad", profile::Phase::Optimizer);
     params_.zero_grad();

@@ -119,6 +119,10 @@ class Trainer {
   const TrainState& state() const { return state_; }
   LingForCausalLM& model() { return model_; }
   FlatParameters& parameters() { return params_; }
+  // Whatever writes the parameters' values outside step() (a checkpoint restored, another process's
+  // values loaded) calls this: the bf16 copy of them that the last update wrote is stale then, and the
+  // next step rounds the values anew.
+  void values_changed() { values_bf16_current_ = false; }
   AdamW& optimizer() { return optimizer_; }
 
  private:
@@ -128,7 +132,12 @@ class Trainer {
   FlatParameters params_;
   std::unordered_map<const VariableImpl*, size_t> parameter_index_;  // a leaf -> its FlatParameters index
   AdamW optimizer_;
-  Tensor values_bf16_;  // the values rounded to bf16 for a step's matmuls (--dtype bf16 on a GPU)
+  // The values rounded to bf16 for a step's matmuls (--dtype bf16 on a GPU), and whether it
+  // holds their rounding now: written by the update in the same pass, so a step rounds them itself only
+  // after values_changed(), an update that did not write all of them (a sharded optimiser) or one that a
+  // hook followed (EDiT's exchange of the updated values).
+  Tensor values_bf16_;
+  bool values_bf16_current_ = false;
   StepHooks hooks_;
   TrainState state_;
 };

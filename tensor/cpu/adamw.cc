@@ -2,6 +2,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "tensor/cpu/adamw.cc"
 #include <cmath>
+#include <type_traits>
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
@@ -13,8 +14,24 @@ HWY_BEFORE_NAMESPACE();
 namespace lt::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The bf16 of f32 lanes as f32_to_bf16 (tensor/dtype.h) rounds them: to nearest even, a NaN kept NaN.
+template <class D>
+HWY_INLINE void StoreBf16(D df, hn::Vec<D> x, uint16_t* out) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint16_t, D> d16;
+  const auto bits = hn::BitCast(du, x);
+  const auto is_nan = hn::Gt(hn::And(bits, hn::Set(du, 0x7FFFFFFFu)), hn::Set(du, 0x7F800000u));
+  const auto bias = hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u)));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(bits, bias));
+  const auto quiet = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x0040u));
+  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, hn::IfThenElse(is_nan, quiet, rounded))), d16, out);
+}
+
+// p_bf16 (f32 only; nullptr: none): the bf16 of each new value, written in the same pass (the weights'
+// copy that the next step's bf16 matmuls read, tensor/bf16_shadow.h).
 template <class T>
-void AdamWT(T* p, const T* g, T* m, T* v, int64_t n, const AdamWStep& s) {
+void AdamWT(T* p, const T* g, T* m, T* v, int64_t n, const AdamWStep& s, uint16_t* p_bf16) {
   // Bias corrections folded into two scalars: p -= step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps).
   const T decay = T(1.0 - s.lr * s.weight_decay);
   const T b1 = T(s.beta1), b2 = T(s.beta2), one_minus_b1 = T(1.0 - s.beta1), one_minus_b2 = T(1.0 - s.beta2);
@@ -37,20 +54,27 @@ void AdamWT(T* p, const T* g, T* m, T* v, int64_t n, const AdamWStep& s) {
       const auto pi = hn::Mul(hn::LoadU(d, p + i), vdecay);
       hn::StoreU(mi, d, m + i);
       hn::StoreU(vi, d, v + i);
-      hn::StoreU(hn::Sub(pi, hn::Div(hn::Mul(vstep, mi), denom)), d, p + i);
+      const auto updated = hn::Sub(pi, hn::Div(hn::Mul(vstep, mi), denom));
+      hn::StoreU(updated, d, p + i);
+      if constexpr (std::is_same_v<T, float>)
+        if (p_bf16) StoreBf16(d, updated, p_bf16 + i);
     }
     for (; i < end; ++i) {
       const T gi = g[i] * grad_scale;
       m[i] = b1 * m[i] + one_minus_b1 * gi;
       v[i] = b2 * v[i] + one_minus_b2 * gi * gi;
       p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+      if constexpr (std::is_same_v<T, float>)
+        if (p_bf16) p_bf16[i] = f32_to_bf16(p[i]);
     }
   });
 }
 
-void AdamWKernel(DType dtype, void* p, const void* g, void* m, void* v, int64_t n, const AdamWStep& s) {
+void AdamWKernel(DType dtype, void* p, const void* g, void* m, void* v, int64_t n, const AdamWStep& s,
+                 uint16_t* p_bf16) {
   LT_FLOAT_SWITCH(dtype, T,
-                  AdamWT<T>(static_cast<T*>(p), static_cast<const T*>(g), static_cast<T*>(m), static_cast<T*>(v), n, s));
+                  AdamWT<T>(static_cast<T*>(p), static_cast<const T*>(g), static_cast<T*>(m), static_cast<T*>(v), n, s,
+                            p_bf16));
 }
 
 }  // namespace lt::cpu::HWY_NAMESPACE
@@ -62,7 +86,7 @@ HWY_EXPORT(AdamWKernel);
 
 // Run by run, each with its decay.
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step,
-                const std::vector<AdamWRun>& runs) {
+                const std::vector<AdamWRun>& runs, const Tensor& param_bf16) {
   const auto at = [bytes = static_cast<int64_t>(dtype_size(param.dtype()))](const Tensor& t, int64_t i) {
     return static_cast<char*>(t.raw_data()) + i * bytes;
   };
@@ -70,7 +94,8 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
     AdamWStep run_step = step;
     if (!run.weight_decay) run_step.weight_decay = 0;
     HWY_DYNAMIC_DISPATCH(AdamWKernel)(param.dtype(), at(param, run.begin), at(grad, run.begin), at(m, run.begin),
-                                      at(v, run.begin), run.end - run.begin, run_step);
+                                      at(v, run.begin), run.end - run.begin, run_step,
+                                      param_bf16.defined() ? param_bf16.bf16_data() + run.begin : nullptr);
   }
 }
 

@@ -2,6 +2,7 @@
 // a grid-stride loop, with the arithmetic of the CPU kernel's vector path (tensor/cpu/adamw.cc) and the
 // same fused multiply-adds, the bias corrections folded into scalars the host computes once (AdamWStep).
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #ifndef LINGTRAIN_CUDA_EMULATION  // the emulation (tensor/cuda/emulation.h) stands in for the runtime
@@ -23,9 +24,10 @@ struct AdamWScalars {
 // Thread j of the runs' concatenation steps element begin[r] + (j - first[r]) of the run r whose first
 // index is the last at or below j (a binary search of the table: runs are few, their table in cache).
 // table [R, 3]: each run's begin, first index in the concatenation and whether it takes weight decay.
+// p_bf16 (nullptr: none): each new value rounded to bf16, as round_to_bf16 rounds (f32 only).
 template <class T>
 __global__ void adamw_kernel(T* p, const T* g, T* m, T* v, const int64_t* table, int64_t runs, int64_t total,
-                             AdamWScalars<T> s) {
+                             AdamWScalars<T> s, uint16_t* p_bf16) {
   for (int64_t j = first_index(); j < total; j += grid_stride()) {
     int64_t lo = 0, hi = runs - 1;
     while (lo < hi) {
@@ -41,7 +43,10 @@ __global__ void adamw_kernel(T* p, const T* g, T* m, T* v, const int64_t* table,
     const T denom = fused_multiply_add(square_root(vi), s.inv_sqrt_bc2, s.eps);
     m[i] = mi;
     v[i] = vi;
-    p[i] = p[i] * decay - (s.step_size * mi) / denom;
+    const T updated = p[i] * decay - (s.step_size * mi) / denom;
+    p[i] = updated;
+    if constexpr (std::is_same_v<T, float>)
+      if (p_bf16) p_bf16[i] = f32_to_bf16(updated);
   }
 }
 
@@ -73,7 +78,7 @@ const RunTable& run_table(Device device, const std::vector<AdamWRun>& runs) {
 }  // namespace
 
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const kernels::AdamWStep& step,
-                const std::vector<AdamWRun>& runs) {
+                const std::vector<AdamWRun>& runs, const Tensor& param_bf16) {
   const DeviceGuard guard(param.device().index);
   const std::vector<AdamWRun> stepped = kernels::stepped_runs(runs, param.numel());
   const RunTable& table = run_table(param.device(), stepped);
@@ -91,7 +96,8 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const k
                             T(step.grad_scale)};
     LT_CUDA_LAUNCH(blocks_for(table.total), kThreadsPerBlock, adamw_kernel<T>)(
         param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), table.table.data<int64_t>(),
-        static_cast<int64_t>(stepped.size()), table.total, s);
+        static_cast<int64_t>(stepped.size()), table.total, s,
+        param_bf16.defined() ? param_bf16.bf16_data() : nullptr);
   });
   LT_CUDA_CHECK(cudaGetLastError());
 }

@@ -450,6 +450,14 @@ TEST(CudaEmulation, AdamWMatchesTheCpuKernel) {
       test::expect_close(values(p_e), values(p), tolerance, tolerance, "param " + where);
       test::expect_close(values(m_e), values(m), tolerance, tolerance, "m " + where);
       test::expect_close(values(v_e), values(v), tolerance, tolerance, "v " + where);
+      if (dtype == DType::F32) {  // the bf16 copy written in the same pass is the new values' rounding
+        Tensor p_copied = p0.clone(), m_copied = m0.clone(), v_copied = v0.clone();
+        Tensor copy = Tensor::empty({n}, DType::BF16), want = Tensor::empty({n}, DType::BF16);
+        cuda_emulated::adamw_step(p_copied, g, m_copied, v_copied, step, {}, copy);
+        kernels::convert(p_copied, want);
+        EXPECT_EQ(std::memcmp(copy.raw_data(), want.raw_data(), copy.nbytes()), 0) << where;
+        EXPECT_EQ(std::memcmp(p_copied.raw_data(), p_e.raw_data(), p_e.nbytes()), 0) << where;
+      }
       // Runs with and without decay, gaps left as they are, in one launch; then other runs, whose table
       // replaces the one the device holds.
       if (n < 10) continue;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 #include "autograd/ops.h"
@@ -104,6 +105,51 @@ TEST(AdamW, TheKernelStepsItsRunsEachWithItsDecay) {
   for (const std::vector<kernels::AdamWRun>& bad : std::vector<std::vector<kernels::AdamWRun>>{
            {{5, 9, true}, {2, 4, true}}, {{3, 3, false}}, {{30, 41, true}}, {{-1, 4, true}}})
     EXPECT_THROW(kernels::adamw_step(p, g, m, v, step, bad), Error);
+}
+
+// The bf16 copy written in the same pass is the rounding convert makes of the new values (nearest even,
+// NaN kept NaN), on every Highway target (vector body and scalar tail), and the elements outside the runs
+// keep the copy they had; the values and moments are those of the step without a copy.
+TEST(AdamW, TheKernelWritesTheBf16CopyOfTheNewValues) {
+  const int64_t n = 77;
+  const kernels::AdamWStep step{1e-2, 0.9, 0.95, 1e-8, 0.1, 3, 1.0};
+  Tensor p0 = test::random_tensor({n}, 71);
+  p0.data<float>()[40] = std::nanf("");
+  // Values halfway between two bf16 numbers: the rounding to even is what is checked there.
+  for (int64_t i : {50, 51}) p0.data<float>()[i] = 1.0f + static_cast<float>(2 * (i - 50) + 1) / 256.0f;
+  Tensor g = test::random_tensor({n}, 72);
+  for (int64_t i : {50, 51}) g.data<float>()[i] = 0.0f;
+  const Tensor m0 = Tensor::zeros({n}), v0 = Tensor::zeros({n});
+  const kernels::AdamWStep no_decay{1e-2, 0.9, 0.95, 1e-8, 0.0, 3, 1.0};
+  const std::vector<kernels::AdamWRun> runs{{0, 30, true}, {33, 77, false}};
+  test::for_each_cpu_target([&] {
+    Tensor p = p0.clone(), m = m0.clone(), v = v0.clone();
+    Tensor p_plain = p0.clone(), m_plain = m0.clone(), v_plain = v0.clone();
+    Tensor copy = Tensor::full({n}, 3.0).to(DType::BF16);
+    kernels::adamw_step(p, g, m, v, step, runs, copy);
+    kernels::adamw_step(p_plain, g, m_plain, v_plain, step, runs);
+    EXPECT_EQ(std::memcmp(p.raw_data(), p_plain.raw_data(), p.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(m.raw_data(), m_plain.raw_data(), m.nbytes()), 0);
+    Tensor want = Tensor::empty({n}, DType::BF16);
+    kernels::convert(p, want);
+    const uint16_t* got = copy.bf16_data();
+    for (int64_t i = 0; i < n; ++i) {
+      const bool stepped = i < 30 || i >= 33;
+      EXPECT_EQ(got[i], stepped ? want.bf16_data()[i] : f32_to_bf16(3.0f)) << "element " << i;
+    }
+    EXPECT_TRUE(std::isnan(bf16_to_f32(got[40])));
+    // The two halfway values (no gradient, no decay: they stay as they were) round to even, one down
+    // and one up.
+    Tensor halfway = p0.narrow(50, 2).clone(), zero_m = Tensor::zeros({2}), zero_v = Tensor::zeros({2});
+    Tensor halfway_copy = Tensor::empty({2}, DType::BF16);
+    kernels::adamw_step(halfway, g.narrow(50, 2), zero_m, zero_v, no_decay, {}, halfway_copy);
+    EXPECT_EQ(bf16_to_f32(halfway_copy.bf16_data()[0]), 1.0f);
+    EXPECT_EQ(bf16_to_f32(halfway_copy.bf16_data()[1]), 1.0f + 4.0f / 256.0f);
+  });
+  Tensor p = p0.clone(), m = m0.clone(), v = v0.clone();
+  Tensor wrong_shape = Tensor::empty({n - 1}, DType::BF16), wrong_dtype = Tensor::empty({n});
+  EXPECT_THROW(kernels::adamw_step(p, g, m, v, step, runs, wrong_shape), Error);
+  EXPECT_THROW(kernels::adamw_step(p, g, m, v, step, runs, wrong_dtype), Error);
 }
 
 TEST(AdamW, StateRoundTrips) {

@@ -162,6 +162,31 @@ TEST(Trainer, StepsWithBf16MatmulsOnTheGpuStayCloseToF32) {
   }
 }
 
+// Mixed precision on the GPU: the weights' bf16 copy that each update writes in its pass stands for the
+// rounding a step would make itself, bit for bit; and after values_changed() (values written outside a
+// step: a checkpoint restored) a step rounds the new values, its loss that of a trainer started from them.
+TEST(Trainer, TheUpdatesBf16CopyOfTheWeightsIsTheGpuStepsOwnRounding) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount found none)";
+  LingForCausalLM fused_model(small_config(), 1), rounding_model(small_config(), 1), other_model(small_config(), 2);
+  for (LingForCausalLM* m : {&fused_model, &rounding_model, &other_model}) m->to(Device::cuda(0));
+  Trainer fused(fused_model, constant_lr(1e-2)), rounding(rounding_model, constant_lr(1e-2));
+  Trainer other(other_model, constant_lr(1e-2));
+  kernels::set_matmul_precision(kernels::MatmulPrecision::BF16Inputs);
+  Rng rng(6);
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<TokenBatch> batch = {random_batch(rng, 2, 16)};
+    rounding.values_changed();
+    EXPECT_EQ(fused.step(batch).loss, rounding.step(batch).loss) << "step " << step;
+  }
+  EXPECT_EQ(values_of(fused), values_of(rounding));
+  const std::vector<TokenBatch> batch = {random_batch(rng, 2, 16)};
+  fused.parameters().values().copy_from(other.parameters().values());
+  fused.values_changed();
+  other.state().step = fused.state().step;  // the same step: the same routing noise
+  EXPECT_EQ(fused.step(batch).loss, other.step(batch).loss);
+  kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
+}
+
 // Mixed precision keeps the activations in bf16 (autograd/saved.h): what the graph of a forward holds
 // for its backward takes little more than half the memory it takes in f32 (the f32 statistics and the
 // routing's index tensors are the rest), and the backward it feeds gives gradients within a few percent
