@@ -1,14 +1,17 @@
 // What a node keeps of a tensor for its backward.
 //
-// Mixed precision (--dtype bf16 on a GPU, kernels::matmul_precision() == BF16Inputs) keeps every f32
-// activation on a GPU in bf16: the activations the graph holds between the forward and the backward
-// are most of a step's memory, and this halves them. The backward reads them widened back to f32, so
-// every kernel computes in f32 as before; the matmuls round their operands to bf16 anyway, so for them
-// nothing changes. Statistics (RMSNorm's rstd, attention's log-sum-exp, softmax probabilities) and the
-// loss stay f32, as do weights and other leaves: they live on anyway, and a bf16 copy would add memory.
-// On the CPU, and without the mode, a saved tensor is the tensor itself: the CPU's bf16 GEMM
-// (tensor/cpu/gemm.cc) rounds while packing, and a bf16 copy of every activation would add a pass over
-// memory per activation to a step whose memory-bound ops already take a fifth of its time.
+// Mixed precision (--dtype bf16, kernels::matmul_precision() == BF16Inputs) keeps every f32 activation in
+// bf16, on a GPU and on a CPU with a bf16 GEMM (kernels::cpu_has_bf16_matmul; elsewhere the mode leaves
+// the CPU's matmuls f32 and nothing is rounded): the activations the graph holds between the forward and
+// the backward are most of a step's transient memory, and this halves them. The backward reads them
+// widened back to f32, so every kernel computes in f32 as before; the matmuls round their operands to
+// bf16 anyway, so for them nothing changes. Statistics (RMSNorm's rstd, attention's log-sum-exp, softmax
+// probabilities) and the loss stay f32, as do weights and other leaves: they live on anyway, and a bf16
+// copy would add memory. Without the mode a saved tensor is the tensor itself.
+// A GPU's kernels write the copies in the passes that produce the activations (kept_copy_to_fill) and
+// widen them as they read. On a CPU a copy is rounded when a node keeps it (one vector pass); the GEMMs
+// take it as it is (their packing moves its bf16 pairs instead of converting f32), and the other backward
+// kernels read it widened into a temporary (kernel_operand), one at a time.
 #pragma once
 #include "autograd/variable.h"
 
@@ -31,20 +34,25 @@ class SavedTensor {
   // The tensor as the forward had it (widened to f32 when kept in bf16).
   Tensor get() const;
 
-  // What is held (bf16 under the mode), for the kernels that take a kept copy as it is (check_kept in
-  // tensor/kernels/dispatch.h: the GEMMs, which would round the widened values to the same bf16 again,
-  // and backward kernels that widen as they read), and for memory accounting in tests.
+  // What is held (bf16 under the mode), for the kernels that take a kept copy as it is (check_kept and
+  // check_kept_anywhere in tensor/kernels/dispatch.h: the GEMMs, which would round the widened values to
+  // the same bf16 again, and a GPU's backward kernels, which widen as they read), and for memory
+  // accounting in tests.
   const Tensor& stored() const { return stored_; }
+  // What a kernel other than a GEMM reads: stored() where the kernels widen a kept copy as they read it
+  // (a GPU's), else get().
+  Tensor kernel_operand() const;
 
  private:
   Tensor stored_;
   bool widen_ = false;
 };
 
-// The bf16 copy that a node keeping x (SavedTensor::input) will hold under mixed precision, allocated and
-// registered empty, for a kernel that reads or writes x anyway to fill in the same pass, with no rounding
-// launch of its own; undefined where x is kept as it is, where nothing keeps it (no gradients), or where
-// its copy exists. The kernel fills it before any node reads it.
+// The bf16 copy that a node keeping x (SavedTensor::input) will hold under mixed precision on a GPU,
+// allocated and registered empty, for a kernel that reads or writes x anyway to fill in the same pass, with
+// no rounding launch of its own; undefined where x is kept as it is, where nothing keeps it (no
+// gradients), where its copy exists, or on a CPU (there the node rounds it). The kernel fills it before any
+// node reads it.
 Tensor kept_copy_to_fill(const Variable& x);
 // The same for a tensor that only the calling node keeps (SavedTensor::activation(t, copy)), or for the
 // value of the result an op is about to return, registered with keep_copy once the result exists.
@@ -55,8 +63,8 @@ Tensor kept_copy_to_fill(const Tensor& t);
 void keep_copy(const Variable& result, const Tensor& copy);
 
 // The element type of a tensor that only GEMMs will read (an expert's SwiGLU output, the gradients the
-// experts' backward feeds to its GEMMs): bf16 under the mode where `like` would be kept in bf16, written
-// rounded by its producer, which spares the GEMM's rounding pass; else like's dtype.
+// experts' backward feeds to its GEMMs): bf16 under the mode on a GPU where `like` would be kept in bf16,
+// written rounded by its producer, which spares the GEMM's rounding pass; else like's dtype.
 DType gemm_operand_dtype(const Tensor& like);
 // The element type of the gradient node's backward computes for its input i (like: the tensor whose dtype
 // it has otherwise): bf16 under the mode where that gradient only feeds GEMMs
@@ -65,7 +73,8 @@ DType gemm_operand_dtype(const Tensor& like);
 DType input_gradient_dtype(const Node& node, size_t i, const Tensor& like);
 
 // A tensor that GEMMs read and nothing keeps (the incoming gradient of a matmul, read by both of its
-// products): rounded to bf16 once under the mode, where each GEMM would round it again; else itself.
+// products): rounded to bf16 once under the mode on a GPU, where each GEMM would round it again; else
+// itself (a CPU's GEMMs round as they pack).
 Tensor gemm_operand(const Tensor& t);
 
 }  // namespace lt

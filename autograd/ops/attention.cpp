@@ -29,11 +29,11 @@ struct AttentionNode : Node {
   std::vector<Tensor> backward(const Tensor& g) override {
     const DType kept = saved_q.stored().dtype();
     const bool kept_alike = saved_k.stored().dtype() == kept && saved_v.stored().dtype() == kept;
-    auto operand = [kept_alike](const SavedTensor& saved) { return kept_alike ? saved.stored() : saved.get(); };
+    auto operand = [kept_alike](const SavedTensor& saved) { return kept_alike ? saved.kernel_operand() : saved.get(); };
     const Tensor q = operand(saved_q), k = operand(saved_k), v = operand(saved_v);
     Tensor dq = Tensor::empty_like(g), dk = Tensor::empty(k.shape(), g.dtype(), g.device());
     Tensor dv = Tensor::empty_like(dk);
-    kernels::attention_backward(q, k, v, saved_out.stored(), lse, g, scale, dq, dk, dv, doc_start);
+    kernels::attention_backward(q, k, v, saved_out.kernel_operand(), lse, g, scale, dq, dk, dv, doc_start);
     return {dq, dk, dv};
   }
 };
@@ -50,10 +50,10 @@ struct QkvAttentionNode : Node {
   // qkv and out as kept: the kernels widen bf16 copies as they read them. dqkv, which goes to the QKV
   // projection's GEMMs only, in bf16 under mixed precision (input_gradient_dtype).
   std::vector<Tensor> backward(const Tensor& g) override {
-    const Tensor& qkv = saved_qkv.stored();
+    const Tensor qkv = saved_qkv.kernel_operand();
     Tensor dqkv = Tensor::empty(qkv.shape(), input_gradient_dtype(*this, 0, g), g.device());
-    kernels::qkv_attention_backward(qkv, heads, kv_heads, theta, pos_offset, saved_out.stored(), lse, g, scale, dqkv,
-                                    doc_start);
+    kernels::qkv_attention_backward(qkv, heads, kv_heads, theta, pos_offset, saved_out.kernel_operand(), lse, g, scale,
+                                    dqkv, doc_start);
     return {dqkv};
   }
 };

@@ -15,6 +15,7 @@
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "tensor/cpu/bf16-inl.h"
 #include "tensor/cpu/exp-inl.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/dtype_switch.h"
@@ -135,9 +136,10 @@ void SwigluBackwardT(const T* gate_up, const T* dy, T* dgate_up, int64_t R, int6
 // partial one through zero-padded copies (zeros add nothing to the dot). Each element gets SwigluT's and
 // SwigluBackwardT's arithmetic, the weight applied as the combine's backward applies it (h w, t w); dw
 // sums its products in Lanes partial sums. Assignment a owns row pos[a] and dw[a], so the assignments
-// split across threads with no two sharing a byte.
-template <class T>
-void SwigluCombineBackwardT(const T* w, const int32_t* pos, int64_t assignments, int64_t C, const T* gate_up,
+// split across threads with no two sharing a byte. G: gate_up's element type, T's or bf16 (uint16_t: the
+// kept copy under mixed precision, widened as it is read).
+template <class T, class G>
+void SwigluCombineBackwardT(const T* w, const int32_t* pos, int64_t assignments, int64_t C, const G* gate_up,
                             const T* t, T* h, T* dgate_up, T* dw) {
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 12) / std::max<int64_t>(C, 1));
   parallel_for(assignments, grain, [&](int64_t begin, int64_t end) {
@@ -146,8 +148,8 @@ void SwigluCombineBackwardT(const T* w, const int32_t* pos, int64_t assignments,
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
     for (int64_t a = begin; a < end; ++a) {
       const int64_t m = pos[a];
-      const T* gate = gate_up + m * 2 * C;
-      const T* up = gate + C;
+      const G* gate = gate_up + m * 2 * C;
+      const G* up = gate + C;
       const T* t_m = t + m * C;
       T* h_m_out = h + m * C;
       T* dgate = dgate_up + m * 2 * C;
@@ -167,13 +169,13 @@ void SwigluCombineBackwardT(const T* w, const int32_t* pos, int64_t assignments,
       };
       int64_t c = 0;
       for (; c + lanes <= C; c += lanes)
-        step(hn::LoadU(d, gate + c), hn::LoadU(d, up + c), hn::LoadU(d, t_m + c), h_m_out + c, dgate + c, dup + c);
+        step(LoadWidened(d, gate + c), LoadWidened(d, up + c), hn::LoadU(d, t_m + c), h_m_out + c, dgate + c, dup + c);
       if (c < C) {
         const int64_t count = C - c;
         T g[HWY_LANES(T)] = {}, u[HWY_LANES(T)] = {}, dh[HWY_LANES(T)] = {};
         T h_part[HWY_LANES(T)], dgate_part[HWY_LANES(T)], dup_part[HWY_LANES(T)];
-        std::copy(gate + c, gate + C, g);
-        std::copy(up + c, up + C, u);
+        std::transform(gate + c, gate + C, g, Widened<T, G>);
+        std::transform(up + c, up + C, u, Widened<T, G>);
         std::copy(t_m + c, t_m + C, dh);
         step(hn::LoadU(d, g), hn::LoadU(d, u), hn::LoadU(d, dh), h_part, dgate_part, dup_part);
         std::copy(h_part, h_part + count, h_m_out + c);
@@ -205,7 +207,12 @@ void SwigluBackwardKernel(DType dtype, const void* gate_up, const void* dy, void
 }
 
 void SwigluCombineBackwardKernel(DType dtype, const void* w, const int32_t* pos, int64_t assignments, int64_t C,
-                                 const void* gate_up, const void* t, void* h, void* dgate_up, void* dw) {
+                                 const void* gate_up, bool gate_up_bf16, const void* t, void* h, void* dgate_up,
+                                 void* dw) {
+  if (gate_up_bf16)
+    return SwigluCombineBackwardT<float>(static_cast<const float*>(w), pos, assignments, C,
+                                         static_cast<const uint16_t*>(gate_up), static_cast<const float*>(t),
+                                         static_cast<float*>(h), static_cast<float*>(dgate_up), static_cast<float*>(dw));
   LT_FLOAT_SWITCH(dtype, T,
                   SwigluCombineBackwardT<T>(static_cast<const T*>(w), pos, assignments, C,
                                             static_cast<const T*>(gate_up), static_cast<const T*>(t),
@@ -246,8 +253,8 @@ void swiglu_backward(const Tensor& gate_up, const Tensor& dy, Tensor& dgate_up) 
 void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate_up, const Tensor& t, Tensor& h,
                              Tensor& dgate_up, Tensor& dw) {
   HWY_DYNAMIC_DISPATCH(SwigluCombineBackwardKernel)
-  (t.dtype(), w.raw_data(), pos.data<int32_t>(), w.numel(), t.dim(1), gate_up.raw_data(), t.raw_data(), h.raw_data(),
-   dgate_up.raw_data(), dw.defined() ? dw.raw_data() : nullptr);
+  (t.dtype(), w.raw_data(), pos.data<int32_t>(), w.numel(), t.dim(1), gate_up.raw_data(),
+   gate_up.dtype() == DType::BF16, t.raw_data(), h.raw_data(), dgate_up.raw_data(), dw.defined() ? dw.raw_data() : nullptr);
 }
 
 }  // namespace lt::cpu

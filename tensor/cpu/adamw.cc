@@ -6,6 +6,7 @@
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "tensor/cpu/bf16-inl.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
@@ -13,20 +14,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace lt::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// The bf16 of f32 lanes as f32_to_bf16 (tensor/dtype.h) rounds them: to nearest even, a NaN kept NaN.
-template <class D>
-HWY_INLINE void StoreBf16(D df, hn::Vec<D> x, uint16_t* out) {
-  const hn::RebindToUnsigned<D> du;
-  const hn::RebindToSigned<D> di;
-  const hn::Rebind<uint16_t, D> d16;
-  const auto bits = hn::BitCast(du, x);
-  const auto is_nan = hn::Gt(hn::And(bits, hn::Set(du, 0x7FFFFFFFu)), hn::Set(du, 0x7F800000u));
-  const auto bias = hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u)));
-  const auto rounded = hn::ShiftRight<16>(hn::Add(bits, bias));
-  const auto quiet = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x0040u));
-  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, hn::IfThenElse(is_nan, quiet, rounded))), d16, out);
-}
 
 // p_bf16 (f32 only; nullptr: none): the bf16 of each new value, written in the same pass (the weights'
 // copy that the next step's bf16 matmuls read, tensor/bf16_shadow.h).

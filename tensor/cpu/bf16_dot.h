@@ -29,6 +29,10 @@ void row_to_pairs(const float* src, int64_t n, uint32_t* dst);
 // dst[j] = the pair (even[j], odd[j]) for j < n: two consecutive k-rows interleaved; odd == nullptr
 // stands for a row of zeros (past the end of a block of odd depth).
 void interleave_to_pairs(const float* even, const float* odd, int64_t n, uint32_t* dst);
+// The same from bf16 values already rounded (a weight's bf16 copy, tensor/bf16_shadow.h): moves only, no
+// conversion, half the bytes read.
+void row_to_pairs(const uint16_t* src, int64_t n, uint32_t* dst);
+void interleave_to_pairs(const uint16_t* even, const uint16_t* odd, int64_t n, uint32_t* dst);
 
 // tile[6][64] (row-major, 64-byte aligned) = the sum over `pairs` k-pairs of a_panel[kp][6] (one pair
 // per row of C, broadcast) times b_panel[kp][64] (one pair per column of C), b_panel's rows b_stride

@@ -6,6 +6,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "tensor/column_sum_chunks.h"
+#include "tensor/cpu/bf16-inl.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
@@ -118,6 +119,26 @@ void SumRowsKernel(DType dtype, const void* x, void* out, int64_t rows, int64_t 
   LT_FLOAT_SWITCH(dtype, T, SumRowsT<T>(static_cast<const T*>(x), static_cast<T*>(out), rows, inner));
 }
 
+// dst = the bf16 of src (f32_to_bf16), and dst = src widened (bf16_to_f32), for n elements.
+void RoundToBf16Kernel(const float* src, uint16_t* dst, int64_t n) {
+  parallel_for(n, 1 << 15, [src, dst](int64_t begin, int64_t end) {
+    const hn::ScalableTag<float> d;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    int64_t i = begin;
+    for (; i + lanes <= end; i += lanes) StoreBf16(d, hn::LoadU(d, src + i), dst + i);
+    for (; i < end; ++i) dst[i] = f32_to_bf16(src[i]);
+  });
+}
+void WidenBf16Kernel(const uint16_t* src, float* dst, int64_t n) {
+  parallel_for(n, 1 << 15, [src, dst](int64_t begin, int64_t end) {
+    const hn::ScalableTag<float> d;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    int64_t i = begin;
+    for (; i + lanes <= end; i += lanes) hn::StoreU(LoadBf16(d, src + i), d, dst + i);
+    for (; i < end; ++i) dst[i] = bf16_to_f32(src[i]);
+  });
+}
+
 }  // namespace lt::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -126,6 +147,8 @@ namespace lt::cpu {
 HWY_EXPORT(BinaryKernel);
 HWY_EXPORT(AxpbyKernel);
 HWY_EXPORT(SumRowsKernel);
+HWY_EXPORT(RoundToBf16Kernel);
+HWY_EXPORT(WidenBf16Kernel);
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, int64_t inner) {
   HWY_DYNAMIC_DISPATCH(BinaryKernel)(op, a.dtype(), a.raw_data(), b.raw_data(), out.raw_data(), a.numel(), inner);
@@ -145,18 +168,11 @@ void sum_to(const Tensor& x, Tensor& out) {
   HWY_DYNAMIC_DISPATCH(SumRowsKernel)(x.dtype(), x.raw_data(), out.raw_data(), inner ? x.numel() / inner : 0, inner);
 }
 
-// The scalar conversions of tensor/dtype.h (Highway's demotion truncates rather than rounds).
+// With the bits of the scalar conversions of tensor/dtype.h (tensor/cpu/bf16-inl.h), threads taking
+// chunks: under --dtype bf16 the activations kept for the backward go through here (autograd/saved.h).
 void convert(const Tensor& x, Tensor& y) {
-  const int64_t n = x.numel();
-  if (x.dtype() == DType::F32) {
-    const float* src = x.data<float>();
-    uint16_t* dst = y.bf16_data();
-    for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
-  } else {
-    const uint16_t* src = x.bf16_data();
-    float* dst = y.data<float>();
-    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
-  }
+  if (x.dtype() == DType::F32) HWY_DYNAMIC_DISPATCH(RoundToBf16Kernel)(x.data<float>(), y.bf16_data(), x.numel());
+  else HWY_DYNAMIC_DISPATCH(WidenBf16Kernel)(x.bf16_data(), y.data<float>(), x.numel());
 }
 
 }  // namespace lt::cpu

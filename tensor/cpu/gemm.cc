@@ -27,8 +27,10 @@
 // with VDPBF16PS into f32 accumulators: the contract of the GPU's bf16 GEMMs, at twice the f32 FMA rate
 // and half the packed footprint. The k-pairs make the packing a conversion plus the f32 packing's own
 // moves on 32-bit units: a [M, K] row converted to bf16 is already a row of pairs, and two k-rows of a
-// [K, N] b interleave into one row of pairs. The few-row paths stay f32: they are bound by reading b,
-// and converting it would cost more than its FMAs. Where the CPU has AMX tiles (tensor/cpu/amx.h) the
+// [K, N] b interleave into one row of pairs. An operand held in bf16 (an activation kept for the backward,
+// autograd/saved.h) has its pairs moved instead of converted, half the bytes read. The few-row paths stay
+// f32 (widening an operand held in bf16): they are bound by reading b, and converting it would cost more
+// than its FMAs. Where the CPU has AMX tiles (tensor/cpu/amx.h) the
 // panels are multiplied there instead, 32 rows x 64 columns per block: B keeps its packed panels, and A
 // is packed as rows of pairs (the tiles' A operand is 16 rows of C with their k-pairs side by side), both
 // zero-padded to whole steps of 16 pairs and A to whole blocks of 32 rows.
@@ -54,6 +56,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "tensor/cpu/amx.h"
+#include "tensor/cpu/bf16-inl.h"
 #include "tensor/cpu/bf16_dot.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/transpose-inl.h"
@@ -206,6 +209,11 @@ struct Gemm {
   // The same for the bf16 panel path: op(b) in pairs, packed whole beforehand (PackPairsBWhole's layout)
   // for several GEMMs against it; read only where bf16_inputs.
   const uint32_t* b_pairs = nullptr;
+  // An operand held in bf16 (an activation kept for the backward, autograd/saved.h), in place of a or b
+  // (nullptr then), laid out as that would be (leading dimension, gathers): the bf16 packing moves its
+  // pairs (no conversion, half the bytes); the paths that read f32 read it widened (WithF32Operands).
+  const uint16_t* a_bf16 = nullptr;
+  const uint16_t* b_bf16 = nullptr;
 };
 
 // Row i of a's storage and row k of b's, through the gathers.
@@ -218,7 +226,7 @@ const T* RowOfB(const Gemm<T>& g, int64_t k) {
   return g.b + (g.b_rows ? g.b_rows[k] : k) * g.ldb;
 }
 
-// A per-thread packing buffer (kWhich: 0 for A, 1 for B; 2 and 3 below) that grows to the largest size seen and is
+// A per-thread packing buffer (kWhich: 0 for A, 1 for B; 2 to 5 below) that grows to the largest size seen and is
 // then reused, so steady-state calls allocate nothing. Aligned so packed panels start on a cache line.
 template <class T, int kWhich>
 T* PackBuffer(int64_t n) {
@@ -379,18 +387,40 @@ uint32_t* PairScratch(int64_t units) {
   return PackBuffer<uint32_t, 2>(std::max(units, kLargestUnits));
 }
 
+// One operand as the bf16 packing reads it, by rows of its storage (through a gather): converted from
+// f32, or moved where it is held in bf16.
+struct PairRows {
+  const float* f32;
+  const uint16_t* bf16;
+  int64_t ld;
+  const int32_t* gathered;
+  int64_t start(int64_t i) const { return (gathered ? gathered[i] : i) * ld; }
+  // dst = row i's n values from column `from`, as pairs (row_to_pairs).
+  void row(int64_t i, int64_t from, int64_t n, uint32_t* dst) const {
+    if (bf16) row_to_pairs(bf16 + start(i) + from, n, dst);
+    else row_to_pairs(f32 + start(i) + from, n, dst);
+  }
+  // dst = rows even and odd (odd < 0: zeros) from column `from`, n units interleaved (interleave_to_pairs).
+  void interleave(int64_t even, int64_t odd, int64_t from, int64_t n, uint32_t* dst) const {
+    if (bf16) interleave_to_pairs(bf16 + start(even) + from, odd < 0 ? nullptr : bf16 + start(odd) + from, n, dst);
+    else interleave_to_pairs(f32 + start(even) + from, odd < 0 ? nullptr : f32 + start(odd) + from, n, dst);
+  }
+};
+PairRows PairRowsOfA(const Gemm<float>& g) { return {g.a, g.a_bf16, g.lda, g.a_rows}; }
+PairRows PairRowsOfB(const Gemm<float>& g) { return {g.b, g.b_bf16, g.ldb, g.b_rows}; }
+
 // PackA in pairs: op(a)[i0 : i0 + rows, p0 : p0 + depth] into MR-row panels [depth / 2][MR].
 template <class DF>
 void PackPairsA(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_t p0, int64_t depth,
                 uint32_t* HWY_RESTRICT dst) {
   const hn::RebindToUnsigned<DF> du;
   const int64_t units = CeilDiv(depth, 2), panels = CeilDiv(rows, kTileRows), full_panels = rows / kTileRows;
+  const PairRows a = PairRowsOfA(g);
   if (g.trans_a) {
     // a is [K, M]: two k-rows of a make one row of pairs, which holds unit kp of every panel.
     uint32_t* pairs = PairScratch(rows);
     for (int64_t kp = 0; kp < units; ++kp) {
-      interleave_to_pairs(RowOfA(g, p0 + 2 * kp) + i0, 2 * kp + 1 < depth ? RowOfA(g, p0 + 2 * kp + 1) + i0 : nullptr,
-                          rows, pairs);
+      a.interleave(p0 + 2 * kp, 2 * kp + 1 < depth ? p0 + 2 * kp + 1 : -1, i0, rows, pairs);
       for (int64_t p = 0; p < full_panels; ++p)
         std::memcpy(dst + (p * units + kp) * kTileRows, pairs + p * kTileRows, kTileRows * sizeof(uint32_t));
       if (full_panels < panels) {
@@ -406,8 +436,7 @@ void PackPairsA(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_t p
   for (int64_t p = 0; p < panels; ++p) {
     const int64_t valid = std::min<int64_t>(kTileRows, rows - p * kTileRows);
     for (int64_t r = 0; r < kTileRows; ++r) {
-      if (r < valid)
-        row_to_pairs(RowOfA(g, i0 + p * kTileRows + r) + p0, depth, pairs + r * units);
+      if (r < valid) a.row(i0 + p * kTileRows + r, p0, depth, pairs + r * units);
       else std::fill_n(pairs + r * units, units, 0u);
     }
     uint32_t* panel = dst + p * units * kTileRows;
@@ -429,15 +458,15 @@ void PackPairsB(DF df, const Gemm<float>& g, int64_t p0, int64_t depth, int64_t 
   const int64_t units = CeilDiv(depth, 2), panels = CeilDiv(cols, tile_cols);
   for (int64_t p = 0; p < panels && padded_units > units; ++p)
     std::fill(dst + (p * padded_units + units) * tile_cols, dst + (p + 1) * padded_units * tile_cols, 0u);
+  const PairRows b = PairRowsOfB(g);
   if (!g.trans_b) {
     // b is [K, N]: two k-rows of b interleave straight into unit row kp of every panel.
     for (int64_t kp = 0; kp < units; ++kp) {
-      const float* even = RowOfB(g, p0 + 2 * kp) + j0;
-      const float* odd = 2 * kp + 1 < depth ? RowOfB(g, p0 + 2 * kp + 1) + j0 : nullptr;
+      const int64_t odd = 2 * kp + 1 < depth ? p0 + 2 * kp + 1 : -1;
       for (int64_t p = 0; p < panels; ++p) {
         uint32_t* out = dst + (p * padded_units + kp) * tile_cols;
         const int64_t c0 = p * tile_cols, valid = std::min(tile_cols, cols - c0);
-        interleave_to_pairs(even + c0, odd ? odd + c0 : nullptr, valid, out);
+        b.interleave(p0 + 2 * kp, odd, j0 + c0, valid, out);
         std::fill(out + valid, out + tile_cols, 0u);
       }
     }
@@ -452,7 +481,7 @@ void PackPairsB(DF df, const Gemm<float>& g, int64_t p0, int64_t depth, int64_t 
       const int64_t column = p * tile_cols + first;
       const int64_t valid = std::clamp<int64_t>(cols - column, 0, lanes);
       for (int64_t i = 0; i < lanes; ++i) {
-        if (i < valid) row_to_pairs(g.b + (j0 + column + i) * g.ldb + p0, depth, pairs + i * units);
+        if (i < valid) b.row(j0 + column + i, p0, depth, pairs + i * units);
         else std::fill_n(pairs + i * units, units, 0u);
       }
       uint32_t* out = panel + first;
@@ -501,11 +530,12 @@ void PackPairRowsA(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_
   const hn::RebindToUnsigned<DF> du;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(du));
   const int64_t units = CeilDiv(depth, 2);
+  const PairRows a = PairRowsOfA(g);
   std::fill(dst + rows * stride, dst + padded_rows * stride, 0u);
   if (!g.trans_a) {
     // a is [M, K]: a row converted to bf16 is a row of pairs.
     for (int64_t r = 0; r < rows; ++r) {
-      row_to_pairs(RowOfA(g, i0 + r) + p0, depth, dst + r * stride);
+      a.row(i0 + r, p0, depth, dst + r * stride);
       std::fill(dst + r * stride + units, dst + (r + 1) * stride, 0u);
     }
     return;
@@ -519,8 +549,7 @@ void PackPairRowsA(DF df, const Gemm<float>& g, int64_t i0, int64_t rows, int64_
       uint32_t* row = pairs + i * width;
       const int64_t kp = kp0 + i;
       if (kp < units) {
-        interleave_to_pairs(RowOfA(g, p0 + 2 * kp) + i0, 2 * kp + 1 < depth ? RowOfA(g, p0 + 2 * kp + 1) + i0 : nullptr,
-                            rows, row);
+        a.interleave(p0 + 2 * kp, 2 * kp + 1 < depth ? p0 + 2 * kp + 1 : -1, i0, rows, row);
         std::fill(row + rows, row + width, 0u);
       } else {
         std::fill_n(row, width, 0u);
@@ -1132,16 +1161,55 @@ template <class T>
 void GemmTransposed(const Gemm<T>& g) {
   T* c_t = PackBuffer<T, 3>(g.M * g.N);
   if (g.beta != T(0)) TransposeMatrix(g.c, g.ldc, g.M, g.N, c_t, g.M);
-  GemmPanels(
-      Gemm<T>{g.N, g.M, g.K, g.b, g.ldb, !g.trans_b, g.a, g.lda, !g.trans_a, c_t, g.M, g.alpha, g.beta, g.bf16_inputs});
+  Gemm<T> transposed{g.N, g.M, g.K, g.b, g.ldb, !g.trans_b, g.a, g.lda, !g.trans_a, c_t, g.M, g.alpha, g.beta,
+                     g.bf16_inputs};
+  transposed.a_bf16 = g.b_bf16;
+  transposed.b_bf16 = g.a_bf16;
+  GemmPanels(transposed);
   TransposeMatrix(c_t, g.M, g.N, g.M, g.c, g.ldc);
   if (g.addend)
     for (int64_t i = 0; i < g.M; ++i)
       for (int64_t j = 0; j < g.N; ++j) g.c[i * g.ldc + j] += g.addend[i * g.ldc + j];
 }
 
+// g with its bf16 operands widened to f32 (exact: the values are bf16's), compact and their gathers
+// applied, in per-thread buffers (kWhich 4 and 5), for the paths that read f32: few rows of C, or a CPU
+// without the bf16 GEMM.
+Gemm<float> WithF32Operands(const Gemm<float>& g) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto widen = [&](const uint16_t* src, const int32_t* gathered, int64_t ld, int64_t rows, int64_t cols,
+                         float* dst) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const uint16_t* row = src + (gathered ? gathered[i] : i) * ld;
+      float* out = dst + i * cols;
+      int64_t j = 0;
+      for (; j + lanes <= cols; j += lanes) hn::StoreU(LoadBf16(d, row + j), d, out + j);
+      for (; j < cols; ++j) out[j] = bf16_to_f32(row[j]);
+    }
+  };
+  Gemm<float> w = g;
+  if (g.a_bf16) {
+    const int64_t rows = g.trans_a ? g.K : g.M, cols = g.trans_a ? g.M : g.K;
+    float* a = PackBuffer<float, 4>(rows * cols);
+    widen(g.a_bf16, g.a_rows, g.lda, rows, cols, a);
+    w.a = a, w.lda = cols, w.a_rows = nullptr, w.a_bf16 = nullptr;
+  }
+  if (g.b_bf16) {
+    const int64_t rows = g.trans_b ? g.N : g.K, cols = g.trans_b ? g.K : g.N;
+    float* b = PackBuffer<float, 5>(rows * cols);
+    widen(g.b_bf16, g.b_rows, g.ldb, rows, cols, b);
+    w.b = b, w.ldb = cols, w.b_rows = nullptr, w.b_bf16 = nullptr;
+  }
+  return w;
+}
+
 template <class T>
 void GemmT(const Gemm<T>& g) {
+  // Pairs are multiplied from kFewRows + 1 rows of C on (GemmPanels; a C of few columns goes transposed
+  // only with many rows), and only those read bf16 operands as they are.
+  if constexpr (std::is_same_v<T, float>)
+    if ((g.a_bf16 || g.b_bf16) && !(g.bf16_inputs && g.M > kFewRows)) return GemmT(WithF32Operands(g));
   if (g.M <= kMaxRowsReusedB && HeldConstant(g))
     GemmPanels(g);
   else if (g.trans_b && g.M <= kMaxRowsDot)
@@ -1154,13 +1222,17 @@ void GemmT(const Gemm<T>& g) {
 
 void GemmKernel(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const void* a,
                 const int32_t* a_rows, const void* b, const int32_t* b_rows, double beta, void* c, const void* addend,
-                bool bf16_inputs, const uint32_t* b_pairs) {
+                bool bf16_inputs, const uint32_t* b_pairs, const uint16_t* a_bf16, const uint16_t* b_bf16) {
   LT_FLOAT_SWITCH(dtype, T, {
     Gemm<T> g{M, N, K, static_cast<const T*>(a), trans_a ? M : K, trans_a, static_cast<const T*>(b), trans_b ? K : N,
               trans_b, static_cast<T*>(c), N, T(alpha), T(beta),
               bf16_inputs && std::is_same_v<T, float> && Bf16GemmAvailable(), a_rows, b_rows,
               static_cast<const T*>(addend)};
     if (g.bf16_inputs) g.b_pairs = b_pairs;
+    if constexpr (std::is_same_v<T, float>) {
+      g.a_bf16 = a_bf16;
+      g.b_bf16 = b_bf16;
+    }
     GemmT<T>(g);
   });
 }
@@ -1226,6 +1298,12 @@ int64_t gemm_column_block_bytes(int64_t l2_bytes) {
   return std::clamp<int64_t>(l2_bytes * int64_t(sizeof(float)) / kDepthBlockBytes, 1024, kMaxColumnBlockBytes);
 }
 
+namespace {
+// An operand's data for GemmKernel: f32 or f64, or bf16 (a kept activation, Gemm::a_bf16).
+const void* float_data(const Tensor& t) { return t.dtype() == DType::BF16 ? nullptr : t.raw_data(); }
+const uint16_t* bf16_data(const Tensor& t) { return t.dtype() == DType::BF16 ? t.bf16_data() : nullptr; }
+}  // namespace
+
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double alpha, double beta,
             MatmulPrecision precision, const Tensor& addend) {
   const bool bf16_inputs = precision == MatmulPrecision::BF16Inputs;
@@ -1235,20 +1313,26 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   const int64_t K = trans_a ? a.dim(-2) : a.dim(-1);
   const int64_t N = trans_b ? b.dim(-2) : b.dim(-1);
   const auto gemm = HWY_DYNAMIC_DISPATCH(GemmKernel);
-  const size_t elem = dtype_size(a.dtype());
-  const char* pa = static_cast<const char*>(a.raw_data());
-  const char* pb = static_cast<const char*>(b.raw_data());
+  const size_t elem = dtype_size(c.dtype());
+  const auto* pa = static_cast<const char*>(float_data(a));
+  const auto* pb = static_cast<const char*>(float_data(b));
+  const uint16_t* a16 = bf16_data(a);
+  const uint16_t* b16 = bf16_data(b);
   char* pc = static_cast<char*>(c.raw_data());
   const char* pd = addend.defined() ? static_cast<const char*>(addend.raw_data()) : nullptr;
   if (batched && b.ndim() == 2 && !trans_a) {  // one tall GEMM: [G*M, K] @ op(b)
-    gemm(a.dtype(), false, trans_b, G * M, N, K, alpha, pa, nullptr, pb, nullptr, beta, pc, pd, bf16_inputs, nullptr);
+    gemm(c.dtype(), false, trans_b, G * M, N, K, alpha, pa, nullptr, pb, nullptr, beta, pc, pd, bf16_inputs, nullptr,
+         a16, b16);
     return;
   }
   const bool b_batched = b.ndim() == 3;
+  // Batch g's operands, at its offset in elements of whichever dtype each has.
+  const auto at = [](const auto* p, int64_t elements, size_t size) { return p ? p + elements * size : p; };
   for (int64_t g = 0; g < G; ++g)
-    gemm(a.dtype(), trans_a, trans_b, M, N, K, alpha, pa + g * M * K * elem, nullptr,
-         pb + (b_batched ? g * K * N * elem : 0), nullptr, beta, pc + g * M * N * elem,
-         pd ? pd + g * M * N * elem : nullptr, bf16_inputs, nullptr);
+    gemm(c.dtype(), trans_a, trans_b, M, N, K, alpha, at(pa, g * M * K, elem), nullptr,
+         at(pb, b_batched ? g * K * N : 0, elem), nullptr, beta, pc + g * M * N * elem,
+         pd ? pd + g * M * N * elem : nullptr, bf16_inputs, nullptr, at(a16, g * M * K, 1),
+         at(b16, b_batched ? g * K * N : 0, 1));
 }
 
 Tensor pack_b_pairs(const Tensor& b, bool trans_b) {
@@ -1276,8 +1360,9 @@ void matmul_gathered(const Tensor& a, const Tensor& a_rows, bool trans_a, const 
   const auto gemm = HWY_DYNAMIC_DISPATCH(GemmKernel);
   LT_CHECK(!b_pairs.defined() || !b_rows.defined(), "matmul_gathered: a packed b is not gathered");
   const auto* pairs = b_pairs.defined() ? reinterpret_cast<const uint32_t*>(b_pairs.data<int32_t>()) : nullptr;
-  gemm(a.dtype(), trans_a, trans_b, M, N, K, alpha, a.raw_data(), rows_data(a_rows), b.raw_data(), rows_data(b_rows),
-       beta, c.raw_data(), nullptr, precision == MatmulPrecision::BF16Inputs, pairs);
+  const bool bf16_inputs = precision == MatmulPrecision::BF16Inputs;
+  gemm(c.dtype(), trans_a, trans_b, M, N, K, alpha, float_data(a), rows_data(a_rows), float_data(b), rows_data(b_rows),
+       beta, c.raw_data(), nullptr, bf16_inputs, pairs, bf16_data(a), bf16_data(b));
 }
 
 }  // namespace lt::cpu

@@ -42,6 +42,16 @@ inline void check_kept(const Tensor& t, const Tensor& ref, const char* op, const
   if (!bf16_copy) check_like(t, ref, op, what);
 }
 
+// An operand as autograd kept it, for the kernels that read a kept copy on a CPU too: check_kept, and
+// under mixed precision its bf16 copy on the CPU (autograd/saved.h): the GEMMs, which move its pairs into
+// the packing or widen it where they multiply in f32, and swiglu_combine_backward, which widens it as it
+// reads.
+inline void check_kept_anywhere(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
+  const bool cpu_copy = t.defined() && t.is_cpu() && ref.is_cpu() && t.dtype() == DType::BF16 &&
+                        ref.dtype() == DType::F32 && matmul_precision() == MatmulPrecision::BF16Inputs;
+  if (!cpu_copy) check_kept(t, ref, op, what);
+}
+
 // Same device as the reference operand (an index tensor next to float data).
 inline void check_device(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
   LT_CHECK(t.device() == ref.device(), op, ": ", what, " is ", t.str(), ", expected it on ", ref.device().str());

@@ -28,8 +28,8 @@ namespace {
 // The shapes of c = op(a) @ op(b); false when there is nothing to compute (c empty).
 bool check_matmul(const char* op, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c) {
   check_float(c, op, "c");
-  check_kept(a, c, op, "a");
-  check_kept(b, c, op, "b");
+  check_kept_anywhere(a, c, op, "a");
+  check_kept_anywhere(b, c, op, "b");
   LT_CHECK(a.ndim() == 2 || a.ndim() == 3, op, ": a must be 2-D or 3-D, got ", a.str());
   LT_CHECK(b.ndim() == 2 || b.ndim() == 3, op, ": b must be 2-D or 3-D, got ", b.str());
   const bool batched = a.ndim() == 3;

@@ -80,7 +80,7 @@ void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& g
                              Tensor& dgate_up, Tensor& dw) {
   const char* op = "swiglu_combine_backward";
   check_combine(t, w, pos, op);
-  check_kept(gate_up, t, op, "gate_up");
+  check_kept_anywhere(gate_up, t, op, "gate_up");
   check_gate_up(gate_up, t, t, op, "t");
   check_kept_same(h, t, op, "h");
   check_kept(dgate_up, t, op, "dgate_up");

@@ -214,12 +214,12 @@ void grouped_matmuls(const std::vector<GroupedProduct>& products, const Tensor& 
   LT_CHECK(!products.empty(), op, ": no products");
   const Tensor host = host_segment_offsets(offsets, host_offsets, products.front().a, op);
   // a as autograd kept it or as its producer wrote it for the GEMM: under mixed precision a bf16 copy
-  // (check_kept), which the GEMM takes as it is.
+  // (check_kept_anywhere), which the GEMM takes as it is.
   for (const auto& [a, w, trans_w, out, beta, a_rows] : products) {
     check_float(out, op, "out");
     check_like(out, products.front().out, op, "out of every product");
     check_like(w, out, op, "w");
-    check_kept(a, out, op, "a");
+    check_kept_anywhere(a, out, op, "a");
     const int64_t M = checked_operand_rows(a, a_rows, op, "a");
     LT_CHECK(w.ndim() == 3 && out.ndim() == 2 && out.dim(0) == M && a.dim(1) == w.dim(trans_w ? 2 : 1) &&
                  out.dim(1) == w.dim(trans_w ? 1 : 2),
@@ -252,8 +252,8 @@ void grouped_weight_grads(const std::vector<GroupedWeightGrad>& grads, const Ten
   for (const auto& [a, b, dw, beta, a_rows, b_rows] : grads) {
     check_float(dw, op, "dw");
     check_like(dw, grads.front().dw, op, "dw of every gradient");
-    check_kept(a, dw, op, "a");
-    check_kept(b, dw, op, "b");
+    check_kept_anywhere(a, dw, op, "a");
+    check_kept_anywhere(b, dw, op, "b");
     const int64_t M = checked_operand_rows(a, a_rows, op, "a");
     LT_CHECK(checked_operand_rows(b, b_rows, op, "b") == M && dw.ndim() == 3 && dw.dim(1) == a.dim(1) &&
                  dw.dim(2) == b.dim(1),

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "tensor/cpu/amx.h"
@@ -404,6 +405,100 @@ TEST(GemmKernel, Bf16InputsKeepThreadInvarianceAndNaNs) {
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j)
         ASSERT_EQ(std::isnan(out[i * N + j]), i == 5) << unit << " row " << i << " column " << j;
+  });
+}
+
+// convert has the scalar conversions' bits (tensor/dtype.h) on every Highway target, over several
+// threads' chunks and a partial last vector: f32 to bf16 rounds to nearest even (ties both ways), keeps a
+// NaN NaN and infinities infinite; bf16 to f32 is exact.
+TEST(ElementwiseKernels, ConvertRoundsToNearestEvenAndWidensExactly) {
+  const int64_t n = 100003;
+  Tensor x = random_tensor({n}, 81, DType::F32, 100.0);
+  float* v = x.data<float>();
+  v[0] = std::nanf("");
+  v[1] = INFINITY;
+  v[2] = -INFINITY;
+  v[3] = 1.0f + 1.0f / 256.0f;  // halfway, rounds down to the even 1.0
+  v[4] = 1.0f + 3.0f / 256.0f;  // halfway, rounds up to the even 1 + 4/256
+  v[5] = 1e-40f;                // subnormal
+  v[n - 1] = -3.0f + 1.0f / 128.0f;
+  std::vector<uint16_t> want(n);
+  for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] = f32_to_bf16(v[i]);
+  for_each_cpu_target([&] {
+    Tensor rounded = Tensor::empty({n}, DType::BF16), widened = Tensor::empty({n});
+    kernels::convert(x, rounded);
+    EXPECT_EQ(std::vector<uint16_t>(rounded.bf16_data(), rounded.bf16_data() + n), want);
+    kernels::convert(rounded, widened);
+    for (int64_t i = 0; i < n; ++i) {
+      const float expected = bf16_to_f32(want[static_cast<size_t>(i)]);
+      if (std::isnan(expected)) ASSERT_TRUE(std::isnan(widened.data<float>()[i])) << i;
+      else ASSERT_EQ(widened.data<float>()[i], expected) << i;
+    }
+  });
+  EXPECT_EQ(bf16_to_f32(want[3]), 1.0f);
+  EXPECT_EQ(bf16_to_f32(want[4]), 1.0f + 4.0f / 256.0f);
+}
+
+bool same_bits(const Tensor& x, const Tensor& y) { return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0; }
+
+// Operands held in bf16 (activations kept for the backward, autograd/saved.h) give the bits of f32
+// operands holding the same values, on every path: the bf16 pairs (moved, not converted), few rows of C
+// (widened for the f32 paths: in place, dot products), a C of few columns (computed as its transpose, the
+// operands swapped), a batch, rows gathered from a and from b; and on the Highway targets without the bf16
+// GEMM (AVX2 and below), where every path multiplies them widened.
+TEST(GemmKernel, Bf16OperandsGiveTheBitsOfTheirValuesInF32) {
+  if (!kernels::cpu_has_bf16_matmul()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  const auto bf16_and_values = [](const Tensor& x) {
+    const Tensor held = x.to(DType::BF16);
+    return std::pair{held, held.to(DType::F32)};
+  };
+  const auto check = [&](const std::string& where, const std::function<void(const Tensor&, const Tensor&, Tensor&)>& run,
+                         const Tensor& a, const Tensor& b, const Shape& c_shape) {
+    const auto [a16, a_values] = bf16_and_values(a);
+    const auto [b16, b_values] = bf16_and_values(b);
+    Tensor want = Tensor::empty(c_shape);
+    run(a_values, b_values, want);
+    for (int mix = 1; mix < 4; ++mix) {
+      Tensor got = Tensor::empty(c_shape);
+      run(mix & 1 ? a16 : a_values, mix & 2 ? b16 : b_values, got);
+      EXPECT_TRUE(same_bits(got, want)) << where << (mix & 1 ? " a bf16" : "") << (mix & 2 ? " b bf16" : "");
+    }
+  };
+  const auto precision = kernels::MatmulPrecision::BF16Inputs;
+  const test::MatmulPrecisionScope mode(precision);
+  for_each_cpu_target([&] {
+    test::for_each_bf16_tile_unit([&](const char* unit) {
+      const std::string prefix = std::string(unit) + " on " + cpu_kernel_target();
+      for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{
+               {300, 130, 301}, {77, 64, 45}, {512, 16, 96}, {5, 70, 33}, {12, 200, 64}})
+        for (bool ta : {false, true})
+          for (bool tb : {false, true}) {
+            const std::string where = prefix + " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" +
+                                      std::to_string(K) + (ta ? " Ta" : "") + (tb ? " Tb" : "");
+            check(where, [&](const Tensor& a, const Tensor& b, Tensor& c) { kernels::matmul(a, ta, b, tb, c); },
+                  random_tensor(ta ? Shape{K, M} : Shape{M, K}, 61), random_tensor(tb ? Shape{N, K} : Shape{K, N}, 62),
+                  {M, N});
+          }
+      const int64_t G = 3, M = 40, N = 70, K = 33;
+      check(prefix + " batched", [](const Tensor& a, const Tensor& b, Tensor& c) { kernels::matmul(a, false, b, true, c); },
+            random_tensor({G, M, K}, 64), random_tensor({G, N, K}, 65), {G, M, N});
+      const Tensor picked = Tensor::from_vector<int32_t>({30}, [] {
+        std::vector<int32_t> rows;
+        for (int32_t i = 0; i < 30; ++i) rows.push_back((i * 7) % 50);
+        return rows;
+      }());
+      for (int64_t rows : {30, 8})  // the pairs, and few rows of C (widened)
+        check(prefix + " a gathered, " + std::to_string(rows) + " rows",
+              [&](const Tensor& a, const Tensor& b, Tensor& c) {
+                cpu::matmul_gathered(a, picked.narrow(0, rows), false, b, Tensor(), true, c, 1.0, 0.0, precision);
+              },
+              random_tensor({50, K}, 66), random_tensor({N, K}, 67), {rows, N});
+      check(prefix + " b gathered",
+            [&](const Tensor& a, const Tensor& b, Tensor& c) {
+              cpu::matmul_gathered(a, Tensor(), true, b, picked, false, c, 1.0, 0.0, precision);
+            },
+            random_tensor({30, M}, 68), random_tensor({50, N}, 69), {M, N});
+    });
   });
 }
 

@@ -15,6 +15,7 @@ namespace lt {
 namespace {
 
 using test::expect_close;
+using test::for_each_cpu_target;
 using test::random_tensor;
 
 void check_router_topk(DType dtype, const Tensor& logits, int64_t k, bool renormalize) {
@@ -138,6 +139,30 @@ TEST(MoEKernels, SwigluCombineBackwardIsSwigluThenTheCombinesBackwardThenSwigluB
   for (int64_t C : {1, 37, 64, 300}) {
     check_swiglu_combine_backward<float>(DType::F32, C);
     check_swiglu_combine_backward<double>(DType::F64, C);
+  }
+}
+
+// Under mixed precision on the CPU the kernel reads gate_up as autograd keeps it, in bf16, widening each
+// element as it reads it: the bits of the kernel on the widened f32 tensor, on every Highway target (the
+// partial last vector too).
+TEST(MoEKernels, SwigluCombineBackwardReadsAKeptBf16GateUpWithTheBitsOfWidening) {
+  const test::MatmulPrecisionScope mode(kernels::MatmulPrecision::BF16Inputs);
+  const int64_t N = 5, k = 2, M = N * k;
+  for (int64_t C : {37, 300}) {
+    Tensor gate = Tensor::empty({M, C});
+    kernels::scale(random_tensor({M, C}, 71), 6.0, gate);
+    const Tensor gate_up16 = test::side_by_side(gate, random_tensor({M, C}, 72)).to(DType::BF16);
+    const Tensor gate_up_widened = gate_up16.to(DType::F32), t = random_tensor({M, C}, 73);
+    const Tensor w = random_tensor({N, k}, 74), pos = Tensor::from_vector<int32_t>({M}, {3, 0, 9, 1, 4, 2, 8, 5, 7, 6});
+    for_each_cpu_target([&] {
+      Tensor h = Tensor::empty({M, C}), dgate_up = Tensor::empty({M, 2 * C}), dw = Tensor::empty({N, k});
+      Tensor h_kept = Tensor::empty({M, C}), dgate_up_kept = Tensor::empty({M, 2 * C}), dw_kept = Tensor::empty({N, k});
+      kernels::swiglu_combine_backward(w, pos, gate_up_widened, t, h, dgate_up, dw);
+      kernels::swiglu_combine_backward(w, pos, gate_up16, t, h_kept, dgate_up_kept, dw_kept);
+      EXPECT_EQ(h_kept.to_vector<float>(), h.to_vector<float>()) << "h, C " << C;
+      EXPECT_EQ(dgate_up_kept.to_vector<float>(), dgate_up.to_vector<float>()) << "dgate_up, C " << C;
+      EXPECT_EQ(dw_kept.to_vector<float>(), dw.to_vector<float>()) << "dw, C " << C;
+    });
   }
 }
 

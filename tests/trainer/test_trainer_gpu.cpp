@@ -198,26 +198,9 @@ TEST(Trainer, Bf16KeepsTheActivationsInAboutHalfTheMemory) {
   model.to(gpu);
   Rng rng(6);
   const TokenBatch batch = random_batch(rng, 2, 64);
-  const Tensor ids = batch.inputs.to(gpu), targets = batch.targets.to(gpu);
-  auto graph_bytes_and_grad_norm = [&](kernels::MatmulPrecision precision) {
-    kernels::set_matmul_precision(precision);
-    for (const auto& p : model.parameters()) p.value->zero_grad();
-    CachingAllocator& allocator = allocator_for(gpu);
-    const uint64_t before = allocator.stats().bytes_in_use;
-    MoEContext context;
-    context.training = true;
-    context.noise_seed = 9;
-    const LossBreakdown loss = model.loss(ids, targets, context);
-    const uint64_t held = allocator.stats().bytes_in_use - before;
-    loss.total.backward();
-    kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
-    double squares = 0;
-    for (const auto& p : model.parameters())
-      for (float g : p.value->grad().to(Device::cpu()).to_vector<float>()) squares += double(g) * g;
-    return std::pair{static_cast<double>(held), std::sqrt(squares)};
-  };
-  const auto [f32_bytes, f32_norm] = graph_bytes_and_grad_norm(kernels::MatmulPrecision::F32);
-  const auto [bf16_bytes, bf16_norm] = graph_bytes_and_grad_norm(kernels::MatmulPrecision::BF16Inputs);
+  const auto [f32_bytes, f32_norm] = test::graph_bytes_and_grad_norm(model, gpu, batch, kernels::MatmulPrecision::F32);
+  const auto [bf16_bytes, bf16_norm] =
+      test::graph_bytes_and_grad_norm(model, gpu, batch, kernels::MatmulPrecision::BF16Inputs);
   std::printf("graph after the forward: f32 %.0f bytes, bf16 %.0f bytes (%.3f)\n", f32_bytes, bf16_bytes,
               bf16_bytes / f32_bytes);
   EXPECT_LT(bf16_bytes, 0.6 * f32_bytes);

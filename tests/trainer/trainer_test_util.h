@@ -1,8 +1,12 @@
 // What the Trainer tests share: random token batches, a constant learning rate, the flat weights.
 #pragma once
+#include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "tensor/allocator.h"
+#include "tensor/kernels.h"
 #include "tensor/random.h"
 #include "trainer/trainer.h"
 
@@ -22,6 +26,28 @@ inline TrainerSettings constant_lr(double lr) {
   s.schedule.kind = "constant";
   s.schedule.peak = lr;
   return s;
+}
+
+// The bytes the graph of one forward of `model` (on its device) holds for the backward, and the norm of
+// the gradients that backward gives, with the matmuls in `precision`.
+inline std::pair<double, double> graph_bytes_and_grad_norm(LingForCausalLM& model, Device device, const TokenBatch& batch,
+                                                           kernels::MatmulPrecision precision) {
+  const Tensor ids = batch.inputs.to(device), targets = batch.targets.to(device);
+  kernels::set_matmul_precision(precision);
+  for (const auto& p : model.parameters()) p.value->zero_grad();
+  CachingAllocator& allocator = allocator_for(device);
+  const uint64_t before = allocator.stats().bytes_in_use;
+  MoEContext context;
+  context.training = true;
+  context.noise_seed = 9;
+  const LossBreakdown loss = model.loss(ids, targets, context);
+  const uint64_t held = allocator.stats().bytes_in_use - before;
+  loss.total.backward();
+  kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
+  double squares = 0;
+  for (const auto& p : model.parameters())
+    for (float g : p.value->grad().to(Device::cpu()).to_vector<float>()) squares += double(g) * g;
+  return {static_cast<double>(held), std::sqrt(squares)};
 }
 
 inline std::vector<float> values_of(Trainer& trainer) { return trainer.parameters().values().to_vector<float>(); }
