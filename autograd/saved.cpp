@@ -11,9 +11,10 @@ bool kept_in_bf16(const Tensor& t) {
          (!t.is_cpu() || kernels::cpu_has_bf16_matmul());
 }
 
-// Whether the kernels of t's device write and read the kept copies themselves (a GPU's); a CPU's GEMMs take
-// them as they are, and its other kernels read them widened (SavedTensor::kernel_operand).
-bool kernels_keep_bf16(const Tensor& t) { return kept_in_bf16(t) && !t.is_cpu(); }
+// Whether the kernels of t's device read the kept copies themselves and write GEMM operands rounded (a
+// GPU's); a CPU's GEMMs take kept copies as they are, and its other backward kernels read them widened
+// (SavedTensor::kernel_operand).
+bool kernels_read_bf16(const Tensor& t) { return kept_in_bf16(t) && !t.is_cpu(); }
 
 Tensor to_bf16(const Tensor& t) {
   Tensor out = Tensor::empty(t.shape(), DType::BF16, t.device());
@@ -61,12 +62,12 @@ SavedTensor SavedTensor::input(const Variable& x) {
 }
 
 Tensor kept_copy_to_fill(const Tensor& t) {
-  if (!grad_enabled() || !kernels_keep_bf16(t)) return Tensor();
+  if (!grad_enabled() || !kept_in_bf16(t)) return Tensor();
   return Tensor::empty(t.shape(), DType::BF16, t.device());
 }
 
 Tensor kept_copy_to_fill(const Variable& x) {
-  if (!grad_enabled() || !input_kept_in_bf16(x) || x.value().is_cpu()) return Tensor();
+  if (!grad_enabled() || !input_kept_in_bf16(x)) return Tensor();
   Tensor& shared = bf16_slot(x);
   if (shared.defined()) return Tensor();
   shared = Tensor::empty(x.value().shape(), DType::BF16, x.value().device());
@@ -81,13 +82,13 @@ void keep_copy(const Variable& result, const Tensor& copy) {
   bf16_slot(result) = copy;
 }
 
-DType gemm_operand_dtype(const Tensor& like) { return kernels_keep_bf16(like) ? DType::BF16 : like.dtype(); }
+DType gemm_operand_dtype(const Tensor& like) { return kernels_read_bf16(like) ? DType::BF16 : like.dtype(); }
 
 DType input_gradient_dtype(const Node& node, size_t i, const Tensor& like) {
   return node.gradient_feeds_gemms_only(i) ? gemm_operand_dtype(like) : like.dtype();
 }
 
-Tensor gemm_operand(const Tensor& t) { return kernels_keep_bf16(t) ? to_bf16(t) : t; }
+Tensor gemm_operand(const Tensor& t) { return kernels_read_bf16(t) ? to_bf16(t) : t; }
 
 Tensor SavedTensor::kernel_operand() const { return widen_ && stored_.is_cpu() ? get() : stored_; }
 

@@ -12,9 +12,9 @@ struct RmsNormNode : Node {
   SavedTensor saved_x;
   Tensor weight, rstd;  // rstd = 1 / sqrt(mean(x^2) + eps) per row, saved by the forward
   const char* name() const override { return "rmsnorm"; }
-  // x as kept: under mixed precision its bf16 copy, which a GPU's kernels widen as they read it.
+  // x as kept: under mixed precision its bf16 copy, which the kernels widen as they read it.
   std::vector<Tensor> backward(const Tensor& g) override {
-    const Tensor x = saved_x.kernel_operand();
+    const Tensor& x = saved_x.stored();
     // dx goes straight into the residual stream's gradient where the stream's other use has begun it.
     GradTarget dx = grad_target(0, g);
     // The kernel accumulates dweight, so it can add straight into the weight's gradient buffer.

@@ -75,10 +75,11 @@ struct Rows {
   int64_t stride;
 };
 
-// Runs `body` over C elements of each of R rows, rows split across threads.
-template <size_t kIn, size_t kOut, class T, class Body>
+// Runs `body` over C elements of each of R rows, rows split across threads, then `row_done(r)` while the
+// row is in cache.
+template <size_t kIn, size_t kOut, class T, class Body, class RowDone = void (*)(int64_t)>
 void MapRowVectors(const std::array<Rows<const T*>, kIn>& in, const std::array<Rows<T*>, kOut>& out, int64_t R,
-                   int64_t C, const Body& body) {
+                   int64_t C, const Body& body, const RowDone& row_done = [](int64_t) {}) {
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(C, 1));
   parallel_for(R, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -87,6 +88,7 @@ void MapRowVectors(const std::array<Rows<const T*>, kIn>& in, const std::array<R
       for (size_t k = 0; k < kIn; ++k) in_row[k] = in[k].base + r * in[k].stride;
       for (size_t k = 0; k < kOut; ++k) out_row[k] = out[k].base + r * out[k].stride;
       MapRange(in_row, out_row, 0, C, body);
+      row_done(r);
     }
   });
 }
@@ -112,13 +114,19 @@ void SiluBackwardT(const T* x, const T* dy, T* dx, int64_t n) {
   });
 }
 
-// gate_up: R rows of [gate (C) | up (C)], y: R rows of C.
+// gate_up: R rows of [gate (C) | up (C)], y: R rows of C. Under mixed precision (f32) the bf16 copies of
+// gate_up and y that autograd keeps (gate_up_bf16, y_bf16; nullptr: none), rounded row by row in cache.
 template <class T>
-void SwigluT(const T* gate_up, T* y, int64_t R, int64_t C) {
-  MapRowVectors<2, 1, T>({Rows<const T*>{gate_up, 2 * C}, Rows<const T*>{gate_up + C, 2 * C}}, {Rows<T*>{y, C}}, R, C,
-                         [](auto d, const auto& v) {
-                           return std::array{hn::Mul(hn::Mul(v[0], Sigmoid(d, v[0])), v[1])};
-                         });
+void SwigluT(const T* gate_up, T* y, int64_t R, int64_t C, uint16_t* gate_up_bf16, uint16_t* y_bf16) {
+  MapRowVectors<2, 1, T>(
+      {Rows<const T*>{gate_up, 2 * C}, Rows<const T*>{gate_up + C, 2 * C}}, {Rows<T*>{y, C}}, R, C,
+      [](auto d, const auto& v) { return std::array{hn::Mul(hn::Mul(v[0], Sigmoid(d, v[0])), v[1])}; },
+      [&](int64_t r) {
+        if constexpr (std::is_same_v<T, float>) {
+          if (gate_up_bf16) RoundRowToBf16(gate_up + r * 2 * C, 2 * C, gate_up_bf16 + r * 2 * C);
+          if (y_bf16) RoundRowToBf16(y + r * C, C, y_bf16 + r * C);
+        }
+      });
 }
 
 // y = silu(g) u: dgate = dy u silu'(g), dup = dy silu(g), into dgate_up's halves.
@@ -196,8 +204,10 @@ void SiluBackwardKernel(DType dtype, const void* x, const void* dy, void* dx, in
                   SiluBackwardT<T>(static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), n));
 }
 
-void SwigluKernel(DType dtype, const void* gate_up, void* y, int64_t R, int64_t C) {
-  LT_FLOAT_SWITCH(dtype, T, SwigluT<T>(static_cast<const T*>(gate_up), static_cast<T*>(y), R, C));
+void SwigluKernel(DType dtype, const void* gate_up, void* y, int64_t R, int64_t C, uint16_t* gate_up_bf16,
+                  uint16_t* y_bf16) {
+  LT_FLOAT_SWITCH(dtype, T,
+                  SwigluT<T>(static_cast<const T*>(gate_up), static_cast<T*>(y), R, C, gate_up_bf16, y_bf16));
 }
 
 void SwigluBackwardKernel(DType dtype, const void* gate_up, const void* dy, void* dgate_up, int64_t R, int64_t C) {
@@ -212,7 +222,8 @@ void SwigluCombineBackwardKernel(DType dtype, const void* w, const int32_t* pos,
   if (gate_up_bf16)
     return SwigluCombineBackwardT<float>(static_cast<const float*>(w), pos, assignments, C,
                                          static_cast<const uint16_t*>(gate_up), static_cast<const float*>(t),
-                                         static_cast<float*>(h), static_cast<float*>(dgate_up), static_cast<float*>(dw));
+                                         static_cast<float*>(h), static_cast<float*>(dgate_up),
+                                         static_cast<float*>(dw));
   LT_FLOAT_SWITCH(dtype, T,
                   SwigluCombineBackwardT<T>(static_cast<const T*>(w), pos, assignments, C,
                                             static_cast<const T*>(gate_up), static_cast<const T*>(t),
@@ -238,10 +249,13 @@ void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   HWY_DYNAMIC_DISPATCH(SiluBackwardKernel)(x.dtype(), x.raw_data(), dy.raw_data(), dx.raw_data(), x.numel());
 }
 
-// The bf16 copies and bf16 GEMM operands are a GPU's (the front door's check_kept refuses them here).
-void swiglu(const Tensor& gate_up, Tensor& y, const Tensor&, const Tensor&) {
+// y in bf16 (a GEMM operand written rounded) is a GPU's (the front door refuses it here); the kept copies
+// are written on both.
+void swiglu(const Tensor& gate_up, Tensor& y, const Tensor& gate_up_bf16, const Tensor& y_bf16) {
   const int64_t C = y.dim(-1);
-  HWY_DYNAMIC_DISPATCH(SwigluKernel)(gate_up.dtype(), gate_up.raw_data(), y.raw_data(), C == 0 ? 0 : y.numel() / C, C);
+  const auto bf16_or_null = [](const Tensor& t) { return t.defined() ? t.bf16_data() : nullptr; };
+  HWY_DYNAMIC_DISPATCH(SwigluKernel)(gate_up.dtype(), gate_up.raw_data(), y.raw_data(), C == 0 ? 0 : y.numel() / C, C,
+                                     bf16_or_null(gate_up_bf16), bf16_or_null(y_bf16));
 }
 
 void swiglu_backward(const Tensor& gate_up, const Tensor& dy, Tensor& dgate_up) {
@@ -254,7 +268,8 @@ void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& g
                              Tensor& dgate_up, Tensor& dw) {
   HWY_DYNAMIC_DISPATCH(SwigluCombineBackwardKernel)
   (t.dtype(), w.raw_data(), pos.data<int32_t>(), w.numel(), t.dim(1), gate_up.raw_data(),
-   gate_up.dtype() == DType::BF16, t.raw_data(), h.raw_data(), dgate_up.raw_data(), dw.defined() ? dw.raw_data() : nullptr);
+   gate_up.dtype() == DType::BF16, t.raw_data(), h.raw_data(), dgate_up.raw_data(),
+   dw.defined() ? dw.raw_data() : nullptr);
 }
 
 }  // namespace lt::cpu

@@ -993,14 +993,19 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 
 // The bf16 copies are a GPU's (the front door's check_kept refuses them here).
 void qkv_attention(const Tensor& qkv, int64_t Hq, int64_t Hkv, double theta, int64_t pos_offset, double scale,
-                   Tensor& out, Tensor& lse, const Tensor& doc_start, const Tensor& /*qkv_bf16*/,
-                   const Tensor& /*out_bf16*/) {
+                   Tensor& out, Tensor& lse, const Tensor& doc_start, const Tensor& qkv_bf16,
+                   const Tensor& out_bf16) {
   if (qkv.numel() == 0) return;
   const FusedLayout layout = fused_layout(qkv, Hq, Hkv, theta, pos_offset, doc_start);
   const char* x = static_cast<const char*>(qkv.raw_data());
   HWY_DYNAMIC_DISPATCH(AttentionKernel)
   (qkv.dtype(), layout.shape, x, x + layout.k_offset, x + layout.v_offset, scale, out.raw_data(), lse.raw_data(),
    bf16_products());
+  // The kept copies (autograd/saved.h) in passes of their own: the blocks read qkv's heads and write out's
+  // rows in an order a row-wise rounding does not follow.
+  using Copy = std::pair<const Tensor*, Tensor>;
+  for (auto [from, to] : {Copy{&qkv, qkv_bf16}, Copy{&out, out_bf16}})
+    if (to.defined()) convert(*from, to);
 }
 
 void qkv_attention_backward(const Tensor& qkv, int64_t Hq, int64_t Hkv, double theta, int64_t pos_offset,

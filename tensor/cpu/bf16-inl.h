@@ -34,6 +34,15 @@ HWY_INLINE void StoreBf16(DF, hn::Vec<DF> x, uint16_t* HWY_RESTRICT out) {
   hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, hn::IfThenElse(is_nan, quiet, rounded))), d16, out);
 }
 
+// dst[0 : n] = the bf16 of src[0 : n] (f32_to_bf16): a row rounded while it is in cache.
+HWY_INLINE void RoundRowToBf16(const float* HWY_RESTRICT src, int64_t n, uint16_t* HWY_RESTRICT dst) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) StoreBf16(d, hn::LoadU(d, src + i), dst + i);
+  for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
 // The Lanes(df) bf16 values at in, widened to f32 (bf16_to_f32).
 template <class DF>
 HWY_INLINE hn::Vec<DF> LoadBf16(DF df, const uint16_t* HWY_RESTRICT in) {

@@ -117,27 +117,43 @@ LT_BF16_TARGET void interleave_to_pairs(const float* even, const float* odd, int
   }
 }
 
+namespace {
+// 16 bf16 values zero-extended into the low halves of 32-bit lanes. (The zero-masked form: GCC's plain
+// one starts from an undefined register, which it warns about.)
+LT_BF16_TARGET __m512i widen_16(const uint16_t* p) {
+  return _mm512_maskz_cvtepu16_epi32(__mmask16(0xFFFF), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+}  // namespace
+
 LT_BF16_TARGET void row_to_pairs(const uint16_t* src, int64_t n, uint32_t* dst) {
-  // A partial tail loads zeros past n, so an odd n leaves its pad zero.
-  for (int64_t i = 0; i < n; i += 32) {
+  // A copy: whole vectors unmasked, then a partial tail that loads zeros past n, so an odd n leaves its
+  // pad zero.
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) _mm512_storeu_si512(dst + i / 2, _mm512_loadu_si512(src + i));
+  if (i < n) {
     const int64_t rest = n - i;
-    const __mmask32 values = rest >= 32 ? ~__mmask32(0) : __mmask32((1u << rest) - 1);
+    const __mmask32 values = __mmask32((uint64_t{1} << rest) - 1);
     _mm512_mask_storeu_epi32(dst + i / 2, first_lanes((rest + 1) / 2), _mm512_maskz_loadu_epi16(values, src + i));
   }
 }
 
 LT_BF16_TARGET void interleave_to_pairs(const uint16_t* even, const uint16_t* odd, int64_t n, uint32_t* dst) {
-  // 16 values of each row in the low 16-bit lanes of two vectors; the permutation zips them into (even j,
-  // odd j) units (indices from 32 on pick from the second vector).
+  // 16 values of each row zero-extended into 32-bit lanes, the odd row's shifted into the high halves;
+  // whole vectors unmasked, then a partial tail through the permutation that zips two vectors' low lanes
+  // (indices from 32 on pick from the second).
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512i high =
+        odd ? _mm512_maskz_slli_epi32(__mmask16(0xFFFF), widen_16(odd + j), 16) : _mm512_setzero_si512();
+    _mm512_storeu_si512(dst + j, _mm512_or_si512(widen_16(even + j), high));
+  }
+  if (j == n) return;
   alignas(64) static constexpr uint16_t kZip[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
                                                     8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  const __m512i zip = _mm512_load_si512(kZip);
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 lanes = first_lanes(n - j);
-    const __m512i low = _mm512_maskz_loadu_epi16(__mmask32(lanes), even + j);
-    const __m512i high = odd ? _mm512_maskz_loadu_epi16(__mmask32(lanes), odd + j) : _mm512_setzero_si512();
-    _mm512_mask_storeu_epi32(dst + j, lanes, _mm512_permutex2var_epi16(low, zip, high));
-  }
+  const __mmask16 lanes = first_lanes(n - j);
+  const __m512i low = _mm512_maskz_loadu_epi16(__mmask32(lanes), even + j);
+  const __m512i high = odd ? _mm512_maskz_loadu_epi16(__mmask32(lanes), odd + j) : _mm512_setzero_si512();
+  _mm512_mask_storeu_epi32(dst + j, lanes, _mm512_permutex2var_epi16(low, _mm512_load_si512(kZip), high));
 }
 
 LT_BF16_TARGET void round_to_bf16(float* x, int64_t n) {

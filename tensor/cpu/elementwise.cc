@@ -121,13 +121,8 @@ void SumRowsKernel(DType dtype, const void* x, void* out, int64_t rows, int64_t 
 
 // dst = the bf16 of src (f32_to_bf16), and dst = src widened (bf16_to_f32), for n elements.
 void RoundToBf16Kernel(const float* src, uint16_t* dst, int64_t n) {
-  parallel_for(n, 1 << 15, [src, dst](int64_t begin, int64_t end) {
-    const hn::ScalableTag<float> d;
-    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-    int64_t i = begin;
-    for (; i + lanes <= end; i += lanes) StoreBf16(d, hn::LoadU(d, src + i), dst + i);
-    for (; i < end; ++i) dst[i] = f32_to_bf16(src[i]);
-  });
+  parallel_for(n, 1 << 15,
+               [src, dst](int64_t begin, int64_t end) { RoundRowToBf16(src + begin, end - begin, dst + begin); });
 }
 void WidenBf16Kernel(const uint16_t* src, float* dst, int64_t n) {
   parallel_for(n, 1 << 15, [src, dst](int64_t begin, int64_t end) {

@@ -20,6 +20,7 @@
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "tensor/cpu/bf16-inl.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/dtype_switch.h"
 #include "tensor/threadpool.h"
@@ -92,10 +93,28 @@ HWY_INLINE T NormalizeRow(const T* x, const T* w_C, double eps, T* y, int64_t C)
   return r;
 }
 
+// Under mixed precision (f32, tensor/kernels.h) a row's bf16 copies are rounded while the row is in cache:
+// x's (or the sum's) for the norm's backward, y's for the projections that read y (autograd/saved.h).
+struct RowCopies {
+  uint16_t* x = nullptr;
+  uint16_t* y = nullptr;
+};
 template <class T>
-void RmsNormT(const T* x_NC, const T* w_C, double eps, T* y_NC, T* rstd_N, int64_t N, int64_t C) {
+HWY_INLINE void CopyRows(const RowCopies& copies, const T* x, const T* y, int64_t n, int64_t C) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (copies.x) RoundRowToBf16(x, C, copies.x + n * C);
+    if (copies.y) RoundRowToBf16(y, C, copies.y + n * C);
+  }
+}
+
+template <class T>
+void RmsNormT(const T* x_NC, const T* w_C, double eps, T* y_NC, T* rstd_N, int64_t N, int64_t C,
+              const RowCopies& copies) {
   parallel_for(N, row_grain(C), [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n) rstd_N[n] = NormalizeRow(x_NC + n * C, w_C, eps, y_NC + n * C, C);
+    for (int64_t n = begin; n < end; ++n) {
+      rstd_N[n] = NormalizeRow(x_NC + n * C, w_C, eps, y_NC + n * C, C);
+      CopyRows(copies, x_NC + n * C, y_NC + n * C, n, C);
+    }
   });
 }
 
@@ -103,7 +122,7 @@ void RmsNormT(const T* x_NC, const T* w_C, double eps, T* y_NC, T* rstd_N, int64
 // add then rmsnorm, with the same bits (the sum rounded to T, then read back as rmsnorm reads x).
 template <class T>
 void AddRmsNormT(const T* a_NC, const T* b_NC, const T* w_C, double eps, T* sum_NC, T* y_NC, T* rstd_N, int64_t N,
-                 int64_t C) {
+                 int64_t C, const RowCopies& copies) {
   parallel_for(N, row_grain(C), [&](int64_t begin, int64_t end) {
     const hn::ScalableTag<T> d;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -115,12 +134,15 @@ void AddRmsNormT(const T* a_NC, const T* b_NC, const T* w_C, double eps, T* sum_
       for (; j + lanes <= C; j += lanes) hn::StoreU(hn::Add(hn::LoadU(d, a + j), hn::LoadU(d, b + j)), d, sum + j);
       for (; j < C; ++j) sum[j] = a[j] + b[j];
       rstd_N[n] = NormalizeRow(sum, w_C, eps, y_NC + n * C, C);
+      CopyRows(copies, sum, y_NC + n * C, n, C);
     }
   });
 }
 
-template <class T>
-void RmsNormBackwardT(const T* x_NC, const T* w_C, const T* rstd_N, const T* dy_NC, T* dx_NC, T* dw_C, int64_t N,
+// X: x's element type, T's or bf16 (uint16_t: the kept copy under mixed precision, each row widened into
+// a per-thread row as it is reached, so the arithmetic is that of the f32 kernel on the widened tensor).
+template <class T, class X>
+void RmsNormBackwardT(const X* x_NC, const T* w_C, const T* rstd_N, const T* dy_NC, T* dx_NC, T* dw_C, int64_t N,
                       int64_t C, bool add_to_dx) {
   // Per-chunk dw partials, kept between calls so steady-state steps allocate nothing.
   static thread_local std::vector<T> partial_dw;
@@ -133,8 +155,16 @@ void RmsNormBackwardT(const T* x_NC, const T* w_C, const T* rstd_N, const T* dy_
     const hn::ScalableTag<T> d;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
     T* dw_part = partials + chunk * C;
+    static thread_local std::vector<T> widened_row;
     for (int64_t n = begin; n < end; ++n) {
-      const T* x = x_NC + n * C;
+      const T* x = nullptr;
+      if constexpr (std::is_same_v<X, T>) {
+        x = x_NC + n * C;
+      } else {
+        widened_row.resize(static_cast<size_t>(C));
+        std::transform(x_NC + n * C, x_NC + (n + 1) * C, widened_row.begin(), Widened<T, X>);
+        x = widened_row.data();
+      }
       const T* dy = dy_NC + n * C;
       T* dx = dx_NC + n * C;
       const double r = static_cast<double>(rstd_N[n]);
@@ -165,21 +195,28 @@ void RmsNormBackwardT(const T* x_NC, const T* w_C, const T* rstd_N, const T* dy_
   }
 }
 
-void RmsNormKernel(DType dtype, const void* x, const void* w, double eps, void* y, void* rstd, int64_t N, int64_t C) {
+void RmsNormKernel(DType dtype, const void* x, const void* w, double eps, void* y, void* rstd, int64_t N, int64_t C,
+                   uint16_t* x_bf16, uint16_t* y_bf16) {
+  const RowCopies copies{x_bf16, y_bf16};
   LT_FLOAT_SWITCH(dtype, T,
                   RmsNormT<T>(static_cast<const T*>(x), static_cast<const T*>(w), eps, static_cast<T*>(y),
-                              static_cast<T*>(rstd), N, C));
+                              static_cast<T*>(rstd), N, C, copies));
 }
 
 void AddRmsNormKernel(DType dtype, const void* a, const void* b, const void* w, double eps, void* sum, void* y,
-                      void* rstd, int64_t N, int64_t C) {
+                      void* rstd, int64_t N, int64_t C, uint16_t* sum_bf16, uint16_t* y_bf16) {
+  const RowCopies copies{sum_bf16, y_bf16};
   LT_FLOAT_SWITCH(dtype, T,
                   AddRmsNormT<T>(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<const T*>(w), eps,
-                                 static_cast<T*>(sum), static_cast<T*>(y), static_cast<T*>(rstd), N, C));
+                                 static_cast<T*>(sum), static_cast<T*>(y), static_cast<T*>(rstd), N, C, copies));
 }
 
-void RmsNormBackwardKernel(DType dtype, const void* x, const void* w, const void* rstd, const void* dy, void* dx,
-                           void* dw, int64_t N, int64_t C, bool add_to_dx) {
+void RmsNormBackwardKernel(DType dtype, const void* x, bool x_bf16, const void* w, const void* rstd, const void* dy,
+                           void* dx, void* dw, int64_t N, int64_t C, bool add_to_dx) {
+  if (x_bf16)
+    return RmsNormBackwardT<float>(static_cast<const uint16_t*>(x), static_cast<const float*>(w),
+                                   static_cast<const float*>(rstd), static_cast<const float*>(dy),
+                                   static_cast<float*>(dx), static_cast<float*>(dw), N, C, add_to_dx);
   LT_FLOAT_SWITCH(
       dtype, T,
       RmsNormBackwardT<T>(static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(rstd),
@@ -195,27 +232,31 @@ HWY_EXPORT(RmsNormKernel);
 HWY_EXPORT(AddRmsNormKernel);
 HWY_EXPORT(RmsNormBackwardKernel);
 
-// The bf16 copies (x_bf16, sum_bf16) are a GPU's alone: the front door takes none on the CPU.
-void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd, const Tensor& /*x_bf16*/,
-             const Tensor& /*y_bf16*/) {
+namespace {
+uint16_t* bf16_or_null(const Tensor& t) { return t.defined() ? t.bf16_data() : nullptr; }
+}  // namespace
+
+void rmsnorm(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& rstd, const Tensor& x_bf16,
+             const Tensor& y_bf16) {
   const int64_t C = x.dim(-1);
   HWY_DYNAMIC_DISPATCH(RmsNormKernel)(x.dtype(), x.raw_data(), w.raw_data(), eps, y.raw_data(), rstd.raw_data(),
-                                      x.numel() / C, C);
+                                      x.numel() / C, C, bf16_or_null(x_bf16), bf16_or_null(y_bf16));
 }
 
 void add_rmsnorm(const Tensor& a, const Tensor& b, const Tensor& w, double eps, Tensor& sum, Tensor& y, Tensor& rstd,
-                 const Tensor& /*sum_bf16*/, const Tensor& /*y_bf16*/) {
+                 const Tensor& sum_bf16, const Tensor& y_bf16) {
   const int64_t C = a.dim(-1);
   HWY_DYNAMIC_DISPATCH(AddRmsNormKernel)(a.dtype(), a.raw_data(), b.raw_data(), w.raw_data(), eps, sum.raw_data(),
-                                         y.raw_data(), rstd.raw_data(), a.numel() / C, C);
+                                         y.raw_data(), rstd.raw_data(), a.numel() / C, C,
+                                         bf16_or_null(sum_bf16), bf16_or_null(y_bf16));
 }
 
 void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw,
                       bool add_to_dx) {
   const int64_t C = x.dim(-1);
   HWY_DYNAMIC_DISPATCH(RmsNormBackwardKernel)
-  (x.dtype(), x.raw_data(), w.raw_data(), rstd.raw_data(), dy.raw_data(), dx.raw_data(), dw.raw_data(), x.numel() / C,
-   C, add_to_dx);
+  (dy.dtype(), x.raw_data(), x.dtype() == DType::BF16, w.raw_data(), rstd.raw_data(), dy.raw_data(), dx.raw_data(),
+   dw.raw_data(), x.numel() / C, C, add_to_dx);
 }
 
 }  // namespace lt::cpu

@@ -44,8 +44,8 @@ inline void check_kept(const Tensor& t, const Tensor& ref, const char* op, const
 
 // An operand as autograd kept it, for the kernels that read a kept copy on a CPU too: check_kept, and
 // under mixed precision its bf16 copy on the CPU (autograd/saved.h): the GEMMs, which move its pairs into
-// the packing or widen it where they multiply in f32, and swiglu_combine_backward, which widens it as it
-// reads.
+// the packing or widen it where they multiply in f32, and swiglu_combine_backward and rmsnorm_backward,
+// which widen it as they read.
 inline void check_kept_anywhere(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
   const bool cpu_copy = t.defined() && t.is_cpu() && ref.is_cpu() && t.dtype() == DType::BF16 &&
                         ref.dtype() == DType::F32 && matmul_precision() == MatmulPrecision::BF16Inputs;
@@ -67,11 +67,12 @@ inline void check_kept_same(const Tensor& t, const Tensor& ref, const char* op, 
   check_shape(t, ref.shape(), op, what);
 }
 
-// The bf16 copy of ref that an op writes under mixed precision on a GPU in the pass that reads or writes
-// ref (autograd/saved.h: kept_copy_to_fill): bf16, ref's shape, allowed by check_kept.
+// The bf16 copy of ref that an op writes under mixed precision in the pass that reads or writes ref
+// (autograd/saved.h: kept_copy_to_fill), on a GPU or a CPU: bf16, ref's shape.
 inline void check_bf16_copy(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
   LT_CHECK(t.dtype() == DType::BF16, op, ": ", what, " must be bf16, got ", t.str());
-  check_kept_same(t, ref, op, what);
+  check_kept_anywhere(t, ref, op, what);
+  check_shape(t, ref.shape(), op, what);
 }
 
 // Same dtype, device and shape as the reference operand.

@@ -56,7 +56,7 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
                       double dx_beta) {
   const char* op = "rmsnorm_backward";
   const Shape lead = check_rmsnorm_operands(dy, w, op, "dy");
-  check_kept(x, dy, op, "x");
+  check_kept_anywhere(x, dy, op, "x");
   check_shape(x, dy.shape(), op, "x");
   check_like(rstd, dy, op, "rstd");
   check_shape(rstd, lead, op, "rstd");

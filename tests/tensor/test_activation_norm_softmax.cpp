@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -265,6 +266,50 @@ TEST(RmsNormKernels, AddRmsNormHasTheBitsOfAddThenRmsNorm) {
         for (const auto& [got, want] : {std::pair{sum, want_sum}, std::pair{y, want_y}, std::pair{rstd, want_rstd}})
           EXPECT_EQ(got.to(DType::F64).to_vector<double>(), want.to(DType::F64).to_vector<double>()) << what;
       }
+  });
+}
+
+// Under mixed precision on the CPU (autograd/saved.h) the norms and the SwiGLU write the bf16 copies
+// autograd keeps in the pass that computes their rows: the roundings convert makes, the outputs unchanged;
+// and the norm's backward reads x's copy, widening each row, with the bits of the kernel on the widened x.
+TEST(RmsNormKernels, KeptBf16CopiesAreWrittenAndReadWithTheBitsOfConverting) {
+  const test::MatmulPrecisionScope mode(kernels::MatmulPrecision::BF16Inputs);
+  const auto rounded = [](const Tensor& t) { return t.to(DType::BF16); };
+  const auto same = [](const Tensor& x, const Tensor& y) {
+    return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
+  };
+  for_each_cpu_target([&] {
+    for (const Shape& shape : std::vector<Shape>{{5, 64}, {3, 129}, {2, 3, 17}}) {
+      const int64_t C = shape.back();
+      const Shape lead(shape.begin(), shape.end() - 1);
+      const std::string what = shape_str(shape);
+      const Tensor a = random_tensor(shape, 40), b = random_tensor(shape, 41);
+      const Tensor w = random_tensor({C}, 42, DType::F32, 0.5);
+      Tensor y = Tensor::empty(shape), rstd = Tensor::empty(lead), y_plain = Tensor::empty(shape);
+      Tensor rstd_plain = Tensor::empty(lead), x16 = Tensor::empty(shape, DType::BF16);
+      Tensor y16 = Tensor::empty(shape, DType::BF16);
+      kernels::rmsnorm(a, w, 1e-6, y_plain, rstd_plain);
+      kernels::rmsnorm(a, w, 1e-6, y, rstd, x16, y16);
+      EXPECT_TRUE(same(y, y_plain) && same(rstd, rstd_plain)) << what;
+      EXPECT_TRUE(same(x16, rounded(a)) && same(y16, rounded(y))) << what;
+      Tensor sum = Tensor::empty(shape), sum16 = Tensor::empty(shape, DType::BF16);
+      kernels::add_rmsnorm(a, b, w, 1e-6, sum, y, rstd, sum16, y16);
+      EXPECT_TRUE(same(sum16, rounded(sum)) && same(y16, rounded(y))) << what;
+
+      const Tensor dy = random_tensor(shape, 43);
+      Tensor dx = Tensor::empty(shape), dw = Tensor::zeros({C}), dx_kept = Tensor::empty(shape);
+      Tensor dw_kept = Tensor::zeros({C});
+      kernels::rmsnorm_backward(x16.to(DType::F32), w, rstd, dy, dx, dw);
+      kernels::rmsnorm_backward(x16, w, rstd, dy, dx_kept, dw_kept);
+      EXPECT_TRUE(same(dx_kept, dx) && same(dw_kept, dw)) << what;
+
+      const Tensor gate_up = random_tensor({4, 2 * C}, 44);
+      Tensor h = Tensor::empty({4, C}), h_plain = Tensor::empty({4, C});
+      Tensor gate_up16 = Tensor::empty({4, 2 * C}, DType::BF16), h16 = Tensor::empty({4, C}, DType::BF16);
+      kernels::swiglu(gate_up, h_plain);
+      kernels::swiglu(gate_up, h, gate_up16, h16);
+      EXPECT_TRUE(same(h, h_plain) && same(gate_up16, rounded(gate_up)) && same(h16, rounded(h))) << what;
+    }
   });
 }
 
