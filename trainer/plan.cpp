@@ -14,7 +14,7 @@ namespace {
 constexpr int64_t kF32 = 4, kI32 = 4;
 
 // The tensors a step keeps from the forward to the backward, per token: elements and bytes per element.
-// Activations in the dtype they are kept in (bf16 under mixed precision on a GPU: autograd/saved.h); the
+// Activations in the dtype they are kept in (bf16 under mixed precision: autograd/saved.h); the
 // statistics that stay f32 (RMSNorm's rstd, attention's log-sum-exp, the router's probabilities); 32-bit
 // ids. Each is one allocation of the caching allocator, which hands out its size class.
 struct Kept {
@@ -117,6 +117,8 @@ Plan plan_training(const LingConfig& c, const PlanLayout& l, const PlanShape& s)
   // ZeRO-2 (EDiT's replicas) shards the AdamW state but keeps a whole gradient buffer; ZeRO-3 shards all.
   m.gradients = allocated(kF32 * m.params);
   m.adamw = 2 * allocated(kF32 * (l.edit && ep == 1 && !l.shard_params ? params_sharded : m.params));
+  // Under mixed precision a GPU keeps the weights' bf16 copy (Trainer::step); both devices keep the
+  // activations in bf16 (a CPU with a bf16 GEMM, which --dtype bf16 needs there to take effect).
   const bool mixed = s.matmul_dtype == DType::BF16 && s.on_gpu;
   m.bf16_copy = mixed ? allocated(2 * m.params) : 0;
   const int64_t head_params = c.vocab_size * c.hidden_size;
@@ -127,7 +129,7 @@ Plan plan_training(const LingConfig& c, const PlanLayout& l, const PlanShape& s)
                                  plan.routed_expert_params / std::max<int64_t>(1, c.num_hidden_layers) / ep;
     m.gathered = (2 * kF32 + (mixed ? 2 : 0)) * std::max(layer_params, head_params);
   }
-  const int64_t tokens = s.batch * s.seq, act_bytes = mixed ? 2 : kF32;
+  const int64_t tokens = s.batch * s.seq, act_bytes = s.matmul_dtype == DType::BF16 ? 2 : kF32;
   for (const Kept& t : kept_tensors(c, act_bytes)) m.activations += allocated(tokens * t.per_token * t.element_bytes);
   // At the head: one chunk of logits (and of the normalised h) at a time; from there back the gradient of
   // the residual stream and the one being formed, [tokens, H] each in f32.

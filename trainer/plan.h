@@ -32,7 +32,7 @@ struct PlanLayout {
 struct PlanShape {
   int64_t batch = 1, seq = 1;  // per rank
   DType matmul_dtype = DType::F32;  // bf16: mixed precision
-  bool on_gpu = false;              // activations kept in bf16 and the weights' bf16 copy exist on a GPU only
+  bool on_gpu = false;              // the weights' bf16 copy exists on a GPU only
 };
 
 // Bytes of one rank.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # lingtrain plan against real runs: the memory it plans for a rank (held between steps, the step's peak)
-# against what the bench measures on the CPU (tiny and moe-s, two shapes each: within 10%), the bytes it
+# against what the bench measures on the CPU (tiny and moe-s, two shapes each, and moe-s in bf16 where the
+# CPU has a bf16 GEMM, its activations kept in bf16: within 10%), the bytes it
 # plans a rank to send against what the communicator counted in data parallel, EDiT and expert-parallel
 # runs under mpiexec (within 1%: the runs also send a few numbers of statistics; 2% with expert
 # parallelism, whose real loads are uneven), and one clear line for a layout the
@@ -12,11 +13,13 @@ json_field() { tail -n 1 "$1" | grep -o "\"$2\":[0-9.e+-]*" | head -n 1 | cut -d
 # within A B TOLERANCE: |A - B| <= TOLERANCE * B.
 within() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= t * b) }'; }
 
-for run in "tiny 4 128" "tiny 8 128" "moe-s 4 256" "moe-s 8 256"; do
+runs=("tiny 4 128 f32" "tiny 8 128 f32" "moe-s 4 256 f32" "moe-s 8 256 f32")
+"$bin" --version | grep -q "bf16 GEMM (" && runs+=("moe-s 4 256 bf16")
+for run in "${runs[@]}"; do
   set -- $run
-  "$bin" bench --config $1 --batch $2 --seq $3 --steps 1 --warmup 1 --threads 2 >bench.txt 2>&1 ||
+  "$bin" bench --config $1 --batch $2 --seq $3 --dtype $4 --steps 1 --warmup 1 --threads 2 >bench.txt 2>&1 ||
     { fail "bench $run: $(tail -1 bench.txt)"; continue; }
-  "$bin" plan --model $1 --batch $2 --seq $3 --device cpu >plan.txt 2>&1 ||
+  "$bin" plan --model $1 --batch $2 --seq $3 --dtype $4 --device cpu >plan.txt 2>&1 ||
     { fail "plan $run: $(tail -1 plan.txt)"; continue; }
   held=$(json_field bench.txt held_between_steps_mb) peak=$(json_field bench.txt peak_in_use_mb)
   planned_held=$(json_field plan.txt held_bytes) planned_peak=$(json_field plan.txt peak_bytes)
