@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 
 #include "io/safetensors.h"
@@ -244,16 +243,7 @@ TEST(Trainer, StepsWithBf16MatmulsOnTheCpuStayCloseToF32) {
 TEST(Trainer, Bf16KeepsTheActivationsInAboutHalfTheMemoryOnTheCpu) {
   if (!kernels::cpu_has_bf16_matmul()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
   LingForCausalLM model(small_config(), 1);
-  Rng rng(6);
-  const TokenBatch batch = random_batch(rng, 2, 64);
-  const Device cpu = Device::cpu();
-  const auto [f32_bytes, f32_norm] = test::graph_bytes_and_grad_norm(model, cpu, batch, kernels::MatmulPrecision::F32);
-  const auto [bf16_bytes, bf16_norm] =
-      test::graph_bytes_and_grad_norm(model, cpu, batch, kernels::MatmulPrecision::BF16Inputs);
-  std::printf("graph after the forward: f32 %.0f bytes, bf16 %.0f bytes (%.3f)\n", f32_bytes, bf16_bytes,
-              bf16_bytes / f32_bytes);
-  EXPECT_LT(bf16_bytes, 0.65 * f32_bytes);
-  EXPECT_NEAR(bf16_norm, f32_norm, 0.03 * f32_norm);
+  test::expect_bf16_graph_within(model, Device::cpu(), 0.65);
 }
 
 }  // namespace

@@ -196,15 +196,7 @@ TEST(Trainer, Bf16KeepsTheActivationsInAboutHalfTheMemory) {
   const Device gpu = Device::cuda(0);
   LingForCausalLM model(small_config(), 1);
   model.to(gpu);
-  Rng rng(6);
-  const TokenBatch batch = random_batch(rng, 2, 64);
-  const auto [f32_bytes, f32_norm] = test::graph_bytes_and_grad_norm(model, gpu, batch, kernels::MatmulPrecision::F32);
-  const auto [bf16_bytes, bf16_norm] =
-      test::graph_bytes_and_grad_norm(model, gpu, batch, kernels::MatmulPrecision::BF16Inputs);
-  std::printf("graph after the forward: f32 %.0f bytes, bf16 %.0f bytes (%.3f)\n", f32_bytes, bf16_bytes,
-              bf16_bytes / f32_bytes);
-  EXPECT_LT(bf16_bytes, 0.6 * f32_bytes);
-  EXPECT_NEAR(bf16_norm, f32_norm, 0.03 * f32_norm);
+  test::expect_bf16_graph_within(model, gpu, 0.6);
 }
 
 // Checkpoints move freely between devices: weights and optimiser state written by a GPU run load into

@@ -1,7 +1,10 @@
 // What the Trainer tests share: random token batches, a constant learning rate, the flat weights.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -48,6 +51,21 @@ inline std::pair<double, double> graph_bytes_and_grad_norm(LingForCausalLM& mode
   for (const auto& p : model.parameters())
     for (float g : p.value->grad().to(Device::cpu()).to_vector<float>()) squares += double(g) * g;
   return {static_cast<double>(held), std::sqrt(squares)};
+}
+
+// Mixed precision keeps the activations in bf16 (autograd/saved.h): what the graph of a forward of `model`
+// (on `device`) holds for its backward takes at most `at_most` of the memory it takes in f32, and the
+// gradients of its backward are within 3% of f32's.
+inline void expect_bf16_graph_within(LingForCausalLM& model, Device device, double at_most) {
+  Rng rng(6);
+  const TokenBatch batch = random_batch(rng, 2, 64);
+  const auto [f32_bytes, f32_norm] = graph_bytes_and_grad_norm(model, device, batch, kernels::MatmulPrecision::F32);
+  const auto [bf16_bytes, bf16_norm] =
+      graph_bytes_and_grad_norm(model, device, batch, kernels::MatmulPrecision::BF16Inputs);
+  std::printf("graph after the forward: f32 %.0f bytes, bf16 %.0f bytes (%.3f)\n", f32_bytes, bf16_bytes,
+              bf16_bytes / f32_bytes);
+  EXPECT_LT(bf16_bytes, at_most * f32_bytes);
+  EXPECT_NEAR(bf16_norm, f32_norm, 0.03 * f32_norm);
 }
 
 inline std::vector<float> values_of(Trainer& trainer) { return trainer.parameters().values().to_vector<float>(); }
