@@ -51,6 +51,15 @@ HWY_INLINE hn::Vec<DF> LoadBf16(DF df, const uint16_t* HWY_RESTRICT in) {
   return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, in))));
 }
 
+// dst[0 : n] = src[0 : n] widened (bf16_to_f32): a kept copy's row, for a kernel that computes in f32.
+HWY_INLINE void WidenRowFromBf16(const uint16_t* HWY_RESTRICT src, int64_t n, float* HWY_RESTRICT dst) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) hn::StoreU(LoadBf16(d, src + i), d, dst + i);
+  for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+}
+
 // Lanes(d) values at p: f32 or f64 as they are, bf16 (uint16_t, with d an f32 tag) widened; and one.
 template <class D, class E>
 HWY_INLINE hn::Vec<D> LoadWidened(D d, const E* HWY_RESTRICT p) {

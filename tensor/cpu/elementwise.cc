@@ -125,13 +125,8 @@ void RoundToBf16Kernel(const float* src, uint16_t* dst, int64_t n) {
                [src, dst](int64_t begin, int64_t end) { RoundRowToBf16(src + begin, end - begin, dst + begin); });
 }
 void WidenBf16Kernel(const uint16_t* src, float* dst, int64_t n) {
-  parallel_for(n, 1 << 15, [src, dst](int64_t begin, int64_t end) {
-    const hn::ScalableTag<float> d;
-    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-    int64_t i = begin;
-    for (; i + lanes <= end; i += lanes) hn::StoreU(LoadBf16(d, src + i), d, dst + i);
-    for (; i < end; ++i) dst[i] = bf16_to_f32(src[i]);
-  });
+  parallel_for(n, 1 << 15,
+               [src, dst](int64_t begin, int64_t end) { WidenRowFromBf16(src + begin, end - begin, dst + begin); });
 }
 
 }  // namespace lt::cpu::HWY_NAMESPACE

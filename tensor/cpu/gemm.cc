@@ -1176,17 +1176,9 @@ void GemmTransposed(const Gemm<T>& g) {
 // applied, in per-thread buffers (kWhich 4 and 5), for the paths that read f32: few rows of C, or a CPU
 // without the bf16 GEMM.
 Gemm<float> WithF32Operands(const Gemm<float>& g) {
-  const hn::ScalableTag<float> d;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  const auto widen = [&](const uint16_t* src, const int32_t* gathered, int64_t ld, int64_t rows, int64_t cols,
-                         float* dst) {
-    for (int64_t i = 0; i < rows; ++i) {
-      const uint16_t* row = src + (gathered ? gathered[i] : i) * ld;
-      float* out = dst + i * cols;
-      int64_t j = 0;
-      for (; j + lanes <= cols; j += lanes) hn::StoreU(LoadBf16(d, row + j), d, out + j);
-      for (; j < cols; ++j) out[j] = bf16_to_f32(row[j]);
-    }
+  const auto widen = [](const uint16_t* src, const int32_t* gathered, int64_t ld, int64_t rows, int64_t cols,
+                        float* dst) {
+    for (int64_t i = 0; i < rows; ++i) WidenRowFromBf16(src + (gathered ? gathered[i] : i) * ld, cols, dst + i * cols);
   };
   Gemm<float> w = g;
   if (g.a_bf16) {

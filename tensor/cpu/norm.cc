@@ -162,7 +162,7 @@ void RmsNormBackwardT(const X* x_NC, const T* w_C, const T* rstd_N, const T* dy_
         x = x_NC + n * C;
       } else {
         widened_row.resize(static_cast<size_t>(C));
-        std::transform(x_NC + n * C, x_NC + (n + 1) * C, widened_row.begin(), Widened<T, X>);
+        WidenRowFromBf16(x_NC + n * C, C, widened_row.data());
         x = widened_row.data();
       }
       const T* dy = dy_NC + n * C;
