@@ -1,5 +1,6 @@
 #include "autograd/saved.h"
 
+#include "tensor/bf16_shadow.h"
 #include "tensor/kernels.h"
 
 namespace lt {
@@ -89,6 +90,12 @@ DType input_gradient_dtype(const Node& node, size_t i, const Tensor& like) {
 }
 
 Tensor gemm_operand(const Tensor& t) { return kernels_read_bf16(t) ? to_bf16(t) : t; }
+
+Tensor weight_gemm_operand(const Tensor& w) {
+  if (!kept_in_bf16(w)) return w;
+  const Tensor registered = bf16_shadow_of(w);
+  return registered.defined() ? registered : to_bf16(w);
+}
 
 Tensor SavedTensor::kernel_operand() const { return widen_ && stored_.is_cpu() ? get() : stored_; }
 

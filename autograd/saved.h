@@ -8,10 +8,11 @@
 // bf16 anyway, so for them nothing changes. Statistics (RMSNorm's rstd, attention's log-sum-exp, softmax
 // probabilities) and the loss stay f32, as do weights and other leaves: they live on anyway, and a bf16
 // copy would add memory. Without the mode a saved tensor is the tensor itself.
-// A GPU's kernels write the copies in the passes that produce the activations (kept_copy_to_fill) and
-// widen them as they read. On a CPU a copy is rounded when a node keeps it (one vector pass); the GEMMs
-// take it as it is (their packing moves its bf16 pairs instead of converting f32), and the other backward
-// kernels read it widened into a temporary (kernel_operand), one at a time.
+// The kernels that produce the activations write most copies in the same pass (kept_copy_to_fill; the
+// rest are rounded when a node keeps them, one vector pass). The GEMMs take a copy as it is (a CPU's
+// packing moves its bf16 pairs instead of converting f32); a GPU's other kernels widen a copy as they read
+// it, and so do a CPU's norm backward and experts' SwiGLU backward, while its attention and SwiGLU
+// backward read it widened into a temporary (kernel_operand), one at a time.
 #pragma once
 #include "autograd/variable.h"
 
@@ -48,11 +49,10 @@ class SavedTensor {
   bool widen_ = false;
 };
 
-// The bf16 copy that a node keeping x (SavedTensor::input) will hold under mixed precision on a GPU,
-// allocated and registered empty, for a kernel that reads or writes x anyway to fill in the same pass, with
-// no rounding launch of its own; undefined where x is kept as it is, where nothing keeps it (no
-// gradients), where its copy exists, or on a CPU (there the node rounds it). The kernel fills it before any
-// node reads it.
+// The bf16 copy that a node keeping x (SavedTensor::input) will hold under mixed precision, allocated and
+// registered empty, for a kernel that reads or writes x anyway to fill in the same pass, with no rounding
+// pass of its own; undefined where x is kept as it is, where nothing keeps it (no gradients) or where its
+// copy exists. The kernel fills it before any node reads it.
 Tensor kept_copy_to_fill(const Variable& x);
 // The same for a tensor that only the calling node keeps (SavedTensor::activation(t, copy)), or for the
 // value of the result an op is about to return, registered with keep_copy once the result exists.
@@ -76,5 +76,10 @@ DType input_gradient_dtype(const Node& node, size_t i, const Tensor& like);
 // products): rounded to bf16 once under the mode on a GPU, where each GEMM would round it again; else
 // itself (a CPU's GEMMs round as they pack).
 Tensor gemm_operand(const Tensor& t);
+
+// A weight that many GEMMs of one op read (the head's, read by two products in every chunk of rows): under
+// the mode where w would be kept in bf16, its registered copy (tensor/bf16_shadow.h: a GPU's training step)
+// or else rounded once here, where a CPU's GEMMs would convert it again in every packing; else w itself.
+Tensor weight_gemm_operand(const Tensor& w);
 
 }  // namespace lt

@@ -164,11 +164,14 @@ Variable expert_parallel_experts(const Variable& x_NH, const Variable& w_NK, con
   std::vector<SourceBlock> blocks = source_blocks(*exchange, x.device());
   const int64_t R = x_RH.dim(0), I = gate_up.dim(1) / 2;
 
-  // The experts' SwiGLU on each source's rows, as moe_experts computes it for a micro-batch.
+  // The experts' SwiGLU on each source's rows, as moe_experts computes it for a micro-batch (the rows kept
+  // first, so that the GEMMs read the kept copy, as there).
+  const SavedTensor saved_x_RH = grad_enabled() ? SavedTensor::activation(x_RH) : SavedTensor();
+  const Tensor& x_operand_RH = saved_x_RH.defined() ? saved_x_RH.stored() : x_RH;
   Tensor gate_up_R2I = Tensor::empty({R, 2 * I}, x.dtype(), x.device());
   for (const SourceBlock& b : blocks) {
     Tensor out = b.narrow(gate_up_R2I);
-    expert_matmuls(profile::Phase::Forward, {{b.narrow(x_RH), gate_up, true, out, 0.0}}, b.plan);
+    expert_matmuls(profile::Phase::Forward, {{b.narrow(x_operand_RH), gate_up, true, out, 0.0}}, b.plan);
   }
   const Tensor gate_up_kept = kept_copy_to_fill(gate_up_R2I);
   Tensor y_RH = Tensor::empty({R, H}, x.dtype(), x.device());
@@ -193,7 +196,7 @@ Variable expert_parallel_experts(const Variable& x_NH, const Variable& w_NK, con
     node->w_NK = w_NK.value();
     node->gate_up_L2IH = gate_up;
     node->down_LHI = down;
-    node->saved_x_RH = SavedTensor::activation(x_RH);
+    node->saved_x_RH = saved_x_RH;
     node->saved_gate_up_R2I = SavedTensor::activation(gate_up_R2I, gate_up_kept);
   }
   return make_result(out, node, {x_NH, w_NK, gate_up_L2IH, down_LHI});

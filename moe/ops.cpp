@@ -94,8 +94,12 @@ Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchP
   LT_CHECK(plan.offsets.numel() == E + 1, "moe_experts: the plan covers ", plan.offsets.numel() - 1,
            " experts, the weights ", E);
   const int64_t M = w.numel();
+  // x kept before the product, so that under mixed precision the rows the forward GEMM gathers are its bf16
+  // copy, as the backward's are: half the bytes, and nothing to round while packing.
+  const SavedTensor saved_x = grad_enabled() ? SavedTensor::input(x_NH) : SavedTensor();
+  const Tensor& x_operand = saved_x.defined() ? saved_x.stored() : x;
   Tensor gate_up_M2I = Tensor::empty({M, 2 * I}, x.dtype(), x.device());
-  expert_matmuls(profile::Phase::Forward, {{x, gate_up, true, gate_up_M2I, 0.0, plan.token_of}}, plan);
+  expert_matmuls(profile::Phase::Forward, {{x_operand, gate_up, true, gate_up_M2I, 0.0, plan.token_of}}, plan);
   Tensor out = Tensor::empty_like(x);
   // Under mixed precision the SwiGLU writes the bf16 copy of its input that the node keeps, and h, which
   // only the down projection's GEMM reads, in bf16.
@@ -109,7 +113,7 @@ Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchP
   }
   auto node = std::make_shared<MoEExpertsNode>();
   if (grad_enabled()) {
-    node->saved_x_NH = SavedTensor::input(x_NH);
+    node->saved_x_NH = saved_x;
     node->w_NK = w;
     node->gate_up_E2IH = gate_up;
     node->down_EHI = down;

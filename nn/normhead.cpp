@@ -119,6 +119,8 @@ void run_head_pass(const HeadPass& p) {
   if (N == 0 && dhead.defined()) dhead.zero_();
   const int64_t chunk = std::min(N, head_rows_per_chunk(w));
   Tensor logits = Tensor::empty({chunk, V}, w.dtype(), w.device());
+  // W as the logits' and dh's products of every chunk take it: rounded once under mixed precision.
+  const Tensor w_operand = N > 0 ? weight_gemm_operand(w) : w;
   Tensor scaled_h = p.norm == HeadNorm::None ? Tensor() : Tensor::empty({chunk, H}, h.dtype(), h.device());
   for (int64_t start = 0; start < N; start += chunk) {
     const int64_t rows = std::min(chunk, N - start);
@@ -133,7 +135,7 @@ void run_head_pass(const HeadPass& p) {
       // under mixed precision.
       input_c = gemm_operand(scaled_c);
     }
-    kernels::matmul(input_c, false, w, true, logits_c);
+    kernels::matmul(input_c, false, w_operand, true, logits_c);
     if (p.row_loss_N.defined()) {
       Tensor loss_c = p.row_loss_N.narrow(start, rows);
       kernels::cross_entropy(logits_c, targets_c, p.ignore_index, loss_c, lse_c);
@@ -145,7 +147,7 @@ void run_head_pass(const HeadPass& p) {
     const Tensor dlogits_c = gemm_operand(logits_c);
     if (p.dh_NH.defined()) {
       Tensor dh_c = p.dh_NH.narrow(start, rows);
-      kernels::matmul(dlogits_c, false, w, false, dh_c);
+      kernels::matmul(dlogits_c, false, w_operand, false, dh_c);
       if (p.norm != HeadNorm::None) kernels::mul(dh_c, p.inv_norm_H, dh_c);
     }
     if (dhead.defined()) {

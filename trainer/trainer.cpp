@@ -247,12 +247,14 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
 
   stats.step = state_.step + 1;
   stats.decision = hooks_.before_update ? hooks_.before_update(stats) : UpdateDecision::Apply;
+  // The update writes the copy only where it leaves the copy current: it updates every value and no hook
+  // changes them after it (a sharded optimiser's or EDiT's step rounds the values anew).
+  const bool updated_all = optimizer_.owned().size() == params_.numel() && !hooks_.after_update;
   if (stats.decision == UpdateDecision::Apply) {
     LT_PROFILE_PHASE_SCOPE("adamw", profile::Phase::Optimizer);
-    optimizer_.step(stats.lr, bf16_copy ? values_bf16_ : Tensor());
+    optimizer_.step(stats.lr, bf16_copy && updated_all ? values_bf16_ : Tensor());
     if (hooks_.after_update) hooks_.after_update(params_);
   }
-  const bool updated_all = optimizer_.owned().size() == params_.numel() && !hooks_.after_update;
   values_bf16_current_ = bf16_copy && (stats.decision != UpdateDecision::Apply || updated_all);
   {
     LT_PROFILE_PHASE_SCOPE("zero_grad", profile::Phase::Optimizer);

@@ -7,6 +7,7 @@
 
 #include "autograd/ops.h"
 #include "nn/normhead.h"
+#include "tensor/bf16_shadow.h"
 #include "tensor/kernels.h"
 #include "tests/test_util.h"
 
@@ -35,7 +36,9 @@ Result fused(const Problem& p, HeadNorm norm) {
   const Variable h(p.h.clone(), true), w(p.w.clone(), true);
   const Variable loss = normhead_cross_entropy(h, w, p.targets, -100, norm);
   loss.backward();
-  return {loss.value().item(), h.grad().to_vector<double>(), w.grad().to_vector<double>()};
+  // (f32 problems as well: their values widen exactly.)
+  return {loss.value().item(), h.grad().to(DType::F64).to_vector<double>(),
+          w.grad().to(DType::F64).to_vector<double>()};
 }
 
 Result unfused(const Problem& p, HeadNorm norm) {
@@ -109,6 +112,33 @@ TEST(NormHeadCrossEntropy, WithoutGradModeGivesTheSameLoss) {
                                                HeadNorm::Detached);
   EXPECT_EQ(loss.value().item(), with_grad.loss);
   EXPECT_FALSE(loss.requires_grad());
+}
+
+// Under mixed precision on a CPU with the bf16 GEMM the head's weights are rounded once for the products
+// of every chunk (weight_gemm_operand), not in each product's packing: the bits of weights that already
+// hold their bf16 values, which the products' rounding leaves as they are. With a registered copy of the
+// weights (a GPU step's, tensor/bf16_shadow.h) the products read that copy: one of 2 W gives the loss of 2 W.
+TEST(NormHeadCrossEntropy, UnderMixedPrecisionTheWeightsAreRoundedOnceWithTheBitsOfEachProducts) {
+  if (!kernels::cpu_has_bf16_matmul()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  const test::MatmulPrecisionScope mixed(kernels::MatmulPrecision::BF16Inputs);
+  Problem p = problem(600, 64, 300);  // three chunks
+  p.h = p.h.to(DType::F32);
+  p.w = p.w.to(DType::F32);
+  Problem rounded = p;
+  rounded.w = p.w.to(DType::BF16).to(DType::F32);
+  ASSERT_NE(rounded.w.to_vector<float>(), p.w.to_vector<float>());
+  const Result a = fused(p, HeadNorm::None), b = fused(rounded, HeadNorm::None);
+  EXPECT_EQ(a.loss, b.loss);
+  EXPECT_EQ(a.dh, b.dh);
+  EXPECT_EQ(a.dw, b.dw);
+
+  Problem doubled = p;
+  doubled.w = Tensor::empty_like(p.w);
+  kernels::scale(p.w, 2.0, doubled.w);
+  const Variable h(p.h.clone(), true), w(p.w.clone(), true);
+  const Bf16Shadow registered(w.value(), doubled.w.to(DType::BF16));
+  EXPECT_EQ(normhead_cross_entropy(h, w, p.targets, -100, HeadNorm::None).value().item(),
+            fused(doubled, HeadNorm::None).loss);
 }
 
 // The per-token log-probabilities DPO sums against -(per-token cross-entropy) the unfused way, from the
