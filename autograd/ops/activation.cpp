@@ -24,7 +24,7 @@ struct SwigluNode : Node {
   // gate_up as kept: the kernel widens a bf16 copy as it reads it. The gradient, in one pass, feeds the
   // fused projection's GEMMs: bf16 under mixed precision where only they read it (input_gradient_dtype).
   std::vector<Tensor> backward(const Tensor& g) override {
-    const Tensor gate_up = saved_gate_up.kernel_operand();
+    const Tensor& gate_up = saved_gate_up.stored();
     Tensor dgate_up = Tensor::empty(gate_up.shape(), input_gradient_dtype(*this, 0, g), g.device());
     kernels::swiglu_backward(gate_up, g, dgate_up);
     return {dgate_up};

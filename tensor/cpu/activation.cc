@@ -130,14 +130,38 @@ void SwigluT(const T* gate_up, T* y, int64_t R, int64_t C, uint16_t* gate_up_bf1
 }
 
 // y = silu(g) u: dgate = dy u silu'(g), dup = dy silu(g), into dgate_up's halves.
+struct SwigluBackwardBody {
+  template <class D, class Args>
+  auto operator()(D d, const Args& v) const {  // v: gate, up, dy
+    const auto s = Sigmoid(d, v[0]);
+    return std::array{hn::Mul(hn::Mul(v[2], v[1]), SiluDerivative(d, v[0], s)), hn::Mul(v[2], hn::Mul(v[0], s))};
+  }
+};
+
 template <class T>
 void SwigluBackwardT(const T* gate_up, const T* dy, T* dgate_up, int64_t R, int64_t C) {
   MapRowVectors<3, 2, T>({Rows<const T*>{gate_up, 2 * C}, Rows<const T*>{gate_up + C, 2 * C}, Rows<const T*>{dy, C}},
-                         {Rows<T*>{dgate_up, 2 * C}, Rows<T*>{dgate_up + C, 2 * C}}, R, C, [](auto d, const auto& v) {
-                           const auto s = Sigmoid(d, v[0]);
-                           return std::array{hn::Mul(hn::Mul(v[2], v[1]), SiluDerivative(d, v[0], s)),
-                                             hn::Mul(v[2], hn::Mul(v[0], s))};
-                         });
+                         {Rows<T*>{dgate_up, 2 * C}, Rows<T*>{dgate_up + C, 2 * C}}, R, C, SwigluBackwardBody());
+}
+
+// The same from gate_up's kept bf16 copy (mixed precision, f32): each row's gate and up widened piece by
+// piece into buffers in cache as they are read. Widening is exact, so these are the bits of the f32 kernel
+// on the widened copy, with no widened copy in memory.
+void SwigluBackwardFromBf16(const uint16_t* gate_up, const float* dy, float* dgate_up, int64_t R, int64_t C) {
+  constexpr int64_t kPiece = 512;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(C, 1));
+  parallel_for(R, grain, [&](int64_t begin, int64_t end) {
+    alignas(64) float gate[kPiece], up[kPiece];
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t c = 0; c < C; c += kPiece) {
+        const int64_t n = std::min(kPiece, C - c);
+        const uint16_t* gate_bf16 = gate_up + r * 2 * C + c;
+        WidenRowFromBf16(gate_bf16, n, gate);
+        WidenRowFromBf16(gate_bf16 + C, n, up);
+        float* dgate = dgate_up + r * 2 * C + c;
+        MapRange<3, 2, float>({gate, up, dy + r * C + c}, {dgate, dgate + C}, 0, n, SwigluBackwardBody());
+      }
+  });
 }
 
 // swiglu_combine_backward (tensor/kernels.h): per assignment, its row of C values in vectors, the last
@@ -210,7 +234,11 @@ void SwigluKernel(DType dtype, const void* gate_up, void* y, int64_t R, int64_t 
                   SwigluT<T>(static_cast<const T*>(gate_up), static_cast<T*>(y), R, C, gate_up_bf16, y_bf16));
 }
 
-void SwigluBackwardKernel(DType dtype, const void* gate_up, const void* dy, void* dgate_up, int64_t R, int64_t C) {
+void SwigluBackwardKernel(DType dtype, const void* gate_up, bool gate_up_bf16, const void* dy, void* dgate_up, int64_t R,
+                          int64_t C) {
+  if (gate_up_bf16)
+    return SwigluBackwardFromBf16(static_cast<const uint16_t*>(gate_up), static_cast<const float*>(dy),
+                                  static_cast<float*>(dgate_up), R, C);
   LT_FLOAT_SWITCH(dtype, T,
                   SwigluBackwardT<T>(static_cast<const T*>(gate_up), static_cast<const T*>(dy),
                                      static_cast<T*>(dgate_up), R, C));
@@ -260,8 +288,8 @@ void swiglu(const Tensor& gate_up, Tensor& y, const Tensor& gate_up_bf16, const 
 
 void swiglu_backward(const Tensor& gate_up, const Tensor& dy, Tensor& dgate_up) {
   const int64_t C = dy.dim(-1);
-  HWY_DYNAMIC_DISPATCH(SwigluBackwardKernel)(dy.dtype(), gate_up.raw_data(), dy.raw_data(), dgate_up.raw_data(),
-                                             C == 0 ? 0 : dy.numel() / C, C);
+  HWY_DYNAMIC_DISPATCH(SwigluBackwardKernel)(dy.dtype(), gate_up.raw_data(), gate_up.dtype() == DType::BF16,
+                                             dy.raw_data(), dgate_up.raw_data(), C == 0 ? 0 : dy.numel() / C, C);
 }
 
 void swiglu_combine_backward(const Tensor& w, const Tensor& pos, const Tensor& gate_up, const Tensor& t, Tensor& h,

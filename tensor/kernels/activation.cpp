@@ -38,7 +38,7 @@ void swiglu(const Tensor& gate_up, Tensor& y, const Tensor& gate_up_kept, const 
 void swiglu_backward(const Tensor& gate_up, const Tensor& dy, Tensor& dgate_up) {
   const char* op = "swiglu_backward";
   check_float(dy, op, "dy");
-  check_kept(gate_up, dy, op, "gate_up");
+  check_kept_anywhere(gate_up, dy, op, "gate_up");
   check_gate_up(gate_up, dy, dy, op, "dy");
   check_kept(dgate_up, dy, op, "dgate_up");
   check_shape(dgate_up, gate_up.shape(), op, "dgate_up");

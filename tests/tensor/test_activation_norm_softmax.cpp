@@ -271,7 +271,8 @@ TEST(RmsNormKernels, AddRmsNormHasTheBitsOfAddThenRmsNorm) {
 
 // Under mixed precision on the CPU (autograd/saved.h) the norms and the SwiGLU write the bf16 copies
 // autograd keeps in the pass that computes their rows: the roundings convert makes, the outputs unchanged;
-// and the norm's backward reads x's copy, widening each row, with the bits of the kernel on the widened x.
+// and the norm's and the SwiGLU's backward read x's and gate_up's copies, widening each row, with the bits
+// of the kernels on the widened copies.
 TEST(RmsNormKernels, KeptBf16CopiesAreWrittenAndReadWithTheBitsOfConverting) {
   const test::MatmulPrecisionScope mode(kernels::MatmulPrecision::BF16Inputs);
   const auto rounded = [](const Tensor& t) { return t.to(DType::BF16); };
@@ -279,7 +280,8 @@ TEST(RmsNormKernels, KeptBf16CopiesAreWrittenAndReadWithTheBitsOfConverting) {
     return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
   };
   for_each_cpu_target([&] {
-    for (const Shape& shape : std::vector<Shape>{{5, 64}, {3, 129}, {2, 3, 17}}) {
+    // (1,100 columns: the SwiGLU backward widens a row's copy in pieces of 512.)
+    for (const Shape& shape : std::vector<Shape>{{5, 64}, {3, 129}, {2, 3, 17}, {2, 1100}}) {
       const int64_t C = shape.back();
       const Shape lead(shape.begin(), shape.end() - 1);
       const std::string what = shape_str(shape);
@@ -309,6 +311,11 @@ TEST(RmsNormKernels, KeptBf16CopiesAreWrittenAndReadWithTheBitsOfConverting) {
       kernels::swiglu(gate_up, h_plain);
       kernels::swiglu(gate_up, h, gate_up16, h16);
       EXPECT_TRUE(same(h, h_plain) && same(gate_up16, rounded(gate_up)) && same(h16, rounded(h))) << what;
+      const Tensor dh = random_tensor({4, C}, 45);
+      Tensor dgate_up = Tensor::empty({4, 2 * C}), dgate_up_kept = Tensor::empty({4, 2 * C});
+      kernels::swiglu_backward(gate_up16.to(DType::F32), dh, dgate_up);
+      kernels::swiglu_backward(gate_up16, dh, dgate_up_kept);
+      EXPECT_TRUE(same(dgate_up_kept, dgate_up)) << what;
     }
   });
 }
