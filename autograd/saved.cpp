@@ -12,10 +12,9 @@ bool kept_in_bf16(const Tensor& t) {
          (!t.is_cpu() || kernels::cpu_has_bf16_matmul());
 }
 
-// Whether the kernels of t's device read the kept copies themselves and write GEMM operands rounded (a
-// GPU's); a CPU's GEMMs take kept copies as they are, and its other backward kernels read them widened
-// (SavedTensor::kernel_operand).
-bool kernels_read_bf16(const Tensor& t) { return kept_in_bf16(t) && !t.is_cpu(); }
+// Whether the kernels of t's device write the operands that only GEMMs read rounded to bf16 (a GPU's,
+// where each GEMM would otherwise round them in a launch of its own); a CPU's GEMMs round as they pack.
+bool gemm_operands_written_in_bf16(const Tensor& t) { return kept_in_bf16(t) && !t.is_cpu(); }
 
 Tensor to_bf16(const Tensor& t) {
   Tensor out = Tensor::empty(t.shape(), DType::BF16, t.device());
@@ -83,21 +82,21 @@ void keep_copy(const Variable& result, const Tensor& copy) {
   bf16_slot(result) = copy;
 }
 
-DType gemm_operand_dtype(const Tensor& like) { return kernels_read_bf16(like) ? DType::BF16 : like.dtype(); }
+DType gemm_operand_dtype(const Tensor& like) {
+  return gemm_operands_written_in_bf16(like) ? DType::BF16 : like.dtype();
+}
 
 DType input_gradient_dtype(const Node& node, size_t i, const Tensor& like) {
   return node.gradient_feeds_gemms_only(i) ? gemm_operand_dtype(like) : like.dtype();
 }
 
-Tensor gemm_operand(const Tensor& t) { return kernels_read_bf16(t) ? to_bf16(t) : t; }
+Tensor gemm_operand(const Tensor& t) { return gemm_operands_written_in_bf16(t) ? to_bf16(t) : t; }
 
 Tensor weight_gemm_operand(const Tensor& w) {
   if (!kept_in_bf16(w)) return w;
   const Tensor registered = bf16_shadow_of(w);
   return registered.defined() ? registered : to_bf16(w);
 }
-
-Tensor SavedTensor::kernel_operand() const { return widen_ && stored_.is_cpu() ? get() : stored_; }
 
 Tensor SavedTensor::get() const {
   if (!widen_) return stored_;

@@ -10,9 +10,8 @@
 // copy would add memory. Without the mode a saved tensor is the tensor itself.
 // The kernels that produce the activations write most copies in the same pass (kept_copy_to_fill; the
 // rest are rounded when a node keeps them, one vector pass). The GEMMs take a copy as it is (a CPU's
-// packing moves its bf16 pairs instead of converting f32); a GPU's other kernels widen a copy as they read
-// it, and so do a CPU's norm backward and experts' SwiGLU backward, while its attention and SwiGLU
-// backward read it widened into a temporary (kernel_operand), one at a time.
+// packing moves its bf16 pairs instead of converting f32); the other backward kernels widen a copy as
+// they read it, on either device.
 #pragma once
 #include "autograd/variable.h"
 
@@ -37,12 +36,9 @@ class SavedTensor {
 
   // What is held (bf16 under the mode), for the kernels that take a kept copy as it is (check_kept and
   // check_kept_anywhere in tensor/kernels/dispatch.h: the GEMMs, which would round the widened values to
-  // the same bf16 again, and a GPU's backward kernels, which widen as they read), and for memory
-  // accounting in tests.
+  // the same bf16 again, and the backward kernels, which widen as they read), and for memory accounting
+  // in tests.
   const Tensor& stored() const { return stored_; }
-  // What a kernel other than a GEMM reads: stored() where the kernels widen a kept copy as they read it
-  // (a GPU's), else get().
-  Tensor kernel_operand() const;
 
  private:
   Tensor stored_;

@@ -5,7 +5,9 @@
 // log-sum-exp lse [B, Hq, T], and the backward recomputes the probabilities from them, so the node
 // holds O(T) extra memory per head instead of the T x T attention matrix. With doc_start (packed
 // documents, tensor/kernels.h) each query sees only the keys of its own document.
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 #include "autograd/ops.h"
 #include "autograd/profile.h"
@@ -14,6 +16,13 @@
 
 namespace lt {
 namespace {
+
+// Whether the tensors are all held as one element type (all kept in bf16, or all as they are).
+bool same_kept_dtype(std::initializer_list<const SavedTensor*> saved) {
+  const DType first = (*saved.begin())->stored().dtype();
+  return std::all_of(saved.begin(), saved.end(),
+                     [first](const SavedTensor* t) { return t->stored().dtype() == first; });
+}
 
 // q, k, v and out are activations (bf16 under mixed precision, autograd/saved.h); the log-sum-exp is
 // a softmax statistic and stays f32.
@@ -24,16 +33,15 @@ struct AttentionNode : Node {
   const char* name() const override { return "attention"; }
 
   // dq, dk and dv come out of one pass over the blocks, so all three are computed even when an input
-  // needs no gradient. q, k, v and out as kept: the kernels widen bf16 copies as they read them, q, k
-  // and v as one element type, so a mix (a leaf, kept as it is, among results kept in bf16) is widened.
+  // needs no gradient. q, k, v and out as kept: the kernels widen bf16 copies as they read them, all four
+  // as one element type, so a mix (a leaf, kept as it is, among results kept in bf16) is widened.
   std::vector<Tensor> backward(const Tensor& g) override {
-    const DType kept = saved_q.stored().dtype();
-    const bool kept_alike = saved_k.stored().dtype() == kept && saved_v.stored().dtype() == kept;
-    auto operand = [kept_alike](const SavedTensor& saved) { return kept_alike ? saved.kernel_operand() : saved.get(); };
+    const bool kept_alike = same_kept_dtype({&saved_q, &saved_k, &saved_v, &saved_out});
+    auto operand = [kept_alike](const SavedTensor& saved) { return kept_alike ? saved.stored() : saved.get(); };
     const Tensor q = operand(saved_q), k = operand(saved_k), v = operand(saved_v);
     Tensor dq = Tensor::empty_like(g), dk = Tensor::empty(k.shape(), g.dtype(), g.device());
     Tensor dv = Tensor::empty_like(dk);
-    kernels::attention_backward(q, k, v, saved_out.kernel_operand(), lse, g, scale, dq, dk, dv, doc_start);
+    kernels::attention_backward(q, k, v, operand(saved_out), lse, g, scale, dq, dk, dv, doc_start);
     return {dq, dk, dv};
   }
 };
@@ -47,13 +55,15 @@ struct QkvAttentionNode : Node {
   double scale = 0, theta = 0;
   int64_t heads = 0, kv_heads = 0, pos_offset = 0;
   const char* name() const override { return "qkv_attention"; }
-  // qkv and out as kept: the kernels widen bf16 copies as they read them. dqkv, which goes to the QKV
-  // projection's GEMMs only, in bf16 under mixed precision (input_gradient_dtype).
+  // qkv and out as kept: the kernels widen bf16 copies as they read them, both as one element type (a leaf
+  // qkv, kept as it is, beside out kept in bf16: both widened). dqkv, which goes to the QKV projection's
+  // GEMMs only, in bf16 under mixed precision on a GPU (input_gradient_dtype).
   std::vector<Tensor> backward(const Tensor& g) override {
-    const Tensor qkv = saved_qkv.kernel_operand();
+    const bool kept_alike = same_kept_dtype({&saved_qkv, &saved_out});
+    const Tensor qkv = kept_alike ? saved_qkv.stored() : saved_qkv.get();
+    const Tensor out = kept_alike ? saved_out.stored() : saved_out.get();
     Tensor dqkv = Tensor::empty(qkv.shape(), input_gradient_dtype(*this, 0, g), g.device());
-    kernels::qkv_attention_backward(qkv, heads, kv_heads, theta, pos_offset, saved_out.kernel_operand(), lse, g, scale,
-                                    dqkv, doc_start);
+    kernels::qkv_attention_backward(qkv, heads, kv_heads, theta, pos_offset, out, lse, g, scale, dqkv, doc_start);
     return {dqkv};
   }
 };

@@ -56,6 +56,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "tensor/cpu/amx.h"
+#include "tensor/cpu/bf16-inl.h"
 #include "tensor/cpu/bf16_dot.h"
 #include "tensor/cpu/exp-inl.h"
 #include "tensor/cpu/kernels.h"
@@ -296,6 +297,33 @@ void GatherRows(const T* src, int64_t ld, int64_t rows, int64_t D, T* dst, const
   }
 }
 
+// The same from a kept bf16 copy (mixed precision, autograd/saved.h): each row widened, exactly, then
+// turned in place, so the block has the bits GatherRows gives the widened rows.
+inline void GatherRows(const uint16_t* src, int64_t ld, int64_t rows, int64_t D, float* dst,
+                       const Rope<float>& rope = {}, int64_t t0 = 0) {
+  const int64_t half = D / 2;
+  PrefetchRows(src, ld, std::min(rows, kRowsAhead), D);
+  for (int64_t c = 0; c < rows; ++c) {
+    if (c + kRowsAhead < rows) PrefetchRows(src + (c + kRowsAhead) * ld, ld, 1, D);
+    float* row = dst + c * D;
+    WidenRowFromBf16(src + c * ld, D, row);
+    if (rope.on()) RotateHalf<false>(row, row, rope.cos + (t0 + c) * half, rope.sin + (t0 + c) * half, half);
+  }
+}
+
+// `rows` rows of one head of v, [rows, D] -> [D, rows] (PackTransposed), from v itself or from its kept
+// bf16 copy, widened first into `widened` [rows, D].
+template <class T, class S>
+void PackTransposedFrom(const S* src, int64_t ld, int64_t rows, int64_t D, T* dst, T* widened) {
+  if constexpr (std::is_same_v<S, T>) {
+    (void)widened;
+    PackTransposed(src, ld, rows, D, dst);
+  } else {
+    GatherRows(src, ld, rows, D, widened);
+    PackTransposed(widened, D, rows, D, dst);
+  }
+}
+
 // A block of `rows` rows of one head to read: where they lie (ld apart), or, when rope is on, turned by
 // RoPE at positions t0 .. into `rotated` (D apart). Returns the block's first row and its row stride.
 template <class T>
@@ -442,15 +470,16 @@ void PairGemm(bool tiles, int64_t M, int64_t N, int64_t K, T alpha, const uint32
 }
 
 // ---- row helpers ----------------------------------------------------------------------------------
-template <class T>
-T Dot(const T* x, const T* y, int64_t n) {
+// y: T's, or a kept bf16 copy (uint16_t) widened as it is read.
+template <class T, class E>
+T Dot(const T* x, const E* y, int64_t n) {
   const hn::ScalableTag<T> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   auto acc = hn::Zero(d);
   int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) acc = hn::MulAdd(hn::LoadU(d, x + i), hn::LoadU(d, y + i), acc);
+  for (; i + lanes <= n; i += lanes) acc = hn::MulAdd(hn::LoadU(d, x + i), LoadWidened(d, y + i), acc);
   T sum = hn::GetLane(hn::SumOfLanes(d, acc));
-  for (; i < n; ++i) sum += x[i] * y[i];
+  for (; i < n; ++i) sum += x[i] * Widened<T, E>(y[i]);
   return sum;
 }
 
@@ -732,9 +761,11 @@ void AttentionForwardT(const AttentionShape& s, const T* q, const T* k, const T*
 }
 
 // ---- backward ---------------------------------------------------------------------------------------
-// kPairs: the block products on bf16 pairs (T = float; "bf16 block products" above).
-template <class T, bool kPairs = false>
-void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T* v, const T* out, const T* lse,
+// kPairs: the block products on bf16 pairs (T = float; "bf16 block products" above). S: the element type of
+// q, k, v and out, T's or (T = float) bf16 (uint16_t: the copies autograd kept under mixed precision, read
+// widened, with the bits of the kernel on widened copies).
+template <class T, bool kPairs = false, class S = T>
+void AttentionBackwardT(const AttentionShape& s, const S* q, const S* k, const S* v, const S* out, const T* lse,
                         const T* dout, T scale, T* dq, T* dk, T* dv) {
   const int64_t D = s.D, out_ld = s.Hq * D, blocks = BlockCount(s.T), group = s.group();
   const Rope<T> rope(s.rope);
@@ -750,8 +781,9 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
   const int64_t query_block_units = 2 * (kBlock * d_pairs + kPairBlock * d_pair_ld);
   const int64_t pair_units = kPairs ? blocks * key_block_units + query_block_units + 3 * kBlock * kPairBlock + 16 : 0;
   const bool tiles = kPairs && amx_tiles() != AmxTiles::Off;  // the AMX tiles, where the bf16 GEMM uses them
+  const int64_t widened_v = std::is_same_v<S, T> ? 0 : kBlock * D;  // a block of v widened from its copy
   const ThreadScratch<T> task_scratch(2 * kBlock * kBlock + 3 * T_padded * D + 2 * kBlock * D + kBlock + sum_buffers +
-                                      pair_units * static_cast<int64_t>(sizeof(uint32_t) / sizeof(T)));
+                                      widened_v + pair_units * static_cast<int64_t>(sizeof(uint32_t) / sizeof(T)));
   parallel_for(s.B * s.Hkv, 1, [&](int64_t begin, int64_t end) {
     const AmxTileScope tiles_in_use(tiles);
     // The task's kv head is packed once for the whole sequence (k and v transposed block by block, k
@@ -775,7 +807,8 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
     T* dk_sums = row_dot + kBlock;        // with rope: [T, D] each, and [kBlock, D]
     T* dv_sums = dk_sums + T_padded * D;
     T* dq_sums = dv_sums + T_padded * D;
-    auto* key_pairs = reinterpret_cast<uint32_t*>(row_dot + kBlock + sum_buffers);  // per key block:
+    T* v_widened = row_dot + kBlock + sum_buffers;                                              // [kBlock, D]
+    auto* key_pairs = reinterpret_cast<uint32_t*>(v_widened + widened_v);  // per key block:
     auto k_t_pairs_at = [&](int64_t jb) { return key_pairs + jb * key_block_units; };      // k^T
     auto v_t_pairs_at = [&](int64_t jb) { return k_t_pairs_at(jb) + d_pairs * kBlock; };  // v^T
     auto k_pairs_at = [&](int64_t jb) { return v_t_pairs_at(jb) + d_pairs * kBlock; };    // k
@@ -800,7 +833,7 @@ void AttentionBackwardT(const AttentionShape& s, const T* q, const T* k, const T
         if (jb + 1 < blocks)
           PrefetchRows(v + s.kv_row(b, j0 + kBlock, kv), s.kv_ld, std::min(kBlock, s.T - j0 - kBlock), D);
         PackTransposed(k_rows + j0 * D, D, keys, D, k_t + jb * D * kBlock);
-        PackTransposed(v + s.kv_row(b, j0, kv), s.kv_ld, keys, D, v_t + jb * D * kBlock);
+        PackTransposedFrom(v + s.kv_row(b, j0, kv), s.kv_ld, keys, D, v_t + jb * D * kBlock, v_widened);
         if constexpr (kPairs) {
           PairDownColumns(k_t + jb * D * kBlock, kBlock, D, keys, k_t_pairs_at(jb), kBlock);
           PairDownColumns(v_t + jb * D * kBlock, kBlock, D, keys, v_t_pairs_at(jb), kBlock);
@@ -914,18 +947,33 @@ void AttentionKernel(DType dtype, const AttentionShape& s, const void* q, const 
                                        T(scale), static_cast<T*>(out), static_cast<T*>(lse)));
 }
 
-void AttentionBackwardKernel(DType dtype, const AttentionShape& s, const void* q, const void* k, const void* v,
-                             const void* out, const void* lse, const void* dout, double scale, void* dq, void* dk,
-                             void* dv, bool bf16_products) {
+// The backward in f32 (T = float) on q, k, v and out of element type S, with the bf16 block products where
+// they run (AttentionKernel).
+template <class S>
+void AttentionBackwardF32(const AttentionShape& s, const void* q, const void* k, const void* v, const void* out,
+                          const void* lse, const void* dout, double scale, void* dq, void* dk, void* dv,
+                          bool bf16_products) {
+  const auto run = [&](auto pairs) {
+    AttentionBackwardT<float, decltype(pairs)::value, S>(
+        s, static_cast<const S*>(q), static_cast<const S*>(k), static_cast<const S*>(v), static_cast<const S*>(out),
+        static_cast<const float*>(lse), static_cast<const float*>(dout), static_cast<float>(scale),
+        static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
+  };
 #if LT_ATTENTION_PAIRS
-  if (bf16_products && dtype == DType::F32 && has_bf16_dot())
-    return AttentionBackwardT<float, true>(
-        s, static_cast<const float*>(q), static_cast<const float*>(k), static_cast<const float*>(v),
-        static_cast<const float*>(out), static_cast<const float*>(lse), static_cast<const float*>(dout),
-        static_cast<float>(scale), static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv));
+  if (bf16_products && has_bf16_dot()) return run(std::true_type());
 #else
   (void)bf16_products;
 #endif
+  run(std::false_type());
+}
+
+// kept_bf16: q, k, v and out are the bf16 copies autograd kept of f32 tensors (dtype: dout's, f32).
+void AttentionBackwardKernel(DType dtype, const AttentionShape& s, const void* q, const void* k, const void* v,
+                             const void* out, const void* lse, const void* dout, double scale, void* dq, void* dk,
+                             void* dv, bool bf16_products, bool kept_bf16) {
+  if (kept_bf16) return AttentionBackwardF32<uint16_t>(s, q, k, v, out, lse, dout, scale, dq, dk, dv, bf16_products);
+  if (dtype == DType::F32)
+    return AttentionBackwardF32<float>(s, q, k, v, out, lse, dout, scale, dq, dk, dv, bf16_products);
   LT_FLOAT_SWITCH(dtype, T,
                   AttentionBackwardT<T>(s, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
                                         static_cast<const T*>(out), static_cast<const T*>(lse),
@@ -956,19 +1004,27 @@ AttentionShape compact_shape(const Tensor& q, const Tensor& k, const Tensor& doc
   return {q.dim(0), q.dim(1), Hq, Hkv, D, Hq * D, Hkv * D, doc_start_data(doc_start), {}};
 }
 
-// The column blocks of a fused projection qkv [B, T, (Hq + 2 Hkv) D], q and k still to be turned by RoPE,
-// and the offsets of k's and v's blocks in a row, in bytes.
+// The column blocks of a fused projection qkv [B, T, (Hq + 2 Hkv) D], q and k still to be turned by RoPE
+// with tables in the element type the kernel computes in (`compute`: qkv's, or f32 where qkv is its kept
+// bf16 copy), and the columns where k's and v's blocks begin.
 struct FusedLayout {
   AttentionShape shape;
-  size_t k_offset, v_offset;
+  int64_t k_column, v_column;
 };
-FusedLayout fused_layout(const Tensor& qkv, int64_t Hq, int64_t Hkv, double theta, int64_t pos_offset,
+FusedLayout fused_layout(const Tensor& qkv, DType compute, int64_t Hq, int64_t Hkv, double theta, int64_t pos_offset,
                          const Tensor& doc_start) {
   const int64_t T = qkv.dim(1), C = qkv.dim(2), D = C / (Hq + 2 * Hkv);
-  const size_t element = dtype_size(qkv.dtype());
   const AttentionShape shape{
-      qkv.dim(0), T, Hq, Hkv, D, C, C, doc_start_data(doc_start), rope_tables(qkv.dtype(), pos_offset, T, D, theta)};
-  return {shape, static_cast<size_t>(Hq * D) * element, static_cast<size_t>((Hq + Hkv) * D) * element};
+      qkv.dim(0), T, Hq, Hkv, D, C, C, doc_start_data(doc_start), rope_tables(compute, pos_offset, T, D, theta)};
+  return {shape, Hq * D, (Hq + Hkv) * D};
+}
+
+// Where column `column` of t's first row lies (a block of columns of a row-major tensor).
+const void* column_at(const Tensor& t, int64_t column) {
+  return static_cast<const char*>(t.raw_data()) + column * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+void* column_at(Tensor& t, int64_t column) {
+  return static_cast<char*>(t.raw_data()) + column * static_cast<int64_t>(dtype_size(t.dtype()));
 }
 
 }  // namespace
@@ -987,8 +1043,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   if (q.numel() == 0 && k.numel() == 0) return;
   const AttentionShape shape = compact_shape(q, k, doc_start);
   HWY_DYNAMIC_DISPATCH(AttentionBackwardKernel)
-  (q.dtype(), shape, q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(), dout.raw_data(), scale,
-   dq.raw_data(), dk.raw_data(), dv.raw_data(), bf16_products());
+  (dout.dtype(), shape, q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(), dout.raw_data(),
+   scale, dq.raw_data(), dk.raw_data(), dv.raw_data(), bf16_products(), q.dtype() == DType::BF16);
 }
 
 // The bf16 copies are a GPU's (the front door's check_kept refuses them here).
@@ -996,11 +1052,10 @@ void qkv_attention(const Tensor& qkv, int64_t Hq, int64_t Hkv, double theta, int
                    Tensor& out, Tensor& lse, const Tensor& doc_start, const Tensor& qkv_bf16,
                    const Tensor& out_bf16) {
   if (qkv.numel() == 0) return;
-  const FusedLayout layout = fused_layout(qkv, Hq, Hkv, theta, pos_offset, doc_start);
-  const char* x = static_cast<const char*>(qkv.raw_data());
+  const FusedLayout layout = fused_layout(qkv, qkv.dtype(), Hq, Hkv, theta, pos_offset, doc_start);
   HWY_DYNAMIC_DISPATCH(AttentionKernel)
-  (qkv.dtype(), layout.shape, x, x + layout.k_offset, x + layout.v_offset, scale, out.raw_data(), lse.raw_data(),
-   bf16_products());
+  (qkv.dtype(), layout.shape, qkv.raw_data(), column_at(qkv, layout.k_column), column_at(qkv, layout.v_column), scale,
+   out.raw_data(), lse.raw_data(), bf16_products());
   // The kept copies (autograd/saved.h) in passes of their own: the blocks read qkv's heads and write out's
   // rows in an order a row-wise rounding does not follow.
   using Copy = std::pair<const Tensor*, Tensor>;
@@ -1012,12 +1067,11 @@ void qkv_attention_backward(const Tensor& qkv, int64_t Hq, int64_t Hkv, double t
                             const Tensor& out, const Tensor& lse, const Tensor& dout, double scale, Tensor& dqkv,
                             const Tensor& doc_start) {
   if (qkv.numel() == 0) return;
-  const FusedLayout layout = fused_layout(qkv, Hq, Hkv, theta, pos_offset, doc_start);
-  const char* x = static_cast<const char*>(qkv.raw_data());
-  char* dx = static_cast<char*>(dqkv.raw_data());
+  const FusedLayout layout = fused_layout(qkv, dout.dtype(), Hq, Hkv, theta, pos_offset, doc_start);
   HWY_DYNAMIC_DISPATCH(AttentionBackwardKernel)
-  (qkv.dtype(), layout.shape, x, x + layout.k_offset, x + layout.v_offset, out.raw_data(), lse.raw_data(),
-   dout.raw_data(), scale, dx, dx + layout.k_offset, dx + layout.v_offset, bf16_products());
+  (dout.dtype(), layout.shape, qkv.raw_data(), column_at(qkv, layout.k_column), column_at(qkv, layout.v_column),
+   out.raw_data(), lse.raw_data(), dout.raw_data(), scale, dqkv.raw_data(), column_at(dqkv, layout.k_column),
+   column_at(dqkv, layout.v_column), bf16_products(), qkv.dtype() == DType::BF16);
 }
 
 }  // namespace lt::cpu

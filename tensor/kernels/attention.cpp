@@ -83,13 +83,14 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& dout, double scale, Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& doc_start) {
   const char* op = "attention_backward";
-  // q, k, v and out as autograd kept them (check_kept): q, k and v alike, since the kernels read the
-  // three as one element type.
+  // q, k, v and out as autograd kept them (check_kept_anywhere): q, k and v alike, since the kernels read
+  // the three as one element type, and on a CPU out too.
   check_float(dout, op, "dout");
-  check_kept(q, dout, op, "q");
+  check_kept_anywhere(q, dout, op, "q");
   check_like(k, q, op, "k");
   check_like(v, q, op, "v");
-  check_kept(out, dout, op, "out");
+  check_kept_anywhere(out, dout, op, "out");
+  if (q.is_cpu()) check_like(out, q, op, "out");
   check_like(lse, dout, op, "lse");
   check_attention_shapes(op, q, k, v, out, lse);
   check_doc_start(op, doc_start, q);
@@ -129,10 +130,12 @@ void qkv_attention_backward(const Tensor& qkv, int64_t heads, int64_t kv_heads, 
                             const Tensor& out, const Tensor& lse, const Tensor& dout, double scale, Tensor& dqkv,
                             const Tensor& doc_start) {
   const char* op = "qkv_attention_backward";
-  // qkv and out as autograd kept them (check_kept); dqkv, only a GEMM operand, may be bf16 alike.
+  // qkv and out as autograd kept them (check_kept_anywhere; alike on a CPU); dqkv, only a GEMM operand, may
+  // be bf16 on a GPU.
   check_float(dout, op, "dout");
-  check_kept(qkv, dout, op, "qkv");
-  check_kept(out, dout, op, "out");
+  check_kept_anywhere(qkv, dout, op, "qkv");
+  check_kept_anywhere(out, dout, op, "out");
+  if (qkv.is_cpu()) check_like(out, qkv, op, "out");
   check_like(lse, dout, op, "lse");
   check_qkv_attention_shapes(op, qkv, heads, kv_heads, theta, pos_offset, out, lse);
   check_doc_start(op, doc_start, qkv);

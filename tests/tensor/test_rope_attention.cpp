@@ -687,5 +687,61 @@ TEST(AttentionKernel, Bf16ProductsAreTheirOwnAndBitIdenticalOnAnyThreadCount) {
   });
 }
 
+// Under mixed precision the backward takes the bf16 copies autograd keeps of q, k, v and out, or of qkv and
+// out (autograd/saved.h), and widens them as it reads them: the bits of the backward on the widened copies,
+// split and fused (RoPE at an offset), with GQA and packed documents.
+void check_kept_bf16_backward(const Dims& n, const std::vector<int32_t>& doc_start) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(n.D)), nan = std::numeric_limits<double>::quiet_NaN();
+  const std::string what = n.str() + (doc_start.empty() ? "" : " packed");
+  const Tensor starts = doc_start.empty() ? Tensor() : Tensor::from_vector<int32_t>({n.B, n.T}, doc_start);
+  const auto widened = [](const Tensor& t) { return t.to(DType::F32); };
+  const Tensor dout = random_tensor({n.B, n.T, n.Hq, n.D}, 94);
+  Tensor out = Tensor::empty({n.B, n.T, n.Hq, n.D}), lse = Tensor::empty({n.B, n.Hq, n.T});
+
+  const Tensor q16 = random_tensor({n.B, n.T, n.Hq, n.D}, 91).to(DType::BF16);
+  const Tensor k16 = random_tensor({n.B, n.T, n.Hkv, n.D}, 92).to(DType::BF16);
+  const Tensor v16 = random_tensor({n.B, n.T, n.Hkv, n.D}, 93).to(DType::BF16);
+  kernels::attention(widened(q16), widened(k16), widened(v16), scale, out, lse, starts);
+  const Tensor out16 = out.to(DType::BF16);
+  const auto split = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o) {
+    Tensor dq = Tensor::full(q.shape(), nan), dk = Tensor::full(k.shape(), nan), dv = Tensor::full(k.shape(), nan);
+    kernels::attention_backward(q, k, v, o, lse, dout, scale, dq, dk, dv, starts);
+    return std::vector{dq.to_vector<float>(), dk.to_vector<float>(), dv.to_vector<float>()};
+  };
+  EXPECT_TRUE(split(q16, k16, v16, out16) == split(widened(q16), widened(k16), widened(v16), widened(out16)))
+      << "split " << what;
+
+  const double theta = 10000.0;
+  const int64_t pos_offset = 7;
+  const Tensor qkv16 = random_tensor({n.B, n.T, (n.Hq + 2 * n.Hkv) * n.D}, 95).to(DType::BF16);
+  kernels::qkv_attention(widened(qkv16), n.Hq, n.Hkv, theta, pos_offset, scale, out, lse, starts);
+  const Tensor fused_out16 = out.to(DType::BF16);
+  const auto fused = [&](const Tensor& qkv, const Tensor& o) {
+    Tensor dqkv = Tensor::full(qkv.shape(), nan);
+    kernels::qkv_attention_backward(qkv, n.Hq, n.Hkv, theta, pos_offset, o, lse, dout, scale, dqkv, starts);
+    return dqkv.to_vector<float>();
+  };
+  EXPECT_TRUE(fused(qkv16, fused_out16) == fused(widened(qkv16), widened(fused_out16))) << "fused " << what;
+  // One element type for all four on a CPU.
+  Tensor dqkv = Tensor::empty(qkv16.shape());
+  EXPECT_THROW(kernels::qkv_attention_backward(qkv16, n.Hq, n.Hkv, theta, pos_offset, widened(fused_out16), lse, dout,
+                                               scale, dqkv, starts),
+               Error);
+}
+
+// On every target, with the bf16 block products on each tile unit and without them.
+TEST(AttentionKernel, KeptBf16CopiesGiveTheBitsOfTheirWidenedValues) {
+  const test::MatmulPrecisionScope precision(kernels::MatmulPrecision::BF16Inputs);
+  for_each_cpu_target([] {
+    test::for_each_bf16_tile_unit([](const char* unit) {
+      SCOPED_TRACE(unit);
+      for (const Dims& n : {Dims{2, 129, 4, 2, 16}, Dims{1, 70, 2, 2, 64}, Dims{1, 65, 3, 1, 34}}) {
+        check_kept_bf16_backward(n, {});
+        check_kept_bf16_backward(n, packed_starts(n.B, n.T, {1, 63, 64, 5, 100}));
+      }
+    });
+  });
+}
+
 }  // namespace
 }  // namespace lt
