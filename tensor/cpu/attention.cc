@@ -1047,7 +1047,6 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
    scale, dq.raw_data(), dk.raw_data(), dv.raw_data(), bf16_products(), q.dtype() == DType::BF16);
 }
 
-// The bf16 copies are a GPU's (the front door's check_kept refuses them here).
 void qkv_attention(const Tensor& qkv, int64_t Hq, int64_t Hkv, double theta, int64_t pos_offset, double scale,
                    Tensor& out, Tensor& lse, const Tensor& doc_start, const Tensor& qkv_bf16,
                    const Tensor& out_bf16) {
@@ -1056,8 +1055,8 @@ void qkv_attention(const Tensor& qkv, int64_t Hq, int64_t Hkv, double theta, int
   HWY_DYNAMIC_DISPATCH(AttentionKernel)
   (qkv.dtype(), layout.shape, qkv.raw_data(), column_at(qkv, layout.k_column), column_at(qkv, layout.v_column), scale,
    out.raw_data(), lse.raw_data(), bf16_products());
-  // The kept copies (autograd/saved.h) in passes of their own: the blocks read qkv's heads and write out's
-  // rows in an order a row-wise rounding does not follow.
+  // The kept copies (autograd/saved.h) in parallel passes of their own: rounding each block in the task
+  // that reads or finishes it put the work on the tasks' critical path and was no faster.
   using Copy = std::pair<const Tensor*, Tensor>;
   for (auto [from, to] : {Copy{&qkv, qkv_bf16}, Copy{&out, out_bf16}})
     if (to.defined()) convert(*from, to);

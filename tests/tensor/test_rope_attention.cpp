@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -687,10 +688,11 @@ TEST(AttentionKernel, Bf16ProductsAreTheirOwnAndBitIdenticalOnAnyThreadCount) {
   });
 }
 
-// Under mixed precision the backward takes the bf16 copies autograd keeps of q, k, v and out, or of qkv and
-// out (autograd/saved.h), and widens them as it reads them: the bits of the backward on the widened copies,
-// split and fused (RoPE at an offset), with GQA and packed documents.
-void check_kept_bf16_backward(const Dims& n, const std::vector<int32_t>& doc_start) {
+// Under mixed precision the fused forward writes the bf16 copies autograd keeps of qkv and out (every
+// element once, convert's rounding, out and lse unchanged), and the backward takes the copies of q, k, v
+// and out, or of qkv and out (autograd/saved.h), widening them as it reads them: the bits of the backward
+// on the widened copies, split and fused (RoPE at an offset), with GQA and packed documents.
+void check_kept_bf16_copies(const Dims& n, const std::vector<int32_t>& doc_start) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(n.D)), nan = std::numeric_limits<double>::quiet_NaN();
   const std::string what = n.str() + (doc_start.empty() ? "" : " packed");
   const Tensor starts = doc_start.empty() ? Tensor() : Tensor::from_vector<int32_t>({n.B, n.T}, doc_start);
@@ -713,6 +715,20 @@ void check_kept_bf16_backward(const Dims& n, const std::vector<int32_t>& doc_sta
 
   const double theta = 10000.0;
   const int64_t pos_offset = 7;
+  const Tensor qkv = random_tensor({n.B, n.T, (n.Hq + 2 * n.Hkv) * n.D}, 96);
+  Tensor plain_out = Tensor::empty_like(out), plain_lse = Tensor::empty_like(lse);
+  kernels::qkv_attention(qkv, n.Hq, n.Hkv, theta, pos_offset, scale, plain_out, plain_lse, starts);
+  Tensor qkv_copy = Tensor::full(qkv.shape(), nan, DType::BF16), out_copy = Tensor::full(out.shape(), nan, DType::BF16);
+  kernels::qkv_attention(qkv, n.Hq, n.Hkv, theta, pos_offset, scale, out, lse, starts, qkv_copy, out_copy);
+  EXPECT_TRUE(out.to_vector<float>() == plain_out.to_vector<float>() &&
+              lse.to_vector<float>() == plain_lse.to_vector<float>())
+      << "forward " << what;
+  const auto same_bits = [](const Tensor& a, const Tensor& b) {
+    return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+  };
+  EXPECT_TRUE(same_bits(qkv_copy, qkv.to(DType::BF16))) << "qkv's copy " << what;
+  EXPECT_TRUE(same_bits(out_copy, out.to(DType::BF16))) << "out's copy " << what;
+
   const Tensor qkv16 = random_tensor({n.B, n.T, (n.Hq + 2 * n.Hkv) * n.D}, 95).to(DType::BF16);
   kernels::qkv_attention(widened(qkv16), n.Hq, n.Hkv, theta, pos_offset, scale, out, lse, starts);
   const Tensor fused_out16 = out.to(DType::BF16);
@@ -730,14 +746,14 @@ void check_kept_bf16_backward(const Dims& n, const std::vector<int32_t>& doc_sta
 }
 
 // On every target, with the bf16 block products on each tile unit and without them.
-TEST(AttentionKernel, KeptBf16CopiesGiveTheBitsOfTheirWidenedValues) {
+TEST(AttentionKernel, KeptBf16CopiesAreConvertsAndGiveTheBitsOfTheirWidenedValues) {
   const test::MatmulPrecisionScope precision(kernels::MatmulPrecision::BF16Inputs);
   for_each_cpu_target([] {
     test::for_each_bf16_tile_unit([](const char* unit) {
       SCOPED_TRACE(unit);
       for (const Dims& n : {Dims{2, 129, 4, 2, 16}, Dims{1, 70, 2, 2, 64}, Dims{1, 65, 3, 1, 34}}) {
-        check_kept_bf16_backward(n, {});
-        check_kept_bf16_backward(n, packed_starts(n.B, n.T, {1, 63, 64, 5, 100}));
+        check_kept_bf16_copies(n, {});
+        check_kept_bf16_copies(n, packed_starts(n.B, n.T, {1, 63, 64, 5, 100}));
       }
     });
   });
