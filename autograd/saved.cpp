@@ -41,7 +41,11 @@ SavedTensor SavedTensor::activation(const Tensor& t) {
 }
 
 SavedTensor SavedTensor::activation(const Tensor& t, const Tensor& copy) {
-  if (!copy.defined()) return activation(t);
+  return copy.defined() ? kept_copy(copy) : activation(t);
+}
+
+SavedTensor SavedTensor::kept_copy(const Tensor& copy) {
+  LT_CHECK(copy.dtype() == DType::BF16, "SavedTensor::kept_copy: ", copy.str(), " is not a bf16 copy");
   SavedTensor saved;
   saved.widen_ = true;
   saved.stored_ = copy;

@@ -25,6 +25,9 @@ class SavedTensor {
   // The same with the bf16 copy kept_copy_to_fill(t) gave, filled by the kernel that wrote or read t (as
   // activation(t) where `copy` is undefined).
   static SavedTensor activation(const Tensor& t, const Tensor& copy);
+  // A bf16 copy that is all the op has of an f32 activation (rows of an input's kept copy that expert
+  // parallelism received), held as activation(t, copy) holds a copy.
+  static SavedTensor kept_copy(const Tensor& copy);
   // An op's input: a leaf as it is; an intermediate result in bf16 under the mode, converted once and
   // shared by every node that keeps the same Variable or a reshape of it (the normed hidden state
   // feeds the router, the experts and the shared experts' gate and up projections).

@@ -157,21 +157,21 @@ Variable expert_parallel_experts(const Variable& x_NH, const Variable& w_NK, con
   LT_CHECK(w_NK.value().dim(0) == N && w_NK.value().numel() == M, "expert parallel: weights ", w_NK.value().str(),
            " and a plan of ", M, " assignments for ", N, " tokens");
 
-  // This rank's rows in expert order, to their experts' ranks.
-  Tensor x_MH = Tensor::empty({M, H}, x.dtype(), x.device());
-  kernels::gather_rows(x, plan.token_of, x_MH);
+  // This rank's rows in expert order, to their experts' ranks: under mixed precision x's kept bf16 copy, half
+  // the bytes, which the experts' GEMMs take as it is and their node keeps.
+  const SavedTensor saved_x = grad_enabled() ? SavedTensor::input(x_NH) : SavedTensor();
+  const Tensor& x_rows = saved_x.defined() ? saved_x.stored() : x;
+  Tensor x_MH = Tensor::empty({M, H}, x_rows.dtype(), x.device());
+  kernels::gather_rows(x_rows, plan.token_of, x_MH);
   const Tensor x_RH = exchange->to_experts(x_MH);
   std::vector<SourceBlock> blocks = source_blocks(*exchange, x.device());
   const int64_t R = x_RH.dim(0), I = gate_up.dim(1) / 2;
 
-  // The experts' SwiGLU on each source's rows, as moe_experts computes it for a micro-batch (the rows kept
-  // first, so that the GEMMs read the kept copy, as there).
-  const SavedTensor saved_x_RH = grad_enabled() ? SavedTensor::activation(x_RH) : SavedTensor();
-  const Tensor& x_operand_RH = saved_x_RH.defined() ? saved_x_RH.stored() : x_RH;
+  // The experts' SwiGLU on each source's rows, as moe_experts computes it for a micro-batch.
   Tensor gate_up_R2I = Tensor::empty({R, 2 * I}, x.dtype(), x.device());
   for (const SourceBlock& b : blocks) {
     Tensor out = b.narrow(gate_up_R2I);
-    expert_matmuls(profile::Phase::Forward, {{b.narrow(x_operand_RH), gate_up, true, out, 0.0}}, b.plan);
+    expert_matmuls(profile::Phase::Forward, {{b.narrow(x_RH), gate_up, true, out, 0.0}}, b.plan);
   }
   const Tensor gate_up_kept = kept_copy_to_fill(gate_up_R2I);
   Tensor y_RH = Tensor::empty({R, H}, x.dtype(), x.device());
@@ -196,7 +196,8 @@ Variable expert_parallel_experts(const Variable& x_NH, const Variable& w_NK, con
     node->w_NK = w_NK.value();
     node->gate_up_L2IH = gate_up;
     node->down_LHI = down;
-    node->saved_x_RH = saved_x_RH;
+    // The received rows: x's kept copy's under mixed precision (bf16 already), else f32 kept as activations.
+    node->saved_x_RH = x_RH.dtype() == DType::BF16 ? SavedTensor::kept_copy(x_RH) : SavedTensor::activation(x_RH);
     node->saved_gate_up_R2I = SavedTensor::activation(gate_up_R2I, gate_up_kept);
   }
   return make_result(out, node, {x_NH, w_NK, gate_up_L2IH, down_LHI});

@@ -181,11 +181,11 @@ Plan plan_training(const LingConfig& c, const PlanLayout& l, const PlanShape& s)
   if (ep > 1) {
     // Per MoE layer: the row counts (E / ep integers to each other rank); k rows of H per token to their
     // experts and back, forward and backward, and each row's routing weight there and its gradient back
-    // in the backward, all f32; (ep - 1) / ep of the rows leave the rank when the experts are evenly loaded.
-    const int64_t elements_per_row = 4 * c.hidden_size + 2;
-    t.expert_all_to_all =
-        moe_layers(c) * (c.num_experts / ep * 8 * (ep - 1) +
-                         tokens * c.num_experts_per_tok * elements_per_row * kF32 * (ep - 1) / ep);
+    // in the backward: f32, but for the rows of x going out, x's kept copy (bf16 under mixed precision);
+    // (ep - 1) / ep of the rows leave the rank when the experts are evenly loaded.
+    const int64_t bytes_per_row = (3 * c.hidden_size + 2) * kF32 + c.hidden_size * act_bytes;
+    t.expert_all_to_all = moe_layers(c) * (c.num_experts / ep * 8 * (ep - 1) +
+                                           tokens * c.num_experts_per_tok * bytes_per_row * (ep - 1) / ep);
   }
   return plan;
 }

@@ -46,8 +46,16 @@ void GatherRowsT(const T* table, const I* idx, T* out, int64_t n, int64_t cols) 
   });
 }
 
+// bf16 rows (uint16_t) move as they are.
 void GatherRowsKernel(DType dtype, DType idx_dtype, const void* table, const void* idx, void* out, int64_t n,
                       int64_t cols) {
+  if (dtype == DType::BF16) {
+    LT_INDEX_SWITCH(idx_dtype, I, {
+      GatherRowsT<uint16_t, I>(static_cast<const uint16_t*>(table), static_cast<const I*>(idx),
+                               static_cast<uint16_t*>(out), n, cols);
+    });
+    return;
+  }
   LT_FLOAT_SWITCH(dtype, T, LT_INDEX_SWITCH(idx_dtype, I, {
     GatherRowsT<T, I>(static_cast<const T*>(table), static_cast<const I*>(idx), static_cast<T*>(out), n, cols);
   }));

@@ -50,10 +50,11 @@ void check_cols(const Tensor& wide, const Tensor& idx, const Tensor& narrow, con
 }  // namespace
 
 void gather_rows(const Tensor& table, const Tensor& idx, Tensor& out) {
-  // On a GPU an f32 table may be gathered into bf16 rows (rounded in the same pass), and a bf16 table (an
-  // activation's kept copy) into bf16 rows: a mixed-precision GEMM's operand (tensor/kernels/moe_stats.cpp).
-  const bool to_bf16 = out.dtype() == DType::BF16 && !table.is_cpu() &&
-                       (table.dtype() == DType::F32 || table.dtype() == DType::BF16);
+  // A bf16 table (an activation's kept copy) gathered into bf16 rows, and on a GPU an f32 table too (rounded
+  // in the same pass): a mixed-precision GEMM's operand (tensor/kernels/moe_stats.cpp), or the rows expert
+  // parallelism sends (moe/expert_parallel.cpp).
+  const bool to_bf16 = out.dtype() == DType::BF16 &&
+                       (table.dtype() == DType::BF16 || (table.dtype() == DType::F32 && !table.is_cpu()));
   if (!to_bf16) check_float(table, "gather_rows", "table");
   check_index(idx, "gather_rows", "idx");
   check_like(out, to_bf16 ? out : table, "gather_rows", "out");

@@ -4,7 +4,8 @@
 # CPU has a bf16 GEMM, its activations kept in bf16: within 10%), the bytes it
 # plans a rank to send against what the communicator counted in data parallel, EDiT and expert-parallel
 # runs under mpiexec (within 1%: the runs also send a few numbers of statistics; 2% with expert
-# parallelism, whose real loads are uneven), and one clear line for a layout the
+# parallelism, whose real loads are uneven; in f32, and in bf16 where the CPU has a bf16 GEMM), and one
+# clear line for a layout the
 # model does not allow. Usage: plan_test.sh path/to/lingtrain
 source "$(dirname "$0")/common.sh"
 
@@ -52,6 +53,17 @@ planned=$(awk -v a="$(json_field plan_ep.txt gradient_all_reduce)" -v b="$(json_
   'BEGIN { print a + b }')
 sent=$(json_field ep_run.txt comm_bytes_per_step)
 within "$planned" "$sent" 0.02 || fail "expert parallel: planned $planned bytes a step, sent $sent"
+# The same in bf16 where the CPU has a bf16 GEMM: the rows of x go out as their kept bf16 copy.
+if "$bin" --version | grep -q "bf16 GEMM ("; then
+  mpiexec -n 4 "$bin" pretrain "${common[@]}" --steps 4 --expert-parallel 2 --dtype bf16 --out ep16 >ep16_run.txt \
+    2>ep16.err || fail "expert-parallel bf16 run: $(tail -1 ep16.err)"
+  "$bin" plan --model tiny --ranks 4 --expert-parallel 2 --seq 32 --device cpu --dtype bf16 >plan_ep16.txt 2>&1 ||
+    fail "plan ep bf16"
+  planned=$(awk -v a="$(json_field plan_ep16.txt gradient_all_reduce)" \
+    -v b="$(json_field plan_ep16.txt expert_all_to_all)" 'BEGIN { print a + b }')
+  sent=$(json_field ep16_run.txt comm_bytes_per_step)
+  within "$planned" "$sent" 0.02 || fail "expert parallel, bf16: planned $planned bytes a step, sent $sent"
+fi
 # And the parameters a rank holds there: the run's flat weights are the plan's count in f32, exactly.
 held=$(json_field ep_run.txt weights) planned=$(json_field plan_ep.txt params)
 [ -n "$held" ] && [ "$held" = "$((planned * 4))" ] ||

@@ -1,7 +1,7 @@
 // The Ling model with its routed experts split over the ranks (--expert-parallel) against one process
 // holding every expert that takes each rank's batch as one micro-batch, bit for bit: the loss of every
 // rank's batch, every replicated parameter's gradient of it, and a rank's experts' gradients accumulated
-// over the micro-batches in rank order.
+// over the micro-batches in rank order; in f32 and under mixed precision.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -11,6 +11,8 @@
 #include "model/config.h"
 #include "model/hf_names.h"
 #include "model/ling.h"
+#include "tensor/kernels.h"
+#include "tests/test_util.h"
 #include "tensor/random.h"
 #include "tests/mpi/mpi_world.h"
 
@@ -19,7 +21,7 @@ namespace {
 
 using mpi_test::world;
 
-TEST(ExpertParallelModel, HasTheBitsOfOneProcessWithMicroBatches) {
+void check_against_one_process() {
   const int G = world->size(), r = world->rank();
   LingConfig config = preset_config("tiny");
   config.num_experts = 2 * G;
@@ -85,6 +87,16 @@ TEST(ExpertParallelModel, HasTheBitsOfOneProcessWithMicroBatches) {
       EXPECT_EQ(grad.to_vector<float>(), replicated_grads[replicated++].to_vector<float>()) << name;
     }
   }
+}
+
+TEST(ExpertParallelModel, HasTheBitsOfOneProcessWithMicroBatches) { check_against_one_process(); }
+
+// Under mixed precision (where the CPU has the bf16 GEMM) the ranks send x's kept bf16 rows to the experts,
+// which their GEMMs round to anyway: still the bits of one process.
+TEST(ExpertParallelModel, InBf16HasTheBitsOfOneProcessWithMicroBatches) {
+  if (!kernels::cpu_has_bf16_matmul()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  const test::MatmulPrecisionScope mixed(kernels::MatmulPrecision::BF16Inputs);
+  check_against_one_process();
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <limits>
 
 #include "tensor/kernels.h"
@@ -137,6 +138,18 @@ TEST(IndexKernels, RowsMatchScalarLoopsOnEveryTarget) {
     check_rows<double, int32_t>(DType::F64);
     check_rows<double, int64_t>(DType::F64);
   });
+}
+
+// A kept bf16 copy's rows (expert parallelism sends them) move as they are: the rows of the gathered f32
+// rows' rounding. An f32 table rounds into bf16 rows on a GPU only.
+TEST(IndexKernels, Bf16RowsMoveAsTheyAre) {
+  const Tensor table = random_tensor({9, 70}, 16), idx = random_indices<int32_t>({20}, 9, 17);
+  Tensor rows = Tensor::empty({20, 70}), rows16 = Tensor::empty({20, 70}, DType::BF16);
+  kernels::gather_rows(table, idx, rows);
+  kernels::gather_rows(table.to(DType::BF16), idx, rows16);
+  const Tensor want = rows.to(DType::BF16);
+  EXPECT_EQ(std::memcmp(rows16.raw_data(), want.raw_data(), want.nbytes()), 0);
+  EXPECT_THROW(kernels::gather_rows(table, idx, rows16), Error);
 }
 
 TEST(IndexKernels, ColsMatchScalarLoopsOnEveryTarget) {
