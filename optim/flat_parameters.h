@@ -29,7 +29,7 @@ namespace lt {
 // experts, this process holding part expert_rank.
 struct LayerShards {
   int rank = 0, ranks = 0;
-  std::function<bool(const std::string& parameter_name)> is_experts;
+  std::function<bool(const std::string& parameter_name)> is_experts{};
   int expert_rank = 0, expert_ranks = 1;
 };
 
