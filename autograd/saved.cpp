@@ -96,6 +96,10 @@ DType input_gradient_dtype(const Node& node, size_t i, const Tensor& like) {
 
 Tensor gemm_operand(const Tensor& t) { return gemm_operands_written_in_bf16(t) ? to_bf16(t) : t; }
 
+const Tensor& forward_operand(const SavedTensor& saved, const Variable& x) {
+  return saved.defined() ? saved.stored() : x.value();
+}
+
 Tensor weight_gemm_operand(const Tensor& w) {
   if (!kept_in_bf16(w)) return w;
   const Tensor registered = bf16_shadow_of(w);

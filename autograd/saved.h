@@ -76,6 +76,11 @@ DType input_gradient_dtype(const Node& node, size_t i, const Tensor& like);
 // itself (a CPU's GEMMs round as they pack).
 Tensor gemm_operand(const Tensor& t);
 
+// What an op's forward product reads of its input x: x as a node keeps it (`saved`, made before the
+// product: under mixed precision the bf16 copy the GEMM would otherwise round again), or x's value where
+// nothing keeps it (saved undefined: no gradients).
+const Tensor& forward_operand(const SavedTensor& saved, const Variable& x);
+
 // A weight that many GEMMs of one op read (the head's, read by two products in every chunk of rows): under
 // the mode where w would be kept in bf16, its registered copy (tensor/bf16_shadow.h: a GPU's training step)
 // or else rounded once here, where a CPU's GEMMs would convert it again in every packing; else w itself.

@@ -160,7 +160,7 @@ Variable expert_parallel_experts(const Variable& x_NH, const Variable& w_NK, con
   // This rank's rows in expert order, to their experts' ranks: under mixed precision x's kept bf16 copy, half
   // the bytes, which the experts' GEMMs take as it is and their node keeps.
   const SavedTensor saved_x = grad_enabled() ? SavedTensor::input(x_NH) : SavedTensor();
-  const Tensor& x_rows = saved_x.defined() ? saved_x.stored() : x;
+  const Tensor& x_rows = forward_operand(saved_x, x_NH);
   Tensor x_MH = Tensor::empty({M, H}, x_rows.dtype(), x.device());
   kernels::gather_rows(x_rows, plan.token_of, x_MH);
   const Tensor x_RH = exchange->to_experts(x_MH);

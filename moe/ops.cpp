@@ -97,7 +97,7 @@ Variable moe_experts(const Variable& x_NH, const Variable& w_NK, const DispatchP
   // x kept before the product, so that under mixed precision the rows the forward GEMM gathers are its bf16
   // copy, as the backward's are: half the bytes, and nothing to round while packing.
   const SavedTensor saved_x = grad_enabled() ? SavedTensor::input(x_NH) : SavedTensor();
-  const Tensor& x_operand = saved_x.defined() ? saved_x.stored() : x;
+  const Tensor& x_operand = forward_operand(saved_x, x_NH);
   Tensor gate_up_M2I = Tensor::empty({M, 2 * I}, x.dtype(), x.device());
   expert_matmuls(profile::Phase::Forward, {{x_operand, gate_up, true, gate_up_M2I, 0.0, plan.token_of}}, plan);
   Tensor out = Tensor::empty_like(x);

@@ -84,10 +84,6 @@ std::shared_ptr<MatmulNode> matmul_node(const Variable& a, const Variable& b, bo
   return node;
 }
 
-const Tensor& forward_operand(const SavedTensor& saved, const Variable& x) {
-  return saved.defined() ? saved.stored() : x.value();
-}
-
 }  // namespace
 
 Variable matmul(const Variable& a, const Variable& b, bool trans_a, bool trans_b) {

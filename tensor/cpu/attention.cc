@@ -283,31 +283,21 @@ constexpr int64_t kRowsAhead = 4;
 
 // dst[c * D + i] = src[c * ld + i]: `rows` rows of one head gathered into a contiguous block, each
 // turned by RoPE at its position t0 + c when rope is on (with the arithmetic of tensor/cpu/rope.cc, so
-// the block has the bits a separate RoPE pass would have given).
-template <class T>
-void GatherRows(const T* src, int64_t ld, int64_t rows, int64_t D, T* dst, const Rope<T>& rope = {}, int64_t t0 = 0) {
+// the block has the bits a separate RoPE pass would have given). S: T's, or (T = float) a kept bf16 copy
+// (uint16_t, autograd/saved.h), each row widened, exactly, and then turned in place: the same bits.
+template <class T, class S = T>
+void GatherRows(const S* src, int64_t ld, int64_t rows, int64_t D, T* dst, const Rope<T>& rope = {}, int64_t t0 = 0) {
   const int64_t half = D / 2;
   PrefetchRows(src, ld, std::min(rows, kRowsAhead), D);
   for (int64_t c = 0; c < rows; ++c) {
     if (c + kRowsAhead < rows) PrefetchRows(src + (c + kRowsAhead) * ld, ld, 1, D);
-    if (rope.on())
-      RotateHalf<false>(src + c * ld, dst + c * D, rope.cos + (t0 + c) * half, rope.sin + (t0 + c) * half, half);
-    else
-      std::copy_n(src + c * ld, D, dst + c * D);
-  }
-}
-
-// The same from a kept bf16 copy (mixed precision, autograd/saved.h): each row widened, exactly, then
-// turned in place, so the block has the bits GatherRows gives the widened rows.
-inline void GatherRows(const uint16_t* src, int64_t ld, int64_t rows, int64_t D, float* dst,
-                       const Rope<float>& rope = {}, int64_t t0 = 0) {
-  const int64_t half = D / 2;
-  PrefetchRows(src, ld, std::min(rows, kRowsAhead), D);
-  for (int64_t c = 0; c < rows; ++c) {
-    if (c + kRowsAhead < rows) PrefetchRows(src + (c + kRowsAhead) * ld, ld, 1, D);
-    float* row = dst + c * D;
-    WidenRowFromBf16(src + c * ld, D, row);
-    if (rope.on()) RotateHalf<false>(row, row, rope.cos + (t0 + c) * half, rope.sin + (t0 + c) * half, half);
+    T* out = dst + c * D;
+    // The row as it is read: a bf16 one widened into place first (and then turned in place).
+    const T* row = out;
+    if constexpr (std::is_same_v<S, T>) row = src + c * ld;
+    else WidenRowFromBf16(src + c * ld, D, out);
+    if (rope.on()) RotateHalf<false>(row, out, rope.cos + (t0 + c) * half, rope.sin + (t0 + c) * half, half);
+    else if constexpr (std::is_same_v<S, T>) std::copy_n(row, D, out);
   }
 }
 
@@ -1024,7 +1014,7 @@ const void* column_at(const Tensor& t, int64_t column) {
   return static_cast<const char*>(t.raw_data()) + column * static_cast<int64_t>(dtype_size(t.dtype()));
 }
 void* column_at(Tensor& t, int64_t column) {
-  return static_cast<char*>(t.raw_data()) + column * static_cast<int64_t>(dtype_size(t.dtype()));
+  return const_cast<void*>(column_at(static_cast<const Tensor&>(t), column));
 }
 
 }  // namespace
